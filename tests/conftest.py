@@ -1,0 +1,90 @@
+"""Shared test fixtures.
+
+Every test runs under ``no_leaks``: when it ends, it fails if the test left behind a thread, an
+open file descriptor or a child process. Threads and children get a short grace period to finish,
+since a clean ``close()`` may still be joining them when the test body returns.
+"""
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_ACP = REPO.parent / "shared" / "acp"
+
+GRACE_SECONDS = 3.0
+
+
+def shared_acp(*parts: str) -> Path:
+    """A path under ``../shared/acp``; skips the test when the reference material is absent."""
+    path = SHARED_ACP.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"reference material {path} is absent (../shared is only beside developer and CI checkouts)")
+    return path
+
+
+def _open_fds():
+    try:
+        return set(os.listdir("/proc/self/fd"))
+    except FileNotFoundError:  # not Linux: no cheap way to list them
+        return set()
+
+
+def _child_pids():
+    me = str(os.getpid())
+    children = set()
+    try:
+        entries = os.listdir("/proc")
+    except FileNotFoundError:
+        return children
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[0] is the state, fields[1] the parent pid; a zombie child is a leak too.
+        if fields[1].decode() == me:
+            children.add(int(entry))
+    return children
+
+
+def _settle(probe, baseline):
+    deadline = time.monotonic() + GRACE_SECONDS
+    extra = probe() - baseline
+    while extra and time.monotonic() < deadline:
+        time.sleep(0.02)
+        extra = probe() - baseline
+    return extra
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request):
+    threads_before = set(threading.enumerate())
+    fds_before = _open_fds()
+    children_before = _child_pids()
+    yield
+    threads = _settle(lambda: {t for t in threading.enumerate() if t.is_alive()}, threads_before)
+    children = _settle(_child_pids, children_before)
+    fds = _settle(_open_fds, fds_before)
+    problems = []
+    if threads:
+        problems.append("threads left running: " + ", ".join(sorted(t.name for t in threads)))
+    if children:
+        problems.append(f"child processes left behind: {sorted(children)}")
+    if fds:
+        targets = []
+        for fd in sorted(fds, key=int):
+            try:
+                targets.append(f"{fd}->{os.readlink(f'/proc/self/fd/{fd}')}")
+            except OSError:
+                pass
+        if targets:
+            problems.append("file descriptors left open: " + ", ".join(targets))
+    if problems:
+        pytest.fail("; ".join(problems), pytrace=False)
