@@ -1,0 +1,114 @@
+"""Adapters driving the official Python SDK (``agent-client-protocol``) through its public API.
+
+Runs in the SDK's own venv (``bench/.peers/py``), which has neither acp_lite nor msgspec:
+
+    python peer_py.py client-a -- AGENT_CMD...                 workload A: count a turn's updates
+    python peer_py.py agent --n N --updates STREAM_FILE       workload B's agent and C's peer
+    python peer_py.py client-c --k K --inflight M -- AGENT_CMD...   workload C: ext-method round trips
+
+Each client prints one JSON object on stdout, with the same keys as ``raw.py``.
+"""
+import asyncio
+import json
+import resource
+import sys
+import time
+
+import acp
+from acp import schema
+
+# The agent cycles through this many distinct prebuilt updates, so the turn measures sending them.
+DISTINCT_UPDATES = 1000
+
+
+class CountingClient:
+    def __init__(self):
+        self.updates = 0
+
+    async def session_update(self, session_id, update, **kwargs):
+        self.updates += 1
+
+    async def request_permission(self, *args, **kwargs):
+        raise acp.RequestError.method_not_found("session/request_permission")
+
+
+class StreamingAgent:
+    def __init__(self, n: int, stream_file: str):
+        self.n = n
+        self.client = None
+        variants = {"agent_message_chunk": schema.AgentMessageChunk, "tool_call_update": schema.ToolCallProgress}
+        with open(stream_file, "rb") as f:
+            raw = [json.loads(line)["params"]["update"] for line, _ in zip(f, range(DISTINCT_UPDATES))]
+        self.updates = [variants[u["sessionUpdate"]].model_validate(u) for u in raw]
+
+    def on_connect(self, conn):
+        self.client = conn
+
+    async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kwargs):
+        return schema.InitializeResponse(protocol_version=protocol_version)
+
+    async def new_session(self, cwd, mcp_servers=None, **kwargs):
+        return schema.NewSessionResponse(session_id="sess-0")
+
+    async def prompt(self, session_id, prompt, **kwargs):
+        updates = self.updates
+        for i in range(self.n):
+            await self.client.session_update(session_id, updates[i % len(updates)])
+        return schema.PromptResponse(stop_reason="end_turn")
+
+    async def ext_method(self, method, params):
+        return {}
+
+
+def _rss_kb() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+async def client_a(argv):
+    counter = CountingClient()
+    async with acp.spawn_agent_process(counter, argv[0], *argv[1:]) as (conn, _process):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        session = await conn.new_session(cwd="/tmp", mcp_servers=[])
+        started = time.perf_counter()
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("go")])
+        seconds = time.perf_counter() - started
+    return {"updates": counter.updates, "seconds": seconds, "rss_kb": _rss_kb()}
+
+
+async def client_c(k: int, inflight: int, argv):
+    latencies = []
+
+    async def worker(count):
+        for _ in range(count):
+            sent = time.perf_counter()
+            await conn.ext_method("bench/ping", {})
+            latencies.append(time.perf_counter() - sent)
+
+    async with acp.spawn_agent_process(CountingClient(), argv[0], *argv[1:]) as (conn, _process):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(k // inflight + (i < k % inflight)) for i in range(inflight)))
+        seconds = time.perf_counter() - started
+    latencies.sort()
+    return {"requests": len(latencies), "seconds": seconds,
+            "p50_us": latencies[len(latencies) // 2] * 1e6,
+            "p99_us": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e6,
+            "rss_kb": _rss_kb()}
+
+
+def main(args):
+    mode = args[0]
+    split = args.index("--") if "--" in args else len(args)
+    opts, argv = dict(zip(args[1:split:2], args[2:split:2])), args[split + 1:]
+    if mode == "agent":
+        asyncio.run(acp.run_agent(StreamingAgent(int(opts["--n"]), opts["--updates"])))
+        return
+    if mode == "client-a":
+        result = asyncio.run(client_a(argv))
+    else:
+        result = asyncio.run(client_c(int(opts["--k"]), int(opts["--inflight"]), argv))
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,192 @@
+"""Bare JSON-RPC clients with no ACP library: the ceilings (workload D), the reader that measures
+an agent under test (workload B) and the bare ping-pong (workload C).
+
+    python raw.py receive {split,json,msgspec} -- AGENT_CMD...
+    python raw.py pingpong --k K --inflight M -- AGENT_CMD...
+
+Each run prints one JSON object on stdout. ``receive`` does initialize, session/new and
+session/prompt, then reads the turn's lines until the prompt result, doing per line only what its
+mode names: nothing (``split``), ``json.loads``, or a msgspec decode into Structs shaped like the
+ACP types. It reports the agent's peak RSS as well, since in workload B the agent is the subject.
+"""
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import List, Optional, Union
+
+import msgspec
+
+READ_BYTES = 1 << 18
+
+
+# The msgspec ceiling decodes into Structs with the fields of the ACP types on the stream; that is
+# the least a typed client does per update.
+class TextContent(msgspec.Struct, tag_field="type", tag="text"):
+    text: str
+    annotations: Optional[dict] = None
+    meta: Optional[dict] = msgspec.field(default=None, name="_meta")
+
+
+class ContentItem(msgspec.Struct, tag_field="type", tag="content"):
+    content: TextContent
+
+
+class DiffItem(msgspec.Struct, tag_field="type", tag="diff", rename="camel"):
+    path: str
+    new_text: str
+    old_text: Optional[str] = None
+
+
+class AgentMessageChunk(msgspec.Struct, tag_field="sessionUpdate", tag="agent_message_chunk", rename="camel"):
+    content: TextContent
+    message_id: Optional[str] = None
+
+
+class ToolCallUpdate(msgspec.Struct, tag_field="sessionUpdate", tag="tool_call_update", rename="camel"):
+    tool_call_id: str
+    status: Optional[str] = None
+    title: Optional[str] = None
+    kind: Optional[str] = None
+    content: Optional[List[Union[ContentItem, DiffItem]]] = None
+
+
+class SessionNotification(msgspec.Struct, rename="camel"):
+    session_id: str
+    update: Union[AgentMessageChunk, ToolCallUpdate]
+
+
+class Incoming(msgspec.Struct):
+    """Any line of the turn: the update notifications and, last, the prompt's response."""
+    jsonrpc: str
+    method: Optional[str] = None
+    id: Optional[int] = None
+    params: Optional[SessionNotification] = None
+    result: Optional[dict] = None
+
+
+DECODERS = {
+    "split": None,
+    "json": json.loads,
+    "msgspec": msgspec.json.Decoder(Incoming).decode,
+}
+
+
+class RawAgent:
+    """An agent subprocess spoken to with hand-written JSON-RPC lines. Single-threaded."""
+
+    def __init__(self, argv: List[str]):
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self.out_fd = self.proc.stdout.fileno()
+        self.buf = b""
+        self.last_id = 0
+
+    def send(self, method: str, params: dict) -> int:
+        self.last_id += 1
+        line = json.dumps({"jsonrpc": "2.0", "id": self.last_id, "method": method, "params": params})
+        self.proc.stdin.write(line.encode() + b"\n")
+        return self.last_id
+
+    def read(self) -> bytes:
+        data = os.read(self.out_fd, READ_BYTES)
+        if not data:
+            raise EOFError("the agent closed its stdout")
+        return data
+
+    def next_message(self) -> dict:
+        while b"\n" not in self.buf:
+            self.buf += self.read()
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def request(self, method: str, params: dict) -> dict:
+        request_id = self.send(method, params)
+        while True:
+            message = self.next_message()
+            if message.get("id") == request_id and "method" not in message:
+                if "error" in message:
+                    raise RuntimeError(f"{method} failed: {message['error']}")
+                return message["result"]
+
+    def open_session(self) -> str:
+        self.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        return self.request("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+
+    def close(self) -> int:
+        """Close the agent's stdin, wait for it, and return its peak RSS in KiB."""
+        self.proc.stdin.close()
+        _, _, usage = os.wait4(self.proc.pid, 0)
+        self.proc.returncode = 0  # reaped above; keep Popen from waiting again
+        self.proc.stdout.close()
+        return usage.ru_maxrss
+
+
+def receive(mode: str, argv: List[str]) -> dict:
+    decode = DECODERS[mode]
+    agent = RawAgent(argv)
+    session_id = agent.open_session()
+    lines = 0
+    nbytes = len(agent.buf)
+    tail = agent.buf
+    started = time.perf_counter()
+    agent.send("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]})
+    while True:
+        data = agent.read()
+        nbytes += len(data)
+        parts = (tail + data).split(b"\n")
+        tail = parts.pop()
+        if decode is not None:
+            for line in parts:
+                decode(line)
+        lines += len(parts)
+        # The prompt result is the last line of the turn; updates never mention a stopReason.
+        if parts and b'"stopReason"' in parts[-1]:
+            break
+    seconds = time.perf_counter() - started
+    agent_rss = agent.close()
+    return {"updates": lines - 1, "seconds": seconds, "bytes": nbytes,
+            "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "agent_rss_kb": agent_rss}
+
+
+def pingpong(k: int, inflight: int, argv: List[str]) -> dict:
+    agent = RawAgent(argv)
+    agent.open_session()
+    sent_at = {}
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(min(inflight, k)):
+        sent_at[agent.send("_bench/ping", {})] = time.perf_counter()
+    while len(latencies) < k:
+        message = agent.next_message()
+        latencies.append(time.perf_counter() - sent_at.pop(message["id"]))
+        if len(latencies) + len(sent_at) < k:
+            sent_at[agent.send("_bench/ping", {})] = time.perf_counter()
+    seconds = time.perf_counter() - started
+    agent.close()
+    return latency_summary(latencies, seconds)
+
+
+def latency_summary(latencies: List[float], seconds: float) -> dict:
+    """The figures every round-trip adapter reports (the peer adapters compute the same)."""
+    latencies = sorted(latencies)
+    return {"requests": len(latencies), "seconds": seconds,
+            "p50_us": latencies[len(latencies) // 2] * 1e6,
+            "p99_us": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e6,
+            "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+
+
+def main(args: List[str]) -> None:
+    split = args.index("--")
+    options, argv = args[:split], args[split + 1:]
+    if options[0] == "receive":
+        result = receive(options[1], argv)
+    else:
+        opts = dict(zip(options[1::2], options[2::2]))
+        result = pingpong(int(opts["--k"]), int(opts["--inflight"]), argv)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,100 @@
+"""A fast ACP agent that replays a file of ``session/update`` lines: the agent every client under test talks to.
+
+    python replay_agent.py STREAM_FILE [--sessions K]
+
+Stdlib only and deliberately dumb, so that a client's figure measures the client: it answers
+``initialize`` and ``session/new``, and answers ``session/prompt`` by writing the stream file in
+large chunks followed by the prompt result. With ``--sessions K`` it waits until K prompts are
+pending and then interleaves their streams chunk by chunk (each line carrying its own session id),
+which is how workload E puts 16 sessions on one connection at once. It also answers the extension
+request ``_bench/ping`` with ``{}``, which makes it the agent half of the bare ping-pong ceiling.
+Anything else gets -32601.
+"""
+import json
+import os
+import sys
+
+CHUNK_BYTES = 1 << 20
+STREAM_SESSION_ID = b"sess-0"  # the id the stream files are written with (bench.streams.SESSION_ID)
+
+
+def _write_all(data) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view):]
+
+
+def _send(message: dict) -> None:
+    _write_all(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+
+def _chunks(path: str):
+    """The file in pieces of about CHUNK_BYTES that each end at a line boundary."""
+    with open(path, "rb") as f:
+        rest = b""
+        while True:
+            block = f.read(CHUNK_BYTES)
+            if not block:
+                break
+            block = rest + block
+            cut = block.rfind(b"\n") + 1
+            rest = block[cut:]
+            if cut:
+                yield block[:cut]
+        if rest:
+            yield rest
+
+
+def _stream_turns(path: str, prompts: list) -> None:
+    """Stream one copy of the file per pending prompt, interleaved, then answer each prompt."""
+    turns = []
+    for session_id, request_id in prompts:
+        wire_id = json.dumps(session_id).encode()[1:-1]
+        turns.append((_chunks(path), wire_id, request_id))
+    while turns:
+        still_going = []
+        for chunks, wire_id, request_id in turns:
+            chunk = next(chunks, None)
+            if chunk is None:
+                _send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
+                continue
+            if wire_id != STREAM_SESSION_ID:
+                chunk = chunk.replace(b'"sessionId":"' + STREAM_SESSION_ID + b'"', b'"sessionId":"' + wire_id + b'"')
+            _write_all(chunk)
+            still_going.append((chunks, wire_id, request_id))
+        turns = still_going
+
+
+def main() -> None:
+    path = sys.argv[1]
+    sessions_per_turn = int(sys.argv[sys.argv.index("--sessions") + 1]) if "--sessions" in sys.argv else 1
+    sessions = 0
+    pending = []
+    for line in sys.stdin.buffer:
+        message = json.loads(line)
+        method, request_id = message.get("method"), message.get("id")
+        if request_id is None:
+            continue  # notifications such as session/cancel: nothing to cancel in a replay
+        if method == "initialize":
+            result = {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": [],
+                      "agentInfo": {"name": "bench-replay-agent", "version": "1"}}
+        elif method == "session/new":
+            result = {"sessionId": "sess-%d" % sessions}
+            sessions += 1
+        elif method == "_bench/ping":
+            result = {}
+        elif method == "session/prompt":
+            pending.append((message["params"]["sessionId"], request_id))
+            if len(pending) == sessions_per_turn:
+                _stream_turns(path, pending)
+                pending = []
+            continue
+        else:
+            _send({"jsonrpc": "2.0", "id": request_id,
+                   "error": {"code": -32601, "message": f"method not found: {method}"}})
+            continue
+        _send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+if __name__ == "__main__":
+    main()

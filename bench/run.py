@@ -1,0 +1,282 @@
+"""The benchmark suite of issue 6: acp_lite against the official SDKs and the bare ceilings.
+
+    python -m bench [--quick] [--runs R] [--scale F] [--no-peers] [--only ABCDE] [--name NAME] [--out DIR]
+
+Every measurement is one subprocess (a client or reader adapter, which spawns its agent), so each
+reports its own peak RSS and no run inherits another's heap. Each run goes through every
+workload's subjects in turn, so a ratio between two subjects compares measurements taken
+seconds apart. Results go to ``OUT/NAME.json``, ``OUT/NAME.md`` and ``OUT/NAME.png`` (the chart
+needs matplotlib, which lives in the peers' venv; without it the chart is skipped).
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import peers  # noqa: E402
+import report  # noqa: E402
+from report import Target  # noqa: E402
+from streams import stream_file  # noqa: E402
+
+JOB_TIMEOUT = 900
+PY = sys.executable
+FULL = {"runs": 5, "updates": 200_000, "requests": 20_000, "inflight": 8, "sessions": 16,
+        "sizes": {100: 200_000, 10_000: 20_000, 1_000_000: 200}, "flat": (10_000, 1_000_000)}
+QUICK_SCALE, QUICK_RUNS = 0.1, 3
+
+
+def make_plan(runs: int, scale: float) -> dict:
+    def scaled(n: int) -> int:
+        return max(2, int(n * scale))
+    plan = dict(FULL, runs=runs, scale=scale, updates=scaled(FULL["updates"]), requests=scaled(FULL["requests"]))
+    plan["sizes"] = {size: scaled(n) for size, n in FULL["sizes"].items()}
+    plan["flat"] = tuple(scaled(n) for n in FULL["flat"])
+    # 16 sessions must still get at least one update each.
+    plan["updates"] = max(plan["updates"], plan["sessions"])
+    return plan
+
+
+class Job:
+    """One measurement: ``argv`` prints a JSON object whose fields ``metrics`` turns into figures."""
+
+    def __init__(self, workload: str, subject: str, argv: List[str], metrics: Callable[[dict], Dict[str, float]],
+                 expect: Optional[tuple] = None):
+        self.workload, self.subject, self.argv, self.metrics = workload, subject, argv, metrics
+        self.expect = expect  # (field, value) the result must report, e.g. every update arrived
+
+    def run(self) -> Optional[Dict[str, float]]:
+        try:
+            done = subprocess.run(self.argv, stdout=subprocess.PIPE, timeout=JOB_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            print(f"  ! {self.workload} {self.subject}: timed out after {JOB_TIMEOUT} s", file=sys.stderr)
+            return None
+        out = done.stdout.decode(errors="replace").strip().splitlines()
+        if done.returncode != 0 or not out:
+            print(f"  ! {self.workload} {self.subject}: exit status {done.returncode}", file=sys.stderr)
+            return None
+        result = json.loads(out[-1])
+        if self.expect is not None and result.get(self.expect[0]) != self.expect[1]:
+            print(f"  ! {self.workload} {self.subject}: got {self.expect[0]}={result.get(self.expect[0])}, "
+                  f"expected {self.expect[1]}", file=sys.stderr)
+            return None
+        return self.metrics(result)
+
+
+def _mb(kb: float) -> float:
+    return kb / 1024
+
+
+def receive_metrics(stream_bytes: int) -> Callable[[dict], Dict[str, float]]:
+    def metrics(r: dict) -> Dict[str, float]:
+        return {"updates/s": r["updates"] / r["seconds"], "MB/s": stream_bytes / r["seconds"] / 1e6,
+                "peak RSS MB": _mb(r["rss_kb"])}
+    return metrics
+
+
+def agent_metrics(r: dict) -> Dict[str, float]:
+    return {"updates/s": r["updates"] / r["seconds"], "agent peak RSS MB": _mb(r["agent_rss_kb"])}
+
+
+def round_trip_metrics(label: str) -> Callable[[dict], Dict[str, float]]:
+    def metrics(r: dict) -> Dict[str, float]:
+        return {f"requests/s ({label})": r["requests"] / r["seconds"], f"p50 µs ({label})": r["p50_us"],
+                f"p99 µs ({label})": r["p99_us"]}
+    return metrics
+
+
+def replay_agent(path: Path, sessions: int = 1) -> List[str]:
+    return [PY, str(BENCH / "replay_agent.py"), str(path), "--sessions", str(sessions)]
+
+
+def lite(*args: str) -> List[str]:
+    return [PY, str(BENCH / "lite.py"), *args]
+
+
+def raw(*args: str) -> List[str]:
+    return [PY, str(BENCH / "raw.py"), *args]
+
+
+def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_dir: Path) -> List[Job]:
+    n, k, inflight = plan["updates"], plan["requests"], plan["inflight"]
+    mix = stream_file(streams_dir, "mix", n)
+    mix_bytes = mix.stat().st_size
+    on_mix = receive_metrics(mix_bytes)
+    turn = ("updates", n)
+    jobs = []
+    if "D" in workloads:
+        for mode, subject in (("split", "ceiling: split lines"), ("json", "ceiling: json.loads"),
+                              ("msgspec", "ceiling: msgspec Structs")):
+            jobs.append(Job("D", subject, raw("receive", mode, "--", *replay_agent(mix)), on_mix, turn))
+    if "A" in workloads:
+        jobs.append(Job("A", "acp_lite", lite("client-a", "--", *replay_agent(mix)), on_mix, turn))
+        for peer in peer_list:
+            jobs.append(Job("A", peer.name, peer.client_a(replay_agent(mix)), on_mix, turn))
+    if "B" in workloads:
+        jobs.append(Job("B", "acp_lite", raw("receive", "split", "--", *lite("agent", "--n", str(n), "--updates",
+                                                                            str(mix))), agent_metrics, turn))
+        for peer in peer_list:
+            jobs.append(Job("B", peer.name, raw("receive", "split", "--", *peer.agent(n, mix)), agent_metrics, turn))
+    if "C" in workloads:
+        for window, label in ((1, "sequential"), (inflight, f"{inflight} in flight")):
+            requests = ("requests", k)
+            jobs.append(Job("C", "bare ping-pong", raw("pingpong", "--k", str(k), "--inflight", str(window), "--",
+                                                       *replay_agent(mix)), round_trip_metrics(label), requests))
+            jobs.append(Job("C", "acp_lite", lite("client-c", "--k", str(k), "--inflight", str(window), "--",
+                                                  *lite("agent", "--n", "0", "--updates", str(mix))),
+                            round_trip_metrics(label), requests))
+            for peer in peer_list:
+                jobs.append(Job("C", peer.name, peer.client_c(k, window, peer.agent(0, mix)),
+                                round_trip_metrics(label), requests))
+    if "E" in workloads:
+        jobs += growth_jobs(plan, streams_dir, mix)
+    return jobs
+
+
+def growth_jobs(plan: dict, streams_dir: Path, mix: Path) -> List[Job]:
+    jobs = []
+    for size, count in plan["sizes"].items():
+        path = stream_file(streams_dir, f"size:{size}", count)
+        label = {100: "100 B", 10_000: "10 KB", 1_000_000: "1 MB"}[size]
+        metrics = receive_metrics(path.stat().st_size)
+        jobs.append(Job("E", f"acp_lite, {label} updates", lite("client-a", "--", *replay_agent(path)), metrics,
+                        ("updates", count)))
+        jobs.append(Job("E", f"ceiling: msgspec Structs, {label} updates",
+                        raw("receive", "msgspec", "--", *replay_agent(path)), metrics, ("updates", count)))
+    sessions = plan["sessions"]
+    per_session = stream_file(streams_dir, "mix", plan["updates"] // sessions)
+    total = sessions * (plan["updates"] // sessions)
+    jobs.append(Job("E", f"acp_lite, {sessions} sessions at once",
+                    lite("client-a", "--sessions", str(sessions), "--", *replay_agent(per_session, sessions)),
+                    receive_metrics(per_session.stat().st_size * sessions), ("updates", total)))
+    for count in plan["flat"]:
+        path = stream_file(streams_dir, "mix", count)
+        jobs.append(Job("E", f"acp_lite, {count:,} updates", lite("client-a", "--", *replay_agent(path)),
+                        receive_metrics(path.stat().st_size), ("updates", count)))
+    jobs.append(Job("E", "acp_lite, host-thread delivery", lite("client-a", "--host-delivery", "--",
+                                                                *replay_agent(mix)),
+                    receive_metrics(mix.stat().st_size), ("updates", plan["updates"])))
+    return jobs
+
+
+def make_targets(plan: dict) -> List[Target]:
+    small, large = plan["flat"]
+    ceiling = ("D", "ceiling: msgspec Structs", "updates/s")
+    a_lite = ("A", "acp_lite", "updates/s")
+    seq, par = "sequential", f"{plan['inflight']} in flight"
+    return [
+        Target("A", "acp_lite ≥ 90% of the msgspec-Struct reader", a_lite, 0.9, right=ceiling),
+        Target("A", "acp_lite ≥ 15× the Python SDK", a_lite, 15, right=("A", "python-sdk", "updates/s")),
+        Target("A", "acp_lite ≥ 8× the TypeScript SDK", a_lite, 8, right=("A", "typescript-sdk", "updates/s")),
+        Target("B", "acp_lite ≥ 300,000 updates/s", ("B", "acp_lite", "updates/s"), 300_000),
+        Target("B", "acp_lite ≥ 20× the Python SDK", ("B", "acp_lite", "updates/s"), 20,
+               right=("B", "python-sdk", "updates/s")),
+        Target("C", "acp_lite ≥ 75% of the bare ping-pong, sequential", ("C", "acp_lite", f"requests/s ({seq})"),
+               0.75, right=("C", "bare ping-pong", f"requests/s ({seq})")),
+        Target("C", "acp_lite p50 ≤ 150 µs, sequential", ("C", "acp_lite", f"p50 µs ({seq})"), 150, at_least=False),
+        Target("C", "acp_lite ≥ 3× the Python SDK, sequential", ("C", "acp_lite", f"requests/s ({seq})"), 3,
+               right=("C", "python-sdk", f"requests/s ({seq})")),
+        Target("C", f"acp_lite ≥ 2× the Python SDK, {par}", ("C", "acp_lite", f"requests/s ({par})"), 2,
+               right=("C", "python-sdk", f"requests/s ({par})")),
+        Target("E", f"peak RSS: {large:,} updates within 5 MB of {small:,}",
+               ("E", f"acp_lite, {large:,} updates", "peak RSS MB"), 5.0,
+               right=("E", f"acp_lite, {small:,} updates", "peak RSS MB"), op="-", at_least=False),
+        Target("E", "1 MB updates at ≥ 200 MB/s", ("E", "acp_lite, 1 MB updates", "MB/s"), 200),
+        Target("E", "host-thread delivery ≥ 80% of the default", ("E", "acp_lite, host-thread delivery", "updates/s"),
+               0.8, right=a_lite),
+    ]
+
+
+def _command_output(argv: List[str]) -> Optional[str]:
+    try:
+        return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60,
+                              cwd=BENCH).stdout.decode().strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def machine_meta(name: str, peer_list: List[peers.Peer]) -> dict:
+    import msgspec
+    import acp_lite
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    memory = ""
+    try:
+        with open("/proc/meminfo") as f:
+            memory = f", {int(f.readline().split()[1]) / 1024 ** 2:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    commit = _command_output(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
+    if _command_output(["git", "status", "--porcelain", "--", "../acp_lite", "."]):
+        commit += " + uncommitted changes"
+    versions = {"acp_lite": acp_lite.__version__, "msgspec": msgspec.__version__}
+    versions.update({peer.name: peer.version for peer in peer_list})
+    if any(peer.name == "typescript-sdk" for peer in peer_list):
+        versions["node"] = _command_output(["node", "--version"])
+    return {"name": name, "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{cpu}, {os.cpu_count()} cores{memory}, {platform.platform()}",
+            "python": platform.python_version(), "commit": commit, "versions": versions}
+
+
+def draw_chart(json_path: Path, png_path: Path) -> Optional[Path]:
+    python = peers.install_chart_tools()
+    if python is None:
+        print("chart skipped: matplotlib is not available in the peers' venv", file=sys.stderr)
+        return None
+    done = subprocess.run([str(python), str(BENCH / "chart.py"), str(json_path), str(png_path)])
+    return png_path if done.returncode == 0 else None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs at {QUICK_SCALE:g}× the sizes")
+    parser.add_argument("--runs", type=int, help="runs per figure (default 5, or 3 with --quick)")
+    parser.add_argument("--scale", type=float, help="multiply every count by this (default 1, or 0.1 with --quick)")
+    parser.add_argument("--no-peers", action="store_true", help="acp_lite and the ceilings only")
+    parser.add_argument("--only", default="ABCDE", help="the workloads to run, e.g. AD")
+    parser.add_argument("--name", help="results file name (default: latest, or quick with --quick)")
+    parser.add_argument("--out", type=Path, default=BENCH / "results", help="results folder")
+    parser.add_argument("--no-chart", action="store_true", help="skip the PNG")
+    args = parser.parse_args(argv)
+    runs = args.runs or (QUICK_RUNS if args.quick else FULL["runs"])
+    scale = args.scale or (QUICK_SCALE if args.quick else 1.0)
+    name = args.name or ("quick" if args.quick else "latest")
+    plan = make_plan(runs, scale)
+    peer_list = [] if args.no_peers else peers.install_peers()
+    print(f"preparing streams in {args.out / 'tmp'} ...", file=sys.stderr)
+    jobs = make_jobs(plan, args.only.upper(), peer_list, args.out / "tmp")
+    meta = machine_meta(name, peer_list)
+    figures: Dict[tuple, List[Optional[float]]] = {}
+    for run in range(runs):
+        for job in jobs:
+            measured = job.run()
+            # A failed run stays None in its series; a subject that never succeeds has no figure.
+            for metric, value in (measured or {}).items():
+                figures.setdefault((job.workload, job.subject, metric), [None] * runs)[run] = value
+            shown = "failed" if measured is None else ", ".join(
+                f"{metric} {report._fmt(value)}" for metric, value in measured.items())
+            print(f"[run {run + 1}/{runs}] {job.workload} {job.subject}: {shown}", file=sys.stderr)
+    doc = report.results_document(meta, plan, figures, make_targets(plan))
+    written = report.write(doc, args.out, name)
+    if not args.no_chart:
+        chart = draw_chart(written[0], args.out / f"{name}.png")
+        if chart is not None:
+            written.append(chart)
+    print(report.markdown(doc))
+    print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

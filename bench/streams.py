@@ -1,0 +1,112 @@
+"""The update streams the workloads replay, written once as files of ready-to-send JSON-RPC lines.
+
+Stdlib only: the replay agent and the peer adapters read these files, and the peer adapters run
+in venvs that have neither msgspec nor acp_lite.
+
+Two kinds of stream:
+
+* ``mix``: workload A's turn. Nine in ten updates are ``agent_message_chunk`` with about 60
+  characters of text and a ``messageId``; every tenth is a ``tool_call_update`` with a status and
+  one text content item.
+* ``size:BYTES``: workload E's payload growth. 100 B and smaller are agent message chunks of that
+  many characters; anything larger is a ``tool_call_update`` carrying a diff whose ``newText`` has
+  that many characters in 80-column lines, like a rewritten file.
+
+Every line names session ``SESSION_ID``; the replay agent swaps in another id when it streams one
+turn per session.
+"""
+import json
+import os
+from pathlib import Path
+
+SESSION_ID = "sess-0"
+TOOL_STATUSES = ("in_progress", "completed", "failed", "pending")
+_WORDS = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split()
+
+
+def _text(i: int, length: int) -> str:
+    """Deterministic prose of exactly ``length`` characters that differs from update to update."""
+    out = f"{i:08d} "
+    w = i
+    while len(out) < length:
+        out += _WORDS[w % len(_WORDS)] + " "
+        w += 7
+    return out[:length]
+
+
+def _file_text(i: int, length: int) -> str:
+    """``length`` characters of source-like text in 80-column lines."""
+    line = (_text(i, 79) + "\n")
+    return (line * (length // 80 + 1))[:length]
+
+
+def message_chunk(i: int, length: int = 60) -> dict:
+    return {
+        "sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": _text(i, length)},
+        "messageId": f"msg-{i // 100:06d}",
+    }
+
+
+def tool_call_update(i: int, length: int = 60) -> dict:
+    return {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": f"call-{i // 10:06d}",
+        "status": TOOL_STATUSES[(i // 10) % len(TOOL_STATUSES)],
+        "content": [{"type": "content", "content": {"type": "text", "text": _text(i, length)}}],
+    }
+
+
+def diff_update(i: int, length: int) -> dict:
+    return {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": f"call-{i:06d}",
+        "status": "in_progress",
+        "content": [{"type": "diff", "path": f"/src/module_{i}.py", "oldText": None,
+                     "newText": _file_text(i, length)}],
+    }
+
+
+def mix_update(i: int) -> dict:
+    """Update ``i`` of workload A's mix; the agent adapters cycle through these too."""
+    return tool_call_update(i) if i % 10 == 9 else message_chunk(i)
+
+
+def sized_update(i: int, size: int) -> dict:
+    return message_chunk(i, size) if size <= 100 else diff_update(i, size)
+
+
+def notification_line(update: dict) -> bytes:
+    message = {"jsonrpc": "2.0", "method": "session/update",
+               "params": {"sessionId": SESSION_ID, "update": update}}
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+def stream_file(directory: Path, kind: str, n: int) -> Path:
+    """The path of the ``kind`` stream of ``n`` updates under ``directory``, written if missing.
+
+    Files are named by their content, so repeated runs reuse them; a half-written file never
+    keeps its final name.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{kind.replace(':', '-')}-{n}.jsonl"
+    if path.exists():
+        return path
+    if kind == "mix":
+        make = mix_update
+    elif kind.startswith("size:"):
+        size = int(kind[5:])
+        make = lambda i: sized_update(i, size)  # noqa: E731
+    else:
+        raise ValueError(f"unknown stream kind {kind!r}")
+    partial = path.with_suffix(f".{os.getpid()}.part")
+    with open(partial, "wb") as f:
+        batch = []
+        for i in range(n):
+            batch.append(notification_line(make(i)))
+            if len(batch) == 4096:
+                f.write(b"".join(batch))
+                batch.clear()
+        f.write(b"".join(batch))
+    partial.replace(path)
+    return path
