@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Ties @pytest.mark.req ids to spec/manifest and gates coverage (spec/README.md).
+pytest_plugins = ["spec.pytest_requirements"]
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED_ACP = REPO.parent / "shared" / "acp"
 

@@ -1,0 +1,109 @@
+"""pytest plugin: tie each test's ``@pytest.mark.req(...)`` ids to the requirement manifest.
+
+Loaded by ``tests/conftest.py``. During a session it records which test functions name which
+requirement ids and how each test ended. At the end:
+
+- a test naming an id the manifest does not know always fails the session;
+- on a whole-suite run only (no path arguments, nothing deselected by ``-k``/``-m``/``--lf``, no
+  collection error, every collected test ran) it writes ``spec/COVERAGE.md`` and
+  ``spec/coverage.json`` and applies the coverage gate of ``spec/coverage.py``. A partial run proves
+  nothing about coverage, so it neither writes nor judges.
+
+A failed gate sets the session's exit status to 1 and says why in the terminal summary.
+Everything here runs on pytest's main thread.
+"""
+from typing import Dict, List, Set, Tuple
+
+import pytest
+
+from .coverage import build_rows, coverage_document, gate, render_markdown, summary_line
+from .import_requirements import SPEC_DIR, ManifestError, dump_json, load
+
+_RANK = {"skipped": 0, "passed": 1, "failed": 2}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        manifest, classification = load()
+    except ManifestError as exc:
+        raise pytest.UsageError(f"spec/manifest is broken: {exc}") from None
+    config.pluginmanager.register(_RequirementTracker(config, manifest, classification), "acp-requirements")
+
+
+class _RequirementTracker:
+    def __init__(self, config: pytest.Config, manifest: dict, classification: dict) -> None:
+        self.config = config
+        self.manifest = manifest
+        self.classification = classification
+        self.known_ids = set(classification)
+        self.tests_by_id: Dict[str, List[str]] = {}
+        self.unknown: List[Tuple[str, str]] = []  # (id as written, test)
+        self.function_of: Dict[str, str] = {}  # case node id -> test function node id
+        self.results: Dict[str, str] = {}  # test function node id -> passed, failed, skipped
+        self.ran: Set[str] = set()
+        self.partial = bool(config.option.file_or_dir)
+        self.problems: List[Tuple[str, List[str]]] = []
+        self.whole_suite = False
+        self.summary = ""
+
+    def pytest_deselected(self) -> None:
+        self.partial = True
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.partial = True
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        for item in session.items:
+            test = f"{item.parent.nodeid}::{getattr(item, 'originalname', item.name)}"
+            self.function_of[item.nodeid] = test
+            for marker in item.iter_markers("req"):
+                for req_id in marker.args or ("(empty req marker)",):
+                    if req_id in self.known_ids:
+                        self.tests_by_id.setdefault(req_id, [])
+                        if test not in self.tests_by_id[req_id]:
+                            self.tests_by_id[req_id].append(test)
+                    else:
+                        self.unknown.append((str(req_id), test))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        test = self.function_of.get(report.nodeid, report.nodeid)
+        if report.failed:
+            outcome = "failed"
+        elif report.skipped:
+            outcome = "skipped"
+        elif report.when == "call":
+            outcome = "passed"
+        else:
+            outcome = ""
+        # A test function's result is the worst of its cases': failed beats passed beats skipped.
+        if outcome and _RANK[outcome] >= _RANK.get(self.results.get(test, ""), -1):
+            self.results[test] = outcome
+        if report.when == "teardown":
+            self.ran.add(report.nodeid)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.unknown:
+            listing = sorted(f"{req_id} (in {test})" for req_id, test in set(self.unknown))
+            self.problems.append(("tests name requirement ids that spec/manifest does not know", listing))
+        self.whole_suite = not self.partial and self.ran >= set(self.function_of)
+        if self.whole_suite:
+            rows = build_rows(self.manifest, self.classification, self.tests_by_id, self.results)
+            (SPEC_DIR / "COVERAGE.md").write_text(render_markdown(self.manifest, rows), encoding="utf-8")
+            document = coverage_document(self.manifest, rows)
+            (SPEC_DIR / "coverage.json").write_text(dump_json(document), encoding="utf-8")
+            self.summary = summary_line(rows)
+            self.problems += gate(rows)
+        if self.problems and session.exitstatus == 0:
+            session.exitstatus = 1
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        terminalreporter.section("ACP requirements")
+        if self.whole_suite:
+            terminalreporter.write_line(f"{self.summary}; wrote spec/COVERAGE.md and spec/coverage.json")
+        else:
+            terminalreporter.write_line("not a whole-suite run: coverage neither judged nor written")
+        for explanation, ids in self.problems:
+            terminalreporter.write_line(f"FAILED requirement gate: {explanation}:", red=True, bold=True)
+            for req_id in ids:
+                terminalreporter.write_line(f"    {req_id}")

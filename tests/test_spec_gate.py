@@ -1,0 +1,125 @@
+"""The requirement gate, run for real: a tiny project with its own manifest, tested by a child pytest.
+
+The project gets a copy of spec/*.py, so the plugin reads that project's manifest and writes its
+reports there, exactly as it does in this repository.
+"""
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import REPO
+
+from spec.import_requirements import dump_json
+
+pytestmark = pytest.mark.timeout(60)
+
+MANIFEST = {
+    "revision": "r-test",
+    "pinned_commit": "c",
+    "schema_sha256_of_pin": "s",
+    "requirements": [
+        {"id": "ACP-V1-MUST-SDK", "keyword": "MUST", "role": "both", "responsibility": "sdk", "kind": "imported", "source": "a L1"},
+        {"id": "ACP-V1-MAY-SDK", "keyword": "MAY", "role": "agent", "responsibility": "sdk", "kind": "imported", "source": "a L2"},
+    ],
+}
+
+TESTS = """
+import pytest
+
+@pytest.mark.req("ACP-V1-MAY-SDK")
+def test_may():
+    pass
+
+def test_plain():
+    pass
+"""
+
+
+def make_project(tmp_path, classification, tests=TESTS):
+    spec = tmp_path / "spec"
+    (spec / "manifest").mkdir(parents=True)
+    for module in (REPO / "spec").glob("*.py"):
+        shutil.copy(module, spec / module.name)
+    (spec / "manifest" / "requirements.json").write_text(dump_json(MANIFEST), encoding="utf-8")
+    (spec / "manifest" / "classification.json").write_text(dump_json(classification), encoding="utf-8")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "conftest.py").write_text('pytest_plugins = ["spec.pytest_requirements"]\n')
+    (tmp_path / "tests" / "test_it.py").write_text(textwrap.dedent(tests))
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntestpaths = tests\nmarkers =\n    req(*ids): requirement ids\n")
+    return tmp_path
+
+
+def run(project, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=project, capture_output=True, text=True, timeout=50,
+    )
+
+
+def test_a_whole_suite_run_passes_and_writes_the_same_reports_every_time(tmp_path):
+    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "pending"},
+                                      "ACP-V1-MAY-SDK": {"status": "tested"}})
+    first = run(project)
+    assert first.returncode == 0, first.stdout
+    assert "0/1 MUST-level sdk/shared requirements covered by passing tests (1 pending)" in first.stdout
+    report = (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8")
+    assert "| ACP-V1-MAY-SDK | MAY | agent | sdk | tested | `tests/test_it.py::test_may` | passed |" in report
+    coverage = json.loads((project / "spec" / "coverage.json").read_text(encoding="utf-8"))
+    assert coverage["requirements"][1]["tests"] == {"tests/test_it.py::test_may": "passed"}
+
+    assert run(project).returncode == 0
+    assert (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8") == report
+
+
+def test_an_unknown_id_fails_even_a_partial_run(tmp_path):
+    tests = TESTS + '\n@pytest.mark.req("ACP-V1-NO-SUCH-THING")\ndef test_typo():\n    pass\n'
+    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "pending"},
+                                      "ACP-V1-MAY-SDK": {"status": "tested"}}, tests)
+    result = run(project, "tests/test_it.py::test_typo")
+    assert result.returncode == 1, result.stdout
+    assert "spec/manifest does not know" in result.stdout
+    assert "ACP-V1-NO-SUCH-THING (in tests/test_it.py::test_typo)" in result.stdout
+    assert not (project / "spec" / "COVERAGE.md").exists()
+
+
+def test_a_must_without_a_passing_test_fails_the_whole_suite_run_but_not_a_partial_one(tmp_path):
+    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "application", "why": "the editor's"},
+                                      "ACP-V1-MAY-SDK": {"status": "tested"}})
+    result = run(project)
+    assert result.returncode == 1, result.stdout
+    assert "MUST-level sdk/shared requirement with no passing test" in result.stdout
+    assert "    ACP-V1-MUST-SDK" in result.stdout
+
+    partial = run(project, "-k", "test_may")
+    assert partial.returncode == 0, partial.stdout
+    assert "not a whole-suite run" in partial.stdout
+
+
+def test_a_failing_test_does_not_cover_its_requirement(tmp_path):
+    tests = '@__import__("pytest").mark.req("ACP-V1-MUST-SDK", "ACP-V1-MAY-SDK")\ndef test_both():\n    assert False\n'
+    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"},
+                                      "ACP-V1-MAY-SDK": {"status": "pending"}}, tests)
+    result = run(project)
+    assert result.returncode == 1
+    assert "classified tested, but no test carrying the id passed:\n    ACP-V1-MUST-SDK\n" in result.stdout
+    report = (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8")
+    assert "| ACP-V1-MUST-SDK | MUST | both | sdk | tested | `tests/test_it.py::test_both` | failed |" in report
+
+
+def test_a_pending_requirement_that_now_passes_must_be_promoted(tmp_path):
+    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "pending"},
+                                      "ACP-V1-MAY-SDK": {"status": "pending", "plan": "hook", "why": "a callback"}})
+    result = run(project)
+    assert result.returncode == 1
+    assert "pending but now covered by a passing test" in result.stdout
+    assert "python -m spec.promote" in result.stdout
+
+    promote = subprocess.run([sys.executable, "-m", "spec.promote"], cwd=project, capture_output=True, text=True, timeout=30)
+    assert promote.stdout == "promoted ACP-V1-MAY-SDK\n", promote.stderr
+    classification = json.loads((project / "spec" / "manifest" / "classification.json").read_text(encoding="utf-8"))
+    assert classification["ACP-V1-MAY-SDK"] == {"status": "hook", "why": "a callback",
+                                                "hook_test": "tests/test_it.py::test_may"}
+    assert run(project).returncode == 0
