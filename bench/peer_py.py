@@ -10,15 +10,14 @@ Each client prints one JSON object on stdout, with the same keys as ``raw.py``.
 """
 import asyncio
 import json
-import resource
 import sys
 import time
 
 import acp
 from acp import schema
 
-# The agent cycles through this many distinct prebuilt updates, so the turn measures sending them.
-DISTINCT_UPDATES = 1000
+from measure import peak_rss_kb, round_trips
+from streams import agent_updates
 
 
 class CountingClient:
@@ -37,9 +36,7 @@ class StreamingAgent:
         self.n = n
         self.client = None
         variants = {"agent_message_chunk": schema.AgentMessageChunk, "tool_call_update": schema.ToolCallProgress}
-        with open(stream_file, "rb") as f:
-            raw = [json.loads(line)["params"]["update"] for line, _ in zip(f, range(DISTINCT_UPDATES))]
-        self.updates = [variants[u["sessionUpdate"]].model_validate(u) for u in raw]
+        self.updates = [variants[u["sessionUpdate"]].model_validate(u) for u in agent_updates(stream_file)]
 
     def on_connect(self, conn):
         self.client = conn
@@ -60,10 +57,6 @@ class StreamingAgent:
         return {}
 
 
-def _rss_kb() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
 async def client_a(argv):
     counter = CountingClient()
     async with acp.spawn_agent_process(counter, argv[0], *argv[1:]) as (conn, _process):
@@ -72,7 +65,7 @@ async def client_a(argv):
         started = time.perf_counter()
         await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("go")])
         seconds = time.perf_counter() - started
-    return {"updates": counter.updates, "seconds": seconds, "rss_kb": _rss_kb()}
+    return {"updates": counter.updates, "seconds": seconds, "rss_kb": peak_rss_kb()}
 
 
 async def client_c(k: int, inflight: int, argv):
@@ -89,11 +82,7 @@ async def client_c(k: int, inflight: int, argv):
         started = time.perf_counter()
         await asyncio.gather(*(worker(k // inflight + (i < k % inflight)) for i in range(inflight)))
         seconds = time.perf_counter() - started
-    latencies.sort()
-    return {"requests": len(latencies), "seconds": seconds,
-            "p50_us": latencies[len(latencies) // 2] * 1e6,
-            "p99_us": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e6,
-            "rss_kb": _rss_kb()}
+    return round_trips(latencies, seconds)
 
 
 def main(args):

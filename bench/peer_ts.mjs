@@ -8,7 +8,7 @@
 // the SDK is installed in bench/.peers/node, beside this script rather than above it. Each client
 // prints one JSON object on stdout, with the same keys as raw.py.
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { closeSync, openSync, readSync } from "node:fs";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 
@@ -19,7 +19,8 @@ const opts = {};
 const optionArgs = split < 0 ? rest : rest.slice(0, split);
 for (let i = 0; i < optionArgs.length; i += 2) opts[optionArgs[i]] = optionArgs[i + 1];
 const agentArgv = split < 0 ? [] : rest.slice(split + 1);
-// The agent cycles through this many distinct prebuilt updates, so the turn measures sending them.
+// The agent cycles through this many distinct prebuilt updates, so the turn measures sending them
+// (the same count as streams.AGENT_DISTINCT_UPDATES).
 const DISTINCT_UPDATES = 1000;
 
 function rssKb() {
@@ -87,10 +88,19 @@ async function clientC() {
   };
 }
 
+function firstUpdates(path) {
+  // Only the head of the stream file: reading all of it would inflate the agent's peak RSS.
+  const head = Buffer.alloc(8 << 20);
+  const fd = openSync(path, "r");
+  const size = readSync(fd, head, 0, head.length, 0);
+  closeSync(fd);
+  const lines = head.subarray(0, size).toString("utf8").split("\n").slice(0, -1).slice(0, DISTINCT_UPDATES);
+  return lines.map((line) => JSON.parse(line).params.update);
+}
+
 function serveAgent() {
   const n = Number(opts["--n"]);
-  const lines = readFileSync(opts["--updates"], "utf8").split("\n", DISTINCT_UPDATES);
-  const updates = lines.filter((line) => line).map((line) => JSON.parse(line).params.update);
+  const updates = firstUpdates(opts["--updates"]);
   const stream = acp.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin));
   const app = acp
     .agent({ name: "bench" })

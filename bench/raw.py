@@ -11,13 +11,14 @@ ACP types. It reports the agent's peak RSS as well, since in workload B the agen
 """
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 from typing import List, Optional, Union
 
 import msgspec
+
+from measure import peak_rss_kb, round_trips
 
 READ_BYTES = 1 << 18
 
@@ -147,7 +148,7 @@ def receive(mode: str, argv: List[str]) -> dict:
     seconds = time.perf_counter() - started
     agent_rss = agent.close()
     return {"updates": lines - 1, "seconds": seconds, "bytes": nbytes,
-            "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "agent_rss_kb": agent_rss}
+            "rss_kb": peak_rss_kb(), "agent_rss_kb": agent_rss}
 
 
 def pingpong(k: int, inflight: int, argv: List[str]) -> dict:
@@ -165,16 +166,7 @@ def pingpong(k: int, inflight: int, argv: List[str]) -> dict:
             sent_at[agent.send("_bench/ping", {})] = time.perf_counter()
     seconds = time.perf_counter() - started
     agent.close()
-    return latency_summary(latencies, seconds)
-
-
-def latency_summary(latencies: List[float], seconds: float) -> dict:
-    """The figures every round-trip adapter reports (the peer adapters compute the same)."""
-    latencies = sorted(latencies)
-    return {"requests": len(latencies), "seconds": seconds,
-            "p50_us": latencies[len(latencies) // 2] * 1e6,
-            "p99_us": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e6,
-            "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    return round_trips(latencies, seconds)
 
 
 def main(args: List[str]) -> None:

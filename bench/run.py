@@ -258,9 +258,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     jobs = make_jobs(plan, args.only.upper(), peer_list, args.out / "tmp")
     meta = machine_meta(name, peer_list)
     figures: Dict[tuple, List[Optional[float]]] = {}
+    failures = 0
     for run in range(runs):
         for job in jobs:
             measured = job.run()
+            failures += measured is None
             # A failed run stays None in its series; a subject that never succeeds has no figure.
             for metric, value in (measured or {}).items():
                 figures.setdefault((job.workload, job.subject, metric), [None] * runs)[run] = value
@@ -275,7 +277,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             written.append(chart)
     print(report.markdown(doc))
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
-    return 0
+    if failures:
+        print(f"{failures} measurement(s) failed; see the messages above", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

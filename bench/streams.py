@@ -20,6 +20,9 @@ import os
 from pathlib import Path
 
 SESSION_ID = "sess-0"
+# The agents under test cycle through this many distinct prebuilt updates, so that a turn measures
+# sending updates rather than building them.
+AGENT_DISTINCT_UPDATES = 1000
 TOOL_STATUSES = ("in_progress", "completed", "failed", "pending")
 _WORDS = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split()
 
@@ -110,3 +113,9 @@ def stream_file(directory: Path, kind: str, n: int) -> Path:
         f.write(b"".join(batch))
     partial.replace(path)
     return path
+
+
+def agent_updates(path: Path) -> list:
+    """The updates an agent under test sends, as JSON objects: the first ones of a stream file."""
+    with open(path, "rb") as f:
+        return [json.loads(line)["params"]["update"] for line, _ in zip(f, range(AGENT_DISTINCT_UPDATES))]
