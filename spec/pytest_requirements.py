@@ -5,9 +5,10 @@ requirement ids and how each test ended. At the end:
 
 - a test naming an id the manifest does not know always fails the session;
 - on a whole-suite run only (no path arguments, nothing deselected by ``-k``/``-m``/``--lf``, no
-  collection error, every collected test ran) it writes ``spec/COVERAGE.md`` and
-  ``spec/coverage.json`` and applies the coverage gate of ``spec/coverage.py``. A partial run proves
-  nothing about coverage, so it neither writes nor judges.
+  collection error, every collected test ran, and ``../shared/acp`` present so that no test skipped
+  for want of it) it writes ``spec/COVERAGE.md`` and ``spec/coverage.json`` and applies the coverage
+  gate of ``spec/coverage.py``. A partial run proves nothing about coverage: it neither writes nor
+  judges, and says why.
 
 A failed gate sets the session's exit status to 1 and says why in the terminal summary.
 Everything here runs on pytest's main thread.
@@ -18,6 +19,9 @@ import pytest
 
 from .coverage import build_rows, coverage_document, gate, render_markdown, summary_line
 from .import_requirements import SPEC_DIR, ManifestError, dump_json, load
+
+# The reference material beside the checkout (tests skip without it; a user's clone lacks it).
+REFERENCE = SPEC_DIR.parent.parent / "shared" / "acp"
 
 _RANK = {"skipped": 0, "passed": 1, "failed": 2}
 
@@ -41,17 +45,21 @@ class _RequirementTracker:
         self.function_of: Dict[str, str] = {}  # case node id -> test function node id
         self.results: Dict[str, str] = {}  # test function node id -> passed, failed, skipped
         self.ran: Set[str] = set()
-        self.partial = bool(config.option.file_or_dir)
+        self.partial_because: Set[str] = set()
+        if config.option.file_or_dir:
+            self.partial_because.add("paths were given")
+        if not REFERENCE.is_dir():
+            self.partial_because.add(f"{REFERENCE} is absent")
         self.problems: List[Tuple[str, List[str]]] = []
         self.whole_suite = False
         self.summary = ""
 
     def pytest_deselected(self) -> None:
-        self.partial = True
+        self.partial_because.add("tests were deselected")
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self.partial = True
+            self.partial_because.add("collection failed")
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         for item in session.items:
@@ -59,7 +67,7 @@ class _RequirementTracker:
             self.function_of[item.nodeid] = test
             for marker in item.iter_markers("req"):
                 for req_id in marker.args or ("(empty req marker)",):
-                    if req_id in self.known_ids:
+                    if isinstance(req_id, str) and req_id in self.known_ids:
                         self.tests_by_id.setdefault(req_id, [])
                         if test not in self.tests_by_id[req_id]:
                             self.tests_by_id[req_id].append(test)
@@ -86,7 +94,9 @@ class _RequirementTracker:
         if self.unknown:
             listing = sorted(f"{req_id} (in {test})" for req_id, test in set(self.unknown))
             self.problems.append(("tests name requirement ids that spec/manifest does not know", listing))
-        self.whole_suite = not self.partial and self.ran >= set(self.function_of)
+        if not self.ran >= set(self.function_of):
+            self.partial_because.add("not every collected test ran")
+        self.whole_suite = not self.partial_because
         if self.whole_suite:
             rows = build_rows(self.manifest, self.classification, self.tests_by_id, self.results)
             (SPEC_DIR / "COVERAGE.md").write_text(render_markdown(self.manifest, rows), encoding="utf-8")
@@ -102,7 +112,8 @@ class _RequirementTracker:
         if self.whole_suite:
             terminalreporter.write_line(f"{self.summary}; wrote spec/COVERAGE.md and spec/coverage.json")
         else:
-            terminalreporter.write_line("not a whole-suite run: coverage neither judged nor written")
+            reasons = ", ".join(sorted(self.partial_because))
+            terminalreporter.write_line(f"not a whole-suite run ({reasons}): coverage neither judged nor written")
         for explanation, ids in self.problems:
             terminalreporter.write_line(f"FAILED requirement gate: {explanation}:", red=True, bold=True)
             for req_id in ids:

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
-# Ties @pytest.mark.req ids to spec/manifest and gates coverage (spec/README.md).
+REPO = Path(__file__).resolve().parent.parent
+
+# Ties @pytest.mark.req ids to spec/manifest and gates coverage (spec/README.md). spec/ is not
+# installed, so make the repository root importable however pytest was started.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 pytest_plugins = ["spec.pytest_requirements"]
 
-REPO = Path(__file__).resolve().parent.parent
 SHARED_ACP = REPO.parent / "shared" / "acp"
 
 GRACE_SECONDS = 3.0

@@ -39,17 +39,19 @@ def test_plain():
 
 
 def make_project(tmp_path, classification, tests=TESTS):
-    spec = tmp_path / "spec"
+    (tmp_path / "shared" / "acp").mkdir(parents=True)  # the reference material sits beside checkouts
+    project = tmp_path / "main"
+    spec = project / "spec"
     (spec / "manifest").mkdir(parents=True)
     for module in (REPO / "spec").glob("*.py"):
         shutil.copy(module, spec / module.name)
     (spec / "manifest" / "requirements.json").write_text(dump_json(MANIFEST), encoding="utf-8")
     (spec / "manifest" / "classification.json").write_text(dump_json(classification), encoding="utf-8")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "conftest.py").write_text('pytest_plugins = ["spec.pytest_requirements"]\n')
-    (tmp_path / "tests" / "test_it.py").write_text(textwrap.dedent(tests))
-    (tmp_path / "pytest.ini").write_text("[pytest]\ntestpaths = tests\nmarkers =\n    req(*ids): requirement ids\n")
-    return tmp_path
+    (project / "tests").mkdir()
+    (project / "tests" / "conftest.py").write_text('pytest_plugins = ["spec.pytest_requirements"]\n')
+    (project / "tests" / "test_it.py").write_text(textwrap.dedent(tests))
+    (project / "pytest.ini").write_text("[pytest]\ntestpaths = tests\nmarkers =\n    req(*ids): requirement ids\n")
+    return project
 
 
 def run(project, *args):
@@ -95,7 +97,18 @@ def test_a_must_without_a_passing_test_fails_the_whole_suite_run_but_not_a_parti
 
     partial = run(project, "-k", "test_may")
     assert partial.returncode == 0, partial.stdout
-    assert "not a whole-suite run" in partial.stdout
+    assert "not a whole-suite run (tests were deselected)" in partial.stdout
+
+
+def test_without_the_reference_material_coverage_is_not_judged(tmp_path):
+    # A user's fresh clone has no ../shared: tests needing it skip, which must not fail the gate.
+    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"},
+                                      "ACP-V1-MAY-SDK": {"status": "tested"}})
+    (tmp_path / "shared" / "acp").rmdir()
+    result = run(project)
+    assert result.returncode == 0, result.stdout
+    assert "shared/acp is absent): coverage neither judged nor written" in result.stdout
+    assert not (project / "spec" / "COVERAGE.md").exists()
 
 
 def test_a_failing_test_does_not_cover_its_requirement(tmp_path):
