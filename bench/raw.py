@@ -1,13 +1,14 @@
 """Bare JSON-RPC clients with no ACP library: the ceilings (workload D), the reader that measures
 an agent under test (workload B) and the bare ping-pong (workload C).
 
-    python raw.py receive {split,json,msgspec} -- AGENT_CMD...
+    python raw.py receive {split,json,msgspec,schema} -- AGENT_CMD...
     python raw.py pingpong --k K --inflight M -- AGENT_CMD...
 
 Each run prints one JSON object on stdout. ``receive`` does initialize, session/new and
 session/prompt, then reads the turn's lines until the prompt result, doing per line only what its
-mode names: nothing (``split``), ``json.loads``, or a msgspec decode into Structs shaped like the
-ACP types. It reports the agent's peak RSS as well, since in workload B the agent is the subject.
+mode names: nothing (``split``), ``json.loads``, a msgspec decode into Structs shaped like the ACP
+types (``msgspec``, the ceiling of issue 6), or the same into acp_lite's generated types
+(``schema``). It reports the agent's peak RSS as well, since in workload B the agent is the subject.
 """
 import json
 import os
@@ -68,10 +69,26 @@ class Incoming(msgspec.Struct):
     result: Optional[dict] = None
 
 
+def schema_decoder():
+    """A msgspec decoder into acp_lite's own generated types: the decode acp_lite does per update,
+    without the runtime around it."""
+    from acp_lite.schema import SessionNotification as LiteNotification
+
+    class LiteIncoming(msgspec.Struct):
+        jsonrpc: str
+        method: Optional[str] = None
+        id: Optional[int] = None
+        params: Optional[LiteNotification] = None
+        result: Optional[dict] = None
+
+    return msgspec.json.Decoder(LiteIncoming).decode
+
+
 DECODERS = {
-    "split": None,
-    "json": json.loads,
-    "msgspec": msgspec.json.Decoder(Incoming).decode,
+    "split": lambda: None,
+    "json": lambda: json.loads,
+    "msgspec": lambda: msgspec.json.Decoder(Incoming).decode,
+    "schema": schema_decoder,
 }
 
 
@@ -115,17 +132,26 @@ class RawAgent:
         self.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
         return self.request("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
 
-    def close(self) -> int:
-        """Close the agent's stdin, wait for it, and return its peak RSS in KiB."""
+    def close(self) -> Optional[int]:
+        """Close the agent's stdin, wait for it, and return its peak RSS in KiB (None if unknown).
+
+        The peak is read from /proc while the agent is still alive: the rusage of a reaped child
+        would also count the pages it shared with this process between fork and exec.
+        """
+        peak = None
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+        except (OSError, StopIteration):
+            pass
         self.proc.stdin.close()
-        _, _, usage = os.wait4(self.proc.pid, 0)
-        self.proc.returncode = 0  # reaped above; keep Popen from waiting again
+        self.proc.wait()
         self.proc.stdout.close()
-        return usage.ru_maxrss
+        return peak
 
 
 def receive(mode: str, argv: List[str]) -> dict:
-    decode = DECODERS[mode]
+    decode = DECODERS[mode]()
     agent = RawAgent(argv)
     session_id = agent.open_session()
     lines = 0

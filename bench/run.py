@@ -82,7 +82,10 @@ def receive_metrics(stream_bytes: int) -> Callable[[dict], Dict[str, float]]:
 
 
 def agent_metrics(r: dict) -> Dict[str, float]:
-    return {"updates/s": r["updates"] / r["seconds"], "agent peak RSS MB": _mb(r["agent_rss_kb"])}
+    metrics = {"updates/s": r["updates"] / r["seconds"]}
+    if r["agent_rss_kb"] is not None:
+        metrics["agent peak RSS MB"] = _mb(r["agent_rss_kb"])
+    return metrics
 
 
 def round_trip_metrics(label: str) -> Callable[[dict], Dict[str, float]]:
@@ -113,7 +116,8 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
     jobs = []
     if "D" in workloads:
         for mode, subject in (("split", "ceiling: split lines"), ("json", "ceiling: json.loads"),
-                              ("msgspec", "ceiling: msgspec Structs")):
+                              ("msgspec", "ceiling: msgspec Structs"),
+                              ("schema", "ceiling: msgspec into acp_lite.schema")):
             jobs.append(Job("D", subject, raw("receive", mode, "--", *replay_agent(mix)), on_mix, turn))
     if "A" in workloads:
         jobs.append(Job("A", "acp_lite", lite("client-a", "--", *replay_agent(mix)), on_mix, turn))
