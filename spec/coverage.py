@@ -4,7 +4,8 @@ Pure functions over plain data, so the pytest plugin (``spec/pytest_requirements
 A *test* here is a test function's node id without its parametrization (``tests/t.py::test_x``);
 its result is ``passed`` when at least one of its cases passed and none failed.
 """
-from typing import Any, Dict, List, Tuple
+from collections import Counter
+from typing import Any, Dict, List, Set, Tuple
 
 MUST_LEVEL = ("MUST", "MUST NOT")
 GATED_RESPONSIBILITIES = ("sdk", "shared")
@@ -15,7 +16,7 @@ PROMOTE_COMMAND = "python -m spec.promote"
 
 
 def build_rows(
-    manifest: Dict[str, Any], classification: Dict[str, Any], tests_by_id: Dict[str, List[str]], results: Dict[str, str]
+    manifest: Dict[str, Any], classification: Dict[str, Any], tests_by_id: Dict[str, Set[str]], results: Dict[str, str]
 ) -> List[Dict[str, Any]]:
     """One row per requirement, in manifest order: its facts, classification and covering tests."""
     rows = []
@@ -31,9 +32,7 @@ def build_rows(
 def _result_of(tests: Dict[str, str]) -> str:
     if not tests:
         return "no test"
-    counts: Dict[str, int] = {}
-    for outcome in tests.values():
-        counts[outcome] = counts.get(outcome, 0) + 1
+    counts = Counter(tests.values())
     if len(counts) == 1:
         return next(iter(counts))
     return ", ".join(f"{counts[outcome]} {outcome}" for outcome in sorted(counts))
@@ -89,10 +88,7 @@ def coverage_document(manifest: Dict[str, Any], rows: List[Dict[str, Any]]) -> D
 
 
 def _status_counts(rows: List[Dict[str, Any]]) -> Dict[str, int]:
-    counts: Dict[str, int] = {}
-    for row in rows:
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
-    return dict(sorted(counts.items()))
+    return dict(sorted(Counter(row["status"] for row in rows).items()))
 
 
 def render_markdown(manifest: Dict[str, Any], rows: List[Dict[str, Any]]) -> str:

@@ -36,11 +36,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 class _RequirementTracker:
     def __init__(self, config: pytest.Config, manifest: dict, classification: dict) -> None:
-        self.config = config
         self.manifest = manifest
         self.classification = classification
         self.known_ids = set(classification)
-        self.tests_by_id: Dict[str, List[str]] = {}
+        self.tests_by_id: Dict[str, Set[str]] = {}
         self.unknown: List[Tuple[str, str]] = []  # (id as written, test)
         self.function_of: Dict[str, str] = {}  # case node id -> test function node id
         self.results: Dict[str, str] = {}  # test function node id -> passed, failed, skipped
@@ -68,9 +67,7 @@ class _RequirementTracker:
             for marker in item.iter_markers("req"):
                 for req_id in marker.args or ("(empty req marker)",):
                     if isinstance(req_id, str) and req_id in self.known_ids:
-                        self.tests_by_id.setdefault(req_id, [])
-                        if test not in self.tests_by_id[req_id]:
-                            self.tests_by_id[req_id].append(test)
+                        self.tests_by_id.setdefault(req_id, set()).add(test)
                     else:
                         self.unknown.append((str(req_id), test))
 
