@@ -15,7 +15,8 @@ The rules this module keeps:
     ``x-deserialize-skip-invalid-items``,
   - replaces a malformed value whose type carries ``x-acp-lite-fallback`` by that value (the
     protocol version: a date string reads as version 0, which no one supports, so negotiation
-    still answers with ours).
+    still answers with ours),
+  - reads ``null`` as an empty object where the object has no required member.
 
   Every such fallback is logged on the ``acp_lite.codec`` logger and handed to the diagnostics
   hook, if the application set one. What is still invalid raises ``SchemaError`` with the JSON
@@ -92,8 +93,8 @@ class MethodSpec(NamedTuple):
 class Fallback(NamedTuple):
     """One leniency the decoder applied: where, which kind, and what it saw.
 
-    ``kind`` is one of ``unknown-variant``, ``default-on-error``, ``skipped-item`` and
-    ``fallback-value``.
+    ``kind`` is one of ``unknown-variant``, ``default-on-error``, ``skipped-item``,
+    ``fallback-value`` and ``null-as-empty``.
     """
 
     path: str
@@ -276,8 +277,14 @@ class _Lenient:
             return self._union(value, type_, path, skip_items, failure)
         if isinstance(type_, _UntaggedUnionType):
             return self._variant(value, type_.tag_field, type_.tagged, type_.untagged, path, failure)
-        if isinstance(type_, type) and issubclass(type_, msgspec.Struct) and isinstance(value, dict):
-            return self._struct(value, type_, path)
+        if isinstance(type_, type) and issubclass(type_, msgspec.Struct):
+            if isinstance(value, dict):
+                return self._struct(value, type_, path)
+            if value is None and not any(f.required for f in _fields(type_)):
+                # Peers answer ``null`` where an object with nothing required is due (the docs
+                # show it for fs/write_text_file): read it as that empty object.
+                self._note(path, "null-as-empty", f"null read as an empty `{type_.__name__}`")
+                return type_()
         if origin is list and isinstance(value, list):
             return self._list(value, get_args(type_)[0], path, skip_items)
         if origin is dict and isinstance(value, dict):
