@@ -9,12 +9,9 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 from conftest import REPO
 
 from spec.import_requirements import dump_json
-
-pytestmark = pytest.mark.timeout(60)
 
 MANIFEST = {
     "revision": "r-test",
