@@ -10,6 +10,7 @@ import stat
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -17,6 +18,10 @@ from acp_lite.errors import ConnectionClosed, UsageError
 from acp_lite.process import AgentProcess
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="the POSIX process-group ladder is tested here")
+
+# The stop() timeout for children expected to exit on stdin EOF: long enough that a slow start on
+# a loaded machine is never mistaken for an agent that needs a signal; stop() returns at the exit.
+PATIENT = 10.0
 
 
 @pytest.fixture
@@ -64,7 +69,7 @@ def test_stdin_and_stdout_are_the_agents_protocol_pipes(agents):
     message = b'{"jsonrpc":"2.0","method":"ping"}\n'
     agent.stdin.write(message)
     assert agent.stdout.readline() == message
-    assert agent.stop() == 0
+    assert agent.stop(PATIENT) == 0
 
 
 @pytest.mark.timeout(10)
@@ -95,7 +100,7 @@ def test_stderr_lines_reach_the_callback_in_order_and_the_tail_keeps_the_last_on
         on_stderr_line=seen.append,
         stderr_tail_lines=50,
     )
-    assert agent.stop() == 0
+    assert agent.stop(PATIENT) == 0
     assert seen == [f"line {i}" for i in range(500)]
     assert agent.stderr_tail() == "\n".join(f"line {i}" for i in range(450, 500))
 
@@ -105,7 +110,7 @@ def test_stderr_lines_reach_the_callback_in_order_and_the_tail_keeps_the_last_on
 def test_without_a_callback_stderr_is_logged_at_info(agents, caplog):
     caplog.set_level(logging.INFO, logger="acp_lite.process")
     agent = agents("import sys; print('warming up', file=sys.stderr)")
-    agent.stop()
+    agent.stop(PATIENT)
     records = [r for r in caplog.records if r.name == "acp_lite.process" and "warming up" in r.getMessage()]
     assert [r.levelno for r in records] == [logging.INFO]
 
@@ -114,7 +119,7 @@ def test_without_a_callback_stderr_is_logged_at_info(agents, caplog):
 def test_stderr_is_decoded_as_utf8_with_replacement_and_line_endings_dropped(agents):
     seen = []
     agent = agents(r"import sys; sys.stderr.buffer.write(b'caf\xc3\xa9 \xff\r\nno newline')", on_stderr_line=seen.append)
-    agent.stop()
+    agent.stop(PATIENT)
     assert seen == ["caf\u00e9 \ufffd", "no newline"]
 
 
@@ -122,7 +127,7 @@ def test_stderr_is_decoded_as_utf8_with_replacement_and_line_endings_dropped(age
 def test_an_endless_line_arrives_in_bounded_pieces(agents):
     seen = []
     agent = agents("import sys; sys.stderr.write('x' * 100000)", on_stderr_line=seen.append)
-    agent.stop()
+    agent.stop(PATIENT)
     assert "".join(seen) == "x" * 100000
     assert len(seen) > 1 and max(map(len, seen)) < 100000
 
@@ -150,7 +155,7 @@ def test_a_flood_of_stderr_never_blocks_the_agent(agents):
         on_stderr_line=on_line,
     )
     assert agent.stdout.readline() == b"done\n"
-    assert agent.stop() == 0
+    assert agent.stop(PATIENT) == 0
     assert count[0] == 8192
 
 
@@ -160,7 +165,7 @@ def test_a_callback_that_raises_is_logged_once_and_draining_goes_on(agents, capl
         raise RuntimeError("callback bug")
 
     agent = agents("import sys; [print(i, file=sys.stderr) for i in range(20)]", on_stderr_line=explode)
-    assert agent.stop() == 0
+    assert agent.stop(PATIENT) == 0
     assert agent.stderr_tail().splitlines() == [str(i) for i in range(20)]
     failures = [r for r in caplog.records if r.name == "acp_lite.process" and r.levelno >= logging.ERROR]
     assert failures[0].exc_info[1].args == ("callback bug",)
@@ -174,7 +179,7 @@ def test_a_callback_that_raises_is_logged_once_and_draining_goes_on(agents, capl
 def test_stop_closes_stdin_and_a_well_behaved_agent_exits_on_its_own(agents):
     agent = agents("import sys; sys.stdin.read(); sys.exit(3)")
     assert agent.returncode() is None
-    assert agent.stop() == 3  # its own exit code: no signal was needed
+    assert agent.stop(PATIENT) == 3  # its own exit code: no signal was needed
     assert agent.returncode() == 3
     assert agent.stdin.closed and agent.stdout.closed
     assert agent.stop() == 3  # idempotent
@@ -206,7 +211,7 @@ def test_stop_from_inside_the_stderr_callback(agents):
     stopped = threading.Event()
 
     def on_line(line):
-        holder[0].stop()
+        holder[0].stop(PATIENT)
         stopped.set()
 
     holder.append(agents("import sys; print('bye', file=sys.stderr); sys.stdin.read()", on_stderr_line=on_line))
@@ -246,7 +251,11 @@ def test_stop_reaches_the_real_agent_behind_a_wrapper_that_waits_for_it(agents):
 @pytest.mark.parametrize("grandchild_code", [SLEEPER, STUBBORN_SLEEPER], ids=["plain", "ignores-sigterm"])
 def test_stop_reaches_the_real_agent_a_wrapper_left_behind(agents, grandchild_code):
     agent, grandchild = start_wrapper(agents, grandchild_code, after_eof="")
-    assert agent.stop(timeout=0.3) == 0  # the wrapper itself exited on stdin EOF
+    agent.stdin.close()
+    while agent.returncode() is None:  # the wrapper exits on stdin EOF, its child lives on
+        time.sleep(0.01)
+    assert running(grandchild)
+    assert agent.stop(timeout=0.3) == 0
     assert not running(grandchild)
 
 
@@ -290,7 +299,7 @@ def test_a_command_found_only_on_the_childs_path_runs_with_its_argv0_unchanged(a
     try:
         assert agent.stdout.readline() == b"my-agent\n"
     finally:
-        assert agent.stop() == 0
+        assert agent.stop(PATIENT) == 0
 
 
 @pytest.mark.timeout(10)
@@ -303,7 +312,7 @@ def test_a_relative_command_is_resolved_against_the_childs_cwd(tmp_path):
     try:
         assert agent.stdout.readline() == b"hello\n"
     finally:
-        assert agent.stop() == 0
+        assert agent.stop(PATIENT) == 0
 
 
 def test_a_command_that_is_not_executable_fails_to_start(tmp_path):
