@@ -19,7 +19,8 @@ answered with an error). Errors split in two families, as h11 does:
         ├── ConnectionClosed           the peer went away (EOF, exit, write failure) or close() ran
         ├── CallTimeout                a blocking call waited longer than its timeout
         ├── CapabilityError            the call needs a capability the peer did not advertise
-        └── UsageError                 the API was misused (wrong thread, bad argument)
+        ├── UsageError                 the API was misused (wrong thread, bad argument)
+        └── VersionMismatch            the peer answered with a protocol version we do not speak
 
 ``error_from_wire`` turns a received error object into the most precise class above.
 """
@@ -149,6 +150,10 @@ class CapabilityError(LocalError):
 
 class UsageError(LocalError):
     default_message = "The API was used in a way it does not support"
+
+
+class VersionMismatch(LocalError):
+    default_message = "The peer chose a protocol version this runtime does not support"
 
 
 _BY_CODE: Dict[int, Type[ProtocolError]] = {

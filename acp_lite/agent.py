@@ -1,0 +1,447 @@
+"""The agent side of ACP v1: write an agent by subclassing ``Agent``.
+
+Override the methods your agent supports; the runtime answers every other method with -32601 and
+never advertises it. Capabilities are derived from what you override (``load_session`` gives
+``loadSession``, ``list_sessions`` gives ``sessionCapabilities.list``, ``logout`` gives
+``auth.logout``, ...), so the initialize response cannot claim a method the agent lacks.
+
+Inside a handler, ``self.client`` is a ``RemoteClient``: typed, blocking calls to the editor
+(permission, files, terminals, elicitation) that refuse, before anything is sent, a method the
+editor did not advertise. A prompt handler gets a ``PromptTurn``: it sends updates for its session
+and tells the handler when the turn is cancelled (by ``session/cancel``, ``session/close``,
+``$/cancel_request`` or the connection closing). Once cancelled, whatever the handler raises, or a
+``"cancelled"`` return, becomes the ``cancelled`` stop reason, never an error.
+
+Threads: handlers run on the connection's worker threads (or the host thread with host-thread
+delivery) and may block; ``RemoteClient`` methods may be called from any thread.
+"""
+import logging
+import threading
+from concurrent.futures import CancelledError, Future
+from typing import Any, Dict, List, Optional, Sequence, Set, Union
+
+from .errors import CapabilityError, MethodNotFound, RequestCancelled
+from .peer import Peer, bind_handlers, extension_name
+from .rpc import Connection, HostDelivery, RequestContext
+from .schema import (
+    AGENT_METHODS,
+    CLIENT_METHODS,
+    PROTOCOL_VERSION,
+    AgentAuthCapabilities,
+    AgentCapabilities,
+    AuthMethodTerminal,
+    ClientCapabilities,
+    CreateElicitationRequest,
+    CreateElicitationResponse,
+    CreateTerminalRequest,
+    CreateTerminalResponse,
+    Implementation,
+    InitializeRequest,
+    InitializeResponse,
+    KillTerminalRequest,
+    LogoutCapabilities,
+    McpCapabilities,
+    PermissionOption,
+    PromptCapabilities,
+    PromptRequest,
+    PromptResponse,
+    ReadTextFileRequest,
+    ReadTextFileResponse,
+    ReleaseTerminalRequest,
+    RequestPermissionRequest,
+    RequestPermissionResponse,
+    SessionAdditionalDirectoriesCapabilities,
+    SessionCapabilities,
+    SessionCloseCapabilities,
+    SessionDeleteCapabilities,
+    SessionListCapabilities,
+    SessionNotification,
+    SessionResumeCapabilities,
+    TerminalOutputRequest,
+    TerminalOutputResponse,
+    ToolCallUpdate,
+    WaitForTerminalExitRequest,
+    WaitForTerminalExitResponse,
+    WriteTextFileRequest,
+    CompleteElicitationNotification,
+)
+from .wire import stdio_transport
+
+_log = logging.getLogger("acp_lite.agent")
+
+# The protocol versions this runtime speaks, newest last.
+SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+
+# Wire method -> the Agent method that handles it.
+_AGENT_HANDLERS = {
+    "initialize": "initialize",
+    "authenticate": "authenticate",
+    "logout": "logout",
+    "session/new": "new_session",
+    "session/load": "load_session",
+    "session/resume": "resume_session",
+    "session/list": "list_sessions",
+    "session/close": "close_session",
+    "session/delete": "delete_session",
+    "session/prompt": "prompt",
+    "session/set_mode": "set_mode",
+    "session/set_config_option": "set_config_option",
+    "session/cancel": "cancel",
+}
+
+
+def negotiate_protocol_version(requested: int) -> int:
+    """The version an agent answers: the client's when supported, else the latest one we support."""
+    if requested in SUPPORTED_PROTOCOL_VERSIONS:
+        return requested
+    return SUPPORTED_PROTOCOL_VERSIONS[-1]
+
+
+class PromptTurn:
+    """One running ``session/prompt``: its session, its cancellation, and a way to send updates.
+
+    Any thread may read ``cancelled`` or call ``send``; the runtime cancels the turn.
+    """
+
+    def __init__(self, session_id: str, client: "RemoteClient", context: RequestContext):
+        self.session_id = session_id
+        self.client = client
+        self.context = context
+        self._outgoing: Set[Future] = set()
+        self._lock = threading.Lock()
+        context.cancel_token.add_callback(self._cancel_outgoing)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.context.cancel_token.is_cancelled
+
+    def wait_cancelled(self, timeout: Optional[float] = None) -> bool:
+        """Sleep up to ``timeout`` seconds, waking early when the turn is cancelled; True if cancelled."""
+        return self.context.cancel_token.wait(timeout)
+
+    def raise_if_cancelled(self) -> None:
+        self.context.cancel_token.raise_if_cancelled()
+
+    def send(self, update: Any) -> None:
+        """Send one ``session/update`` for this turn's session."""
+        self.client.session_update(self.session_id, update)
+
+    def _track(self, future: Future) -> None:
+        # Requests the handler makes to the client during the turn are cancelled with it, so a
+        # handler blocked on, say, a permission question wakes up when the user cancels.
+        with self._lock:
+            self._outgoing.add(future)
+        future.add_done_callback(self._untrack)
+        if self.cancelled:
+            future.cancel()
+
+    def _untrack(self, future: Future) -> None:
+        with self._lock:
+            self._outgoing.discard(future)
+
+    def _cancel_outgoing(self) -> None:
+        with self._lock:
+            pending = list(self._outgoing)
+        for future in pending:
+            future.cancel()
+
+
+_current_turn = threading.local()
+
+
+class RemoteClient:
+    """The agent's typed handle on the editor. Every method may be called from any thread.
+
+    Methods that need a capability the client did not advertise raise ``CapabilityError`` before
+    anything is sent. Blocking methods raise the client's error as an ``AcpError``.
+    """
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self.capabilities = ClientCapabilities()
+        self.info: Optional[Implementation] = None
+        self.protocol_version: Optional[int] = None
+
+    # -- notifications ------------------------------------------------------------------------
+    def session_update(self, session_id: str, update: Any) -> None:
+        """Send a ``session/update`` notification (see ``acp_lite.updates`` for builders)."""
+        self.connection.notify("session/update", SessionNotification(session_id=session_id, update=update))
+
+    def complete_elicitation(self, elicitation_id: str) -> None:
+        self.connection.notify("elicitation/complete", CompleteElicitationNotification(elicitation_id=elicitation_id))
+
+    def ext_notification(self, method: str, params: Any = None) -> None:
+        self.connection.notify(extension_name(method), params)
+
+    # -- requests -----------------------------------------------------------------------------
+    def request_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: Sequence[PermissionOption]
+    ) -> RequestPermissionResponse:
+        params = RequestPermissionRequest(session_id=session_id, tool_call=tool_call, options=list(options))
+        return self._call("session/request_permission", params)
+
+    def read_text_file(
+        self, session_id: str, path: str, line: Optional[int] = None, limit: Optional[int] = None
+    ) -> ReadTextFileResponse:
+        if not (self.capabilities.fs and self.capabilities.fs.read_text_file):
+            raise CapabilityError("the client did not advertise fs.readTextFile")
+        return self._call("fs/read_text_file", ReadTextFileRequest(session_id=session_id, path=path, line=line, limit=limit))
+
+    def write_text_file(self, session_id: str, path: str, content: str) -> None:
+        if not (self.capabilities.fs and self.capabilities.fs.write_text_file):
+            raise CapabilityError("the client did not advertise fs.writeTextFile")
+        self._call("fs/write_text_file", WriteTextFileRequest(session_id=session_id, path=path, content=content))
+
+    def create_terminal(
+        self,
+        session_id: str,
+        command: str,
+        args: Sequence[str] = (),
+        env: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        output_byte_limit: Optional[int] = None,
+    ) -> CreateTerminalResponse:
+        self._require_terminal()
+        from .schema import EnvVariable
+
+        params = CreateTerminalRequest(
+            session_id=session_id,
+            command=command,
+            args=list(args),
+            env=[EnvVariable(name=k, value=v) for k, v in (env or {}).items()],
+            cwd=cwd,
+            output_byte_limit=output_byte_limit,
+        )
+        return self._call("terminal/create", params)
+
+    def terminal_output(self, session_id: str, terminal_id: str) -> TerminalOutputResponse:
+        self._require_terminal()
+        return self._call("terminal/output", TerminalOutputRequest(session_id=session_id, terminal_id=terminal_id))
+
+    def wait_for_terminal_exit(self, session_id: str, terminal_id: str) -> WaitForTerminalExitResponse:
+        self._require_terminal()
+        return self._call(
+            "terminal/wait_for_exit", WaitForTerminalExitRequest(session_id=session_id, terminal_id=terminal_id)
+        )
+
+    def kill_terminal(self, session_id: str, terminal_id: str) -> None:
+        self._require_terminal()
+        self._call("terminal/kill", KillTerminalRequest(session_id=session_id, terminal_id=terminal_id))
+
+    def release_terminal(self, session_id: str, terminal_id: str) -> None:
+        self._require_terminal()
+        self._call("terminal/release", ReleaseTerminalRequest(session_id=session_id, terminal_id=terminal_id))
+
+    def create_elicitation(self, params: CreateElicitationRequest) -> CreateElicitationResponse:
+        """Ask the user for input in a mode (``form`` or ``url``) the client advertised."""
+        modes = self.capabilities.elicitation
+        mode = getattr(params, "mode", None)
+        if modes is None or getattr(modes, mode or "", None) is None:
+            raise CapabilityError(f"the client did not advertise elicitation mode {mode!r}")
+        return self._call("elicitation/create", params)
+
+    def ext_method(self, method: str, params: Any = None) -> Any:
+        """Call an extension (``_``-prefixed) method; returns its raw JSON result."""
+        return self._call(extension_name(method), params, result_type=Any)
+
+    def _require_terminal(self) -> None:
+        if not self.capabilities.terminal:
+            raise CapabilityError("the client did not advertise terminal")
+
+    def _call(self, method: str, params: Any, result_type: Any = None) -> Any:
+        if result_type is None:
+            result_type = CLIENT_METHODS[method].result_type
+        future = self.connection.call_future(method, params, result_type)
+        turn = getattr(_current_turn, "value", None)
+        if turn is not None:
+            turn._track(future)
+        try:
+            return future.result()
+        except CancelledError:
+            raise RequestCancelled(f"{method} was cancelled with the prompt turn") from None
+
+
+class Agent(Peer):
+    """Base class for agents. Override what your agent supports; see the module docstring.
+
+    Class attributes describe the agent in its initialize response.
+    """
+
+    _declares_protocol = True
+
+    agent_info: Optional[Implementation] = None
+    prompt_capabilities: PromptCapabilities = PromptCapabilities()
+    mcp_capabilities: McpCapabilities = McpCapabilities()
+    auth_methods: Sequence[Any] = ()
+    supports_additional_directories: bool = False
+
+    client: RemoteClient
+
+    # -- initialization -----------------------------------------------------------------------
+    def initialize(self, params: InitializeRequest) -> InitializeResponse:
+        """Answer ``initialize``. The default negotiates the version and derives capabilities;
+        an override may start from ``super().initialize(params)`` and add to it."""
+        return InitializeResponse(
+            protocol_version=negotiate_protocol_version(params.protocol_version),
+            agent_capabilities=self._derived_capabilities(),
+            auth_methods=self._auth_methods_for(params.client_capabilities),
+            agent_info=self.agent_info,
+        )
+
+    def _derived_capabilities(self) -> AgentCapabilities:
+        offers = self.offers
+        return AgentCapabilities(
+            load_session=offers("load_session"),
+            prompt_capabilities=self.prompt_capabilities,
+            mcp_capabilities=self.mcp_capabilities,
+            session_capabilities=SessionCapabilities(
+                list=SessionListCapabilities() if offers("list_sessions") else None,
+                delete=SessionDeleteCapabilities() if offers("delete_session") else None,
+                additional_directories=(
+                    SessionAdditionalDirectoriesCapabilities() if self.supports_additional_directories else None
+                ),
+                resume=SessionResumeCapabilities() if offers("resume_session") else None,
+                close=SessionCloseCapabilities() if offers("close_session") else None,
+            ),
+            auth=AgentAuthCapabilities(logout=LogoutCapabilities() if offers("logout") else None),
+        )
+
+    def _auth_methods_for(self, client_capabilities: Optional[ClientCapabilities]) -> List[Any]:
+        # Terminal authentication may only be offered to a client that said it can run one.
+        terminal_ok = bool(client_capabilities and client_capabilities.auth and client_capabilities.auth.terminal)
+        return [m for m in self.auth_methods if terminal_ok or not isinstance(m, AuthMethodTerminal)]
+
+    # -- the methods an agent may implement (the defaults mean "not offered") -----------------
+    def authenticate(self, params):
+        raise MethodNotFound("authenticate")
+
+    def logout(self, params):
+        raise MethodNotFound("logout")
+
+    def new_session(self, params):
+        raise MethodNotFound("session/new")
+
+    def load_session(self, params):
+        """Replay the conversation with ``self.client.session_update`` before returning."""
+        raise MethodNotFound("session/load")
+
+    def resume_session(self, params):
+        raise MethodNotFound("session/resume")
+
+    def list_sessions(self, params):
+        raise MethodNotFound("session/list")
+
+    def close_session(self, params):
+        """Free the session. The runtime has already cancelled its running prompt, if any."""
+        raise MethodNotFound("session/close")
+
+    def delete_session(self, params):
+        raise MethodNotFound("session/delete")
+
+    def prompt(self, params: PromptRequest, turn: PromptTurn) -> Union[PromptResponse, str]:
+        """Run one turn; return a ``PromptResponse`` or just its stop reason."""
+        raise MethodNotFound("session/prompt")
+
+    def cancel(self, params) -> None:
+        """Called after the runtime cancelled the session's running turn; override to do more."""
+
+    def set_mode(self, params):
+        raise MethodNotFound("session/set_mode")
+
+    def set_config_option(self, params):
+        raise MethodNotFound("session/set_config_option")
+
+
+class _AgentService:
+    """Binds one ``Agent`` to one connection: routes methods, tracks running turns per session."""
+
+    def __init__(self, agent: Agent, connection: Connection):
+        self.agent = agent
+        self.client = RemoteClient(connection)
+        agent.client = self.client
+        self._turns: Dict[str, Set[PromptTurn]] = {}
+        self._lock = threading.Lock()
+        wrappers = {
+            "initialize": self._initialize,
+            "session/prompt": self._prompt,
+            "session/cancel": self._cancel,
+        }
+        if agent.offers("close_session"):
+            wrappers["session/close"] = self._close
+        bind_handlers(connection, agent, _AGENT_HANDLERS, AGENT_METHODS, wrappers)
+
+    def _initialize(self, params: InitializeRequest, ctx: RequestContext) -> InitializeResponse:
+        response = self.agent.initialize(params)
+        self.client.capabilities = params.client_capabilities or ClientCapabilities()
+        self.client.info = params.client_info
+        self.client.protocol_version = response.protocol_version
+        return response
+
+    def _prompt(self, params: PromptRequest, ctx: RequestContext) -> PromptResponse:
+        turn = PromptTurn(params.session_id, self.client, ctx)
+        with self._lock:
+            self._turns.setdefault(params.session_id, set()).add(turn)
+        _current_turn.value = turn
+        try:
+            result = self.agent.prompt(params, turn)
+        except Exception:
+            # Once the turn is cancelled, whatever the abort raised means "cancelled".
+            if turn.cancelled:
+                _log.debug("prompt handler raised after cancellation", exc_info=True)
+                return PromptResponse(stop_reason="cancelled")
+            raise
+        finally:
+            _current_turn.value = None
+            with self._lock:
+                turns = self._turns.get(params.session_id, set())
+                turns.discard(turn)
+                if not turns:
+                    self._turns.pop(params.session_id, None)
+        if isinstance(result, str):
+            return PromptResponse(stop_reason=result)
+        return result
+
+    def cancel_turns(self, session_id: Optional[str] = None) -> None:
+        """Cancel the running turns of one session, or of every session."""
+        with self._lock:
+            if session_id is None:
+                turns = [t for ts in self._turns.values() for t in ts]
+            else:
+                turns = list(self._turns.get(session_id, ()))
+        for turn in turns:
+            turn.context.cancel_token.cancel()
+
+    def _cancel(self, params: Any) -> None:
+        self.cancel_turns(params.session_id)
+        if self.agent.offers("cancel"):
+            self.agent.cancel(params)
+
+    def _close(self, params: Any, ctx: RequestContext) -> Any:
+        self.cancel_turns(params.session_id)
+        return self.agent.close_session(params)
+
+
+def serve(agent: Agent, transport: Any, *, delivery: Optional[HostDelivery] = None, name: str = "client") -> RemoteClient:
+    """Serve ``agent`` over ``transport`` in the background; returns the handle on the client.
+
+    Call from any thread. ``handle.connection.wait_closed()`` waits for the client to go away.
+    """
+    connection = Connection(transport, delivery=delivery, name=name)
+    service = _AgentService(agent, connection)
+    connection.on_closing(lambda: service.cancel_turns())
+    connection.start()
+    return service.client
+
+
+def serve_stdio(agent: Agent) -> None:
+    """Serve ``agent`` over this process's stdin/stdout until stdin closes, then return.
+
+    From here on the process's stdout belongs to the protocol: ``print`` and anything else
+    written to stdout goes to stderr instead. Running handlers are cancelled when stdin closes.
+    Call from the main thread.
+    """
+    client = serve(agent, stdio_transport())
+    try:
+        client.connection.wait_closed()
+    finally:
+        client.connection.close()

@@ -1,0 +1,484 @@
+"""The client (editor) side of ACP v1: drive an agent with ``RemoteAgent``, answer it with ``Client``.
+
+``Client`` is what the editor offers the agent: override ``session_update`` to receive the stream,
+and the request handlers you support (permission, files, terminals, elicitation). What you do not
+override is not advertised in ``initialize`` and answers -32601.
+
+``RemoteAgent`` is the editor's typed handle on the agent: ``spawn`` a subprocess (or ``connect``
+any transport), ``initialize``, create sessions, ``prompt`` (blocks until the stop reason while
+updates stream to ``Client.session_update``), ``cancel``. Every call the agent did not advertise,
+and every argument the protocol forbids (relative paths, content the agent cannot take), is
+refused with ``CapabilityError`` or ``UsageError`` before anything is sent.
+
+Threads: ``RemoteAgent`` methods may be called from any thread, except that with host-thread
+delivery the blocking ones must not be called on the host thread (they raise ``UsageError``; use
+the ``*_future`` forms). ``Client`` callbacks run on the connection's delivery thread, or on the
+host thread when it pumps.
+"""
+import threading
+from concurrent.futures import Future
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
+
+from .errors import CapabilityError, UsageError, VersionMismatch
+from .peer import Peer, bind_handlers, extension_name
+from .process import AgentProcess
+from .rpc import Connection, HostDelivery, RequestContext
+from .schema import (
+    AGENT_METHODS,
+    CLIENT_METHODS,
+    PROTOCOL_VERSION,
+    AgentCapabilities,
+    AuthCapabilities,
+    AuthenticateRequest,
+    AuthMethodTerminal,
+    BooleanConfigOptionCapabilities,
+    CancelNotification,
+    ClientCapabilities,
+    ClientSessionCapabilities,
+    CloseSessionRequest,
+    DeleteSessionRequest,
+    ElicitationCapabilities,
+    ElicitationFormCapabilities,
+    ElicitationUrlCapabilities,
+    FileSystemCapabilities,
+    Implementation,
+    InitializeRequest,
+    InitializeResponse,
+    ListSessionsRequest,
+    ListSessionsResponse,
+    LoadSessionRequest,
+    LoadSessionResponse,
+    LogoutRequest,
+    NewSessionRequest,
+    NewSessionResponse,
+    PromptRequest,
+    PromptResponse,
+    RequestPermissionRequest,
+    RequestPermissionResponse,
+    ResumeSessionRequest,
+    ResumeSessionResponse,
+    SessionConfigOptionsCapabilities,
+    SetSessionConfigOptionRequestBoolean,
+    SetSessionConfigOptionRequestValueId,
+    SetSessionConfigOptionResponse,
+    SetSessionModeRequest,
+)
+from .updates import cancelled_permission, text_block, variant_tag
+from .wire import process_transport
+
+SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+
+# Wire method -> the Client method that handles it.
+_CLIENT_HANDLERS = {
+    "session/update": "session_update",
+    "session/request_permission": "request_permission",
+    "fs/read_text_file": "read_text_file",
+    "fs/write_text_file": "write_text_file",
+    "terminal/create": "create_terminal",
+    "terminal/output": "terminal_output",
+    "terminal/wait_for_exit": "wait_for_terminal_exit",
+    "terminal/kill": "kill_terminal",
+    "terminal/release": "release_terminal",
+    "elicitation/create": "create_elicitation",
+    "elicitation/complete": "complete_elicitation",
+}
+
+# A prompt may always carry these; the rest need the agent's prompt capabilities.
+_BASELINE_CONTENT = {"text", "resource_link"}
+_CONTENT_CAPABILITY = {"image": "image", "audio": "audio", "resource": "embedded_context"}
+
+
+class Client(Peer):
+    """Base class for what an editor offers an agent. Override what you support.
+
+    Class attributes add capabilities that no single method stands for.
+    """
+
+    _declares_protocol = True
+
+    client_info: Optional[Implementation] = None
+    elicitation_modes: Sequence[str] = ("form",)  # advertised when create_elicitation is overridden
+    terminal_auth: bool = False  # the editor can run an agent's terminal login
+    boolean_config_options: bool = False  # the editor shows type "boolean" config options
+
+    def session_update(self, params) -> None:
+        """One ``session/update`` notification, in arrival order. Hot path: keep it quick."""
+
+    def request_permission(self, params: RequestPermissionRequest) -> Union[RequestPermissionResponse, Future]:
+        """Ask the user; return the outcome, or a Future of it (e.g. from a dialog). If the turn
+        is cancelled meanwhile, the runtime answers ``cancelled`` for you and drops your answer."""
+        raise NotImplementedError
+
+    def read_text_file(self, params):
+        raise NotImplementedError
+
+    def write_text_file(self, params):
+        raise NotImplementedError
+
+    def create_terminal(self, params):
+        raise NotImplementedError
+
+    def terminal_output(self, params):
+        raise NotImplementedError
+
+    def wait_for_terminal_exit(self, params):
+        raise NotImplementedError
+
+    def kill_terminal(self, params):
+        raise NotImplementedError
+
+    def release_terminal(self, params):
+        raise NotImplementedError
+
+    def create_elicitation(self, params):
+        raise NotImplementedError
+
+    def complete_elicitation(self, params) -> None:
+        """Ignore it when the id is unknown or already complete."""
+
+    def on_session(self, session_id: str, cwd: str, additional_directories: Sequence[str]) -> None:
+        """Called when a session was created, loaded or resumed: its root set is ``cwd`` plus
+        ``additional_directories`` (file-system helpers keep requests inside it)."""
+
+    def on_cancel(self, session_id: str) -> None:
+        """Called right after ``session/cancel`` was sent: mark the turn's unfinished tool calls
+        cancelled in the UI. Late updates for them still arrive at ``session_update``."""
+
+    def capabilities(self) -> ClientCapabilities:
+        """What ``initialize`` advertises, derived from the methods this class overrides."""
+        offers = self.offers
+        elicitation = None
+        if offers("create_elicitation"):
+            elicitation = ElicitationCapabilities(
+                form=ElicitationFormCapabilities() if "form" in self.elicitation_modes else None,
+                url=ElicitationUrlCapabilities() if "url" in self.elicitation_modes else None,
+            )
+        session = None
+        if self.boolean_config_options:
+            session = ClientSessionCapabilities(
+                config_options=SessionConfigOptionsCapabilities(boolean=BooleanConfigOptionCapabilities())
+            )
+        return ClientCapabilities(
+            fs=FileSystemCapabilities(
+                read_text_file=offers("read_text_file"), write_text_file=offers("write_text_file")
+            ),
+            terminal=offers("create_terminal"),
+            session=session,
+            auth=AuthCapabilities(terminal=self.terminal_auth),
+            elicitation=elicitation,
+        )
+
+
+def is_absolute_path(path: str) -> bool:
+    """True for an absolute POSIX or Windows path (the protocol requires absolute paths)."""
+    return PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute()
+
+
+def _require_absolute(path: str, what: str) -> None:
+    if not is_absolute_path(path):
+        raise UsageError(f"{what} must be an absolute path, got {path!r}")
+
+
+class RemoteAgent:
+    """The editor's handle on one agent connection; see the module docstring for threads."""
+
+    def __init__(self, connection: Connection, client: Optional[Client] = None, process: Optional[AgentProcess] = None):
+        self.connection = connection
+        self.client = client if client is not None else Client()
+        self.process = process
+        self.capabilities: Optional[AgentCapabilities] = None
+        self.info: Optional[Implementation] = None
+        self.auth_methods: List[Any] = []
+        self.protocol_version: Optional[int] = None
+        self._sessions: Set[str] = set()
+        self._permissions: Dict[str, Set[RequestContext]] = {}
+        self._lock = threading.Lock()
+        bind_handlers(
+            connection,
+            self.client,
+            _CLIENT_HANDLERS,
+            CLIENT_METHODS,
+            {"session/request_permission": self._request_permission} if self.client.offers("request_permission") else {},
+        )
+        connection.start()
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def spawn(
+        cls,
+        argv: Sequence[str],
+        client: Optional[Client] = None,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None,
+        delivery: Optional[HostDelivery] = None,
+        on_stderr_line: Any = None,
+    ) -> "RemoteAgent":
+        """Start the agent subprocess ``argv`` and connect to it over its stdio. Any thread."""
+        process = AgentProcess(argv, cwd=cwd, env=env, on_stderr_line=on_stderr_line)
+        try:
+            connection = Connection(process_transport(process), delivery=delivery, name="agent")
+            return cls(connection, client, process)
+        except BaseException:
+            process.stop()
+            raise
+
+    @classmethod
+    def connect(cls, transport: Any, client: Optional[Client] = None, *, delivery: Optional[HostDelivery] = None) -> "RemoteAgent":
+        """Talk to an agent over an already open transport (socket, in-memory pair, ...)."""
+        return cls(Connection(transport, delivery=delivery, name="agent"), client)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the connection and stop the agent process (stdin close, then TERM, then KILL)."""
+        self.connection.close(timeout)
+        if self.process is not None:
+            self.process.stop()
+
+    def __enter__(self) -> "RemoteAgent":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # -- initialization and authentication ------------------------------------------------------
+    def initialize(self, protocol_version: int = PROTOCOL_VERSION, timeout: Optional[float] = None) -> InitializeResponse:
+        """Send ``initialize`` with our latest version and capabilities. If the agent answers with
+        a version we do not speak, the connection is closed and ``VersionMismatch`` raised."""
+        params = InitializeRequest(
+            protocol_version=protocol_version,
+            client_capabilities=self.client.capabilities(),
+            client_info=self.client.client_info,
+        )
+        response = self.connection.call("initialize", params, InitializeResponse, timeout=timeout)
+        if response.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
+            self.close()
+            raise VersionMismatch(
+                f"the agent chose protocol version {response.protocol_version}; "
+                f"this client supports {list(SUPPORTED_PROTOCOL_VERSIONS)}"
+            )
+        self.protocol_version = response.protocol_version
+        self.capabilities = response.agent_capabilities or AgentCapabilities()
+        self.info = response.agent_info
+        self.auth_methods = list(response.auth_methods or ())
+        return response
+
+    def authenticate(self, method_id: str) -> Any:
+        self._initialized()
+        for method in self.auth_methods:
+            if isinstance(method, AuthMethodTerminal) and method.id == method_id:
+                raise UsageError(f"{method_id!r} is a terminal method: run it in a terminal, do not authenticate with it")
+        return self._call("authenticate", AuthenticateRequest(method_id=method_id))
+
+    def logout(self) -> Any:
+        caps = self._initialized()
+        if not (caps.auth and caps.auth.logout is not None):
+            raise CapabilityError("the agent did not advertise auth.logout")
+        return self._call("logout", LogoutRequest())
+
+    # -- sessions ---------------------------------------------------------------------------------
+    def new_session(
+        self, cwd: str, mcp_servers: Sequence[Any] = (), additional_directories: Optional[Sequence[str]] = None
+    ) -> NewSessionResponse:
+        self._check_session_setup(cwd, mcp_servers, additional_directories)
+        params = NewSessionRequest(
+            cwd=cwd, mcp_servers=list(mcp_servers), additional_directories=_optional_list(additional_directories)
+        )
+        response = self._call("session/new", params)
+        self._remember(response.session_id, cwd, additional_directories)
+        return response
+
+    def load_session(
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: Sequence[Any] = (),
+        additional_directories: Optional[Sequence[str]] = None,
+    ) -> LoadSessionResponse:
+        """Load a session; the agent replays it to ``Client.session_update`` before this returns."""
+        if not self._initialized().load_session:
+            raise CapabilityError("the agent did not advertise loadSession")
+        self._check_session_setup(cwd, mcp_servers, additional_directories)
+        params = LoadSessionRequest(
+            session_id=session_id,
+            cwd=cwd,
+            mcp_servers=list(mcp_servers),
+            additional_directories=_optional_list(additional_directories),
+        )
+        # Remembered before the call: the replay arrives while it is still running.
+        self._remember(session_id, cwd, additional_directories)
+        return self._call("session/load", params)
+
+    def resume_session(
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: Sequence[Any] = (),
+        additional_directories: Optional[Sequence[str]] = None,
+    ) -> ResumeSessionResponse:
+        self._require_session_capability("resume")
+        self._check_session_setup(cwd, mcp_servers, additional_directories)
+        params = ResumeSessionRequest(
+            session_id=session_id,
+            cwd=cwd,
+            mcp_servers=list(mcp_servers),
+            additional_directories=_optional_list(additional_directories),
+        )
+        response = self._call("session/resume", params)
+        self._remember(session_id, cwd, additional_directories)
+        return response
+
+    def list_sessions(self, cwd: Optional[str] = None, cursor: Optional[str] = None) -> ListSessionsResponse:
+        """One page of sessions; pass ``next_cursor`` back unchanged for the next one."""
+        self._require_session_capability("list")
+        if cwd is not None:
+            _require_absolute(cwd, "cwd")
+        return self._call("session/list", ListSessionsRequest(cwd=cwd, cursor=cursor))
+
+    def iter_sessions(self, cwd: Optional[str] = None) -> Iterable[Any]:
+        """Every session, page by page, until a page comes without ``next_cursor``."""
+        cursor = None
+        while True:
+            page = self.list_sessions(cwd, cursor)
+            yield from page.sessions
+            cursor = page.next_cursor
+            if cursor is None:
+                return
+
+    def close_session(self, session_id: str) -> Any:
+        self._require_session_capability("close")
+        response = self._call("session/close", CloseSessionRequest(session_id=session_id))
+        self._forget(session_id)
+        return response
+
+    def delete_session(self, session_id: str) -> Any:
+        self._require_session_capability("delete")
+        response = self._call("session/delete", DeleteSessionRequest(session_id=session_id))
+        self._forget(session_id)
+        return response
+
+    def set_mode(self, session_id: str, mode_id: str) -> Any:
+        self._require_session(session_id)
+        return self._call("session/set_mode", SetSessionModeRequest(session_id=session_id, mode_id=mode_id))
+
+    def set_config_option(self, session_id: str, config_id: str, value: Union[str, bool]) -> SetSessionConfigOptionResponse:
+        """Set a select option (``value`` is a value id) or a boolean one (``value`` is a bool)."""
+        self._require_session(session_id)
+        if isinstance(value, bool):
+            params: Any = SetSessionConfigOptionRequestBoolean(session_id=session_id, config_id=config_id, value=value)
+        else:
+            params = SetSessionConfigOptionRequestValueId(session_id=session_id, config_id=config_id, value=value)
+        return self._call("session/set_config_option", params)
+
+    # -- prompt turns -----------------------------------------------------------------------------
+    def prompt(self, session_id: str, prompt: Any, timeout: Optional[float] = None) -> PromptResponse:
+        """Run one turn and return its response; updates stream to ``Client.session_update`` and
+        all of them have been delivered when this returns. ``prompt`` is text or content blocks."""
+        return self.connection.call("session/prompt", self._prompt_request(session_id, prompt), PromptResponse, timeout)
+
+    def prompt_future(self, session_id: str, prompt: Any) -> "Future[PromptResponse]":
+        """``prompt`` without blocking: a Future of the response."""
+        return self.connection.call_future("session/prompt", self._prompt_request(session_id, prompt), PromptResponse)
+
+    def cancel(self, session_id: str) -> None:
+        """Cancel the session's running turn: send ``session/cancel``, answer its pending
+        permission requests with ``cancelled``, then call ``Client.on_cancel``. Any thread."""
+        self.connection.notify("session/cancel", CancelNotification(session_id=session_id))
+        with self._lock:
+            pending = self._permissions.pop(session_id, set())
+        for ctx in pending:
+            ctx.respond(cancelled_permission())
+        self.client.on_cancel(session_id)
+
+    # -- extensions -------------------------------------------------------------------------------
+    def ext_method(self, method: str, params: Any = None, timeout: Optional[float] = None) -> Any:
+        return self.connection.call(extension_name(method), params, Any, timeout)
+
+    def ext_notification(self, method: str, params: Any = None) -> None:
+        self.connection.notify(extension_name(method), params)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _call(self, method: str, params: Any) -> Any:
+        return self.connection.call(method, params, AGENT_METHODS[method].result_type)
+
+    def _initialized(self) -> AgentCapabilities:
+        if self.capabilities is None:
+            raise UsageError("call initialize() first")
+        return self.capabilities
+
+    def _require_session_capability(self, name: str) -> None:
+        session_caps = self._initialized().session_capabilities
+        if session_caps is None or getattr(session_caps, name) is None:
+            raise CapabilityError(f"the agent did not advertise sessionCapabilities.{name}")
+
+    def _check_session_setup(
+        self, cwd: str, mcp_servers: Sequence[Any], additional_directories: Optional[Sequence[str]]
+    ) -> None:
+        caps = self._initialized()
+        _require_absolute(cwd, "cwd")
+        if additional_directories is not None:
+            self._require_session_capability("additional_directories")
+            for directory in additional_directories:
+                _require_absolute(directory, "additional directory")
+        mcp = caps.mcp_capabilities
+        for server in mcp_servers:
+            kind = variant_tag(server)
+            if kind in ("http", "sse") and not (mcp and getattr(mcp, kind)):
+                raise CapabilityError(f"the agent did not advertise mcpCapabilities.{kind}")
+
+    def _remember(self, session_id: str, cwd: str, additional_directories: Optional[Sequence[str]]) -> None:
+        with self._lock:
+            self._sessions.add(session_id)
+        self.client.on_session(session_id, cwd, list(additional_directories or ()))
+
+    def _forget(self, session_id: str) -> None:
+        with self._lock:
+            self._sessions.discard(session_id)
+
+    def _require_session(self, session_id: str) -> None:
+        self._initialized()
+        with self._lock:
+            known = session_id in self._sessions
+        if not known:
+            raise UsageError(f"unknown session {session_id!r}: create, load or resume it first")
+
+    def _prompt_request(self, session_id: str, prompt: Any) -> PromptRequest:
+        self._require_session(session_id)
+        if isinstance(prompt, str):
+            blocks = [text_block(prompt)]
+        else:
+            blocks = list(prompt)
+        prompt_caps = self._initialized().prompt_capabilities
+        for block in blocks:
+            kind = variant_tag(block)
+            if kind in _BASELINE_CONTENT:
+                continue
+            needed = _CONTENT_CAPABILITY.get(kind)
+            if needed is None or not (prompt_caps and getattr(prompt_caps, needed)):
+                raise CapabilityError(f"the agent's prompt capabilities do not allow {kind!r} content")
+        return PromptRequest(session_id=session_id, prompt=blocks)
+
+    def _request_permission(self, params: RequestPermissionRequest, ctx: RequestContext) -> Any:
+        # Tracked until answered, so that cancel() can answer it with the cancelled outcome; the
+        # application's own answer, if it comes later, is then dropped by the connection.
+        with self._lock:
+            self._permissions.setdefault(params.session_id, set()).add(ctx)
+
+        def answered(_: Any = None) -> None:
+            with self._lock:
+                self._permissions.get(params.session_id, set()).discard(ctx)
+
+        try:
+            answer = self.client.request_permission(params)
+        except BaseException:
+            answered()
+            raise
+        if isinstance(answer, Future):
+            answer.add_done_callback(answered)
+        else:
+            answered()
+        return answer
+
+
+def _optional_list(items: Optional[Sequence[str]]) -> Optional[List[str]]:
+    return None if items is None else list(items)

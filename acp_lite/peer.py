@@ -1,0 +1,96 @@
+"""What the agent and client sides share.
+
+Both sides are written the same way: subclass ``Agent`` or ``Client`` and override the methods you
+support. A method counts as offered only when a subclass overrides it; ``bind_handlers`` registers
+exactly the offered ones on a connection, so the rest answer -32601 and are never advertised.
+Extension methods (names starting with ``_``) go to ``ext_method`` / ``ext_notification``.
+"""
+from typing import Any, Callable, Dict, Mapping, Optional
+
+from .errors import MethodNotFound, UsageError
+from .rpc import Connection, RequestContext
+
+
+class Peer:
+    """Base of ``Agent`` and ``Client``: knows which protocol methods a subclass offers."""
+
+    # Set to True in the body of a class whose methods are the protocol's "not offered" defaults.
+    _declares_protocol = True
+
+    def offers(self, name: str) -> bool:
+        """True when a subclass overrides the protocol method ``name``."""
+        for cls in type(self).__mro__:
+            if name in vars(cls):
+                return not vars(cls).get("_declares_protocol", False)
+        return False
+
+    def ext_method(self, method: str, params: Any) -> Any:
+        """Answer an extension request (``_``-prefixed); ``params`` is raw JSON."""
+        raise MethodNotFound(f"Method not found: {method}")
+
+    def ext_notification(self, method: str, params: Any) -> None:
+        """An extension notification; ignored unless overridden."""
+
+
+def extension_name(method: str) -> str:
+    """``method`` itself, after checking it is an extension method name."""
+    if not method.startswith("_"):
+        raise UsageError(f"extension methods start with '_': {method!r}")
+    return method
+
+
+def bind_handlers(
+    connection: Connection,
+    peer: Peer,
+    handler_names: Mapping[str, str],
+    method_table: Mapping[str, Any],
+    wrappers: Optional[Dict[str, Callable[..., Any]]] = None,
+) -> None:
+    """Register on ``connection`` every method of ``handler_names`` (wire name -> Python name)
+    that ``peer`` offers, decoding params with ``method_table``'s types.
+
+    ``wrappers`` replaces the plain call for methods the runtime must take part in (a prompt turn,
+    a cancel); a wrapper is registered whether or not the peer overrides the method.
+    """
+    wrappers = wrappers or {}
+    for method, name in handler_names.items():
+        spec = method_table[method]
+        if method in wrappers:
+            handler = wrappers[method]
+        elif peer.offers(name):
+            handler = getattr(peer, name)
+            if spec.result_type is not None:
+                handler = _without_context(handler)
+        else:
+            continue
+        if spec.result_type is None:
+            connection.on_notification(method, handler, spec.params_type)
+        else:
+            connection.on_request(method, _answering_empty(handler, spec.result_type), spec.params_type)
+
+    def unknown_request(method: str, params: Any, ctx: RequestContext) -> Any:
+        if not method.startswith("_"):
+            raise MethodNotFound(f"Method not found: {method}")
+        return peer.ext_method(method, params)
+
+    def unknown_notification(method: str, params: Any) -> None:
+        if method.startswith("_"):
+            peer.ext_notification(method, params)
+
+    connection.on_unknown_request(unknown_request)
+    connection.on_unknown_notification(unknown_notification)
+
+
+def _without_context(handler: Callable[[Any], Any]) -> Callable[[Any, RequestContext], Any]:
+    # Application handlers take only their params; the runtime's wrappers also get the context.
+    return lambda params, ctx: handler(params)
+
+
+def _answering_empty(handler: Callable[[Any, RequestContext], Any], result_type: Any) -> Callable[..., Any]:
+    # Many results are empty objects ({} for session/close, fs/write_text_file, ...): a handler
+    # may simply return None for them.
+    def call(params: Any, ctx: RequestContext) -> Any:
+        result = handler(params, ctx)
+        return result_type() if result is None else result
+
+    return call
