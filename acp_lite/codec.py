@@ -138,13 +138,14 @@ class _UntaggedUnionType(type):
         return f"untagged_union({cls.__name__!r}, {', '.join(map(_type_name, cls.variants))})"
 
 
-def untagged_union(name: str, *variants: Any) -> Any:
+def untagged_union(name: str, *variants: Any, implied: Optional[Dict[str, Any]] = None) -> Any:
     """A stand-in type for a union that msgspec cannot tell apart by itself.
 
-    The members are tagged structs (found by their tag) and untagged ones (tried in order when the
-    tag is missing or unknown), or any types msgspec can decode (again tried in order).
+    The members are tagged structs, found by their tag, and others (untagged structs, or any type
+    msgspec decodes), tried in order when the value carries no tag. ``implied`` maps a tag value to
+    the untagged member it also selects (``{"agent": AuthMethodAgent}``); any other tag is unknown.
     """
-    tagged: Dict[str, Any] = {}
+    tagged: Dict[str, Any] = dict(implied or {})
     untagged: List[Any] = []
     tag_field = None
     for variant in variants:
@@ -170,10 +171,11 @@ def _dec_hook(type_: Any, obj: Any) -> Any:
     """Strict path: resolve an ``untagged_union`` value (msgspec calls this from C)."""
     if not isinstance(type_, _UntaggedUnionType):
         raise NotImplementedError(f"no decoder for {_type_name(type_)}")
-    if type_.tag_field is not None and isinstance(obj, dict):
-        variant = type_.tagged.get(obj.get(type_.tag_field))
-        if variant is not None:
-            return msgspec.convert(obj, variant, dec_hook=_dec_hook)
+    if type_.tag_field is not None and isinstance(obj, dict) and type_.tag_field in obj:
+        variant = type_.tagged.get(obj[type_.tag_field])
+        if variant is None:
+            raise ValueError(f"unknown {type_.tag_field} of `{type_.__name__}`")
+        return msgspec.convert(obj, variant, dec_hook=_dec_hook)
     for variant in type_.untagged:
         try:
             return msgspec.convert(obj, variant, dec_hook=_dec_hook)
@@ -221,7 +223,7 @@ def convert(obj: Any, type_: Any) -> Any:
 def _encode_unknown(obj: Any) -> Any:
     if isinstance(obj, UnknownVariant):
         return obj.raw
-    raise NotImplementedError(f"cannot encode a {type(obj).__name__}")
+    raise TypeError(f"cannot encode a {type(obj).__name__} as protocol JSON")
 
 
 ENCODER = msgspec.json.Encoder(enc_hook=_encode_unknown)
@@ -317,10 +319,16 @@ class _Lenient:
 
     def _variant(self, value: Any, tag_field: Optional[str], tagged: Dict[str, Any],
                  untagged: Tuple[Any, ...], path: str, failure: Exception) -> Any:
-        """Pick the member of a union: by tag, else the first untagged one that fits."""
-        tag = value.get(tag_field) if tag_field is not None and isinstance(value, dict) else None
-        if tag in tagged:
+        """Pick the member of a union: by tag, else (no tag) the first untagged one that fits."""
+        has_tag = tag_field is not None and isinstance(value, dict) and tag_field in value
+        tag = value[tag_field] if has_tag else None
+        if isinstance(tag, str) and tag in tagged:
             return self._walk(value, tagged[tag], path)
+        if isinstance(tag, str):
+            self._note(path, "unknown-variant", f"{tag_field} {tag!r} is not known to this version")
+            return UnknownVariant(value, tag)
+        if has_tag:
+            raise _schema_error(failure, path)
         first_error = None
         for variant in untagged:
             mark = len(self.fallbacks)
@@ -329,9 +337,6 @@ class _Lenient:
             except SchemaError as exc:
                 del self.fallbacks[mark:]
                 first_error = first_error or exc
-        if isinstance(tag, str):
-            self._note(path, "unknown-variant", f"{tag_field} {tag!r} is not known to this version")
-            return UnknownVariant(value, tag)
         if first_error is not None:
             raise first_error
         raise _schema_error(failure, path)

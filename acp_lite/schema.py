@@ -978,7 +978,7 @@ else:
 if TYPE_CHECKING:
     MultiSelectItems = Union[StringMultiSelectItems, TitledMultiSelectItems, UnknownVariant]
 else:
-    MultiSelectItems = untagged_union("MultiSelectItems", StringMultiSelectItems, TitledMultiSelectItems)
+    MultiSelectItems = untagged_union("MultiSelectItems", StringMultiSelectItems, TitledMultiSelectItems, implied={"titled": TitledMultiSelectItems})
 if TYPE_CHECKING:
     _AgentResponseResultResult = Union[InitializeResponse, AuthenticateResponse, LogoutResponse, NewSessionResponse, LoadSessionResponse, ListSessionsResponse, DeleteSessionResponse, ResumeSessionResponse, CloseSessionResponse, SetSessionModeResponse, SetSessionConfigOptionResponse, PromptResponse, ExtResponse]
 else:
@@ -990,7 +990,7 @@ else:
 if TYPE_CHECKING:
     AuthMethod = Union[AuthMethodTerminal, AuthMethodAgent, UnknownVariant]
 else:
-    AuthMethod = untagged_union("AuthMethod", AuthMethodTerminal, AuthMethodAgent)
+    AuthMethod = untagged_union("AuthMethod", AuthMethodTerminal, AuthMethodAgent, implied={"agent": AuthMethodAgent})
 if TYPE_CHECKING:
     SessionConfigOption = Union[SessionConfigSelect, SessionConfigBoolean, UnknownVariant]
 else:
@@ -1011,11 +1011,11 @@ AvailableCommandInput = UnstructuredCommandInput
 if TYPE_CHECKING:
     McpServer = Union[McpServerHttp, McpServerSse, McpServerStdio, UnknownVariant]
 else:
-    McpServer = untagged_union("McpServer", McpServerHttp, McpServerSse, McpServerStdio)
+    McpServer = untagged_union("McpServer", McpServerHttp, McpServerSse, McpServerStdio, implied={"stdio": McpServerStdio})
 if TYPE_CHECKING:
     SetSessionConfigOptionRequest = Union[SetSessionConfigOptionRequestBoolean, SetSessionConfigOptionRequestValueId, UnknownVariant]
 else:
-    SetSessionConfigOptionRequest = untagged_union("SetSessionConfigOptionRequest", SetSessionConfigOptionRequestBoolean, SetSessionConfigOptionRequestValueId)
+    SetSessionConfigOptionRequest = untagged_union("SetSessionConfigOptionRequest", SetSessionConfigOptionRequestBoolean, SetSessionConfigOptionRequestValueId, implied={"value_id": SetSessionConfigOptionRequestValueId})
 if TYPE_CHECKING:
     ClientResponse = Union[ClientResponseResult, ClientResponseError]
 else:

@@ -27,7 +27,8 @@ version and the method names). The rules, in the order a reader meets them in th
   "either sessionId or requestId") are merged into the object as optional fields.
 * Unions msgspec can decode natively stay ``typing.Union``. The others (an alternative without a
   tag beside tagged ones, two untagged objects, two arrays) become ``untagged_union(...)`` stand-ins
-  that the codec resolves. Every union with a discriminator is open: type checkers see
+  that the codec resolves. An alternative without a tag beside tagged ones is chosen when the tag
+  is absent or equals the alternative's title (``stdio``, ``agent``). Every union with a discriminator is open: type checkers see
   ``UnknownVariant`` among its members, since a newer peer may send a tag we do not know.
 * ``x-method``/``x-side`` build the method tables; a def referred to under a JSON-RPC ``result``
   property is the method's result type, the other one its params type.
@@ -390,6 +391,7 @@ class Generator:
         """Define ``name`` as the union of ``alts``; ``base`` holds properties every variant shares."""
         nullable = any(_is_null(a) for a in alts)
         members: List[str] = []
+        titles: List[Tuple[str, str]] = []  # (title, member) of the alternatives without a tag
         tagged = False
         for alt in alts:
             if _is_null(alt) or _is_catch_all(alt):
@@ -397,6 +399,8 @@ class Generator:
             tag = _tag_of(alt)
             tagged = tagged or tag is not None
             members.append(self.variant(name, alt, tag, base, base_required))
+            if tag is None and "title" in alt:
+                titles.append((alt["title"], members[-1]))
         structs = [m for m in members if self.is_struct(m)]
         untagged = [m for m in members if self.tag_of_class(m) is None]
         if tagged and not untagged:
@@ -404,7 +408,9 @@ class Generator:
         elif self.native_ok(members, structs):
             runtime = f"Union[{', '.join(members)}]" if len(members) > 1 else members[0]
         else:
-            runtime = f'untagged_union("{name}", {", ".join(members)})'
+            # Beside tagged siblings, an untagged alternative's title is the tag it may also carry.
+            implied = ", ".join(f'"{title}": {member}' for title, member in titles) if tagged else ""
+            runtime = f'untagged_union("{name}", {", ".join(members)}' + (f", implied={{{implied}}})" if implied else ")")
         typed_members = members + (["UnknownVariant"] if tagged else [])
         typed = f"Union[{', '.join(typed_members)}]" if len(typed_members) > 1 else typed_members[0]
         if nullable:
