@@ -17,7 +17,8 @@ Rules this module keeps:
 
 Windows (written to the documentation, not exercised by the test suite): ``.cmd``/``.bat``
 wrappers are run through ``cmd.exe /c``, since they are scripts for the shell rather than
-programs; the child gets ``CREATE_NO_WINDOW`` (no console window flashes up) and
+programs (their arguments then go through cmd's own parsing: keep shell metacharacters such as
+``&`` and ``|`` out of untrusted ones); the child gets ``CREATE_NO_WINDOW`` (no console window flashes up) and
 ``CREATE_NEW_PROCESS_GROUP``. A windowless console program cannot be sent a catchable signal from
 here, so both escalation rungs end the process tree with ``taskkill /F /T``, which reaches the
 tree only while the process we started is alive.
