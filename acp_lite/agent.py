@@ -21,12 +21,11 @@ from concurrent.futures import CancelledError, Future
 from typing import Any, Dict, List, Optional, Sequence, Set, Union
 
 from .errors import CapabilityError, MethodNotFound, RequestCancelled
-from .peer import Peer, bind_handlers, extension_name
+from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, bind_handlers, extension_name
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
     AGENT_METHODS,
     CLIENT_METHODS,
-    PROTOCOL_VERSION,
     AgentAuthCapabilities,
     AgentCapabilities,
     AuthMethodTerminal,
@@ -67,10 +66,7 @@ from .schema import (
 )
 from .wire import stdio_transport
 
-_log = logging.getLogger("acp_lite.agent")
-
-# The protocol versions this runtime speaks, newest last.
-SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+_agent_log = logging.getLogger("acp_lite.agent")
 
 # Wire method -> the Agent method that handles it.
 _AGENT_HANDLERS = {
@@ -387,7 +383,7 @@ class _AgentService:
         except Exception:
             # Once the turn is cancelled, whatever the abort raised means "cancelled".
             if turn.cancelled:
-                _log.debug("prompt handler raised after cancellation", exc_info=True)
+                _agent_log.debug("prompt handler raised after cancellation", exc_info=True)
                 return PromptResponse(stop_reason="cancelled")
             raise
         finally:

@@ -21,7 +21,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
 
 from .errors import CapabilityError, UsageError, VersionMismatch
-from .peer import Peer, bind_handlers, extension_name
+from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, bind_handlers, extension_name
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
@@ -66,8 +66,6 @@ from .schema import (
 )
 from .updates import cancelled_permission, text_block, variant_tag
 from .wire import process_transport
-
-SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
 
 # Wire method -> the Client method that handles it.
 _CLIENT_HANDLERS = {

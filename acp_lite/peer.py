@@ -9,6 +9,10 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 from .errors import MethodNotFound, UsageError
 from .rpc import Connection, RequestContext
+from .schema import PROTOCOL_VERSION
+
+# The protocol versions this runtime speaks, newest last.
+SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
 
 
 class Peer:

@@ -2,7 +2,7 @@
 tool calls, plans and permission answers. Each returns a plain ``acp_lite.schema`` value, so the
 full types stay available for anything these do not cover. Pure functions: any thread.
 """
-from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, List, Optional, Tuple, Union
 
 from .codec import UnknownVariant
 from .schema import (

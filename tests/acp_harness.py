@@ -1,0 +1,182 @@
+"""Test doubles that speak raw JSON lines, so tests can assert exactly what is on the wire.
+
+``RawPeer`` is the far end of an OS pipe pair: it writes whatever bytes a test gives it and reads
+the other side's messages back with a timeout. ``agent_with_raw_client`` serves an ``Agent`` to a
+``RawPeer`` playing the editor; ``client_with_raw_agent`` connects a ``RemoteAgent`` to a
+``RawPeer`` playing the agent.
+"""
+import contextlib
+import json
+import os
+import select
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from acp_lite.agent import Agent, RemoteClient, serve
+from acp_lite.client import Client, RemoteAgent
+from acp_lite.wire import Transport
+
+WAIT = 5.0
+
+
+class RawPeer:
+    """One end of a connection driven by hand. Test thread only."""
+
+    def __init__(self, read_fd: int, write_fd: int):
+        self._read_fd = read_fd
+        self._write_fd = write_fd
+        self._buffer = b""
+        self._next_id = 1000
+
+    def send_bytes(self, data: bytes) -> None:
+        os.write(self._write_fd, data)
+
+    def send(self, message: Dict[str, Any]) -> None:
+        self.send_bytes(json.dumps(message).encode() + b"\n")
+
+    def request(self, method: str, params: Any = None, id: Any = None) -> Any:
+        """Send a request; return its id."""
+        if id is None:
+            self._next_id += 1
+            id = self._next_id
+        message: Dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+        return id
+
+    def notify(self, method: str, params: Any = None) -> None:
+        message: Dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    def recv_line(self, timeout: float = WAIT) -> Optional[bytes]:
+        """The next raw line (without its newline); None at end of stream."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no message within {timeout} s; buffered {self._buffer[:200]!r}")
+            ready, _, _ = select.select([self._read_fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(self._read_fd, 65536)
+            if not chunk:
+                if self._buffer:
+                    line, self._buffer = self._buffer, b""
+                    return line
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def recv(self, timeout: float = WAIT) -> Dict[str, Any]:
+        line = self.recv_line(timeout)
+        if line is None:
+            raise EOFError("the other side closed the stream")
+        return json.loads(line)
+
+    def recv_until_response(self, id: Any, timeout: float = WAIT) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+        """Messages received before the response to ``id``, and that response."""
+        before = []
+        while True:
+            message = self.recv(timeout)
+            if "method" not in message and message.get("id") == id:
+                return before, message
+            before.append(message)
+
+    def call(self, method: str, params: Any = None, timeout: float = WAIT) -> Dict[str, Any]:
+        """Send a request and return its response, failing if anything else arrives first."""
+        id = self.request(method, params)
+        before, response = self.recv_until_response(id, timeout)
+        assert before == [], f"unexpected messages before the response: {before}"
+        return response
+
+    def expect_silence(self, seconds: float = 0.2) -> None:
+        """Assert nothing arrives for ``seconds``."""
+        ready, _, _ = select.select([self._read_fd], [], [], seconds)
+        assert not ready and b"\n" not in self._buffer, f"unexpected bytes: {self._buffer or os.read(self._read_fd, 4096)!r}"
+
+    def close_writing(self) -> None:
+        if self._write_fd >= 0:
+            os.close(self._write_fd)
+            self._write_fd = -1
+
+    def close(self) -> None:
+        self.close_writing()
+        if self._read_fd >= 0:
+            os.close(self._read_fd)
+            self._read_fd = -1
+
+
+def _raw_pair(name: str) -> Tuple[Transport, RawPeer]:
+    ours_read, theirs_write = os.pipe()
+    theirs_read, ours_write = os.pipe()
+    return Transport(ours_read, ours_write, name=name), RawPeer(theirs_read, theirs_write)
+
+
+INIT_PARAMS = {"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+
+
+@contextlib.contextmanager
+def agent_with_raw_client(agent: Agent, initialize: Optional[Dict[str, Any]] = INIT_PARAMS) -> Iterator[Tuple[RemoteClient, RawPeer]]:
+    """Serve ``agent``; the test plays the editor through the ``RawPeer``. Initializes first
+    unless ``initialize`` is None."""
+    transport, raw = _raw_pair("agent-under-test")
+    client = serve(agent, transport)
+    try:
+        if initialize is not None:
+            response = raw.call("initialize", initialize)
+            assert "result" in response, response
+        yield client, raw
+    finally:
+        raw.close_writing()
+        client.connection.close()
+        raw.close()
+
+
+@contextlib.contextmanager
+def client_with_raw_agent(client: Optional[Client] = None) -> Iterator[Tuple[RemoteAgent, RawPeer]]:
+    """A ``RemoteAgent`` whose agent is played by the test through the ``RawPeer``."""
+    transport, raw = _raw_pair("client-under-test")
+    remote = RemoteAgent.connect(transport, client)
+    try:
+        yield remote, raw
+    finally:
+        raw.close_writing()
+        remote.close()
+        raw.close()
+
+
+def answer_initialize(raw: RawPeer, agent_capabilities: Optional[Dict[str, Any]] = None, **extra: Any) -> Dict[str, Any]:
+    """Play the agent's side of ``initialize``: read the request, answer it; return the request."""
+    request = raw.recv()
+    assert request["method"] == "initialize", request
+    result = {"protocolVersion": 1, "agentCapabilities": agent_capabilities or {}, **extra}
+    raw.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
+    return request
+
+
+def background(fn: Any, *args: Any, **kwargs: Any) -> "Future[Any]":
+    """Run ``fn`` on a fresh thread; its result (or exception) arrives in the returned Future."""
+    future: "Future[Any]" = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # the test inspects it
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="test-background", daemon=True).start()
+    return future
+
+
+def initialized(remote: RemoteAgent, raw: RawPeer, agent_capabilities: Optional[Dict[str, Any]] = None, **extra: Any) -> Dict[str, Any]:
+    """Run ``remote.initialize()`` against the raw agent; return the request it sent."""
+    pending = background(remote.initialize)
+    request = answer_initialize(raw, agent_capabilities, **extra)
+    pending.result(WAIT)
+    return request

@@ -1,0 +1,378 @@
+"""The agent side over a real pipe pair: the test plays the editor with raw JSON lines."""
+import threading
+import time
+
+import pytest
+
+from acp_lite import schema, updates
+from acp_lite.agent import Agent
+from acp_lite.errors import CapabilityError, RequestCancelled
+from acp_harness import INIT_PARAMS, WAIT, agent_with_raw_client
+
+
+class Minimal(Agent):
+    agent_info = schema.Implementation(name="minimal", version="1.0")
+
+    def new_session(self, params):
+        return schema.NewSessionResponse(session_id=f"s-{params.cwd}")
+
+    def prompt(self, params, turn):
+        turn.send(updates.text_chunk("one", message_id="m1"))
+        turn.send(updates.text_chunk("two", message_id="m1"))
+        return "end_turn"
+
+
+class Everything(Minimal):
+    supports_additional_directories = True
+
+    def load_session(self, params):
+        self.client.session_update(params.session_id, updates.user_chunk("earlier question"))
+        self.client.session_update(params.session_id, updates.text_chunk("earlier answer"))
+
+    def resume_session(self, params):
+        return None
+
+    def list_sessions(self, params):
+        return schema.ListSessionsResponse(sessions=[])
+
+    def close_session(self, params):
+        return None
+
+    def delete_session(self, params):
+        return None
+
+    def logout(self, params):
+        return None
+
+
+def _init(raw, **params):
+    return raw.call("initialize", dict(INIT_PARAMS, **params))
+
+
+@pytest.mark.req(
+    "ACP-V1-INIT-AGENT-SAME-VERSION",
+    "ACP-V1-INIT-AGENT-RESPONSE",
+    "ACP-V1-INIT-VERSION-AGREEMENT",
+    "ACP-V1-INIT-IMPLEMENTATION-INFO",
+)
+def test_initialize_echoes_a_supported_version_with_capabilities_and_info():
+    with agent_with_raw_client(Minimal(), initialize=None) as (_, raw):
+        result = _init(raw)["result"]
+    assert result["protocolVersion"] == 1
+    assert result["agentInfo"] == {"name": "minimal", "version": "1.0"}
+    assert result["agentCapabilities"]["loadSession"] is False
+    assert result["authMethods"] == []
+
+
+@pytest.mark.req("ACP-V1-INIT-AGENT-LATEST-VERSION")
+@pytest.mark.parametrize("requested", [99, 0, "2025-01-01"])
+def test_initialize_answers_the_latest_supported_version_otherwise(requested):
+    with agent_with_raw_client(Minimal(), initialize=None) as (_, raw):
+        result = _init(raw, protocolVersion=requested)["result"]
+    assert result["protocolVersion"] == 1
+
+
+@pytest.mark.req(
+    "ACP-V1-INIT-OMITTED-UNSUPPORTED",
+    "ACP-V1-INIT-SESSION-OPTIONAL-MAY",
+    "ACP-V1-INIT-AGENT-SPECIFY-CAPABILITIES",
+    "ACP-V1-SETUP-CLOSE-MAY-ERROR",
+)
+def test_capabilities_follow_the_overridden_methods_and_the_rest_answer_method_not_found():
+    with agent_with_raw_client(Minimal(), initialize=None) as (_, raw):
+        caps = _init(raw)["result"]["agentCapabilities"]
+        assert caps["sessionCapabilities"] == {}
+        assert caps.get("auth") in (None, {})
+        for method in ("session/load", "session/list", "session/close", "session/delete", "session/resume", "logout"):
+            response = raw.call(method, {"sessionId": "s", "cwd": "/", "mcpServers": []})
+            assert response["error"]["code"] == -32601, (method, response)
+    with agent_with_raw_client(Everything(), initialize=None) as (_, raw):
+        caps = _init(raw)["result"]["agentCapabilities"]
+    assert caps["loadSession"] is True
+    assert caps["sessionCapabilities"] == {
+        "list": {},
+        "delete": {},
+        "additionalDirectories": {},
+        "resume": {},
+        "close": {},
+    }
+    assert caps["auth"] == {"logout": {}}
+
+
+@pytest.mark.req("ACP-V1-AUTH-AGENT-TERMINAL-METHOD-ONLY-WITH-CAPABILITY")
+def test_terminal_auth_methods_are_offered_only_to_clients_that_can_run_them():
+    class WithLogin(Minimal):
+        auth_methods = (
+            schema.AuthMethodAgent(id="oauth", name="Browser login"),
+            schema.AuthMethodTerminal(id="tty", name="Terminal login"),
+        )
+
+    with agent_with_raw_client(WithLogin(), initialize=None) as (_, raw):
+        plain = _init(raw)["result"]["authMethods"]
+        capable = _init(raw, clientCapabilities={"auth": {"terminal": True}})["result"]["authMethods"]
+    assert [m["id"] for m in plain] == ["oauth"]
+    assert "type" not in plain[0]  # the agent variant carries no tag
+    assert [(m["id"], m.get("type")) for m in capable] == [("oauth", None), ("tty", "terminal")]
+
+
+@pytest.mark.req(
+    "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
+    "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
+    "ACP-V1-PROMPT-MESSAGE-ID-MAY",
+    "ACP-V1-SETUP-NEW-SESSION-ID",
+    "ACP-V1-CONTENT-TEXT-SUPPORT",
+    "ACP-V1-INIT-SESSION-BASELINE",
+)
+def test_prompt_streams_updates_in_order_then_answers_with_the_stop_reason():
+    with agent_with_raw_client(Minimal()) as (_, raw):
+        session = raw.call("session/new", {"cwd": "/work", "mcpServers": []})["result"]
+        assert session == {"sessionId": "s-/work"}
+        id = raw.request("session/prompt", {"sessionId": "s-/work", "prompt": [{"type": "text", "text": "hi"}]})
+        before, response = raw.recv_until_response(id)
+    assert [m["params"]["update"]["content"]["text"] for m in before] == ["one", "two"]
+    assert before[0] == {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {
+            "sessionId": "s-/work",
+            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "one"}, "messageId": "m1"},
+        },
+    }
+    assert response == {"jsonrpc": "2.0", "id": id, "result": {"stopReason": "end_turn"}}
+
+
+@pytest.mark.req("ACP-V1-INIT-PROMPT-BASELINE")
+def test_a_resource_link_prompt_reaches_the_handler_typed():
+    seen = []
+
+    class Linker(Minimal):
+        def prompt(self, params, turn):
+            seen.extend(params.prompt)
+            return "end_turn"
+
+    with agent_with_raw_client(Linker()) as (_, raw):
+        link = {"type": "resource_link", "uri": "file:///a.py", "name": "a.py"}
+        response = raw.call("session/prompt", {"sessionId": "s", "prompt": [link]})
+    assert response["result"] == {"stopReason": "end_turn"}
+    assert isinstance(seen[0], schema.ResourceLink) and seen[0].uri == "file:///a.py"
+
+
+class Slow(Minimal):
+    """A turn that runs until cancelled, then aborts the way model libraries do: by raising."""
+
+    def __init__(self):
+        self.started = threading.Event()
+        self.cancel_seen = threading.Event()
+
+    def prompt(self, params, turn):
+        self.started.set()
+        turn.send(updates.text_chunk("working"))
+        if turn.wait_cancelled(WAIT):
+            self.cancel_seen.set()
+            turn.send(updates.text_chunk("stopping"))
+            raise RuntimeError("model request aborted")
+        return "end_turn"
+
+
+@pytest.mark.req(
+    "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
+    "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS",
+    "ACP-V1-PROMPT-AGENT-STOP-ON-CANCEL",
+    "ACP-V1-PROMPT-UPDATES-AFTER-CANCEL-MAY",
+    "ACP-V1-PROMPT-AGENT-MAY-STOP",
+)
+def test_session_cancel_ends_the_turn_with_cancelled_not_an_error():
+    agent = Slow()
+    with agent_with_raw_client(agent) as (_, raw):
+        id = raw.request("session/prompt", {"sessionId": "s", "prompt": [{"type": "text", "text": "go"}]})
+        assert agent.started.wait(WAIT)
+        raw.notify("session/cancel", {"sessionId": "s"})
+        before, response = raw.recv_until_response(id)
+    assert agent.cancel_seen.is_set()
+    assert [m["params"]["update"]["content"]["text"] for m in before] == ["working", "stopping"]
+    assert response["result"] == {"stopReason": "cancelled"}
+
+
+@pytest.mark.req("ACP-V1-CANCEL-REQUEST-MUST-RESPOND", "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY")
+def test_cancel_request_for_a_prompt_also_ends_it_cancelled():
+    agent = Slow()
+    with agent_with_raw_client(agent) as (_, raw):
+        id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
+        assert agent.started.wait(WAIT)
+        raw.notify("$/cancel_request", {"requestId": id})
+        _, response = raw.recv_until_response(id)
+    assert response["result"] == {"stopReason": "cancelled"}
+
+
+def test_cancel_for_another_session_leaves_the_turn_running():
+    agent = Slow()
+    with agent_with_raw_client(agent) as (_, raw):
+        id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
+        assert agent.started.wait(WAIT)
+        raw.notify("session/cancel", {"sessionId": "other"})
+        time.sleep(0.1)
+        assert not agent.cancel_seen.is_set()
+        raw.notify("session/cancel", {"sessionId": "s"})
+        _, response = raw.recv_until_response(id)
+    assert response["result"] == {"stopReason": "cancelled"}
+
+
+@pytest.mark.req("ACP-V1-PROMPT-PERMISSION-MAY", "ACP-V1-TOOLS-PERMISSION-MAY", "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY")
+def test_cancel_while_waiting_for_permission_cascades_a_cancel_request():
+    outcome = {}
+
+    class Asker(Minimal):
+        def prompt(self, params, turn):
+            try:
+                self.client.request_permission(
+                    turn.session_id,
+                    updates.tool_call_ref("call_1"),
+                    updates.permission_options(("yes", "Allow", "allow_once")),
+                )
+            except RequestCancelled as exc:
+                outcome["error"] = exc
+                raise
+            return "end_turn"
+
+    with agent_with_raw_client(Asker()) as (_, raw):
+        id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
+        ask = raw.recv()
+        assert ask["method"] == "session/request_permission"
+        assert ask["params"]["toolCall"] == {"toolCallId": "call_1"}
+        raw.notify("session/cancel", {"sessionId": "s"})
+        assert raw.recv() == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": ask["id"]}}
+        _, response = raw.recv_until_response(id)
+        # The editor's late answer to the cancelled request is dropped without fuss.
+        raw.send({"jsonrpc": "2.0", "id": ask["id"], "error": {"code": -32800, "message": "Request cancelled"}})
+        raw.expect_silence()
+    assert response["result"] == {"stopReason": "cancelled"}
+    assert isinstance(outcome["error"], RequestCancelled)
+
+
+@pytest.mark.req("ACP-V1-SETUP-CLOSE-CANCELS-AND-FREES")
+def test_session_close_cancels_the_running_turn_before_freeing_the_session():
+    order = []
+
+    class Closable(Slow):
+        def close_session(self, params):
+            order.append(("closed", self.cancel_seen.wait(WAIT)))
+
+    agent = Closable()
+    with agent_with_raw_client(agent) as (_, raw):
+        prompt_id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
+        assert agent.started.wait(WAIT)
+        close_id = raw.request("session/close", {"sessionId": "s"})
+        responses = {}
+        while len(responses) < 2:
+            message = raw.recv()
+            if "method" not in message:
+                responses[message["id"]] = message
+    assert responses[prompt_id]["result"] == {"stopReason": "cancelled"}
+    assert responses[close_id]["result"] == {}
+    assert order == [("closed", True)]
+
+
+@pytest.mark.req("ACP-V1-SETUP-LOAD-REPLAY", "ACP-V1-SETUP-LOAD-RESPOND-AFTER-REPLAY")
+def test_load_session_replays_the_conversation_before_its_response():
+    with agent_with_raw_client(Everything()) as (_, raw):
+        id = raw.request("session/load", {"sessionId": "old", "cwd": "/w", "mcpServers": []})
+        before, response = raw.recv_until_response(id)
+    assert [m["params"]["update"]["sessionUpdate"] for m in before] == ["user_message_chunk", "agent_message_chunk"]
+    assert response["result"] == {}
+
+
+@pytest.mark.req(
+    "ACP-V1-FS-AGENT-CHECK-CAPABILITY",
+    "ACP-V1-FS-AGENT-NO-CALL-WITHOUT-CAPABILITY",
+    "ACP-V1-TERM-AGENT-CHECK-CAPABILITY",
+    "ACP-V1-TERM-AGENT-NO-CALL-WITHOUT-CAPABILITY",
+    "ACP-V1-ELIC-AGENT-NO-UNADVERTISED-MODE",
+)
+def test_client_methods_not_advertised_raise_before_anything_is_sent():
+    with agent_with_raw_client(Minimal()) as (client, raw):
+        with pytest.raises(CapabilityError):
+            client.read_text_file("s", "/etc/hosts")
+        with pytest.raises(CapabilityError):
+            client.write_text_file("s", "/tmp/x", "data")
+        with pytest.raises(CapabilityError):
+            client.create_terminal("s", "ls")
+        with pytest.raises(CapabilityError):
+            client.terminal_output("s", "t1")
+        form = schema.CreateElicitationRequest  # the union; build a form-mode request by decoding
+        from acp_lite.codec import convert
+
+        request = convert(
+            {"message": "Name?", "mode": "form", "sessionId": "s", "requestedSchema": {"type": "object", "properties": {}}},
+            form,
+        )
+        with pytest.raises(CapabilityError):
+            client.create_elicitation(request)
+        raw.expect_silence()
+
+
+@pytest.mark.req("ACP-V1-PROMPT-TOOLS-MAY-USE-CLIENT-CAPABILITIES")
+def test_advertised_client_methods_are_called_with_typed_results():
+    class Reader(Minimal):
+        def prompt(self, params, turn):
+            content = self.client.read_text_file(turn.session_id, "/w/a.txt", line=2, limit=1).content
+            turn.send(updates.text_chunk(content))
+            return "end_turn"
+
+    caps = {"fs": {"readTextFile": True}}
+    with agent_with_raw_client(Reader(), initialize=dict(INIT_PARAMS, clientCapabilities=caps)) as (_, raw):
+        id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
+        read = raw.recv()
+        assert read["method"] == "fs/read_text_file"
+        assert read["params"] == {"sessionId": "s", "path": "/w/a.txt", "line": 2, "limit": 1}
+        raw.send({"jsonrpc": "2.0", "id": read["id"], "result": {"content": "line two"}})
+        before, response = raw.recv_until_response(id)
+    assert before[0]["params"]["update"]["content"]["text"] == "line two"
+    assert response["result"] == {"stopReason": "end_turn"}
+
+
+@pytest.mark.req(
+    "ACP-V1-EXT-CUSTOM-REQUESTS-MAY",
+    "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST",
+    "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
+    "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS",
+    "ACP-V1-EXT-META-NO-ASSUMPTIONS",
+)
+def test_extension_methods_and_meta_pass_through():
+    notes = []
+
+    class Extended(Minimal):
+        def ext_method(self, method, params):
+            if method == "_echo":
+                return {"echo": params}
+            return super().ext_method(method, params)
+
+        def ext_notification(self, method, params):
+            notes.append((method, params))
+
+    with agent_with_raw_client(Extended()) as (_, raw):
+        assert raw.call("_echo", {"x": [1, 2], "_meta": {"traceparent": "t"}})["result"] == {
+            "echo": {"x": [1, 2], "_meta": {"traceparent": "t"}}
+        }
+        assert raw.call("_unknown", {})["error"]["code"] == -32601
+        raw.notify("_note", {"n": 1})
+        raw.notify("not/a_method", {"n": 2})
+        raw.expect_silence()
+        meta = {"anything": {"nested": [1, None]}}
+        response = raw.call("session/new", {"cwd": "/m", "mcpServers": [], "_meta": meta})
+    assert response["result"] == {"sessionId": "s-/m"}
+    assert notes == [("_note", {"n": 1})]
+
+
+def test_a_handler_error_is_sent_and_the_connection_keeps_working():
+    class Fragile(Minimal):
+        def new_session(self, params):
+            if params.cwd == "/boom":
+                raise ValueError("secret detail")
+            return super().new_session(params)
+
+    with agent_with_raw_client(Fragile()) as (_, raw):
+        error = raw.call("session/new", {"cwd": "/boom", "mcpServers": []})["error"]
+        assert error["code"] == -32603 and "secret detail" not in error["message"]
+        assert raw.call("session/new", {"cwd": "/ok", "mcpServers": []})["result"] == {"sessionId": "s-/ok"}
+        bad = raw.call("session/new", {"cwd": 5, "mcpServers": []})["error"]
+    assert bad["code"] == -32602 and "$.cwd" in str(bad.get("data"))
