@@ -190,9 +190,7 @@ _DECODERS: Dict[Any, msgspec.json.Decoder] = {}
 
 
 def _decoder(type_: Any) -> msgspec.json.Decoder:
-    decoder = _DECODERS.get(type_)
-    if decoder is None:
-        decoder = _DECODERS[type_] = msgspec.json.Decoder(type_, dec_hook=_dec_hook)
+    decoder = _DECODERS[type_] = msgspec.json.Decoder(type_, dec_hook=_dec_hook)
     return decoder
 
 
@@ -202,8 +200,9 @@ def decode(data: Union[bytes, bytearray, memoryview, str], type_: Any) -> Any:
     Raises ``ParseError`` when ``data`` is not JSON and ``SchemaError`` when it does not fit the
     type even leniently. Any thread.
     """
+    decoder = _DECODERS.get(type_) or _decoder(type_)
     try:
-        return _decoder(type_).decode(data)
+        return decoder.decode(data)
     except msgspec.ValidationError:
         pass  # leave the except block so the lenient path's errors do not chain to this one
     except msgspec.DecodeError as exc:

