@@ -41,6 +41,8 @@ def build() -> Dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "acp_lite ACP v1 types (exported from acp_lite.schema)",
+        # msgspec's schema output varies a little between its releases.
+        "x-exported-with-msgspec": msgspec.__version__,
         "$defs": defs,
     }
 

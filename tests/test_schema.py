@@ -71,6 +71,10 @@ def test_the_generator_runs_on_the_v2_draft_and_its_output_imports(tmp_path):
 
 
 def test_exported_schema_is_up_to_date(tmp_path):
+    committed = json.loads((REPO / "schema" / "acp_lite.v1.schema.json").read_text())
+    if committed["x-exported-with-msgspec"] != msgspec.__version__:
+        pytest.skip(f"the export was made with msgspec {committed['x-exported-with-msgspec']}, "
+                    f"whose schema output differs from {msgspec.__version__}'s")
     out = tmp_path / "export.json"
     subprocess.run([sys.executable, "schema/export.py", "--out", str(out)], cwd=REPO, check=True, timeout=50)
     assert out.read_text() == (REPO / "schema" / "acp_lite.v1.schema.json").read_text(), "rerun schema/export.py"
