@@ -1,0 +1,342 @@
+"""The client side over a real pipe pair: the test plays the agent with raw JSON lines."""
+import threading
+from concurrent.futures import Future
+
+import pytest
+
+from acp_lite import schema, updates
+from acp_lite.codec import UnknownVariant
+from acp_lite.errors import CapabilityError, ConnectionClosed, UsageError, VersionMismatch
+from acp_lite.client import Client
+from acp_harness import WAIT, background, client_with_raw_agent, initialized
+
+ALL_SESSION_CAPS = {
+    "loadSession": True,
+    "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}, "additionalDirectories": {}},
+    "auth": {"logout": {}},
+    "mcpCapabilities": {"http": True},
+    "promptCapabilities": {"image": True},
+}
+
+
+class Recorder(Client):
+    client_info = schema.Implementation(name="recorder", version="2")
+
+    def __init__(self):
+        self.updates = []
+        self.cancelled_sessions = []
+
+    def session_update(self, params):
+        self.updates.append(params)
+
+    def on_cancel(self, session_id):
+        self.cancelled_sessions.append(session_id)
+
+
+def _answer(raw, request, result):
+    raw.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
+
+
+def _new_session(remote, raw, session_id="s1"):
+    pending = background(remote.new_session, "/work")
+    request = raw.recv()
+    _answer(raw, request, {"sessionId": session_id})
+    return pending.result(WAIT)
+
+
+@pytest.mark.req(
+    "ACP-V1-INIT-CLIENT-INITIALIZE-FIRST",
+    "ACP-V1-INIT-REQUEST-LATEST-VERSION",
+    "ACP-V1-INIT-IMPLEMENTATION-INFO",
+    "ACP-V1-INIT-CLIENT-SPECIFY-CAPABILITIES",
+    "ACP-V1-INIT-CAPABILITIES-OPTIONAL",
+)
+def test_initialize_sends_the_latest_version_and_only_offered_capabilities():
+    with client_with_raw_agent(Recorder()) as (remote, raw):
+        request = initialized(remote, raw, agentInfo={"name": "raw-agent", "version": "9"})
+    assert request["params"] == {
+        "protocolVersion": 1,
+        "clientCapabilities": {
+            "fs": {"readTextFile": False, "writeTextFile": False},
+            "terminal": False,
+            "auth": {"terminal": False},
+        },
+        "clientInfo": {"name": "recorder", "version": "2"},
+    }
+    assert remote.info.name == "raw-agent" and remote.protocol_version == 1
+
+
+@pytest.mark.req("ACP-V1-INIT-CLIENT-UNSUPPORTED-VERSION")
+def test_an_agent_choosing_an_unsupported_version_closes_the_connection():
+    with client_with_raw_agent() as (remote, raw):
+        pending = background(remote.initialize)
+        request = raw.recv()
+        _answer(raw, request, {"protocolVersion": 7, "agentCapabilities": {}})
+        with pytest.raises(VersionMismatch, match="version 7"):
+            pending.result(WAIT)
+        assert raw.recv_line() is None  # the client closed its end
+        assert remote.connection.closed
+
+
+@pytest.mark.req(
+    "ACP-V1-SETUP-INIT-BEFORE-SESSION",
+    "ACP-V1-LIST-INIT-FIRST",
+    "ACP-V1-DELETE-INIT-FIRST",
+    "ACP-V1-PROMPT-INIT-AND-SETUP-FIRST",
+)
+def test_nothing_is_sent_before_initialize_or_to_an_unknown_session():
+    with client_with_raw_agent() as (remote, raw):
+        for call in (
+            lambda: remote.new_session("/work"),
+            lambda: remote.list_sessions(),
+            lambda: remote.delete_session("s"),
+            lambda: remote.prompt("s", "hi"),
+        ):
+            with pytest.raises(UsageError):
+                call()
+        initialized(remote, raw, ALL_SESSION_CAPS)
+        with pytest.raises(UsageError, match="unknown session"):
+            remote.prompt("never-created", "hi")
+        raw.expect_silence()
+
+
+@pytest.mark.req(
+    "ACP-V1-SETUP-CLIENT-CHECK-LOADSESSION",
+    "ACP-V1-SETUP-CLIENT-NO-LOAD-WITHOUT-CAPABILITY",
+    "ACP-V1-SETUP-CLIENT-CHECK-RESUME",
+    "ACP-V1-SETUP-CLIENT-NO-RESUME-WITHOUT-CAPABILITY",
+    "ACP-V1-SETUP-CLIENT-CHECK-CLOSE",
+    "ACP-V1-SETUP-CLIENT-NO-CLOSE-WITHOUT-CAPABILITY",
+    "ACP-V1-LIST-CLIENT-CHECK-CAPABILITY",
+    "ACP-V1-LIST-CLIENT-NO-LIST-WITHOUT-CAPABILITY",
+    "ACP-V1-DELETE-CLIENT-CHECK-CAPABILITY",
+    "ACP-V1-DELETE-CLIENT-NO-DELETE-WITHOUT-CAPABILITY",
+    "ACP-V1-AUTH-CLIENT-NO-LOGOUT-WITHOUT-CAPABILITY",
+    "ACP-V1-SETUP-CLIENT-ADDITIONAL-DIRS-ONLY-WITH-CAPABILITY",
+    "ACP-V1-SETUP-CLIENT-CHECK-MCP-TRANSPORT",
+    "ACP-V1-PROMPT-CLIENT-RESTRICT-CONTENT",
+)
+def test_calls_the_agent_did_not_advertise_are_refused_before_sending():
+    http = schema.McpServerHttp(name="web", url="http://localhost:1", headers=[])
+    image = schema.ImageContent(data="AAAA", mime_type="image/png")
+    with client_with_raw_agent() as (remote, raw):
+        initialized(remote, raw, {})
+        _new_session(remote, raw)
+        for call in (
+            lambda: remote.load_session("s1", "/work"),
+            lambda: remote.resume_session("s1", "/work"),
+            lambda: remote.close_session("s1"),
+            lambda: remote.list_sessions(),
+            lambda: remote.delete_session("s1"),
+            lambda: remote.logout(),
+            lambda: remote.new_session("/work", additional_directories=["/other"]),
+            lambda: remote.new_session("/work", mcp_servers=[http]),
+            lambda: remote.prompt("s1", [image]),
+        ):
+            with pytest.raises(CapabilityError):
+                call()
+        raw.expect_silence()
+
+
+@pytest.mark.req(
+    "ACP-V1-SETUP-CWD-ABSOLUTE",
+    "ACP-V1-SETUP-ADDITIONAL-DIRS-ABSOLUTE",
+    "ACP-V1-OVERVIEW-ABSOLUTE-PATHS",
+    "ACP-V1-AUTH-CLIENT-NO-TERMINAL-METHOD-ID",
+)
+def test_relative_paths_and_terminal_auth_methods_are_refused_before_sending():
+    terminal_login = {"id": "tty", "name": "Terminal login", "type": "terminal"}
+    with client_with_raw_agent() as (remote, raw):
+        initialized(remote, raw, ALL_SESSION_CAPS, authMethods=[terminal_login])
+        for call in (
+            lambda: remote.new_session("relative/dir"),
+            lambda: remote.new_session("/work", additional_directories=["../escape"]),
+            lambda: remote.load_session("s", "./here"),
+            lambda: remote.authenticate("tty"),
+        ):
+            with pytest.raises(UsageError):
+                call()
+        raw.expect_silence()
+
+
+@pytest.mark.req(
+    "ACP-V1-SETUP-LOAD-REQUEST-CONTENTS",
+    "ACP-V1-SETUP-RESUME-REQUEST-CONTENTS",
+    "ACP-V1-SETUP-CLOSE-REQUEST",
+    "ACP-V1-SETUP-ADDITIONAL-DIRS-FULL-LIST-ON-LOAD",
+    "ACP-V1-SETUP-CLIENT-MCP-SERVERS-MAY",
+)
+def test_session_lifecycle_requests_carry_what_the_spec_requires():
+    stdio = schema.McpServerStdio(name="tools", command="/bin/tools", args=[], env=[])
+    with client_with_raw_agent() as (remote, raw):
+        initialized(remote, raw, ALL_SESSION_CAPS)
+        sent = {}
+        for name, call, result in (
+            ("load", lambda: remote.load_session("s1", "/w", [stdio], additional_directories=["/lib"]), {}),
+            ("resume", lambda: remote.resume_session("s1", "/w", additional_directories=["/lib", "/docs"]), {}),
+            ("close", lambda: remote.close_session("s1"), {}),
+        ):
+            pending = background(call)
+            sent[name] = raw.recv()
+            _answer(raw, sent[name], result)
+            pending.result(WAIT)
+    assert sent["load"]["params"] == {
+        "mcpServers": [{"name": "tools", "command": "/bin/tools", "args": [], "env": []}],
+        "cwd": "/w",
+        "additionalDirectories": ["/lib"],
+        "sessionId": "s1",
+    }
+    assert sent["resume"]["params"] == {"sessionId": "s1", "cwd": "/w", "additionalDirectories": ["/lib", "/docs"], "mcpServers": []}
+    assert sent["close"]["params"] == {"sessionId": "s1"}
+
+
+@pytest.mark.req(
+    "ACP-V1-LIST-CLIENT-MISSING-CURSOR-IS-END",
+    "ACP-V1-LIST-CLIENT-OPAQUE-CURSOR",
+)
+def test_iter_sessions_passes_cursors_back_untouched_and_stops_without_one():
+    opaque = "  weird/cursor==?\u00e9 "
+    with client_with_raw_agent() as (remote, raw):
+        initialized(remote, raw, ALL_SESSION_CAPS)
+        pending = background(lambda: [s.session_id for s in remote.iter_sessions()])
+        first = raw.recv()
+        assert first["params"] == {}
+        _answer(raw, first, {"sessions": [{"sessionId": "a", "cwd": "/a"}], "nextCursor": opaque})
+        second = raw.recv()
+        assert second["params"] == {"cursor": opaque}
+        _answer(raw, second, {"sessions": [{"sessionId": "b", "cwd": "/b"}]})
+        assert pending.result(WAIT) == ["a", "b"]
+        raw.expect_silence()
+
+
+@pytest.mark.req(
+    "ACP-V1-PROMPT-CLIENT-CANCEL-MAY",
+    "ACP-V1-PROMPT-CLIENT-RESPOND-PENDING-PERMISSIONS",
+    "ACP-V1-PROMPT-CLIENT-MARK-CANCELLED",
+    "ACP-V1-PROMPT-CLIENT-ACCEPT-LATE-UPDATES",
+)
+def test_cancel_answers_pending_permissions_and_late_updates_still_arrive():
+    dialog = Future()  # the user never answers: the dialog is still open when they cancel
+    asked = threading.Event()
+
+    class Asking(Recorder):
+        def request_permission(self, params):
+            asked.set()
+            return dialog
+
+    client = Asking()
+    with client_with_raw_agent(client) as (remote, raw):
+        initialized(remote, raw)
+        _new_session(remote, raw)
+        turn = remote.prompt_future("s1", "go")
+        prompt = raw.recv()
+        raw.send({
+            "jsonrpc": "2.0", "id": 77, "method": "session/request_permission",
+            "params": {"sessionId": "s1", "toolCall": {"toolCallId": "c1"},
+                       "options": [{"optionId": "ok", "name": "OK", "kind": "allow_once"}]},
+        })
+        assert asked.wait(WAIT)
+        remote.cancel("s1")
+        messages = [raw.recv(), raw.recv()]
+        assert {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}} in messages
+        assert {"jsonrpc": "2.0", "id": 77, "result": {"outcome": {"outcome": "cancelled"}}} in messages
+        dialog.set_result(updates.select_permission("ok"))  # too late: dropped
+        raw.send({"jsonrpc": "2.0", "method": "session/update", "params": {
+            "sessionId": "s1", "update": {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "failed"}}})
+        _answer(raw, prompt, {"stopReason": "cancelled"})
+        assert turn.result(WAIT).stop_reason == "cancelled"
+        raw.expect_silence()
+    assert client.cancelled_sessions == ["s1"]
+    assert [updates.variant_tag(n.update) for n in client.updates] == ["tool_call_update"]
+
+
+@pytest.mark.req("ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE")
+def test_prompt_returns_only_after_every_earlier_update_was_delivered():
+    release = threading.Event()
+
+    class SlowUi(Recorder):
+        def session_update(self, params):
+            release.wait(WAIT)  # a slow UI: the response arrives while updates are still queued
+            super().session_update(params)
+
+    client = SlowUi()
+    with client_with_raw_agent(client) as (remote, raw):
+        initialized(remote, raw)
+        _new_session(remote, raw)
+        turn = remote.prompt_future("s1", "go")
+        prompt = raw.recv()
+        for i in range(50):
+            raw.notify("session/update", {"sessionId": "s1", "update": {
+                "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": str(i)}}})
+        _answer(raw, prompt, {"stopReason": "end_turn"})
+        assert not turn.done() or len(client.updates) == 50
+        release.set()
+        assert turn.result(WAIT).stop_reason == "end_turn"
+        assert [n.update.content.text for n in client.updates] == [str(i) for i in range(50)]
+
+
+def test_unknown_update_variants_arrive_as_unknown_values_not_errors():
+    client = Recorder()
+    with client_with_raw_agent(client) as (remote, raw):
+        initialized(remote, raw)
+        _new_session(remote, raw)
+        notice = {"sessionUpdate": "notice", "level": "info", "text": "from a newer agent"}
+        raw.notify("session/update", {"sessionId": "s1", "update": notice})
+        turn = remote.prompt_future("s1", "go")
+        _answer(raw, raw.recv(), {"stopReason": "end_turn"})
+        turn.result(WAIT)
+    (received,) = client.updates
+    assert isinstance(received.update, UnknownVariant) and received.update.raw == notice
+
+
+@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CONTEXT-BLOCKS-MAY")
+def test_prompt_accepts_text_and_resource_links_always():
+    link = schema.ResourceLink(uri="file:///w/a.py", name="a.py")
+    with client_with_raw_agent() as (remote, raw):
+        initialized(remote, raw)
+        _new_session(remote, raw)
+        turn = remote.prompt_future("s1", [updates.text_block("see"), link])
+        request = raw.recv()
+        _answer(raw, request, {"stopReason": "end_turn"})
+        turn.result(WAIT)
+    assert request["params"]["prompt"] == [
+        {"type": "text", "text": "see"},
+        {"type": "resource_link", "uri": "file:///w/a.py", "name": "a.py"},
+    ]
+
+
+def test_requests_the_client_does_not_offer_answer_method_not_found():
+    with client_with_raw_agent(Recorder()) as (remote, raw):
+        initialized(remote, raw)
+        for method in ("fs/read_text_file", "terminal/create", "session/request_permission", "elicitation/create"):
+            raw.send({"jsonrpc": "2.0", "id": method, "method": method, "params": {"sessionId": "s1", "path": "/a"}})
+            response = raw.recv()
+            assert response["id"] == method and response["error"]["code"] == -32601
+
+
+def test_set_config_option_sends_the_value_shape_the_option_needs():
+    with client_with_raw_agent() as (remote, raw):
+        initialized(remote, raw)
+        _new_session(remote, raw)
+        sent = []
+        for value in ("fast", True):
+            pending = background(remote.set_config_option, "s1", "model", value)
+            request = raw.recv()
+            sent.append(request["params"])
+            _answer(raw, request, {"configOptions": []})
+            pending.result(WAIT)
+    assert sent == [
+        {"sessionId": "s1", "configId": "model", "value": "fast"},
+        {"sessionId": "s1", "configId": "model", "type": "boolean", "value": True},
+    ]
+
+
+def test_agent_death_fails_the_running_prompt_promptly():
+    with client_with_raw_agent() as (remote, raw):
+        initialized(remote, raw)
+        _new_session(remote, raw)
+        turn = remote.prompt_future("s1", "go")
+        raw.recv()
+        raw.close_writing()
+        with pytest.raises(ConnectionClosed):
+            turn.result(WAIT)

@@ -1,0 +1,111 @@
+"""The two-process example and the stdio agent runtime, as real subprocesses."""
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from acp_lite.client import Client, RemoteAgent
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _run_editor(*args):
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / "editor.py"), *args], capture_output=True, text=True, timeout=30
+    )
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.req(
+    "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
+    "ACP-V1-PROMPT-PERMISSION-MAY",
+    "ACP-V1-TRANSPORT-AGENT-STDERR-MAY",
+    "ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED",
+)
+def test_the_editor_example_walks_the_lifecycle_and_ends_with_both_stop_reasons():
+    done = _run_editor()
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[init] agent=mock-coding-agent v1"
+    assert lines[1].startswith("[session] sess_")
+    assert lines[2:7] == [
+        "[update] agent_message_chunk Analyzing request: Check this project for configuration issues",
+        "[update] tool_call:pending",
+        "[update] tool_call:completed",
+        "[update] agent_message_chunk Done (permission: allow_once).",
+        "[turn1] stopReason=end_turn",
+    ]
+    assert lines[-1] == "[turn2] stopReason=cancelled"
+    assert "[agent] ready on stdio" in done.stderr
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.req("ACP-V1-INIT-AGENT-LATEST-VERSION")
+def test_the_editor_example_shows_version_negotiation():
+    done = _run_editor("--protocol-version", "99")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "[init] agent=mock-coding-agent v1"
+
+
+NOISY_AGENT = textwrap.dedent(
+    """
+    import sys, time
+    from acp_lite import schema, updates
+    from acp_lite.agent import Agent, serve_stdio
+
+    class Noisy(Agent):
+        def new_session(self, params):
+            print("debug output that must not reach the protocol stream")
+            return schema.NewSessionResponse(session_id="s")
+
+        def prompt(self, params, turn):
+            print("more noise", flush=True)
+            turn.send(updates.text_chunk("hello"))
+            turn.wait_cancelled(60)
+            return "cancelled"
+
+    serve_stdio(Noisy())
+    print("served", file=sys.stderr)
+    """
+)
+
+
+class Collect(Client):
+    def __init__(self):
+        self.texts = []
+
+    def session_update(self, params):
+        self.texts.append(params.update.content.text)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.req("ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP", "ACP-V1-TRANSPORT-STDIO-SHOULD")
+def test_stdio_agent_prints_go_to_stderr_and_stdin_close_ends_the_process(tmp_path):
+    script = tmp_path / "noisy_agent.py"
+    script.write_text(NOISY_AGENT)
+    stderr_lines = []
+    client = Collect()
+    remote = RemoteAgent.spawn([sys.executable, str(script)], client, on_stderr_line=stderr_lines.append)
+    try:
+        remote.initialize()
+        session = remote.new_session("/tmp")
+        turn = remote.prompt_future(session.session_id, "hi")
+        deadline = time.monotonic() + 10
+        while not client.texts and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert client.texts == ["hello"]
+        assert remote.connection.stats.noise_lines == 0
+        # Closing the agent's stdin (what an editor does on exit) cancels the running turn, which
+        # still answers, and the process exits by itself, long before the turn's own 60 s.
+        started = time.monotonic()
+        remote.process.stdin.close()
+        assert turn.result(10).stop_reason == "cancelled"
+        assert remote.process.stop(timeout=5) == 0
+        assert time.monotonic() - started < 10
+    finally:
+        remote.close()
+    assert "debug output that must not reach the protocol stream" in stderr_lines
+    assert "more noise" in stderr_lines and "served" in stderr_lines
