@@ -1,0 +1,442 @@
+"""The ``acp-lite`` command line (``python -m acp_lite``): ``run``, ``tap`` and ``validate``.
+
+Commands that start an agent take its command after ``--`` (``acp-lite run -- my-agent --flag``):
+everything after the first ``--`` belongs to the agent and is never parsed here. A missing agent
+command is a usage error (exit status 2).
+
+Adding a subcommand: write ``configure(parser)`` and ``handler(args) -> exit status`` and add one
+``CliCommand`` to ``_COMMANDS``; with ``agent_command=True`` the handler finds the agent's argv in
+``args.agent_command``.
+
+Exit statuses: 0 success, 1 the agent failed (or ``validate`` found an invalid message), 2 usage
+error, 127 the agent could not be started, 130 interrupted; ``tap`` exits with the agent's status.
+"""
+import argparse
+import os
+import queue
+import sys
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from .client import Client, RemoteAgent
+from .errors import AcpError, CallTimeout, ConnectionClosed
+from .schema import (
+    AgentMessageChunk,
+    AgentThoughtChunk,
+    CurrentModeUpdate,
+    Implementation,
+    Plan,
+    RequestPermissionRequest,
+    SessionUpdateToolCallUpdate,
+    TextContent,
+    ToolCall,
+)
+from .tap import run_tap
+from .updates import select_permission
+from .wirecheck import DIRECTIONS, WireChecker, WireVerdict, parse_wire_line
+
+_RUN_CLIENT_INFO = Implementation(name="acp-lite-run", title="acp-lite run", version="0.1.0")
+_INTERRUPTED = 130
+_CANNOT_START = 127
+
+
+class CliCommand(NamedTuple):
+    """One subcommand: its help line, how to add its options, and what runs it."""
+
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+    agent_command: bool = False
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+    Main thread only (``run`` and ``tap`` install signal handlers)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, agent_command = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, None)
+    parser = argparse.ArgumentParser(prog="acp-lite", description="Tools for the Agent Client Protocol (ACP v1).")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    command_parsers = {}
+    for name, command in _COMMANDS.items():
+        usage = f"acp-lite {name} [options] -- AGENT_CMD..." if command.agent_command else None
+        command_parsers[name] = subparsers.add_parser(name, help=command.help, description=command.help, usage=usage)
+        command.configure(command_parsers[name])
+    try:
+        args = parser.parse_args(own)
+        command = _COMMANDS[args.command]
+        if command.agent_command and not agent_command:
+            command_parsers[args.command].error("missing agent command: put it after '--'")
+        if not command.agent_command and agent_command is not None:
+            command_parsers[args.command].error("this command takes no agent command ('--')")
+    except SystemExit as exc:  # argparse's way of reporting usage errors and --help
+        return exc.code if isinstance(exc.code, int) else 2
+    args.agent_command = agent_command
+    return command.handler(args)
+
+
+def _say(text: str) -> None:
+    print(f"acp-lite: {text}", file=sys.stderr, flush=True)
+
+
+# -- validate -------------------------------------------------------------------------------------
+def _configure_validate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", nargs="?", help="NDJSON messages or a `tap` log (default: stdin)")
+
+
+def _validate_line(checker: WireChecker, line: bytes) -> WireVerdict:
+    """Check one input line: a raw JSON-RPC message, or a ``tap`` log entry (its direction is
+    then known)."""
+    entry, problem = parse_wire_line(line)
+    if problem is None and isinstance(entry, dict) and entry.get("dir") in DIRECTIONS and "t" in entry:
+        if "raw" in entry:
+            return checker.check_line(str(entry["raw"]).encode("utf-8"), entry["dir"])[1]
+        return checker.check(entry.get("msg"), entry["dir"])
+    return checker.check_line(line)[1]
+
+
+def _describe(verdict: WireVerdict) -> str:
+    parts = [verdict.direction or "direction?", verdict.kind]
+    if verdict.method:
+        parts.append(verdict.method)
+    if verdict.request_id is not None:
+        parts.append(f"id={verdict.request_id!r}")
+    return " ".join(parts)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    try:
+        source = open(args.file, "rb") if args.file else sys.stdin.buffer
+    except OSError as exc:
+        _say(f"cannot read {args.file}: {exc}")
+        return 2
+    checker = WireChecker()
+    total = invalid = 0
+    with source:
+        for number, line in enumerate(source, 1):
+            if not line.strip():
+                continue
+            verdict = _validate_line(checker, line.rstrip(b"\n"))
+            total += 1
+            invalid += not verdict.valid
+            findings = "; ".join(verdict.problems + verdict.notes)
+            status = "ok" if verdict.valid else "INVALID"
+            print(f"line {number}: {status} {_describe(verdict)}" + (f": {findings}" if findings else ""))
+    print(f"{total} messages, {invalid} invalid")
+    return 1 if invalid else 0
+
+
+# -- tap ------------------------------------------------------------------------------------------
+def _configure_tap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log", required=True, metavar="FILE", help="write one JSON line per message here")
+
+
+def _tap(args: argparse.Namespace) -> int:
+    return run_tap(args.agent_command, args.log)
+
+
+# -- run ------------------------------------------------------------------------------------------
+def _configure_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cwd", default=os.getcwd(), metavar="DIR", help="the session's working directory (default: here)")
+    parser.add_argument("--yes", action="store_true", help="answer permission requests with the first allow option")
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                        help="how long to wait for the agent to answer initialize (default: 30)")
+
+
+class _Screen:
+    """Where ``run`` writes: the agent's text to stdout, everything else to stderr, one line each.
+
+    When both go to the same terminal, a note breaks the agent's current line first so that the
+    two never share a line. Any thread; the lock keeps writes whole.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._mid_line = False  # stdout's last text did not end with a newline
+        self._shared = sys.stdout.isatty() and sys.stderr.isatty()
+
+    def text(self, text: str) -> None:
+        with self._lock:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            if text:
+                self._mid_line = not text.endswith("\n")
+
+    def note(self, line: str) -> None:
+        with self._lock:
+            if self._mid_line and self._shared:
+                self._end_text_line()
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    def break_line(self) -> None:
+        with self._lock:
+            if self._mid_line:
+                self._end_text_line()
+
+    def _end_text_line(self) -> None:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        self._mid_line = False
+
+
+class _StderrRelay:
+    """Passes the agent's stderr lines on to the screen, but only once the agent is up: until
+    then they are kept, and an agent that fails to start shows them in its error instead.
+    ``line`` runs on the agent's stderr thread; the rest on the main thread."""
+
+    def __init__(self, screen: _Screen):
+        self._screen = screen
+        self._lock = threading.Lock()
+        self._held: Optional[List[str]] = []
+
+    def line(self, text: str) -> None:
+        with self._lock:
+            if self._held is not None:
+                self._held.append(text)
+                return
+        self._screen.note(text)
+
+    def go_live(self) -> None:
+        with self._lock:
+            held, self._held = self._held or [], None
+        for text in held:
+            self._screen.note(text)
+
+    def held(self) -> str:
+        with self._lock:
+            return "\n".join(self._held or ())
+
+
+def _content_text(block: Any) -> str:
+    if isinstance(block, TextContent):
+        return block.text
+    uri = getattr(block, "uri", None)
+    return f"[{getattr(block, 'type', 'content')}{' ' + uri if uri else ''}]"
+
+
+class _TerminalClient(Client):
+    """The editor side of ``run``: shows updates on the screen and hands permission questions to
+    the main thread. ``session_update`` runs on the delivery thread, ``request_permission`` on a
+    worker thread; both only write to the screen or post to ``questions``."""
+
+    client_info = _RUN_CLIENT_INFO
+
+    def __init__(self, screen: _Screen, questions: "queue.SimpleQueue[Any]"):
+        self.screen = screen
+        self.questions = questions
+        self.tool_calls: Dict[str, Dict[str, Any]] = {}  # id -> title, kind, status
+        self.message_id: Optional[str] = None  # of the agent message being shown
+
+    def session_update(self, params: Any) -> None:
+        update = params.update
+        if isinstance(update, AgentMessageChunk):
+            if update.message_id != self.message_id:  # a new message starts on a new line
+                self.screen.break_line()
+                self.message_id = update.message_id
+            self.screen.text(_content_text(update.content))
+        elif isinstance(update, AgentThoughtChunk):
+            self.screen.note(f"[thought] {_content_text(update.content)}")
+        elif isinstance(update, (ToolCall, SessionUpdateToolCallUpdate)):
+            self._show_tool_call(update)
+        elif isinstance(update, Plan):
+            self.screen.note("[plan]" + "".join(f"\n  [{e.status}] {e.content}" for e in update.entries))
+        elif isinstance(update, CurrentModeUpdate):
+            self.screen.note(f"[mode] {update.current_mode_id}")
+
+    def _show_tool_call(self, update: Any) -> None:
+        known = self.tool_calls.setdefault(update.tool_call_id, {"title": update.tool_call_id, "kind": None, "status": "pending"})
+        changes = {name: getattr(update, name) for name in ("title", "kind", "status") if getattr(update, name) is not None}
+        known.update(changes)
+        if changes or isinstance(update, ToolCall):
+            kind = f" ({known['kind']})" if known["kind"] else ""
+            self.screen.note(f"[tool] {known['title']}{kind}: {known['status']}")
+
+    def request_permission(self, params: RequestPermissionRequest) -> "Future[Any]":
+        answer: "Future[Any]" = Future()
+        self.questions.put((params, answer))
+        return answer
+
+    def on_cancel(self, session_id: str) -> None:
+        # The turn's unfinished tool calls are shown as cancelled at once; the agent may still
+        # report them later.
+        for known in self.tool_calls.values():
+            if known["status"] in ("pending", "in_progress"):
+                known["status"] = "cancelled"
+                self.screen.note(f"[tool] {known['title']}: cancelled")
+
+    def tool_title(self, params: RequestPermissionRequest) -> str:
+        tool = params.tool_call
+        known = self.tool_calls.get(tool.tool_call_id, {})
+        return tool.title or known.get("title") or tool.tool_call_id
+
+
+_TURN_DONE = object()
+
+
+class _Quit(Exception):
+    """The user asked to leave (a second Ctrl-C, or end of input at a question)."""
+
+
+class _RunSession:
+    """The main thread's side of ``run``: reads prompts, runs turns, answers permission questions.
+
+    Everything that reads the terminal happens here, on the main thread, so Ctrl-C (which Python
+    delivers to the main thread) always lands where it can cancel the turn.
+    """
+
+    def __init__(self, args: argparse.Namespace, screen: _Screen):
+        self.auto_allow = args.yes
+        self.interactive = sys.stdin.isatty()
+        self.screen = screen
+        self.questions: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self.client = _TerminalClient(screen, self.questions)
+
+    def prompts(self) -> Any:
+        """Yield prompt lines until end of input; a Ctrl-C at the prompt asks for a second one."""
+        interrupted = False
+        while True:
+            try:
+                line = input("> ") if self.interactive else sys.stdin.readline()
+            except EOFError:
+                return
+            except KeyboardInterrupt:
+                if interrupted or not self.interactive:
+                    raise _Quit() from None
+                interrupted = True
+                self.screen.note("\n(Ctrl-C again or Ctrl-D to quit)")
+                continue
+            if not self.interactive and not line:
+                return
+            interrupted = False
+            if line.strip():
+                yield line.rstrip("\r\n")
+
+    def turn(self, agent: RemoteAgent, session_id: str, text: str) -> str:
+        """Run one prompt turn to its end; returns the stop reason. Ctrl-C cancels it, a second
+        one raises ``_Quit``."""
+        future = agent.prompt_future(session_id, text)
+        future.add_done_callback(lambda _: self.questions.put(_TURN_DONE))
+        cancelled = False
+        while True:
+            try:
+                event = self.questions.get()
+            except KeyboardInterrupt:
+                if cancelled:
+                    raise _Quit() from None
+                self.screen.note("^C cancelling the turn (Ctrl-C again to quit)")
+                cancelled = self._cancel(agent, session_id)
+                continue
+            if event is _TURN_DONE:
+                break
+            params, answer = event
+            if cancelled:  # the runtime already answered it with the cancelled outcome
+                continue
+            try:
+                option_id = self.decide(params)
+            except KeyboardInterrupt:
+                option_id = None
+            if option_id is None:
+                cancelled = self._cancel(agent, session_id)
+            else:
+                answer.set_result(select_permission(option_id))
+        self.screen.break_line()
+        return future.result().stop_reason
+
+    @staticmethod
+    def _cancel(agent: RemoteAgent, session_id: str) -> bool:
+        agent.cancel(session_id)
+        return True
+
+    def decide(self, params: RequestPermissionRequest) -> Optional[str]:
+        """The option to answer a permission request with, or None to cancel the turn.
+
+        ``--yes`` takes the first allow option; on a terminal the user chooses; otherwise the
+        first reject option is taken, and without one the turn is cancelled (an unattended run
+        never allows anything it was not told to).
+        """
+        title = self.client.tool_title(params)
+        if self.auto_allow:
+            for option in params.options:
+                if option.kind.startswith("allow"):
+                    self.screen.note(f"[permission] {title}: {option.option_id} (--yes)")
+                    return option.option_id
+        if self.interactive:
+            return self.ask(title, params)
+        for option in params.options:
+            if option.kind.startswith("reject"):
+                self.screen.note(f"[permission] {title}: {option.option_id} (not interactive; --yes allows)")
+                return option.option_id
+        self.screen.note(f"[permission] {title}: no reject option, cancelling the turn")
+        return None
+
+    def ask(self, title: str, params: RequestPermissionRequest) -> Optional[str]:
+        options = params.options
+        self.screen.note(f"[permission] {title}" + "".join(
+            f"\n  {number}) {option.name} ({option.kind})" for number, option in enumerate(options, 1)))
+        while True:
+            self.screen.note(f"choose 1-{len(options)}, or Enter to cancel the turn:")
+            answer = sys.stdin.readline()
+            if not answer:
+                raise _Quit()
+            if not answer.strip():
+                return None
+            if answer.strip().isdigit() and 1 <= int(answer) <= len(options):
+                return options[int(answer) - 1].option_id
+
+
+def _start_agent(args: argparse.Namespace, run: _RunSession, relay: _StderrRelay) -> Tuple[Optional[RemoteAgent], int]:
+    """Spawn and initialize the agent; (agent, 0), or (None, exit status) after saying why."""
+    try:
+        agent = RemoteAgent.spawn(args.agent_command, run.client, on_stderr_line=relay.line)
+    except ConnectionClosed as exc:
+        _say(str(exc))
+        return None, _CANNOT_START
+    try:
+        agent.initialize(timeout=args.timeout)
+    except CallTimeout:
+        held = relay.held()
+        agent.close()
+        _say(f"the agent did not answer initialize within {args.timeout:g} s"
+             + (f"; its stderr so far:\n{held}" if held else " (and wrote nothing to stderr)"))
+        return None, 1
+    except AcpError as exc:  # it exited, answered with an error, or chose a version we lack
+        agent.close()
+        _say(f"the agent failed to initialize: {exc}")
+        return None, 1
+    relay.go_live()
+    return agent, 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    screen = _Screen()
+    run = _RunSession(args, screen)
+    relay = _StderrRelay(screen)
+    cwd = os.path.abspath(args.cwd)
+    agent, status = _start_agent(args, run, relay)
+    if agent is None:
+        return status
+    try:
+        session_id = agent.new_session(cwd).session_id
+        info = agent.info
+        name = f"{info.title or info.name} {info.version}" if info else "the agent"
+        screen.note(f"[session] {session_id} with {name} (protocol v{agent.protocol_version}) in {cwd}")
+        for text in run.prompts():
+            screen.note(f"[turn] stopReason={run.turn(agent, session_id, text)}")
+        return 0
+    except _Quit:
+        return _INTERRUPTED
+    except AcpError as exc:
+        screen.break_line()
+        _say(f"the session failed: {exc}")
+        return 1
+    finally:
+        agent.close()
+
+
+_COMMANDS: Dict[str, CliCommand] = {
+    "run": CliCommand("talk to an agent from the terminal", _configure_run, _run, agent_command=True),
+    "tap": CliCommand("sit between an editor and an agent, logging every message", _configure_tap, _tap, agent_command=True),
+    "validate": CliCommand("check JSON-RPC messages (NDJSON or a tap log) against the v1 types", _configure_validate, _validate),
+}

@@ -1,0 +1,311 @@
+"""Judging the JSON-RPC messages that pass between an ACP client and an agent.
+
+``WireChecker`` is fed the messages of one connection in the order they were seen, each with its
+direction when that is known (``tap`` knows it) or without (``validate`` on a raw capture infers
+it from the method, and for a response from the request it answers). For each message it returns
+a ``WireVerdict`` listing
+
+- problems, each ``"<code>: <detail>"``; a message with problems is invalid:
+  ``not-json`` (not UTF-8 JSON), ``not-json-rpc`` (no valid JSON-RPC 2.0 envelope, or a request
+  sent as a notification and the reverse), ``unknown-method``, ``schema-invalid`` (params or result
+  do not decode into the v1 type, with the JSON path), ``unknown-id`` (a response to no pending
+  request) and ``not-advertised`` (a call of a capability the peer did not advertise; judged once
+  the ``initialize`` exchange has been seen);
+- notes, things the runtime tolerates but a careful peer would not send: ``tolerated`` lenient
+  decodings (an unknown union variant, a malformed optional value replaced by its default, ...) and
+  ``ambiguous-id`` (a raw capture where both sides had a request with that id pending).
+
+Extension methods (names starting with ``_``) are checked for their envelope only.
+
+Lenient decodings are seen through the codec's diagnostics hook, which a checker takes over when it
+is created: it is a tool for the command line, not for embedding in an application that sets its
+own hook. A checker is not thread-safe: feed it from one thread at a time (``tap`` holds a lock).
+"""
+import threading
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+import msgspec
+
+from .codec import Fallback, convert, set_diagnostics_hook
+from .errors import SchemaError
+from .schema import AGENT_METHODS, CLIENT_METHODS, PROTOCOL_METHODS
+
+CLIENT_TO_AGENT = "client->agent"
+AGENT_TO_CLIENT = "agent->client"
+DIRECTIONS = (CLIENT_TO_AGENT, AGENT_TO_CLIENT)
+
+_OPPOSITE = {CLIENT_TO_AGENT: AGENT_TO_CLIENT, AGENT_TO_CLIENT: CLIENT_TO_AGENT}
+# The methods a message travelling in each direction may call.
+_CALLABLE = {CLIENT_TO_AGENT: AGENT_METHODS, AGENT_TO_CLIENT: CLIENT_METHODS}
+
+_JSON_DECODER = msgspec.json.Decoder()
+
+
+class WireVerdict(NamedTuple):
+    """What ``WireChecker`` found about one message.
+
+    ``kind`` is ``request``, ``notification``, ``response`` or ``garbage``; ``direction`` is None
+    when it could not be inferred; ``request_id`` is the id of a request or response.
+    """
+
+    direction: Optional[str]
+    kind: str
+    method: Optional[str]
+    request_id: Any
+    problems: List[str]
+    notes: List[str]
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+
+def parse_wire_line(line: bytes) -> Tuple[Any, Optional[str]]:
+    """One line off the wire (without its newline) as a JSON value, or ``(None, problem)``."""
+    try:
+        return _JSON_DECODER.decode(line), None
+    except msgspec.DecodeError as exc:
+        return None, f"not-json: {exc}"
+
+
+# -- lenient decodings, seen through the codec's diagnostics hook ---------------------------------
+_fallback_sink = threading.local()
+
+
+def _collect_fallback(fallback: Fallback) -> None:
+    sink = getattr(_fallback_sink, "items", None)
+    if sink is not None:
+        sink.append(fallback)
+
+
+def _decode_noting(value: Any, type_: Any, where: str, verdict: WireVerdict) -> bool:
+    """Decode ``value`` into ``type_``; add a problem (False) or the tolerated fallbacks (True)."""
+    _fallback_sink.items = []
+    try:
+        convert(value, type_)
+    except SchemaError as exc:
+        detail = exc.message.rpartition(" - at `")[0] or exc.message
+        verdict.problems.append(f"schema-invalid: {detail} at {where}{exc.path[1:]}")
+        return False
+    finally:
+        fallbacks, _fallback_sink.items = _fallback_sink.items, None
+    for fallback in fallbacks:
+        verdict.notes.append(f"tolerated: {fallback.kind} at {where}{fallback.path[1:]} ({fallback.detail})")
+    return True
+
+
+# -- capabilities -----------------------------------------------------------------------------------
+def _advertised(capabilities: Any, *path: str) -> bool:
+    """Whether the capability at ``path`` is present and not false (omitted means unsupported)."""
+    for key in path:
+        if not isinstance(capabilities, dict):
+            return False
+        capabilities = capabilities.get(key)
+    return capabilities is not None and capabilities is not False
+
+
+def _prompt_content_needs(params: Any) -> List[Tuple[str, ...]]:
+    blocks = params.get("prompt") if isinstance(params, dict) else None
+    needed = {"image": ("promptCapabilities", "image"), "audio": ("promptCapabilities", "audio"),
+              "resource": ("promptCapabilities", "embeddedContext")}
+    kinds = {block.get("type") for block in blocks or () if isinstance(block, dict)}
+    return [needed[kind] for kind in sorted(kinds) if kind in needed]
+
+
+def _extra_directories_need(params: Any) -> List[Tuple[str, ...]]:
+    if isinstance(params, dict) and params.get("additionalDirectories") is not None:
+        return [("sessionCapabilities", "additionalDirectories")]
+    return []
+
+
+def _fixed_need(*path: str) -> Callable[[Any], List[Tuple[str, ...]]]:
+    return lambda params: [path]
+
+
+# Method -> the capabilities of the *called* side that the call needs, given its params.
+_NEEDS: Dict[str, Callable[[Any], List[Tuple[str, ...]]]] = {
+    "session/new": _extra_directories_need,
+    "session/load": lambda params: [("loadSession",)] + _extra_directories_need(params),
+    "session/resume": lambda params: [("sessionCapabilities", "resume")] + _extra_directories_need(params),
+    "session/list": _fixed_need("sessionCapabilities", "list"),
+    "session/delete": _fixed_need("sessionCapabilities", "delete"),
+    "session/close": _fixed_need("sessionCapabilities", "close"),
+    "session/prompt": _prompt_content_needs,
+    "logout": _fixed_need("auth", "logout"),
+    "fs/read_text_file": _fixed_need("fs", "readTextFile"),
+    "fs/write_text_file": _fixed_need("fs", "writeTextFile"),
+    "terminal/create": _fixed_need("terminal"),
+    "terminal/output": _fixed_need("terminal"),
+    "terminal/wait_for_exit": _fixed_need("terminal"),
+    "terminal/kill": _fixed_need("terminal"),
+    "terminal/release": _fixed_need("terminal"),
+    "elicitation/create": lambda params: [
+        ("elicitation", params.get("mode") if isinstance(params, dict) and isinstance(params.get("mode"), str) else "form")
+    ],
+}
+
+
+def _id_key(request_id: Any) -> Tuple[str, Any]:
+    # 1 and "1" are different ids; the type is part of the key.
+    return (type(request_id).__name__, request_id)
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+class WireChecker:
+    """Checks the messages of one connection in order; see the module docstring."""
+
+    def __init__(self) -> None:
+        set_diagnostics_hook(_collect_fallback)
+        # (direction of the request or None, id key) -> method, until answered.
+        self._pending: Dict[Tuple[Optional[str], Tuple[str, Any]], str] = {}
+        # What each side advertised in initialize, keyed by the direction its calls travel in.
+        self._capabilities: Dict[str, Any] = {}
+
+    def check_line(self, line: bytes, direction: Optional[str] = None) -> Tuple[Any, WireVerdict]:
+        """Parse and check one line (without its newline); returns the parsed message (None
+        when it is not JSON) and the verdict."""
+        message, problem = parse_wire_line(line)
+        if problem is not None:
+            return None, WireVerdict(direction, "garbage", None, None, [problem], [])
+        return message, self.check(message, direction)
+
+    def check(self, message: Any, direction: Optional[str] = None) -> WireVerdict:
+        """Check one parsed message; ``direction`` is ``CLIENT_TO_AGENT``, ``AGENT_TO_CLIENT`` or
+        None to infer it."""
+        if not isinstance(message, dict):
+            what = "a batch (ACP does not use batches)" if isinstance(message, list) else "not an object"
+            return WireVerdict(direction, "garbage", None, None, [f"not-json-rpc: {what}"], [])
+        problems: List[str] = []
+        if message.get("jsonrpc") != "2.0":
+            problems.append('not-json-rpc: "jsonrpc" must be "2.0"')
+        method = message.get("method")
+        if method is not None:
+            return self._check_call(message, method, direction, problems)
+        if "id" in message:
+            return self._check_response(message, direction, problems)
+        problems.append("not-json-rpc: neither a method nor an id")
+        return WireVerdict(direction, "garbage", None, None, problems, [])
+
+    # -- requests and notifications -----------------------------------------------------------
+    def _check_call(self, message: Dict[str, Any], method: Any, direction: Optional[str], problems: List[str]) -> WireVerdict:
+        is_request = "id" in message
+        request_id = message.get("id")
+        verdict = WireVerdict(direction, "request" if is_request else "notification",
+                              method if isinstance(method, str) else None, request_id, problems, [])
+        if not isinstance(method, str):
+            problems.append("not-json-rpc: method must be a string")
+            return verdict
+        if is_request and not _valid_id(request_id):
+            problems.append(f"not-json-rpc: a request id must be a string or a number, not {request_id!r}")
+        params = message.get("params")
+        if "params" in message and not isinstance(params, (dict, list)):
+            problems.append("not-json-rpc: params must be an object or an array")
+        if direction is None:
+            direction = self._infer_call_direction(method)
+            verdict = verdict._replace(direction=direction)
+        if is_request and _valid_id(request_id):
+            self._pending[(direction, _id_key(request_id))] = method
+        if method.startswith("_"):
+            return verdict
+        spec = PROTOCOL_METHODS.get(method)
+        if spec is None and direction is not None:
+            spec = _CALLABLE[direction].get(method)
+        if spec is None:
+            where = f"from the {direction.split('->')[0]}" if direction else "in ACP v1"
+            problems.append(f"unknown-method: {method} is not a method that can be called {where}")
+            return verdict
+        if (spec.result_type is None) == is_request:
+            expected = "a notification (no id)" if spec.result_type is None else "a request (with an id)"
+            problems.append(f"not-json-rpc: {method} must be sent as {expected}")
+        _decode_noting(params, spec.params_type, "$.params", verdict)
+        if method == "initialize" and isinstance(params, dict):
+            # The client's capabilities govern what the agent may call.
+            self._capabilities[AGENT_TO_CLIENT] = params.get("clientCapabilities") or {}
+        self._check_advertised(method, params, direction, verdict)
+        return verdict
+
+    def _infer_call_direction(self, method: str) -> Optional[str]:
+        if method in AGENT_METHODS:
+            return CLIENT_TO_AGENT
+        if method in CLIENT_METHODS:
+            return AGENT_TO_CLIENT
+        return None
+
+    def _check_advertised(self, method: str, params: Any, direction: Optional[str], verdict: WireVerdict) -> None:
+        needs = _NEEDS.get(method)
+        capabilities = self._capabilities.get(direction) if direction else None
+        if needs is None or capabilities is None:
+            return
+        peer = "client" if direction == AGENT_TO_CLIENT else "agent"
+        owner = "clientCapabilities" if peer == "client" else "agentCapabilities"
+        for path in needs(params):
+            if not _advertised(capabilities, *path):
+                verdict.problems.append(f"not-advertised: {method} needs {owner}.{'.'.join(path)}, which the {peer} did not advertise")
+
+    # -- responses ------------------------------------------------------------------------------
+    def _check_response(self, message: Dict[str, Any], direction: Optional[str], problems: List[str]) -> WireVerdict:
+        request_id = message.get("id")
+        verdict = WireVerdict(direction, "response", None, request_id, problems, [])
+        has_result, has_error = "result" in message, "error" in message
+        if has_result == has_error:
+            problems.append("not-json-rpc: a response has exactly one of result and error")
+        if has_error:
+            self._check_error_object(message.get("error"), problems)
+        if request_id is None:
+            # Only an error about a message whose id could not be read may carry a null id.
+            if not has_error:
+                problems.append("not-json-rpc: a result with a null id")
+            return verdict
+        if not _valid_id(request_id):
+            problems.append(f"not-json-rpc: a response id must be a string or a number, not {request_id!r}")
+            return verdict
+        candidates = self._answered_requests(request_id, direction)
+        if not candidates:
+            problems.append(f"unknown-id: no request with id {request_id!r} is pending")
+            return verdict
+        if len(candidates) > 1:
+            verdict.notes.append(f"ambiguous-id: both sides have a request {request_id!r} pending")
+        outcomes = []
+        for request_direction, method in candidates:
+            attempt = WireVerdict(_OPPOSITE.get(request_direction) if request_direction else None,
+                                  "response", method, request_id, [], [])
+            if has_result and not has_error:
+                self._check_result(method, message.get("result"), request_direction, attempt)
+            outcomes.append(attempt)
+        chosen = next((attempt for attempt in outcomes if attempt.valid), outcomes[0])
+        del self._pending[(chosen.direction and _OPPOSITE[chosen.direction], _id_key(request_id))]
+        problems.extend(chosen.problems)
+        verdict.notes.extend(chosen.notes)
+        return verdict._replace(direction=chosen.direction or direction, method=chosen.method)
+
+    def _answered_requests(self, request_id: Any, direction: Optional[str]) -> List[Tuple[Optional[str], str]]:
+        """The pending requests a response with this id may answer: (request direction, method)."""
+        key = _id_key(request_id)
+        request_directions = [_OPPOSITE[direction]] if direction else list(DIRECTIONS)
+        found = [(d, self._pending[(d, key)]) for d in request_directions if (d, key) in self._pending]
+        if not found and (None, key) in self._pending:
+            found = [(None, self._pending[(None, key)])]
+        return found
+
+    def _check_result(self, method: str, result: Any, request_direction: Optional[str], verdict: WireVerdict) -> None:
+        spec = PROTOCOL_METHODS.get(method) or (_CALLABLE[request_direction].get(method) if request_direction else None)
+        if spec is None or spec.result_type is None:
+            return  # an extension method or a call already reported as unknown
+        if _decode_noting(result, spec.result_type, "$.result", verdict) and method == "initialize":
+            # The agent's capabilities govern what the client may call.
+            agent_caps = result.get("agentCapabilities") if isinstance(result, dict) else None
+            self._capabilities[CLIENT_TO_AGENT] = agent_caps if isinstance(agent_caps, dict) else {}
+
+    @staticmethod
+    def _check_error_object(error: Any, problems: List[str]) -> None:
+        if not isinstance(error, dict):
+            problems.append("not-json-rpc: error must be an object")
+            return
+        code = error.get("code")
+        if not isinstance(code, int) or isinstance(code, bool):
+            problems.append("not-json-rpc: error.code must be an integer")
+        if not isinstance(error.get("message"), str):
+            problems.append("not-json-rpc: error.message must be a string")
