@@ -11,3 +11,27 @@ Layers, bottom up; each knows nothing of the ones above it:
 - ``agent`` / ``client``  the two sides of ACP v1 on top of ``rpc``.
 """
 __version__ = "0.1.0"
+
+from .agent import Agent, PromptTurn, RemoteClient, serve, serve_stdio
+from .client import Client, RemoteAgent
+from .errors import AcpError
+from .rpc import HostDelivery
+from .wire import connect_tcp, connect_unix, listen_tcp, listen_unix, memory_pair, stdio_transport
+
+__all__ = [
+    "AcpError",
+    "Agent",
+    "Client",
+    "HostDelivery",
+    "PromptTurn",
+    "RemoteAgent",
+    "RemoteClient",
+    "connect_tcp",
+    "connect_unix",
+    "listen_tcp",
+    "listen_unix",
+    "memory_pair",
+    "serve",
+    "serve_stdio",
+    "stdio_transport",
+]
