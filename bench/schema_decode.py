@@ -7,6 +7,7 @@ and prints the median time per decode over the runs (each call made through a la
 sides pay the same call overhead), for:
 
 * a bare ``msgspec.json.Decoder(SessionNotification)`` built once (the floor),
+* the same behind a minimal Python function (what any wrapper costs),
 * ``acp_lite.codec.decode`` (strict path: a cached decoder, then nothing else),
 * for scale, the stdlib ``json.loads`` to plain dicts, and ``codec.decode`` of a message that takes
   the lenient path (an unknown ``sessionUpdate`` tag from a newer peer).
@@ -57,8 +58,15 @@ def main(argv=None) -> int:
 
     bare = msgspec.json.Decoder(SessionNotification)
     assert bare.decode(VALID) == codec.decode(VALID, SessionNotification)
+
+    def wrapper(data, type_):  # one Python call and a dict lookup, what codec.decode adds
+        return decoders[type_].decode(data)
+
+    decoders = {SessionNotification: bare}
     cases = [
         ("msgspec.json.Decoder(SessionNotification).decode", lambda d: bare.decode(d), VALID, args.number),
+        ("a bare Python wrapper: decoders[type_].decode(data)", lambda d: wrapper(d, SessionNotification), VALID,
+         args.number),
         ("codec.decode(data, SessionNotification)", lambda d: codec.decode(d, SessionNotification), VALID, args.number),
         ("json.loads (plain dicts, for scale)", json.loads, VALID, args.number),
         ("codec.decode, unknown tag (lenient path)", lambda d: codec.decode(d, SessionNotification), UNKNOWN_TAG,
