@@ -30,7 +30,8 @@ Everything here is pure and may be called from any thread; the diagnostics hook 
 that called ``decode``/``convert``.
 """
 import logging
-from typing import Annotated, Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union, get_args, get_origin
+from typing import (Annotated, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Type, TypeVar,
+                    Union, get_args, get_origin, overload)
 
 import msgspec
 
@@ -194,6 +195,13 @@ def _decoder(type_: Any) -> msgspec.json.Decoder:
     return decoder
 
 
+_T = TypeVar("_T")
+
+
+@overload
+def decode(data: Union[bytes, bytearray, memoryview, str], type_: Type[_T]) -> _T: ...
+@overload
+def decode(data: Union[bytes, bytearray, memoryview, str], type_: Any) -> Any: ...
 def decode(data: Union[bytes, bytearray, memoryview, str], type_: Any) -> Any:
     """Decode JSON ``data`` into ``type_``: strictly if it is valid, leniently if it is not.
 
@@ -207,9 +215,17 @@ def decode(data: Union[bytes, bytearray, memoryview, str], type_: Any) -> Any:
         pass  # leave the except block so the lenient path's errors do not chain to this one
     except msgspec.DecodeError as exc:
         raise ParseError(f"invalid JSON: {exc}") from None
-    return _Lenient().run(msgspec.json.decode(data), type_)
+    try:  # msgspec stops at the first invalid value: the rest may still not be JSON
+        value = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ParseError(f"invalid JSON: {exc}") from None
+    return _Lenient().run(value, type_)
 
 
+@overload
+def convert(obj: Any, type_: Type[_T]) -> _T: ...
+@overload
+def convert(obj: Any, type_: Any) -> Any: ...
 def convert(obj: Any, type_: Any) -> Any:
     """Like ``decode`` for an already parsed JSON value (dicts, lists, str, int ...). Any thread."""
     try:
@@ -395,12 +411,15 @@ def _fields(cls: type) -> Tuple[Any, ...]:
 def _tag_table(members: Tuple[Any, ...]) -> Optional[Tuple[str, Dict[str, Any]]]:
     """(tag field, tag -> struct) when every member is a struct tagged on the same field."""
     if members not in _TAG_TABLES:
-        configs = [getattr(m, "__struct_config__", None) for m in members]
-        fields = {c.tag_field for c in configs if c is not None}
-        if None in configs or len(fields) != 1 or None in fields:
-            _TAG_TABLES[members] = None
-        else:
-            _TAG_TABLES[members] = (fields.pop(), {c.tag: m for c, m in zip(configs, members)})
+        table: Dict[str, Any] = {}
+        fields: Set[Optional[str]] = set()
+        for member in members:
+            config = getattr(member, "__struct_config__", None)
+            fields.add(config.tag_field if config is not None else None)
+            if config is not None:
+                table[config.tag] = member
+        tag_field = fields.pop() if len(fields) == 1 else None
+        _TAG_TABLES[members] = (tag_field, table) if tag_field is not None else None
     return _TAG_TABLES[members]
 
 

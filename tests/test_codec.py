@@ -308,9 +308,10 @@ def test_errors_point_at_the_offending_value(data, path):
     assert caught.value.message.endswith(f"- at `{path}`")
 
 
-def test_invalid_json_is_a_parse_error():
+@pytest.mark.parametrize("data", [b'{"sessionId":', b'{"sessionId":5,"prompt":[', b"\xff", b""])
+def test_invalid_json_is_a_parse_error(data):
     with pytest.raises(ParseError):
-        codec.decode(b'{"sessionId":', s.PromptRequest)
+        codec.decode(data, s.PromptRequest)
 
 
 @pytest.mark.req("ACP-V1-SCHEMA-ERROR-OBJECT")
