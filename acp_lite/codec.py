@@ -73,8 +73,7 @@ class UnknownVariant:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, UnknownVariant) and other.raw == self.raw
 
-    def __hash__(self) -> int:  # mutable like the structs; identity is enough for sets
-        return id(self)
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the protocol structs
 
     def __repr__(self) -> str:
         return f"UnknownVariant(tag={self.tag!r}, raw={self.raw!r})"

@@ -199,7 +199,8 @@ class Generator:
         self.structs: Dict[str, StructSpec] = {}
         self.variants: List[StructSpec] = []  # classes made for union variants, after the defs
         self.unions: List[Alias] = []
-        # def name -> (tag, properties of the owning union, union name) for defs a union owns
+        # def name -> (its tag, the owning union's own properties and required list, the union's
+        # name) for the defs that a tagged union turns into one of its variants
         self.owned: Dict[str, Tuple[Optional[Tuple[str, str]], Dict[str, Any], List[str], str]] = {}
         self.taken = set(self.defs)
         self.bounded: Dict[str, Alias] = {}  # private bounded-int aliases, emitted first
@@ -365,7 +366,9 @@ class Generator:
         if name in FALLBACKS:
             marker = f'msgspec.Meta(extra={{"{FALLBACK}": {json.dumps(FALLBACKS[name])}}})'
             annotation = f"Annotated[{annotation}, {marker}]"
-        self.scalars.append(Alias(name, annotation))
+        deps = tuple(word for word in re.findall(r"\w+", annotation) if word in self.taken)
+        # An alias naming a class must come after the classes; the others come first.
+        (self.unions if deps else self.scalars).append(Alias(name, annotation, deps=deps))
 
     def define_union_def(self, name: str, alts: List[Dict[str, Any]]) -> None:
         nullable = any(_is_null(a) for a in alts)
