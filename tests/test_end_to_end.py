@@ -1,0 +1,110 @@
+"""Both sides of acp_lite talking to each other over in-process pipes and sockets, under load."""
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from acp_lite import schema, updates
+from acp_lite.agent import Agent, serve
+from acp_lite.client import Client, RemoteAgent
+from acp_lite.errors import ConnectionClosed
+from acp_lite.wire import connect_tcp, listen_tcp, memory_pair
+
+WAIT = 10.0
+
+
+class Worker(Agent):
+    def new_session(self, params):
+        return schema.NewSessionResponse(session_id="s")
+
+    def prompt(self, params, turn):
+        text = params.prompt[0].text
+        if text == "read":
+            # A nested request from inside the handler while the client keeps streaming.
+            content = self.client.read_text_file(turn.session_id, "/w/f.txt").content
+            turn.send(updates.text_chunk(content))
+        elif text == "wait":
+            turn.wait_cancelled(WAIT)
+            return "cancelled"
+        for i in range(int(text) if text.isdigit() else 0):
+            turn.send(updates.text_chunk(str(i)))
+        return "end_turn"
+
+    def ext_method(self, method, params):
+        return {"n": params["n"] * 2}
+
+
+class Editor(Client):
+    def __init__(self):
+        self.texts = []
+
+    def session_update(self, params):
+        self.texts.append(params.update.content.text)
+
+    def read_text_file(self, params):
+        return schema.ReadTextFileResponse(content=f"contents of {params.path}")
+
+
+def _pair(transports=None):
+    agent_end, client_end = transports or memory_pair()
+    served = serve(Worker(), agent_end)
+    editor = Editor()
+    remote = RemoteAgent.connect(client_end, editor)
+    remote.initialize()
+    session = remote.new_session("/w").session_id
+    return served, remote, editor, session
+
+
+def _close(served, remote):
+    remote.close()
+    served.connection.close()
+
+
+@pytest.mark.req("ACP-V1-PROMPT-TOOLS-MAY-USE-CLIENT-CAPABILITIES")
+def test_a_prompt_handler_can_call_the_client_while_the_turn_streams():
+    served, remote, editor, session = _pair()
+    try:
+        assert remote.prompt(session, "read").stop_reason == "end_turn"
+        assert editor.texts == ["contents of /w/f.txt"]
+        assert remote.prompt(session, "300").stop_reason == "end_turn"
+        assert editor.texts[1:] == [str(i) for i in range(300)]
+    finally:
+        _close(served, remote)
+
+
+def test_sixteen_threads_calling_at_once_are_each_answered_correctly():
+    served, remote, _, _ = _pair()
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(lambda n: remote.ext_method("_double", {"n": n})["n"], range(2000)))
+        assert results == [2 * n for n in range(2000)]
+    finally:
+        _close(served, remote)
+
+
+def test_closing_the_caller_fails_its_pending_calls_promptly():
+    served, remote, _, session = _pair()
+    try:
+        turns = [remote.prompt_future(session, "wait") for _ in range(5)]
+        remote.connection.close()
+        for turn in turns:
+            with pytest.raises(ConnectionClosed):
+                turn.result(WAIT)
+    finally:
+        _close(served, remote)
+
+
+@pytest.mark.req("ACP-V1-TRANSPORT-CUSTOM-MAY", "ACP-V1-TRANSPORT-CUSTOM-PRESERVE-FORMAT-AND-LIFECYCLE")
+def test_the_same_lifecycle_over_a_tcp_socket():
+    with listen_tcp("127.0.0.1", 0) as listener:
+        accepted = {}
+        thread = threading.Thread(target=lambda: accepted.update(t=listener.accept(WAIT)))
+        thread.start()
+        dialled = connect_tcp(*listener.address, timeout=WAIT)
+        thread.join(WAIT)
+    served, remote, editor, session = _pair((accepted["t"], dialled))
+    try:
+        assert remote.prompt(session, "5").stop_reason == "end_turn"
+        assert editor.texts == ["0", "1", "2", "3", "4"]
+    finally:
+        _close(served, remote)
