@@ -1,0 +1,130 @@
+"""Adapters driving acp_lite through its public API, as an application would.
+
+    python lite.py client-a [--sessions K] [--host-delivery] -- AGENT_CMD...   workloads A and E
+    python lite.py agent --n N --updates STREAM_FILE                         workload B's agent, C's peer
+    python lite.py client-c --k K --inflight M -- AGENT_CMD...               workload C
+
+Each client prints one JSON object on stdout, with the same keys as ``raw.py``. ``client-a`` with
+``--sessions K`` opens K sessions and prompts them all at once (the replay agent interleaves their
+streams); with ``--host-delivery`` the updates are delivered on the main thread, which pumps them,
+instead of the connection's delivery thread.
+"""
+import json
+import sys
+import threading
+import time
+from typing import Callable, List
+
+from acp_lite import Agent, Client, HostDelivery, RemoteAgent, serve_stdio
+from acp_lite.codec import convert
+from acp_lite.schema import NewSessionResponse, SessionUpdate
+
+from measure import peak_rss_kb, round_trips
+from streams import agent_updates
+
+PING = "_bench/ping"
+
+
+class CountingClient(Client):
+    def __init__(self):
+        self.updates = 0
+
+    def session_update(self, params) -> None:
+        self.updates += 1
+
+
+class StreamingAgent(Agent):
+    def __init__(self, n: int, stream_file: str):
+        self.n = n
+        self.updates = [convert(update, SessionUpdate) for update in agent_updates(stream_file)]
+
+    def new_session(self, params):
+        return NewSessionResponse(session_id="sess-0")
+
+    def prompt(self, params, turn):
+        updates, send = self.updates, turn.send
+        for i in range(self.n):
+            send(updates[i % len(updates)])
+        return "end_turn"
+
+    def ext_method(self, method, params):
+        return {}
+
+
+def client_a(argv: List[str], sessions: int = 1, host_delivery: bool = False) -> dict:
+    counter = CountingClient()
+    delivery = HostDelivery() if host_delivery else None
+    with RemoteAgent.spawn(argv, client=counter, delivery=delivery) as agent:
+        def drive() -> float:
+            agent.initialize()
+            session_ids = [agent.new_session(cwd="/tmp").session_id for _ in range(sessions)]
+            started = time.perf_counter()
+            turns = [agent.prompt_future(session_id, "go") for session_id in session_ids]
+            for turn in turns:
+                turn.result()
+            return time.perf_counter() - started
+
+        seconds = drive() if delivery is None else _drive_while_pumping(delivery, drive)
+    return {"updates": counter.updates, "seconds": seconds, "rss_kb": peak_rss_kb()}
+
+
+def _drive_while_pumping(delivery: HostDelivery, drive: Callable[[], float]) -> float:
+    """Run ``drive`` on a second thread while this (the host) thread pumps, as a UI loop would:
+    blocking calls are not allowed on the host thread, and every callback runs here."""
+    outcome: list = []
+    driver = threading.Thread(target=lambda: outcome.append(drive()), name="bench-driver")
+    work = threading.Event()
+    delivery.set_wakeup(work.set)
+    driver.start()
+    while driver.is_alive() or delivery.has_work:
+        work.wait(0.05)
+        work.clear()
+        delivery.pump()
+    driver.join()
+    delivery.set_wakeup(None)
+    if not outcome:
+        raise RuntimeError("the driver thread failed; see its traceback above")
+    return outcome[0]
+
+
+def client_c(k: int, inflight: int, argv: List[str]) -> dict:
+    latencies: List[float] = []
+
+    def worker(count: int) -> None:
+        for _ in range(count):
+            sent = time.perf_counter()
+            agent.ext_method(PING, {})
+            latencies.append(time.perf_counter() - sent)
+
+    with RemoteAgent.spawn(argv) as agent:
+        agent.initialize()
+        workers = [threading.Thread(target=worker, args=(k // inflight + (i < k % inflight),))
+                   for i in range(inflight)]
+        started = time.perf_counter()
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join()
+        seconds = time.perf_counter() - started
+    return round_trips(latencies, seconds)
+
+
+def main(args: List[str]) -> None:
+    mode = args[0]
+    split = args.index("--") if "--" in args else len(args)
+    options, argv = args[1:split], args[split + 1:]
+    if mode == "agent":
+        opts = dict(zip(options[::2], options[1::2]))
+        serve_stdio(StreamingAgent(int(opts["--n"]), opts["--updates"]))
+        return
+    if mode == "client-a":
+        sessions = int(options[options.index("--sessions") + 1]) if "--sessions" in options else 1
+        result = client_a(argv, sessions, "--host-delivery" in options)
+    else:
+        opts = dict(zip(options[::2], options[1::2]))
+        result = client_c(int(opts["--k"]), int(opts["--inflight"]), argv)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

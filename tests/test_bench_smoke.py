@@ -1,0 +1,48 @@
+"""The benchmark suite, run once in its smallest form: it must run end to end and write
+well-formed results. Nothing here looks at speed (performance lives in bench/, not in tests)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(120)
+def test_bench_runs_without_peers_and_writes_results(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--no-peers", "--no-chart", "--runs", "1", "--scale", "0.005",
+         "--name", "smoke", "--out", str(tmp_path)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=110,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+
+    doc = json.loads((tmp_path / "smoke.json").read_text())
+    assert doc["plan"]["runs"] == 1
+    assert {"machine", "python", "versions", "commit"} <= set(doc["meta"])
+    figures = {(f["workload"], f["subject"], f["metric"]): f for f in doc["figures"]}
+    for workload, subject, metric in [
+        ("D", "ceiling: split lines", "updates/s"),
+        ("D", "ceiling: json.loads", "updates/s"),
+        ("D", "ceiling: msgspec Structs", "updates/s"),
+        ("A", "acp_lite", "updates/s"),
+        ("A", "acp_lite", "peak RSS MB"),
+        ("B", "acp_lite", "updates/s"),
+        ("C", "bare ping-pong", "requests/s (sequential)"),
+        ("C", "acp_lite", "requests/s (8 in flight)"),
+        ("C", "acp_lite", "p99 µs (sequential)"),
+        ("E", "acp_lite, 1 MB updates", "MB/s"),
+        ("E", "acp_lite, 16 sessions at once", "updates/s"),
+        ("E", "acp_lite, host-thread delivery", "updates/s"),
+    ]:
+        figure = figures[(workload, subject, metric)]
+        summary = figure["summary"]
+        assert len(figure["runs"]) == 1 and summary["n"] == 1
+        assert 0 < summary["min"] <= summary["median"] <= summary["max"]
+    assert all(t["measured"] is not None for t in doc["targets"] if "SDK" not in t["target"])
+
+    table = (tmp_path / "smoke.md").read_text()
+    assert table.startswith("# Benchmark results: smoke")
+    assert "| acp_lite | updates/s |" in table and "## Targets from issue 6" in table
