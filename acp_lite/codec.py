@@ -195,14 +195,16 @@ def _decoder(type_: Any) -> msgspec.json.Decoder:
 
 
 _T = TypeVar("_T")
+_JsonData = Union[bytes, bytearray, memoryview, str, msgspec.Raw]
 
 
 @overload
-def decode(data: Union[bytes, bytearray, memoryview, str], type_: Type[_T]) -> _T: ...
+def decode(data: _JsonData, type_: Type[_T]) -> _T: ...
 @overload
-def decode(data: Union[bytes, bytearray, memoryview, str], type_: Any) -> Any: ...
-def decode(data: Union[bytes, bytearray, memoryview, str], type_: Any) -> Any:
-    """Decode JSON ``data`` into ``type_``: strictly if it is valid, leniently if it is not.
+def decode(data: _JsonData, type_: Any) -> Any: ...
+def decode(data: _JsonData, type_: Any) -> Any:
+    """Decode JSON ``data`` (bytes, str or a ``msgspec.Raw``) into ``type_``: strictly if it is
+    valid, leniently if it is not.
 
     Raises ``ParseError`` when ``data`` is not JSON and ``SchemaError`` when it does not fit the
     type even leniently. Any thread.

@@ -272,6 +272,16 @@ def test_null_reads_as_an_empty_object_where_nothing_is_required(fallbacks):
         codec.decode(b"null", s.PromptResponse)
 
 
+def test_decode_takes_a_raw_payload_left_by_an_envelope_decoder(fallbacks):
+    class Envelope(msgspec.Struct):
+        params: msgspec.Raw
+
+    for update, cls in ((b'{"sessionUpdate":"plan","entries":[]}', s.Plan), (b'{"sessionUpdate":"notice"}', UnknownVariant)):
+        envelope = msgspec.json.decode(b'{"params":{"sessionId":"s","update":' + update + b"}}", type=Envelope)
+        assert type(codec.decode(envelope.params, s.SessionNotification).update) is cls
+    assert [f.kind for f in fallbacks] == ["unknown-variant"]
+
+
 def test_convert_takes_parsed_values_with_the_same_rules(fallbacks):
     update = codec.convert({"sessionUpdate": "agent_message_chunk", "content": TEXT}, s.SessionUpdate)
     assert update == s.AgentMessageChunk(content=s.TextContent(text="hi"))
