@@ -1,0 +1,114 @@
+"""The protocol scenarios of test_vendor_scenarios.py, run against the package in this process and
+against a freshly built single file in a process where only the standard library, msgspec and
+that file (as ``my_plugin._acp``) can be imported."""
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import acp_lite
+import test_vendor_scenarios as scenarios
+from acp_lite import vendor
+
+VENDORED_NAME = "my_plugin._acp"
+
+REQUIREMENTS = {
+    "lifecycle": (
+        "ACP-V1-INIT-AGENT-RESPONSE",
+        "ACP-V1-SETUP-NEW-SESSION-ID",
+        "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
+        "ACP-V1-PROMPT-PERMISSION-MAY",
+        "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
+    ),
+    "cancellation": ("ACP-V1-PROMPT-CLIENT-CANCEL-MAY", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON"),
+    "bad_input": ("ACP-V1-SCHEMA-ERROR-OBJECT", "ACP-V1-JSONRPC-RESPONSE-ID-ECHO"),
+    "codec_round_trip": ("ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS",),
+}
+
+
+@pytest.fixture(scope="module")
+def isolated(tmp_path_factory):
+    """A directory holding ``my_plugin/_acp.py`` (freshly built) and one holding only msgspec;
+    returns a function running Python with exactly those two on its path."""
+    root = tmp_path_factory.mktemp("plugin_root")
+    (root / "my_plugin").mkdir()
+    (root / "my_plugin" / "__init__.py").write_text("")
+    vendor.build(root / "my_plugin" / "_acp.py")
+    deps = tmp_path_factory.mktemp("deps")
+    (deps / "msgspec").symlink_to(Path(msgspec.__file__).parent, target_is_directory=True)
+
+    def run(*args):
+        # -S: no site-packages, so neither the installed acp_lite nor anything else is importable.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(deps)]), "PYTHONDONTWRITEBYTECODE": "1"}
+        return subprocess.run([sys.executable, "-S", *args], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+
+    run.vendored_file = root / "my_plugin" / "_acp.py"
+    return run
+
+
+def scenario_params():
+    return [pytest.param(name, marks=pytest.mark.req(*REQUIREMENTS[name])) for name in scenarios.SCENARIOS]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("scenario", scenario_params())
+def test_scenario_against_the_package(scenario):
+    scenarios.SCENARIOS[scenario](scenarios.load("acp_lite"))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("scenario", scenario_params())
+def test_scenario_against_the_single_file(isolated, scenario):
+    done = isolated(scenarios.__file__, VENDORED_NAME, scenario)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1:] == ["ok"], done.stdout + done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_single_file_process_cannot_import_the_package(isolated):
+    done = isolated("-c", "import acp_lite")
+    assert done.returncode == 1 and "No module named 'acp_lite'" in done.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="needs sys.stdlib_module_names (3.10)")
+def test_single_file_imports_only_the_standard_library_and_msgspec(isolated):
+    roots = set()
+    for node in ast.walk(ast.parse(isolated.vendored_file.read_text())):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"relative import left at line {node.lineno}"
+            roots.add(node.module.split(".")[0])
+    assert roots - sys.stdlib_module_names == {"msgspec"}
+
+    # And at run time: what importing it loads.
+    done = isolated("-c", f"import sys, {VENDORED_NAME}; print(sorted(sys.modules))")
+    assert done.returncode == 0, done.stderr
+    loaded = {name.split(".")[0] for name in ast.literal_eval(done.stdout)}
+    assert loaded - sys.stdlib_module_names - {"__main__"} == {"msgspec", "my_plugin"}
+
+
+@pytest.mark.timeout(60)
+def test_single_file_offers_the_package_api(isolated):
+    """The package's exports are names of the file, and each module object holds names its
+    package module has."""
+    spec = importlib.util.spec_from_file_location("acp_single_file_under_test", isolated.vendored_file)
+    single = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = single  # msgspec resolves annotations through sys.modules
+    try:
+        spec.loader.exec_module(single)
+        assert [name for name in acp_lite.__all__ if not hasattr(single, name)] == []
+        assert single.Agent is single.agent.Agent and single.RemoteAgent is single.client.RemoteAgent
+        for module_name in ("schema", "updates", "errors", "codec", "rpc", "wire", "agent", "client"):
+            package_module = scenarios.load(f"acp_lite.{module_name}")
+            exposed = [n for n in vars(getattr(single, module_name)) if not n.startswith("__")]
+            assert exposed and [n for n in exposed if not hasattr(package_module, n)] == [], module_name
+        assert single.schema.NewSessionResponse(session_id="s1").session_id == "s1"
+        assert single.errors.ParseError("bad").code == -32700
+    finally:
+        del sys.modules[spec.name]
