@@ -173,8 +173,12 @@ def _read_text(real: Path, path: str, line: Optional[int], limit: Optional[int],
         fd = os.open(real, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK)
     except OSError as exc:
         raise _file_error(exc, path) from exc
-    with os.fdopen(fd, "rb") as file:
+    try:
         _require_regular_file(os.fstat(fd), path)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as file:
         try:
             data = _select_lines(file, line or 1, limit, max_bytes)
         except OSError as exc:
