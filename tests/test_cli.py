@@ -1,0 +1,469 @@
+"""The command-line tool, run as a subprocess: ``python -m acp_lite run | tap | validate``.
+
+Agents are ``examples/agent.py`` (the mock coding agent) and small inline scripts that speak raw
+JSON lines, so that the tool meets agents that misbehave in exactly one way. Every process a test
+starts is stopped by the ``launched`` fixture, whatever the test's outcome.
+"""
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from acp_lite.client import Client, RemoteAgent
+from acp_lite.updates import select_permission
+
+from conftest import REPO
+
+pytestmark = pytest.mark.skipif(os.name == "nt", reason="signals and ptys are POSIX")
+
+MOCK_AGENT = [sys.executable, str(REPO / "examples" / "agent.py")]
+CLI = [sys.executable, "-m", "acp_lite"]
+ENV = dict(os.environ, PYTHONIOENCODING="utf-8")
+WAIT = 30  # seconds before a wait for output counts as a hang
+
+
+def inline_agent(code):
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def cli(*args, stdin=b"", timeout=WAIT):
+    """Run the tool to completion; (exit status, stdout text, stderr text)."""
+    done = subprocess.run([*CLI, *args], input=stdin, capture_output=True, timeout=timeout, cwd=REPO, env=ENV)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+class Launched:
+    """A running tool process whose stdout and stderr are collected by reader threads as they
+    come (not line by line: the agent's text has no newline until its message ends)."""
+
+    def __init__(self, args, stdin=subprocess.PIPE, read=("stdout", "stderr")):
+        self.proc = subprocess.Popen([*CLI, *args], stdin=stdin, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, cwd=REPO, env=ENV)
+        self.seen = {"stdout": "", "stderr": ""}
+        self.changed = threading.Condition()
+        self.readers = [threading.Thread(target=self._read, args=(name,), daemon=True) for name in read]
+        for reader in self.readers:
+            reader.start()
+
+    def _read(self, name):
+        fd = getattr(self.proc, name).fileno()
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
+            with self.changed:
+                self.seen[name] += chunk.decode()
+                self.changed.notify_all()
+
+    def wait_for(self, name, text):
+        """Wait until ``text`` has appeared on ``name``; a hang fails the test."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: text in self.seen[name], timeout=WAIT):
+                pytest.fail(f"no {text!r} on {name} after {WAIT} s; saw {self.seen}")
+
+    def finish(self):
+        """Wait for the exit; returns the status, with all output collected."""
+        status = self.proc.wait(timeout=WAIT)
+        for reader in self.readers:
+            reader.join(WAIT)
+        return status
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.finish()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def launched():
+    started = []
+
+    def launch(*args, **kwargs):
+        started.append(Launched(args, **kwargs))
+        return started[-1]
+
+    yield launch
+    for process in started:
+        process.stop()
+
+
+# -- run: non-interactive -----------------------------------------------------------------------------
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-TOOLS-CLIENT-AUTO-PERMISSION-MAY", "ACP-V1-TRANSPORT-CLIENT-STDERR-MAY")
+def test_run_without_a_tty_prints_agent_text_to_stdout_and_rejects_permission():
+    status, out, err = cli("run", "--", *MOCK_AGENT, stdin=b"hello\n\nsecond prompt\n")
+    assert status == 0, err
+    # Agent text only on stdout, one line per agent message; everything else on stderr.
+    assert out == ("Analyzing request: hello\nDone (permission: reject_once).\n"
+                   "Analyzing request: second prompt\nDone (permission: reject_once).\n")
+    assert "[agent] ready on stdio" in err  # the agent's own stderr is passed on
+    assert "[tool] Reading configuration file (read): pending" in err
+    assert "[permission] Reading configuration file: reject_once" in err
+    assert "[tool] Reading configuration file (read): completed" in err
+    assert err.count("[turn] stopReason=end_turn") == 2
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-TOOLS-CLIENT-AUTO-PERMISSION-MAY")
+def test_run_yes_allows_with_the_first_allow_option():
+    status, out, err = cli("run", "--yes", "--cwd", str(REPO / "examples"), "--", *MOCK_AGENT, stdin=b"hello\n")
+    assert status == 0, err
+    assert out == "Analyzing request: hello\nDone (permission: allow_once).\n"
+    assert "[permission] Reading configuration file: allow_once (--yes)" in err
+    assert f"in {REPO / 'examples'}" in err  # the session's cwd
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY", "ACP-V1-PROMPT-CLIENT-MARK-CANCELLED")
+def test_run_ctrl_c_cancels_the_running_turn_and_the_session_goes_on(launched):
+    tool = launched("run", "--", *MOCK_AGENT)
+    tool.proc.stdin.write(b"wait for it\n")
+    tool.proc.stdin.flush()
+    tool.wait_for("stdout", "Long analysis in progress")
+    tool.proc.send_signal(signal.SIGINT)
+    tool.wait_for("stderr", "[turn] stopReason=cancelled")
+    tool.proc.stdin.write(b"hello\n")
+    tool.proc.stdin.close()
+    assert tool.finish() == 0
+    assert "^C cancelling the turn" in tool.seen["stderr"]
+    assert tool.seen["stdout"].endswith("Done (permission: reject_once).\n")
+
+
+# Answers initialize and session/new, then never ends a turn, cancelled or not.
+STUBBORN_AGENT = """
+    import json, sys
+    for line in sys.stdin:
+        message = json.loads(line)
+        if message.get("method") == "initialize":
+            result = {"protocolVersion": 1, "agentCapabilities": {}}
+        elif message.get("method") == "session/new":
+            result = {"sessionId": "s1"}
+        else:
+            print("stubborn agent: got", message.get("method"), file=sys.stderr, flush=True)
+            continue
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY")
+def test_run_second_ctrl_c_exits_when_the_agent_ignores_the_cancel(launched):
+    tool = launched("run", "--", *inline_agent(STUBBORN_AGENT))
+    tool.wait_for("stderr", "[session] s1")
+    tool.proc.stdin.write(b"do something\n")
+    tool.proc.stdin.flush()
+    tool.wait_for("stderr", "stubborn agent: got session/prompt")
+    tool.proc.send_signal(signal.SIGINT)
+    tool.wait_for("stderr", "^C cancelling the turn")
+    tool.proc.send_signal(signal.SIGINT)
+    assert tool.finish() == 130
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY", "ACP-V1-PROMPT-CLIENT-RESPOND-PENDING-PERMISSIONS")
+def test_run_on_a_terminal_asks_the_permission_question(launched):
+    master, slave = os.openpty()
+    try:
+        tool = launched("run", "--", *MOCK_AGENT, stdin=slave)
+        os.write(master, b"hello\n")
+        tool.wait_for("stderr", "choose 1-2")
+        assert "  1) Allow once (allow_once)\n" in tool.seen["stderr"]
+        os.write(master, b"1\n")
+        tool.wait_for("stdout", "Done (permission: allow_once).")
+        tool.wait_for("stderr", "[turn] stopReason=end_turn")
+        # Cancelling while the question is open answers it for us and ends the turn.
+        os.write(master, b"again\n")
+        tool.wait_for("stderr", "choose 1-2")
+        os.write(master, b"\n")  # Enter: cancel the turn
+        tool.wait_for("stderr", "[turn] stopReason=cancelled")
+        os.write(master, b"\x04")  # Ctrl-D at the prompt: quit
+        assert tool.finish() == 0
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+# -- run: failing agents --------------------------------------------------------------------------
+
+def test_run_without_an_agent_command_is_a_usage_error():
+    status, out, err = cli("run", "--yes")
+    assert status == 2
+    assert "missing agent command" in err and "run [options] -- AGENT_CMD" in err
+
+
+def test_run_with_an_agent_that_cannot_be_found():
+    status, out, err = cli("run", "--", "no-such-agent-anywhere")
+    assert status == 127
+    assert "no-such-agent-anywhere" in err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-TRANSPORT-CLIENT-STDERR-MAY")
+def test_run_with_an_agent_that_exits_at_once_shows_its_stderr_tail():
+    crashing = inline_agent("import sys; sys.stderr.write('fatal: no API key configured\\n'); sys.exit(3)")
+    status, out, err = cli("run", "--", *crashing, stdin=b"hello\n")
+    assert status == 1
+    assert "failed to initialize" in err and "exit code 3" in err
+    assert err.count("fatal: no API key configured") == 1
+    assert out == ""
+
+
+@pytest.mark.timeout(60)
+def test_run_with_an_agent_that_never_answers_initialize_times_out():
+    mute = inline_agent("import sys, time; sys.stderr.write('loading model...\\n'); sys.stderr.flush(); time.sleep(60)")
+    status, out, err = cli("run", "--timeout", "1", "--", *mute, stdin=b"hello\n")
+    assert status == 1
+    assert "did not answer initialize within 1 s" in err
+    assert "loading model..." in err
+
+
+@pytest.mark.timeout(60)
+def test_run_with_an_agent_that_dies_during_a_turn():
+    dying = STUBBORN_AGENT.replace("continue", "sys.exit(4)")
+    status, out, err = cli("run", "--", *inline_agent(dying), stdin=b"hello\n")
+    assert status == 1
+    assert "the session failed" in err and "exit code 4" in err
+
+
+# -- tap ----------------------------------------------------------------------------------------
+
+def read_log(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class TapClient(Client):
+    def session_update(self, params):
+        pass
+
+    def request_permission(self, params):
+        return select_permission("allow_once")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-TRANSPORT-CUSTOM-PRESERVE-FORMAT-AND-LIFECYCLE", "ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
+def test_tap_carries_a_whole_session_and_logs_every_message(tmp_path):
+    log = tmp_path / "tap.jsonl"
+    agent = RemoteAgent.spawn([*CLI, "tap", "--log", str(log), "--", *MOCK_AGENT], TapClient(), cwd=str(REPO))
+    try:
+        agent.initialize(timeout=WAIT)
+        session_id = agent.new_session(str(tmp_path)).session_id
+        assert agent.prompt(session_id, "hello", timeout=WAIT).stop_reason == "end_turn"
+    finally:
+        agent.close()
+    assert agent.process.returncode() == 0  # the agent's status, after EOF went through
+    entries = read_log(log)
+    assert all(set(entry) == {"dir", "t", "msg", "flags"} and entry["flags"] == [] for entry in entries)
+    assert [e["t"] for e in entries] == sorted(e["t"] for e in entries)
+    calls = [(e["dir"], e["msg"].get("method") or f"response {e['msg']['id']}") for e in entries]
+    assert calls[:2] == [("client->agent", "initialize"), ("agent->client", "response 1")]
+    permission = calls.index(("agent->client", "session/request_permission"))
+    asked_id = entries[permission]["msg"]["id"]
+    # Cause before effect, although each direction is read by its own thread.
+    assert calls.index(("client->agent", f"response {asked_id}")) > permission
+    assert calls[-1] == ("agent->client", "response 3")
+    status, out, err = cli("validate", str(log))
+    assert status == 0, out
+    assert out.splitlines()[-1] == f"{len(entries)} messages, 0 invalid"
+
+
+# Writes a banner (not JSON) on stdout and a line on stderr, then echoes stdin byte for byte.
+ECHO_AGENT = """
+    import os, sys
+    os.write(1, b"Echo agent v0 starting\\n")
+    os.write(2, b"echo agent: logging to stderr\\n")
+    while True:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            sys.exit(5)
+        os.write(1, chunk)
+"""
+
+
+def read_available(fd, want):
+    """Read from ``fd`` until ``want`` bytes came or EOF; a hang fails the test."""
+    data = b""
+    while len(data) < want:
+        ready, _, _ = select.select([fd], [], [], WAIT)
+        assert ready, f"no output for {WAIT} s after {data!r}"
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req(
+    "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",
+    "ACP-V1-TRANSPORT-UTF8",
+    "ACP-V1-JSONRPC-RESPONSE-SAME-ID",
+    "ACP-V1-TRANSPORT-AGENT-STDERR-MAY",
+)
+def test_tap_forwards_bytes_unchanged_and_at_once_and_flags_what_is_not_acp(tmp_path, launched):
+    log = tmp_path / "tap.jsonl"
+    tool = launched("tap", "--log", str(log), "--", *inline_agent(ECHO_AGENT), read=())  # read here, raw
+    out = tool.proc.stdout.fileno()
+    banner = b"Echo agent v0 starting\n"
+    first = b'{"jsonrpc": "2.0",  "method":'
+    tool.proc.stdin.write(first)
+    tool.proc.stdin.flush()
+    # Half a message comes through before its newline is even written.
+    assert read_available(out, len(banner) + len(first)) == banner + first
+    rest = b' "_x/ping", "params": {"s": "caf\\u00e9"}}\n\xff\xfe not utf-8\n{"jsonrpc":"2.0","id":7,"result":{}}'
+    tool.proc.stdin.write(rest)
+    tool.proc.stdin.close()  # EOF goes through: the agent exits with 5, and so does tap
+    assert read_available(out, 1 << 20) == rest
+    assert tool.proc.wait(timeout=WAIT) == 5
+    assert b"echo agent: logging to stderr" in tool.proc.stderr.read()
+    entries = read_log(log)
+    upstream = [e for e in entries if e["dir"] == "client->agent"]
+    downstream = [e for e in entries if e["dir"] == "agent->client"]
+    assert downstream[0]["raw"] == "Echo agent v0 starting" and downstream[0]["flags"][0].startswith("not-json:")
+    for side in (upstream, downstream[1:]):
+        ping, garbage, response = side
+        assert ping["msg"]["params"] == {"s": "café"} and ping["flags"] == []
+        assert garbage["raw"] == "\ufffd\ufffd not utf-8" and garbage["flags"][0].startswith("not-json:")
+        assert response["flags"] == [
+            "unknown-id: no request with id 7 is pending",
+            "unterminated: the stream ended before this line's newline",
+        ]
+
+
+# Answers initialize without capabilities, then calls fs/read_text_file and sends a malformed update.
+OVERREACHING_AGENT = """
+    import json, sys
+    def send(message):
+        print(json.dumps(dict(message, jsonrpc="2.0")), flush=True)
+    for line in sys.stdin:
+        message = json.loads(line)
+        if message.get("method") == "initialize":
+            send({"id": message["id"], "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+            send({"id": "a1", "method": "fs/read_text_file", "params": {"sessionId": "s1", "path": "/etc/hosts"}})
+            update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": 5}}
+            send({"method": "session/update", "params": {"sessionId": "s1", "update": update}})
+        elif "method" in message:
+            send({"id": message["id"], "error": {"code": -32601, "message": "not supported"}})
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req(
+    "ACP-V1-FS-AGENT-NO-CALL-WITHOUT-CAPABILITY",
+    "ACP-V1-SETUP-CLIENT-NO-LOAD-WITHOUT-CAPABILITY",
+    "ACP-V1-INIT-OMITTED-UNSUPPORTED",
+)
+def test_tap_flags_schema_errors_and_calls_of_capabilities_not_advertised(tmp_path, launched):
+    log = tmp_path / "tap.jsonl"
+    tool = launched("tap", "--log", str(log), "--", *inline_agent(OVERREACHING_AGENT))
+    send = lambda message: tool.proc.stdin.write(json.dumps(dict(message, jsonrpc="2.0")).encode() + b"\n")
+    send({"id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}})
+    tool.proc.stdin.flush()
+    tool.wait_for("stdout", "session/update")
+    send({"id": 1, "method": "session/load", "params": {"sessionId": "s1", "cwd": "/", "mcpServers": []}})
+    send({"id": "a1", "error": {"code": -32601, "message": "no file system here"}})
+    tool.proc.stdin.close()
+    tool.wait_for("stdout", '"id": 1')
+    assert tool.finish() == 0
+    flags = {(e["dir"], e["msg"].get("method") or e["msg"]["id"]): e["flags"] for e in read_log(log)}
+    assert flags[("agent->client", "fs/read_text_file")] == [
+        "not-advertised: fs/read_text_file needs clientCapabilities.fs.readTextFile, which the client did not advertise"
+    ]
+    assert flags[("agent->client", "session/update")] == [
+        "schema-invalid: Expected `str`, got `int` at $.params.update.content.text"
+    ]
+    assert flags[("client->agent", "session/load")] == [
+        "not-advertised: session/load needs agentCapabilities.loadSession, which the agent did not advertise"
+    ]
+    assert flags[("client->agent", "a1")] == [] and flags[("agent->client", 1)] == []
+
+
+def test_tap_without_an_agent_command_is_a_usage_error(tmp_path):
+    status, out, err = cli("tap", "--log", str(tmp_path / "log"))
+    assert status == 2 and "missing agent command" in err
+
+
+# -- validate -------------------------------------------------------------------------------------
+
+GOOD_CAPTURE = [
+    {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}}}},
+    {"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}}},
+    {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/work", "mcpServers": []}},
+    {"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s1"}},
+    {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": "s1", "prompt": [{"type": "text", "text": "hi"}]}},
+    {"jsonrpc": "2.0", "id": "r1", "method": "fs/read_text_file", "params": {"sessionId": "s1", "path": "/work/a.txt"}},
+    {"jsonrpc": "2.0", "id": "r1", "result": {"content": "hello"}},
+    {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hi!"}}}},
+    {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}},
+    {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "cancelled"}},
+]
+
+
+def ndjson(messages):
+    return "".join(json.dumps(message) + "\n" for message in messages).encode()
+
+
+@pytest.mark.req("ACP-V1-SCHEMA-INITIALIZE-SHAPE", "ACP-V1-SCHEMA-CANCEL-NOTIFICATION-SHAPE")
+def test_validate_accepts_a_good_capture_from_stdin_inferring_directions():
+    status, out, err = cli("validate", stdin=ndjson(GOOD_CAPTURE))
+    assert status == 0, out
+    lines = out.splitlines()
+    assert lines[1] == "line 2: ok agent->client response initialize id=0"
+    assert lines[5] == "line 6: ok agent->client request fs/read_text_file id='r1'"
+    assert lines[6] == "line 7: ok client->agent response fs/read_text_file id='r1'"
+    assert lines[-1] == "10 messages, 0 invalid"
+
+
+@pytest.mark.req(
+    "ACP-V1-JSONRPC-VERSION-MEMBER",
+    "ACP-V1-JSONRPC-RESPONSE-SAME-ID",
+    "ACP-V1-SCHEMA-CANCEL-NOTIFICATION-SHAPE",
+    "ACP-V1-SCHEMA-REQUEST-PERMISSION-SHAPE",
+)
+def test_validate_reports_each_invalid_message_with_its_path(tmp_path):
+    bad = GOOD_CAPTURE[:3] + [
+        {"jsonrpc": "2.0", "id": 1, "result": {"session": "s1"}},  # sessionId missing
+        {"jsonrpc": "1.0", "method": "session/cancel", "params": {"sessionId": "s1"}},
+        {"jsonrpc": "2.0", "id": 9, "method": "session/cancel", "params": {"sessionId": "s1"}},
+        {"jsonrpc": "2.0", "id": 5, "method": "session/request_permission", "params": {"sessionId": "s1", "toolCall": {"toolCallId": "t"}, "options": [{"optionId": "a", "name": "A", "kind": "maybe"}]}},
+        {"jsonrpc": "2.0", "id": 42, "result": {}},
+    ]
+    capture = tmp_path / "capture.ndjson"
+    capture.write_bytes(ndjson(bad) + b"Server started on stdout\n")
+    status, out, err = cli("validate", str(capture))
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[:3] == [f"line {n}: ok" + rest for n, rest in (
+        (1, " client->agent request initialize id=0"),
+        (2, " agent->client response initialize id=0"),
+        (3, " client->agent request session/new id=1"),
+    )]
+    assert lines[3] == ("line 4: INVALID agent->client response session/new id=1: "
+                        "schema-invalid: Object missing required field `sessionId` at $.result")
+    assert lines[4] == 'line 5: INVALID client->agent notification session/cancel: not-json-rpc: "jsonrpc" must be "2.0"'
+    assert lines[5].endswith("not-json-rpc: session/cancel must be sent as a notification (no id)")
+    assert lines[6].startswith("line 7: INVALID agent->client request session/request_permission id=5: schema-invalid: ")
+    assert lines[6].endswith(" at $.params.options[0].kind")
+    assert lines[7] == "line 8: INVALID direction? response id=42: unknown-id: no request with id 42 is pending"
+    assert lines[8].startswith("line 9: INVALID direction? garbage: not-json: ")
+    assert lines[-1] == "9 messages, 6 invalid"
+
+
+def test_validate_notes_what_it_tolerates_without_failing():
+    unknown_update = {"jsonrpc": "2.0", "method": "session/update",
+                      "params": {"sessionId": "s1", "update": {"sessionUpdate": "brand_new_kind"}}}
+    status, out, err = cli("validate", stdin=ndjson([unknown_update]))
+    assert status == 0
+    assert out.splitlines()[0] == ("line 1: ok agent->client notification session/update: tolerated: unknown-variant "
+                                   "at $.params.update (sessionUpdate 'brand_new_kind' is not known to this version)")
+
+
+def test_validate_of_a_missing_file_is_a_usage_error(tmp_path):
+    status, out, err = cli("validate", str(tmp_path / "absent.ndjson"))
+    assert status == 2 and "cannot read" in err
