@@ -1,9 +1,10 @@
 """The protocol scenarios of test_vendor_scenarios.py, run against the package in this process and
 against a freshly built single file in a process where only the standard library, msgspec and
-that file (as ``my_plugin._acp``) can be imported."""
+that file (as ``my_plugin._acp``) can be imported; and the plugin skeleton of examples/plugin."""
 import ast
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import test_vendor_scenarios as scenarios
 from acp_lite import vendor
 
 VENDORED_NAME = "my_plugin._acp"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 REQUIREMENTS = {
     "lifecycle": (
@@ -32,20 +34,31 @@ REQUIREMENTS = {
 
 
 @pytest.fixture(scope="module")
-def isolated(tmp_path_factory):
-    """A directory holding ``my_plugin/_acp.py`` (freshly built) and one holding only msgspec;
-    returns a function running Python with exactly those two on its path."""
+def msgspec_only(tmp_path_factory):
+    """A directory holding nothing but msgspec."""
+    deps = tmp_path_factory.mktemp("deps")
+    (deps / "msgspec").symlink_to(Path(msgspec.__file__).parent, target_is_directory=True)
+    return deps
+
+
+def run_isolated(path, args, cwd):
+    """Run Python with only the standard library and the directories ``path`` importable."""
+    # -S: no site-packages, so neither the installed acp_lite nor anything else is importable.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path)), "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-S", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def isolated(tmp_path_factory, msgspec_only):
+    """Runs Python where ``my_plugin._acp`` (freshly built) and msgspec are all that can be
+    imported beyond the standard library."""
     root = tmp_path_factory.mktemp("plugin_root")
     (root / "my_plugin").mkdir()
     (root / "my_plugin" / "__init__.py").write_text("")
     vendor.build(root / "my_plugin" / "_acp.py")
-    deps = tmp_path_factory.mktemp("deps")
-    (deps / "msgspec").symlink_to(Path(msgspec.__file__).parent, target_is_directory=True)
 
     def run(*args):
-        # -S: no site-packages, so neither the installed acp_lite nor anything else is importable.
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(deps)]), "PYTHONDONTWRITEBYTECODE": "1"}
-        return subprocess.run([sys.executable, "-S", *args], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+        return run_isolated([root, msgspec_only], args, cwd=root)
 
     run.vendored_file = root / "my_plugin" / "_acp.py"
     return run
@@ -112,3 +125,27 @@ def test_single_file_offers_the_package_api(isolated):
         assert single.errors.ParseError("bad").code == -32700
     finally:
         del sys.modules[spec.name]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-PROMPT-PERMISSION-MAY", "ACP-V1-PROMPT-CLIENT-CANCEL-MAY", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON")
+def test_plugin_skeleton_on_a_synchronous_host(tmp_path, msgspec_only):
+    """examples/plugin with its vendored file built in, its host loop pumping on the main thread,
+    against examples/agent.py (which runs on the installed package)."""
+    plugin = tmp_path / "plugin"
+    shutil.copytree(EXAMPLES / "plugin", plugin, ignore=shutil.ignore_patterns("_acp.py", "__pycache__"))
+    vendor.build(plugin / "acp_plugin" / "_acp.py")
+    agent = [sys.executable, str(EXAMPLES / "agent.py")]  # a plain interpreter: site-packages and all
+    done = run_isolated([msgspec_only], [str(plugin / "host.py"), "--", *agent], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        "[dialog] Allow Reading configuration file? ['Allow once', 'Reject once'] -> Allow once",
+        "[panel] > Check this project for configuration issues",
+        "[panel] Analyzing request: Check this project for configuration issues",
+        "[panel] [tool] Reading configuration file: pending",
+        "[panel] [tool] Reading configuration file: completed",
+        "[panel] Done (permission: allow_once).",
+        "[panel] > wait: slow full-repo analysis",
+        "[panel] Long analysis in progress\u2026",
+        "[stop] end_turn cancelled",
+    ]
