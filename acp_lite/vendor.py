@@ -6,8 +6,8 @@ writes one module holding the whole runtime and every ACP v1 type. It imports on
 library and msgspec, and works under any module name, inside any package. Users of the file write
 ``from my_plugin import _acp`` and then ``_acp.Agent``, ``_acp.RemoteAgent``, ``_acp.schema.X``,
 ``_acp.updates.text_chunk(...)``: every top-level name of every module is a name of the file, and
-each module is also there as a small read-only module object of the same name holding its public
-names (its ``__all__`` when it has one), so code written against the package keeps reading the same.
+each module is also there as a module object of the same name holding its public names (its
+``__all__`` when it has one), so code written against the package reads the same.
 
 How the file is made, and the rules it relies on (the package keeps them so this can stay dumb):
 
@@ -23,7 +23,8 @@ How the file is made, and the rules it relies on (the package keeps them so this
   applies to the whole file, which is harmless: every name an annotation uses is a global of it,
   where msgspec and ``typing`` look them up.
 * A top-level name bound by two modules (or a module name colliding with a top-level name) fails
-  the build: in one namespace the later one would silently replace the earlier.
+  the build: in one namespace the later one would silently replace the earlier. So do subpackages
+  and ``__file__``, which one file cannot reproduce.
 
 The header names the acp_lite version and the commit the file was built from. Build-time only:
 this module is not part of the vendored file and runs on the developer's interpreter.
@@ -129,6 +130,9 @@ def source_commit() -> str:
 
 
 def _module_paths() -> List[Path]:
+    subpackages = sorted(p.parent.name for p in PACKAGE_DIR.glob("*/__init__.py"))
+    if subpackages:
+        raise VendorError(f"{PACKAGE_NAME}: subpackages cannot be vendored: {subpackages}")
     return sorted(p for p in PACKAGE_DIR.glob("*.py") if p.stem not in _NOT_VENDORED)
 
 
@@ -163,6 +167,9 @@ def _parse_module(path: Path) -> _ParsedModule:
             removed.append(node)
         else:
             defines |= _bound_names(node)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "__file__":
+            raise VendorError(f"{where}:{node.lineno}: uses __file__, which in one file would name that file")
     # ``global x`` in a function binds a module-level name too.
     defines |= {n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names}
 

@@ -23,6 +23,7 @@ def make_package(root: Path, files: dict, name: str = "toy") -> Path:
     package.mkdir()
     (package / "__init__.py").write_text('"""A toy package."""\n__version__ = "9.9"\n')
     for filename, source in files.items():
+        (package / filename).parent.mkdir(exist_ok=True)
         (package / filename).write_text(textwrap.dedent(source))
     return package
 
@@ -192,6 +193,14 @@ REFUSED = {
     "__all__ that is not a literal": (
         {"a.py": "X = 1\n__all__ = [n for n in ('X',)]\n"},
         "toy/a.py:2: __all__ must be a literal list of names",
+    ),
+    "__file__": (
+        {"a.py": "import os\nHERE = os.path.dirname(__file__)\n"},
+        "toy/a.py:2: uses __file__",
+    ),
+    "a subpackage": (
+        {"sub/__init__.py": "X = 1\n"},
+        "toy: subpackages cannot be vendored: ['sub']",
     ),
     "__all__ naming nothing": (
         {"a.py": "X = 1\n__all__ = ['X', 'Y']\n"},
