@@ -1,7 +1,7 @@
 """Draw the throughput chart of a results file: python chart.py RESULTS.json OUT.png
 
 Runs in the peers' venv, the one place matplotlib is installed. One panel per headline figure
-(A and D together, B, C sequential, C in flight); a bar per subject at its median, with a
+(A and D together, B, C sequential, C in flight, E's payload sizes); a bar per subject at its median, with a
 whisker from min to max.
 """
 import json
@@ -28,6 +28,7 @@ def panels(doc):
         ("B. Agent send: updates/s", pick("B", "updates/s")),
         ("C. Round trips/s, sequential", pick("C", "requests/s (sequential)")),
         (f"C. Round trips/s, {inflight} in flight", pick("C", f"requests/s ({inflight} in flight)")),
+        ("E. MB/s by update size", [f for f in pick("E", "MB/s") if f["subject"].endswith("B updates")]),
     ]
 
 
@@ -61,7 +62,7 @@ def main(src, dst):
     meta, plan = doc["meta"], doc["plan"]
     fig.suptitle(f"acp_lite bench ({meta['name']}): median of {plan['runs']} runs, whiskers min–max\n"
                  f"{meta['machine']}", fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(dst, dpi=110)
 
 

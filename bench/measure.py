@@ -5,8 +5,16 @@ from typing import List
 
 
 def peak_rss_kb() -> int:
-    """This process's peak resident set size so far, in KiB (Linux's unit for ru_maxrss)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """This process's peak resident set size so far, in KiB.
+
+    Read from /proc (VmHWM) where it exists: ``ru_maxrss`` would also count the parent's pages
+    this process shared between fork and exec, so a big harness would inflate a small client.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def round_trips(latencies: List[float], seconds: float) -> dict:

@@ -8,7 +8,7 @@
 // the SDK is installed in bench/.peers/node, beside this script rather than above it. Each client
 // prints one JSON object on stdout, with the same keys as raw.py.
 import { spawn } from "node:child_process";
-import { closeSync, openSync, readSync } from "node:fs";
+import { closeSync, openSync, readFileSync, readSync } from "node:fs";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 
@@ -24,7 +24,14 @@ const agentArgv = split < 0 ? [] : rest.slice(split + 1);
 const DISTINCT_UPDATES = 1000;
 
 function rssKb() {
-  return process.resourceUsage().maxRSS;
+  // VmHWM, as measure.peak_rss_kb reads it: maxRSS would count pages shared with the parent
+  // between fork and exec.
+  try {
+    const status = readFileSync("/proc/self/status", "utf8");
+    return Number(/VmHWM:\s+(\d+)/.exec(status)[1]);
+  } catch {
+    return process.resourceUsage().maxRSS;
+  }
 }
 
 function spawnAgent() {

@@ -156,14 +156,18 @@ def receive(mode: str, argv: List[str]) -> dict:
     session_id = agent.open_session()
     lines = 0
     nbytes = len(agent.buf)
-    tail = agent.buf
+    unfinished = [agent.buf]  # the pieces of a line still being read
     started = time.perf_counter()
     agent.send("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]})
     while True:
         data = agent.read()
         nbytes += len(data)
-        parts = (tail + data).split(b"\n")
-        tail = parts.pop()
+        if b"\n" not in data:  # the middle of a large message: copy it once, when it ends
+            unfinished.append(data)
+            continue
+        unfinished.append(data)
+        parts = b"".join(unfinished).split(b"\n")
+        unfinished = [parts.pop()]
         if decode is not None:
             for line in parts:
                 decode(line)

@@ -92,8 +92,10 @@ def markdown(doc: dict) -> str:
              f"acp_lite {meta['versions'].get('acp_lite')} (commit {meta['commit']}) · "
              + " · ".join(f"{k} {v}" for k, v in meta["versions"].items() if k != "acp_lite"), "",
              f"Median (min–max) over {plan['runs']} runs; ratios are taken run by run. "
-             f"Workload A/D: {plan['updates']:,} updates per turn; B: {plan['updates']:,}; "
-             f"C: {plan['requests']:,} requests.", ""]
+             f"A, B, D: {plan['updates']:,} updates per turn; C: {plan['requests']:,} requests; E: "
+             + ", ".join(f"{n:,} updates of {size} B" for size, n in plan["sizes"].items())
+             + f", {plan['sessions']} sessions sharing {plan['updates']:,} updates, "
+             f"{plan['flat'][0]:,} vs {plan['flat'][1]:,} updates for memory.", ""]
     for workload in "ADBCE":
         rows = [f for f in doc["figures"] if f["workload"] == workload]
         if not rows:
