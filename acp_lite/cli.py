@@ -19,22 +19,26 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .client import Client, RemoteAgent
+from .client import RemoteAgent
 from .errors import AcpError, CallTimeout, ConnectionClosed
 from .schema import (
     AgentMessageChunk,
     AgentThoughtChunk,
+    CreateTerminalRequest,
     CurrentModeUpdate,
     Implementation,
     Plan,
+    ReadTextFileRequest,
     RequestPermissionRequest,
     SessionUpdateToolCallUpdate,
     TextContent,
     ToolCall,
+    WriteTextFileRequest,
 )
 from .tap import run_tap
 from .updates import select_permission
 from .wirecheck import DIRECTIONS, WireChecker, WireVerdict, parse_wire_line
+from .workspace import WorkspaceClient
 
 _RUN_CLIENT_INFO = Implementation(name="acp-lite-run", title="acp-lite run", version="0.1.0")
 _INTERRUPTED = 130
@@ -216,14 +220,18 @@ def _content_text(block: Any) -> str:
     return f"[{getattr(block, 'type', 'content')}{' ' + uri if uri else ''}]"
 
 
-class _TerminalClient(Client):
+class _TerminalClient(WorkspaceClient):
     """The editor side of ``run``: shows updates on the screen and hands permission questions to
-    the main thread. ``session_update`` runs on the delivery thread, ``request_permission`` on a
-    worker thread; both only write to the screen or post to ``questions``."""
+    the main thread. File and terminal requests are served by ``WorkspaceClient`` (files only
+    inside the session's roots) and shown on the screen as they are served.
+
+    ``session_update`` runs on the delivery thread, the requests on worker threads; they only
+    write to the screen or post to ``questions``."""
 
     client_info = _RUN_CLIENT_INFO
 
     def __init__(self, screen: _Screen, questions: "queue.SimpleQueue[Any]"):
+        super().__init__()
         self.screen = screen
         self.questions = questions
         self.tool_calls: Dict[str, Dict[str, Any]] = {}  # id -> title, kind, status
@@ -252,6 +260,18 @@ class _TerminalClient(Client):
         if changes or isinstance(update, ToolCall):
             kind = f" ({known['kind']})" if known["kind"] else ""
             self.screen.note(f"[tool] {known['title']}{kind}: {known['status']}")
+
+    def read_text_file(self, params: ReadTextFileRequest) -> Any:
+        self.screen.note(f"[fs] read {params.path}")
+        return super().read_text_file(params)
+
+    def write_text_file(self, params: WriteTextFileRequest) -> Any:
+        self.screen.note(f"[fs] write {params.path}")
+        return super().write_text_file(params)
+
+    def create_terminal(self, params: CreateTerminalRequest) -> Any:
+        self.screen.note(f"[terminal] {' '.join([params.command, *(params.args or ())])}")
+        return super().create_terminal(params)
 
     def request_permission(self, params: RequestPermissionRequest) -> "Future[Any]":
         answer: "Future[Any]" = Future()
@@ -433,6 +453,7 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     finally:
         agent.close()
+        run.client.close()  # the terminals the agent left behind
 
 
 _COMMANDS: Dict[str, CliCommand] = {

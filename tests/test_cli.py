@@ -190,6 +190,57 @@ def test_run_on_a_terminal_asks_the_permission_question(launched):
         os.close(slave)
 
 
+# Serves one turn by writing, reading and trying to read outside the session's root, then
+# reports what it got back.
+FILE_AGENT = """
+    import json, sys
+    def send(message):
+        print(json.dumps(dict(message, jsonrpc="2.0")), flush=True)
+    def reply_to(request_id):
+        for line in sys.stdin:
+            message = json.loads(line)
+            if message.get("id") == request_id and "method" not in message:
+                return message
+    for line in sys.stdin:
+        message = json.loads(line)
+        method = message.get("method")
+        if method == "initialize":
+            send({"id": message["id"], "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+        elif method == "session/new":
+            cwd = message["params"]["cwd"]
+            send({"id": message["id"], "result": {"sessionId": "s1"}})
+        elif method == "session/prompt":
+            seen = []
+            calls = [("write", cwd + "/new.txt"), ("read", cwd + "/new.txt"),
+                     ("read", cwd + "/../outside.txt"), ("write", cwd + "/../outside.txt")]
+            for number, (verb, path) in enumerate(calls):
+                params = {"sessionId": "s1", "path": path}
+                if verb == "write":
+                    params["content"] = "written by the agent\\n"
+                send({"id": number, "method": "fs/%s_text_file" % verb, "params": params})
+                reply = reply_to(number)
+                seen.append(reply["result"].get("content") if "result" in reply else reply["error"]["code"])
+            text = {"type": "text", "text": json.dumps(seen)}
+            send({"method": "session/update", "params": {"sessionId": "s1", "update": {
+                "sessionUpdate": "agent_message_chunk", "content": text}}})
+            send({"id": message["id"], "result": {"stopReason": "end_turn"}})
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-FS-CLIENT-CREATE-FILE", "ACP-V1-PROMPT-TOOLS-MAY-USE-CLIENT-CAPABILITIES")
+def test_run_serves_file_requests_only_inside_the_session_root(tmp_path):
+    root = tmp_path / "project"
+    root.mkdir()
+    (tmp_path / "outside.txt").write_text("secret\n")
+    status, out, err = cli("run", "--cwd", str(root), "--", *inline_agent(FILE_AGENT), stdin=b"edit it\n")
+    assert status == 0, err
+    assert json.loads(out) == [None, "written by the agent\n", -32002, -32002]
+    assert (root / "new.txt").read_text() == "written by the agent\n"
+    assert (tmp_path / "outside.txt").read_text() == "secret\n"
+    assert f"[fs] write {root}/new.txt" in err
+
+
 # -- run: failing agents --------------------------------------------------------------------------
 
 def test_run_without_an_agent_command_is_a_usage_error():
