@@ -88,8 +88,7 @@ def _examples():
                  "ACP-V1-SCHEMA-READ-TEXT-FILE-SHAPE", "ACP-V1-SCHEMA-WRITE-TEXT-FILE-SHAPE",
                  "ACP-V1-SCHEMA-TERMINAL-CREATE-SHAPE", "ACP-V1-SCHEMA-TERMINAL-OUTPUT-SHAPE",
                  "ACP-V1-SCHEMA-ELICITATION-CREATE-SHAPE", "ACP-V1-SCHEMA-LIST-SESSIONS-SHAPE",
-                 "ACP-V1-SCHEMA-CANCEL-NOTIFICATION-SHAPE", "ACP-V1-SCHEMA-EXTENSION-METHOD-NAMES",
-                 "ACP-V1-SCHEMA-ERROR-OBJECT")
+                 "ACP-V1-SCHEMA-CANCEL-NOTIFICATION-SHAPE", "ACP-V1-SCHEMA-ERROR-OBJECT")
 def test_docs_examples_round_trip():
     seen = []
     codec.set_diagnostics_hook(seen.append)

@@ -83,7 +83,6 @@ def test_exported_schema_is_up_to_date(tmp_path):
 # ----- surface ------------------------------------------------------------------------------------
 
 
-@pytest.mark.req("ACP-V1-SCHEMA-EXTENSION-METHOD-NAMES")
 def test_every_upstream_def_has_exactly_one_public_name():
     defs = _upstream_defs()
     assert len(defs) == 170
