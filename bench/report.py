@@ -91,6 +91,9 @@ def markdown(doc: dict) -> str:
              f"{meta['started_utc']} · {meta['machine']} · Python {meta['python']} · "
              f"acp_lite {meta['versions'].get('acp_lite')} (commit {meta['commit']}) · "
              + " · ".join(f"{k} {v}" for k, v in meta["versions"].items() if k != "acp_lite"), "",
+             f"Load average (1 min) {meta['load_average_at_start'][0]:.2f} at the start, "
+             f"{meta['load_average_at_end'][0]:.2f} at the end; anything "
+             "else running shows up as spread between runs.", "",
              f"Median (min–max) over {plan['runs']} runs; ratios are taken run by run. "
              f"A, B, D: {plan['updates']:,} updates per turn; C: {plan['requests']:,} requests; E: "
              + ", ".join(f"{n:,} updates of {size} B" for size, n in plan["sizes"].items())

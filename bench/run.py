@@ -229,6 +229,7 @@ def machine_meta(name: str, peer_list: List[peers.Peer]) -> dict:
     if any(peer.name == "typescript-sdk" for peer in peer_list):
         versions["node"] = _command_output(["node", "--version"])
     return {"name": name, "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_average_at_start": os.getloadavg(),
             "machine": f"{cpu}, {os.cpu_count()} cores{memory}, {platform.platform()}",
             "python": platform.python_version(), "commit": commit, "versions": versions}
 
@@ -273,6 +274,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             shown = "failed" if measured is None else ", ".join(
                 f"{metric} {report._fmt(value)}" for metric, value in measured.items())
             print(f"[run {run + 1}/{runs}] {job.workload} {job.subject}: {shown}", file=sys.stderr)
+    meta["load_average_at_end"] = os.getloadavg()
     doc = report.results_document(meta, plan, figures, make_targets(plan))
     written = report.write(doc, args.out, name)
     if not args.no_chart:
