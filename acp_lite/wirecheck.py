@@ -145,12 +145,12 @@ _NEEDS: Dict[str, Callable[[Any], List[Tuple[str, ...]]]] = {
 }
 
 
-def _id_key(request_id: Any) -> Tuple[str, Any]:
+def _request_id_key(request_id: Any) -> Tuple[str, Any]:
     # 1 and "1" are different ids; the type is part of the key.
     return (type(request_id).__name__, request_id)
 
 
-def _valid_id(value: Any) -> bool:
+def _is_request_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
@@ -198,7 +198,7 @@ class WireChecker:
         if not isinstance(method, str):
             problems.append("not-json-rpc: method must be a string")
             return verdict
-        if is_request and not _valid_id(request_id):
+        if is_request and not _is_request_id(request_id):
             problems.append(f"not-json-rpc: a request id must be a string or a number, not {request_id!r}")
         params = message.get("params")
         if "params" in message and not isinstance(params, (dict, list)):
@@ -206,8 +206,8 @@ class WireChecker:
         if direction is None:
             direction = self._infer_call_direction(method)
             verdict = verdict._replace(direction=direction)
-        if is_request and _valid_id(request_id):
-            self._pending[(direction, _id_key(request_id))] = method
+        if is_request and _is_request_id(request_id):
+            self._pending[(direction, _request_id_key(request_id))] = method
         if method.startswith("_"):
             return verdict
         spec = PROTOCOL_METHODS.get(method)
@@ -259,7 +259,7 @@ class WireChecker:
             if not has_error:
                 problems.append("not-json-rpc: a result with a null id")
             return verdict
-        if not _valid_id(request_id):
+        if not _is_request_id(request_id):
             problems.append(f"not-json-rpc: a response id must be a string or a number, not {request_id!r}")
             return verdict
         candidates = self._answered_requests(request_id, direction)
@@ -276,14 +276,14 @@ class WireChecker:
                 self._check_result(method, message.get("result"), request_direction, attempt)
             outcomes.append(attempt)
         chosen = next((attempt for attempt in outcomes if attempt.valid), outcomes[0])
-        del self._pending[(chosen.direction and _OPPOSITE[chosen.direction], _id_key(request_id))]
+        del self._pending[(chosen.direction and _OPPOSITE[chosen.direction], _request_id_key(request_id))]
         problems.extend(chosen.problems)
         verdict.notes.extend(chosen.notes)
         return verdict._replace(direction=chosen.direction or direction, method=chosen.method)
 
     def _answered_requests(self, request_id: Any, direction: Optional[str]) -> List[Tuple[Optional[str], str]]:
         """The pending requests a response with this id may answer: (request direction, method)."""
-        key = _id_key(request_id)
+        key = _request_id_key(request_id)
         request_directions = [_OPPOSITE[direction]] if direction else list(DIRECTIONS)
         found = [(d, self._pending[(d, key)]) for d in request_directions if (d, key) in self._pending]
         if not found and (None, key) in self._pending:
