@@ -103,6 +103,7 @@ class PromptTurn:
         self.session_id = session_id
         self.client = client
         self.context = context
+        self.started = False  # set once the prompt handler runs
         self._outgoing: Set[Future] = set()
         self._lock = threading.Lock()
         context.cancel_token.add_callback(self._cancel_outgoing)
@@ -349,13 +350,19 @@ class Agent(Peer):
 
 
 class _AgentService:
-    """Binds one ``Agent`` to one connection: routes methods, tracks running turns per session."""
+    """Binds one ``Agent`` to one connection: routes methods, tracks prompt turns per session.
+
+    A turn is registered when its request arrives (in order with notifications), so that a
+    ``session/cancel`` sent right after the prompt finds it even before a worker runs it; a turn
+    cancelled before its handler started is answered ``cancelled`` here, as the handler would.
+    """
 
     def __init__(self, agent: Agent, connection: Connection):
         self.agent = agent
         self.client = RemoteClient(connection)
         agent.client = self.client
         self._turns: Dict[str, Set[PromptTurn]] = {}
+        self._turn_of: Dict[RequestContext, PromptTurn] = {}
         self._lock = threading.Lock()
         wrappers = {
             "initialize": self._initialize,
@@ -364,7 +371,9 @@ class _AgentService:
         }
         if agent.offers("close_session"):
             wrappers["session/close"] = self._close
-        bind_handlers(connection, agent, _AGENT_HANDLERS, AGENT_METHODS, wrappers)
+        bind_handlers(
+            connection, agent, _AGENT_HANDLERS, AGENT_METHODS, wrappers, {"session/prompt": self._prompt_arrived}
+        )
 
     def _initialize(self, params: InitializeRequest, ctx: RequestContext) -> InitializeResponse:
         response = self.agent.initialize(params)
@@ -373,10 +382,30 @@ class _AgentService:
         self.client.protocol_version = response.protocol_version
         return response
 
-    def _prompt(self, params: PromptRequest, ctx: RequestContext) -> PromptResponse:
+    def _prompt_arrived(self, params: PromptRequest, ctx: RequestContext) -> None:
         turn = PromptTurn(params.session_id, self.client, ctx)
         with self._lock:
             self._turns.setdefault(params.session_id, set()).add(turn)
+            self._turn_of[ctx] = turn
+        ctx.cancel_token.add_callback(lambda: self._cancelled_before_start(turn))
+
+    def _cancelled_before_start(self, turn: PromptTurn) -> None:
+        if not turn.started:
+            turn.context.respond(PromptResponse(stop_reason="cancelled"))
+            self._forget(turn)
+
+    def _forget(self, turn: PromptTurn) -> None:
+        with self._lock:
+            self._turn_of.pop(turn.context, None)
+            turns = self._turns.get(turn.session_id, set())
+            turns.discard(turn)
+            if not turns:
+                self._turns.pop(turn.session_id, None)
+
+    def _prompt(self, params: PromptRequest, ctx: RequestContext) -> PromptResponse:
+        with self._lock:
+            turn = self._turn_of[ctx]
+        turn.started = True
         _current_turn.value = turn
         try:
             result = self.agent.prompt(params, turn)
@@ -388,11 +417,7 @@ class _AgentService:
             raise
         finally:
             _current_turn.value = None
-            with self._lock:
-                turns = self._turns.get(params.session_id, set())
-                turns.discard(turn)
-                if not turns:
-                    self._turns.pop(params.session_id, None)
+            self._forget(turn)
         if isinstance(result, str):
             return PromptResponse(stop_reason=result)
         return result

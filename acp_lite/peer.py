@@ -49,14 +49,17 @@ def bind_handlers(
     handler_names: Mapping[str, str],
     method_table: Mapping[str, Any],
     wrappers: Optional[Dict[str, Callable[..., Any]]] = None,
+    arrivals: Optional[Dict[str, Callable[[Any, RequestContext], Any]]] = None,
 ) -> None:
     """Register on ``connection`` every method of ``handler_names`` (wire name -> Python name)
     that ``peer`` offers, decoding params with ``method_table``'s types.
 
     ``wrappers`` replaces the plain call for methods the runtime must take part in (a prompt turn,
-    a cancel); a wrapper is registered whether or not the peer overrides the method.
+    a cancel); a wrapper is registered whether or not the peer overrides the method. ``arrivals``
+    gives requests an ``on_arrival`` hook (see ``Connection.on_request``).
     """
     wrappers = wrappers or {}
+    arrivals = arrivals or {}
     for method, name in handler_names.items():
         spec = method_table[method]
         if method in wrappers:
@@ -70,7 +73,9 @@ def bind_handlers(
         if spec.result_type is None:
             connection.on_notification(method, handler, spec.params_type)
         else:
-            connection.on_request(method, _answering_empty(handler, spec.result_type), spec.params_type)
+            connection.on_request(
+                method, _answering_empty(handler, spec.result_type), spec.params_type, arrivals.get(method)
+            )
 
     def unknown_request(method: str, params: Any, ctx: RequestContext) -> Any:
         if not method.startswith("_"):

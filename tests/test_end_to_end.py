@@ -14,6 +14,9 @@ WAIT = 10.0
 
 
 class Worker(Agent):
+    def __init__(self):
+        self.waiting = threading.Semaphore(0)  # released by each turn that starts waiting
+
     def new_session(self, params):
         return schema.NewSessionResponse(session_id="s")
 
@@ -24,6 +27,7 @@ class Worker(Agent):
             content = self.client.read_text_file(turn.session_id, "/w/f.txt").content
             turn.send(updates.text_chunk(content))
         elif text == "wait":
+            self.waiting.release()
             turn.wait_cancelled(WAIT)
             return "cancelled"
         for i in range(int(text) if text.isdigit() else 0):
@@ -45,9 +49,9 @@ class Editor(Client):
         return schema.ReadTextFileResponse(content=f"contents of {params.path}")
 
 
-def _pair(transports=None):
+def _pair(transports=None, agent=None):
     agent_end, client_end = transports or memory_pair()
-    served = serve(Worker(), agent_end)
+    served = serve(agent or Worker(), agent_end)
     editor = Editor()
     remote = RemoteAgent.connect(client_end, editor)
     remote.initialize()
@@ -90,6 +94,37 @@ def test_closing_the_caller_fails_its_pending_calls_promptly():
         for turn in turns:
             with pytest.raises(ConnectionClosed):
                 turn.result(WAIT)
+    finally:
+        _close(served, remote)
+
+
+@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY")
+def test_cancel_racing_the_end_of_a_turn_always_settles_the_turn():
+    served, remote, _, session = _pair()
+    try:
+        for _ in range(50):
+            turn = remote.prompt_future(session, "3")
+            remote.cancel(session)
+            # The cancel may land before or after the turn ended; either way the turn ends
+            # with a valid stop reason, never an error or a hang.
+            assert turn.result(WAIT).stop_reason in ("end_turn", "cancelled")
+        turn = remote.prompt_future(session, "wait")
+        remote.cancel(session)
+        assert turn.result(WAIT).stop_reason == "cancelled"
+    finally:
+        _close(served, remote)
+
+
+@pytest.mark.req("ACP-V1-CANCEL-INTERNAL-SHOULD")
+def test_an_agent_shutting_down_answers_its_running_turns_cancelled():
+    agent = Worker()
+    served, remote, _, session = _pair(agent=agent)
+    try:
+        turns = [remote.prompt_future(session, "wait") for _ in range(5)]
+        for _ in turns:
+            assert agent.waiting.acquire(timeout=WAIT)
+        served.connection.close()
+        assert [turn.result(WAIT).stop_reason for turn in turns] == ["cancelled"] * 5
     finally:
         _close(served, remote)
 
