@@ -30,7 +30,7 @@ Everything here is pure and may be called from any thread; the diagnostics hook 
 that called ``decode``/``convert``.
 """
 import logging
-from typing import (Annotated, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Type, TypeVar,
+from typing import (Annotated, Any, Callable, Dict, List, Literal, NamedTuple, Optional, Set, Tuple, Type, TypeVar,
                     Union, get_args, get_origin, overload)
 
 import msgspec
@@ -155,7 +155,7 @@ def untagged_union(name: str, *variants: Any, implied: Optional[Dict[str, Any]] 
             tagged[config.tag] = variant
         else:
             untagged.append(variant)
-    classes = tuple(get_origin(v) or v for v in variants)
+    classes = tuple(c for v in variants for c in _runtime_classes(v))
     namespace = {
         "variants": variants,
         "tag_field": tag_field,
@@ -165,6 +165,24 @@ def untagged_union(name: str, *variants: Any, implied: Optional[Dict[str, Any]] 
         "__slots__": (),
     }
     return _UntaggedUnionType(name, (), namespace)
+
+
+def _runtime_classes(type_: Any) -> Tuple[type, ...]:
+    """The classes whose instances a value of ``type_`` may be, for ``isinstance``."""
+    origin = get_origin(type_)
+    if origin is Annotated:
+        return _runtime_classes(get_args(type_)[0])
+    if origin is Union:
+        return tuple(c for member in get_args(type_) for c in _runtime_classes(member))
+    if origin is Literal:
+        return tuple({type(value) for value in get_args(type_)})
+    if origin is not None:
+        return (origin,)
+    if type_ is None:
+        return (type(None),)
+    if type_ is Any or not isinstance(type_, type):
+        return (object,)
+    return (type_,)
 
 
 def _dec_hook(type_: Any, obj: Any) -> Any:

@@ -385,3 +385,14 @@ def test_any_text_and_meta_survive_a_roundtrip_on_one_line(text, meta):
     data = codec.encode(s.SessionNotification(session_id="s", update=chunk))
     assert b"\n" not in data
     assert codec.decode(data, s.SessionNotification).update == chunk
+
+
+def test_the_json_rpc_envelope_defs_decode():
+    # The runtime has its own envelope; these defs exist for completeness and must at least work.
+    notification = codec.decode(b'{"method":"_x/y","params":{"a":1}}', s.AgentNotification)
+    assert notification.params == {"a": 1}
+    update = codec.decode(b'{"method":"session/update","params":{"sessionId":"s","update":'
+                          b'{"sessionUpdate":"plan","entries":[]}}}', s.AgentNotification)
+    assert update.params == s.SessionNotification(session_id="s", update=s.Plan(entries=[]))
+    error = codec.decode(b'{"id":1,"error":{"code":-32601,"message":"Method not found"}}', s.AgentResponse)
+    assert error == s.AgentResponseError(id=1, error=s.Error(code=-32601, message="Method not found"))
