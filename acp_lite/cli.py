@@ -80,7 +80,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return command.handler(args)
 
 
-def _say(text: str) -> None:
+def _cli_error(text: str) -> None:
     print(f"acp-lite: {text}", file=sys.stderr, flush=True)
 
 
@@ -100,7 +100,7 @@ def _validate_line(checker: WireChecker, line: bytes) -> WireVerdict:
     return checker.check_line(line)[1]
 
 
-def _describe(verdict: WireVerdict) -> str:
+def _verdict_summary(verdict: WireVerdict) -> str:
     parts = [verdict.direction or "direction?", verdict.kind]
     if verdict.method:
         parts.append(verdict.method)
@@ -109,11 +109,11 @@ def _describe(verdict: WireVerdict) -> str:
     return " ".join(parts)
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _validate_command(args: argparse.Namespace) -> int:
     try:
         source = open(args.file, "rb") if args.file else sys.stdin.buffer
     except OSError as exc:
-        _say(f"cannot read {args.file}: {exc}")
+        _cli_error(f"cannot read {args.file}: {exc}")
         return 2
     checker = WireChecker()
     total = invalid = 0
@@ -126,7 +126,7 @@ def _validate(args: argparse.Namespace) -> int:
             invalid += not verdict.valid
             findings = "; ".join(verdict.problems + verdict.notes)
             status = "ok" if verdict.valid else "INVALID"
-            print(f"line {number}: {status} {_describe(verdict)}" + (f": {findings}" if findings else ""))
+            print(f"line {number}: {status} {_verdict_summary(verdict)}" + (f": {findings}" if findings else ""))
     print(f"{total} messages, {invalid} invalid")
     return 1 if invalid else 0
 
@@ -136,7 +136,7 @@ def _configure_tap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", required=True, metavar="FILE", help="write one JSON line per message here")
 
 
-def _tap(args: argparse.Namespace) -> int:
+def _tap_command(args: argparse.Namespace) -> int:
     return run_tap(args.agent_command, args.log)
 
 
@@ -411,25 +411,25 @@ def _start_agent(args: argparse.Namespace, run: _RunSession, relay: _StderrRelay
     try:
         agent = RemoteAgent.spawn(args.agent_command, run.client, on_stderr_line=relay.line)
     except ConnectionClosed as exc:
-        _say(str(exc))
+        _cli_error(str(exc))
         return None, _CANNOT_START
     try:
         agent.initialize(timeout=args.timeout)
     except CallTimeout:
         held = relay.held()
         agent.close()
-        _say(f"the agent did not answer initialize within {args.timeout:g} s"
+        _cli_error(f"the agent did not answer initialize within {args.timeout:g} s"
              + (f"; its stderr so far:\n{held}" if held else " (and wrote nothing to stderr)"))
         return None, 1
     except AcpError as exc:  # it exited, answered with an error, or chose a version we lack
         agent.close()
-        _say(f"the agent failed to initialize: {exc}")
+        _cli_error(f"the agent failed to initialize: {exc}")
         return None, 1
     relay.go_live()
     return agent, 0
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run_command(args: argparse.Namespace) -> int:
     screen = _Screen()
     run = _RunSession(args, screen)
     relay = _StderrRelay(screen)
@@ -449,7 +449,7 @@ def _run(args: argparse.Namespace) -> int:
         return _INTERRUPTED
     except AcpError as exc:
         screen.break_line()
-        _say(f"the session failed: {exc}")
+        _cli_error(f"the session failed: {exc}")
         return 1
     finally:
         agent.close()
@@ -457,7 +457,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 _COMMANDS: Dict[str, CliCommand] = {
-    "run": CliCommand("talk to an agent from the terminal", _configure_run, _run, agent_command=True),
-    "tap": CliCommand("sit between an editor and an agent, logging every message", _configure_tap, _tap, agent_command=True),
-    "validate": CliCommand("check JSON-RPC messages (NDJSON or a tap log) against the v1 types", _configure_validate, _validate),
+    "run": CliCommand("talk to an agent from the terminal", _configure_run, _run_command, agent_command=True),
+    "tap": CliCommand("sit between an editor and an agent, logging every message", _configure_tap, _tap_command, agent_command=True),
+    "validate": CliCommand("check JSON-RPC messages (NDJSON or a tap log) against the v1 types", _configure_validate, _validate_command),
 }
