@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 BENCH = Path(__file__).resolve().parent
 PEERS_DIR = BENCH / ".peers"
@@ -21,15 +21,18 @@ INSTALL_TIMEOUT = 900
 
 
 class Peer:
-    """One official SDK: the argv of its adapters for each workload."""
+    """One runtime under test (acp_lite or an official SDK): the argv of its adapters.
+
+    Every adapter script takes the same command line (see lite.py, peer_py.py, peer_ts.mjs).
+    """
 
     def __init__(self, name: str, version: str, launcher: List[str]):
         self.name = name
         self.version = version
         self.launcher = launcher  # interpreter and adapter script, plus any fixed leading arguments
 
-    def client_a(self, agent_argv: List[str]) -> List[str]:
-        return self.launcher + ["client-a", "--"] + agent_argv
+    def client_a(self, agent_argv: List[str], options: Sequence[str] = ()) -> List[str]:
+        return self.launcher + ["client-a", *options, "--"] + agent_argv
 
     def agent(self, n: int, stream_file: Path) -> List[str]:
         return self.launcher + ["agent", "--n", str(n), "--updates", str(stream_file)]

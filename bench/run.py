@@ -99,16 +99,19 @@ def replay_agent(path: Path, sessions: int = 1) -> List[str]:
     return [PY, str(BENCH / "replay_agent.py"), str(path), "--sessions", str(sessions)]
 
 
-def lite(*args: str) -> List[str]:
-    return [PY, str(BENCH / "lite.py"), *args]
-
-
 def raw(*args: str) -> List[str]:
     return [PY, str(BENCH / "raw.py"), *args]
 
 
+def acp_lite_peer() -> peers.Peer:
+    import acp_lite
+    return peers.Peer("acp_lite", acp_lite.__version__, [PY, str(BENCH / "lite.py")])
+
+
 def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_dir: Path) -> List[Job]:
+    """Every measurement of one run, in order; ``peer_list`` are the official SDKs installed."""
     n, k, inflight = plan["updates"], plan["requests"], plan["inflight"]
+    subjects = [acp_lite_peer()] + peer_list
     mix = stream_file(streams_dir, "mix", n)
     mix_bytes = mix.stat().st_size
     on_mix = receive_metrics(mix_bytes)
@@ -120,37 +123,31 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
                               ("schema", "ceiling: msgspec into acp_lite.schema")):
             jobs.append(Job("D", subject, raw("receive", mode, "--", *replay_agent(mix)), on_mix, turn))
     if "A" in workloads:
-        jobs.append(Job("A", "acp_lite", lite("client-a", "--", *replay_agent(mix)), on_mix, turn))
-        for peer in peer_list:
+        for peer in subjects:
             jobs.append(Job("A", peer.name, peer.client_a(replay_agent(mix)), on_mix, turn))
     if "B" in workloads:
-        jobs.append(Job("B", "acp_lite", raw("receive", "split", "--", *lite("agent", "--n", str(n), "--updates",
-                                                                            str(mix))), agent_metrics, turn))
-        for peer in peer_list:
+        for peer in subjects:
             jobs.append(Job("B", peer.name, raw("receive", "split", "--", *peer.agent(n, mix)), agent_metrics, turn))
     if "C" in workloads:
         for window, label in ((1, "sequential"), (inflight, f"{inflight} in flight")):
             requests = ("requests", k)
             jobs.append(Job("C", "bare ping-pong", raw("pingpong", "--k", str(k), "--inflight", str(window), "--",
                                                        *replay_agent(mix)), round_trip_metrics(label), requests))
-            jobs.append(Job("C", "acp_lite", lite("client-c", "--k", str(k), "--inflight", str(window), "--",
-                                                  *lite("agent", "--n", "0", "--updates", str(mix))),
-                            round_trip_metrics(label), requests))
-            for peer in peer_list:
+            for peer in subjects:
                 jobs.append(Job("C", peer.name, peer.client_c(k, window, peer.agent(0, mix)),
                                 round_trip_metrics(label), requests))
     if "E" in workloads:
-        jobs += growth_jobs(plan, streams_dir, mix)
+        jobs += growth_jobs(plan, streams_dir, mix, subjects[0])
     return jobs
 
 
-def growth_jobs(plan: dict, streams_dir: Path, mix: Path) -> List[Job]:
+def growth_jobs(plan: dict, streams_dir: Path, mix: Path, lite: peers.Peer) -> List[Job]:
     jobs = []
     for size, count in plan["sizes"].items():
         path = stream_file(streams_dir, f"size:{size}", count)
         label = {100: "100 B", 10_000: "10 KB", 1_000_000: "1 MB"}[size]
         metrics = receive_metrics(path.stat().st_size)
-        jobs.append(Job("E", f"acp_lite, {label} updates", lite("client-a", "--", *replay_agent(path)), metrics,
+        jobs.append(Job("E", f"acp_lite, {label} updates", lite.client_a(replay_agent(path)), metrics,
                         ("updates", count)))
         jobs.append(Job("E", f"ceiling: msgspec Structs, {label} updates",
                         raw("receive", "msgspec", "--", *replay_agent(path)), metrics, ("updates", count)))
@@ -158,14 +155,13 @@ def growth_jobs(plan: dict, streams_dir: Path, mix: Path) -> List[Job]:
     per_session = stream_file(streams_dir, "mix", plan["updates"] // sessions)
     total = sessions * (plan["updates"] // sessions)
     jobs.append(Job("E", f"acp_lite, {sessions} sessions at once",
-                    lite("client-a", "--sessions", str(sessions), "--", *replay_agent(per_session, sessions)),
+                    lite.client_a(replay_agent(per_session, sessions), ["--sessions", str(sessions)]),
                     receive_metrics(per_session.stat().st_size * sessions), ("updates", total)))
     for count in plan["flat"]:
         path = stream_file(streams_dir, "mix", count)
-        jobs.append(Job("E", f"acp_lite, {count:,} updates", lite("client-a", "--", *replay_agent(path)),
+        jobs.append(Job("E", f"acp_lite, {count:,} updates", lite.client_a(replay_agent(path)),
                         receive_metrics(path.stat().st_size), ("updates", count)))
-    jobs.append(Job("E", "acp_lite, host-thread delivery", lite("client-a", "--host-delivery", "--",
-                                                                *replay_agent(mix)),
+    jobs.append(Job("E", "acp_lite, host-thread delivery", lite.client_a(replay_agent(mix), ["--host-delivery"]),
                     receive_metrics(mix.stat().st_size), ("updates", plan["updates"])))
     return jobs
 
