@@ -379,7 +379,7 @@ def test_output_has_an_exit_status_only_once_the_command_exited_and_wait_blocks_
     gate = tmp_path / "gate"
     os.mkfifo(gate)
     terminal = editor.run(f"print('waiting', flush=True); open({str(gate)!r}).read(); print('done'); raise SystemExit(3)")
-    running = editor.output_containing(terminal, "waiting")
+    running = editor.output_containing(terminal, "waiting\n")
     assert running == {"output": "waiting\n", "truncated": False}  # no exitStatus member at all
 
     wait_id = editor.raw.request("terminal/wait_for_exit", {"sessionId": SESSION, "terminalId": terminal})
@@ -419,7 +419,7 @@ def test_kill_ends_the_whole_process_group_and_keeps_the_terminal(editor):
     terminal = editor.result(
         "terminal/create", command="sh", args=["-c", "sleep 60 & echo $!; echo started; wait"]
     )["terminalId"]
-    grandchild = int(editor.output_containing(terminal, "started")["output"].split()[0])
+    grandchild = int(editor.output_containing(terminal, "started\n")["output"].split()[0])
     assert editor.result("terminal/kill", terminalId=terminal) == {}
     # Reaped before kill answered, so the exit status is already there; the output is kept.
     after = editor.result("terminal/output", terminalId=terminal)
@@ -459,7 +459,7 @@ def test_a_cancelled_wait_answers_request_cancelled_and_the_terminal_goes_on(edi
     wait_id = editor.raw.request("terminal/wait_for_exit", {"sessionId": SESSION, "terminalId": terminal})
     editor.raw.notify("$/cancel_request", {"requestId": wait_id})
     assert editor.raw.recv()["error"]["code"] == -32800
-    assert editor.output_containing(terminal, "up")["output"] == "up\n"
+    assert editor.output_containing(terminal, "up\n")["output"] == "up\n"
     editor.result("terminal/release", terminalId=terminal)
 
 

@@ -248,7 +248,7 @@ def test_close_kills_and_reaps_every_terminal_and_returns_their_final_output(tmp
     manager = TerminalManager()
     first = manager.create("s1", _python("import time; print('up', flush=True); time.sleep(60)"), dict(os.environ), str(tmp_path), None)
     second = manager.create("s2", _python("import time; time.sleep(60)"), dict(os.environ), str(tmp_path), None)
-    while "up" not in manager.output("s1", first).output:
+    while manager.output("s1", first).output != "up\n":
         time.sleep(0.01)
     released = {terminal_id: (session_id, final) for session_id, terminal_id, final in manager.close()}
     assert set(released) == {first, second}
