@@ -20,7 +20,7 @@ import threading
 from concurrent.futures import CancelledError, Future
 from typing import Any, Dict, List, Optional, Sequence, Set, Union
 
-from .errors import CapabilityError, MethodNotFound, RequestCancelled
+from .errors import CapabilityError, MethodNotFound, RequestCancelled, UsageError
 from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, bind_handlers, extension_name
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
@@ -30,6 +30,8 @@ from .schema import (
     AgentCapabilities,
     AuthMethodTerminal,
     ClientCapabilities,
+    ConfigOptionUpdate,
+    SessionConfigBoolean,
     CreateElicitationRequest,
     CreateElicitationResponse,
     CreateTerminalRequest,
@@ -64,6 +66,7 @@ from .schema import (
     WriteTextFileRequest,
     CompleteElicitationNotification,
 )
+from .updates import variant_tag
 from .wire import stdio_transport
 
 _agent_log = logging.getLogger("acp_lite.agent")
@@ -158,11 +161,31 @@ class RemoteClient:
         self.capabilities = ClientCapabilities()
         self.info: Optional[Implementation] = None
         self.protocol_version: Optional[int] = None
+        self._resuming: Set[str] = set()
 
     # -- notifications ------------------------------------------------------------------------
     def session_update(self, session_id: str, update: Any) -> None:
-        """Send a ``session/update`` notification (see ``acp_lite.updates`` for builders)."""
+        """Send a ``session/update`` notification (see ``acp_lite.updates`` for builders).
+
+        Refused while the session is being resumed (``session/resume`` must not replay); boolean
+        config options are left out unless the client advertised them."""
+        if self._resuming and session_id in self._resuming:
+            raise UsageError(f"session {session_id!r} is being resumed: session/resume must not replay history")
+        if type(update) is ConfigOptionUpdate and not self.accepts_boolean_options():
+            update = ConfigOptionUpdate(config_options=self.without_boolean_options(update.config_options), meta=update.meta)
         self.connection.notify("session/update", SessionNotification(session_id=session_id, update=update))
+
+    def accepts_boolean_options(self) -> bool:
+        """True when the client advertised ``session.configOptions.boolean``."""
+        session = self.capabilities.session
+        return bool(session and session.config_options and session.config_options.boolean is not None)
+
+    def without_boolean_options(self, options: List[Any]) -> List[Any]:
+        """``options`` less the boolean ones, which a client must not see unless it advertised them."""
+        kept = [option for option in options if not isinstance(option, SessionConfigBoolean)]
+        if len(kept) != len(options):
+            _agent_log.warning("left out %d boolean config option(s): the client did not advertise them", len(options) - len(kept))
+        return kept
 
     def complete_elicitation(self, elicitation_id: str) -> None:
         self.connection.notify("elicitation/complete", CompleteElicitationNotification(elicitation_id=elicitation_id))
@@ -232,8 +255,8 @@ class RemoteClient:
     def create_elicitation(self, params: CreateElicitationRequest) -> CreateElicitationResponse:
         """Ask the user for input in a mode (``form`` or ``url``) the client advertised."""
         modes = self.capabilities.elicitation
-        mode = getattr(params, "mode", None)
-        if modes is None or getattr(modes, mode or "", None) is None:
+        mode = variant_tag(params)
+        if modes is None or mode not in ("form", "url") or getattr(modes, mode) is None:
             raise CapabilityError(f"the client did not advertise elicitation mode {mode!r}")
         return self._call("elicitation/create", params)
 
@@ -371,6 +394,11 @@ class _AgentService:
         }
         if agent.offers("close_session"):
             wrappers["session/close"] = self._close
+        if agent.offers("resume_session"):
+            wrappers["session/resume"] = self._resume
+        for method in ("session/new", "session/load", "session/set_config_option"):
+            if agent.offers(_AGENT_HANDLERS[method]):
+                wrappers[method] = self._checking_config_options(getattr(agent, _AGENT_HANDLERS[method]))
         bind_handlers(
             connection, agent, _AGENT_HANDLERS, AGENT_METHODS, wrappers, {"session/prompt": self._prompt_arrived}
         )
@@ -436,6 +464,25 @@ class _AgentService:
         self.cancel_turns(params.session_id)
         if self.agent.offers("cancel"):
             self.agent.cancel(params)
+
+    def _checking_config_options(self, handler: Any) -> Any:
+        def call(params: Any, ctx: RequestContext) -> Any:
+            return self._config_checked(handler(params))
+
+        return call
+
+    def _config_checked(self, result: Any) -> Any:
+        options = getattr(result, "config_options", None)
+        if options and not self.client.accepts_boolean_options():
+            result.config_options = self.client.without_boolean_options(options)
+        return result
+
+    def _resume(self, params: Any, ctx: RequestContext) -> Any:
+        self.client._resuming.add(params.session_id)
+        try:
+            return self._config_checked(self.agent.resume_session(params))
+        finally:
+            self.client._resuming.discard(params.session_id)
 
     def _close(self, params: Any, ctx: RequestContext) -> Any:
         self.cancel_turns(params.session_id)

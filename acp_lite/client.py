@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
 
-from .errors import CapabilityError, UsageError, VersionMismatch
+from .errors import CapabilityError, InvalidParams, UsageError, VersionMismatch
 from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, bind_handlers, extension_name
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
@@ -190,6 +190,7 @@ class RemoteAgent:
         self.auth_methods: List[Any] = []
         self.protocol_version: Optional[int] = None
         self._sessions: Set[str] = set()
+        self._modes: Dict[str, Set[str]] = {}  # the mode ids each session advertised
         self._permissions: Dict[str, Set[RequestContext]] = {}
         self._lock = threading.Lock()
         bind_handlers(
@@ -197,7 +198,7 @@ class RemoteAgent:
             self.client,
             _CLIENT_HANDLERS,
             CLIENT_METHODS,
-            {"session/request_permission": self._request_permission} if self.client.offers("request_permission") else {},
+            self._wrappers(),
         )
         connection.start()
 
@@ -284,6 +285,7 @@ class RemoteAgent:
         )
         response = self._call("session/new", params)
         self._remember(response.session_id, cwd, additional_directories)
+        self._note_modes(response.session_id, response.modes)
         return response
 
     def load_session(
@@ -305,7 +307,9 @@ class RemoteAgent:
         )
         # Remembered before the call: the replay arrives while it is still running.
         self._remember(session_id, cwd, additional_directories)
-        return self._call("session/load", params)
+        response = self._call("session/load", params)
+        self._note_modes(session_id, response.modes)
+        return response
 
     def resume_session(
         self,
@@ -324,6 +328,7 @@ class RemoteAgent:
         )
         response = self._call("session/resume", params)
         self._remember(session_id, cwd, additional_directories)
+        self._note_modes(session_id, response.modes)
         return response
 
     def list_sessions(self, cwd: Optional[str] = None, cursor: Optional[str] = None) -> ListSessionsResponse:
@@ -356,7 +361,12 @@ class RemoteAgent:
         return response
 
     def set_mode(self, session_id: str, mode_id: str) -> Any:
+        """Switch to ``mode_id``, which must be one of the session's advertised modes."""
         self._require_session(session_id)
+        with self._lock:
+            modes = self._modes.get(session_id)
+        if modes is not None and mode_id not in modes:
+            raise UsageError(f"mode {mode_id!r} is not among the session's modes {sorted(modes)}")
         return self._call("session/set_mode", SetSessionModeRequest(session_id=session_id, mode_id=mode_id))
 
     def set_config_option(self, session_id: str, config_id: str, value: Union[str, bool]) -> SetSessionConfigOptionResponse:
@@ -432,6 +442,12 @@ class RemoteAgent:
     def _forget(self, session_id: str) -> None:
         with self._lock:
             self._sessions.discard(session_id)
+            self._modes.pop(session_id, None)
+
+    def _note_modes(self, session_id: str, modes: Any) -> None:
+        if modes is not None:
+            with self._lock:
+                self._modes[session_id] = {mode.id for mode in modes.available_modes}
 
     def _require_session(self, session_id: str) -> None:
         self._initialized()
@@ -455,6 +471,21 @@ class RemoteAgent:
             if needed is None or not (prompt_caps and getattr(prompt_caps, needed)):
                 raise CapabilityError(f"the agent's prompt capabilities do not allow {kind!r} content")
         return PromptRequest(session_id=session_id, prompt=blocks)
+
+    def _wrappers(self) -> Dict[str, Any]:
+        wrappers: Dict[str, Any] = {}
+        if self.client.offers("request_permission"):
+            wrappers["session/request_permission"] = self._request_permission
+        if self.client.offers("create_elicitation"):
+            wrappers["elicitation/create"] = self._create_elicitation
+        return wrappers
+
+    def _create_elicitation(self, params: Any, ctx: RequestContext) -> Any:
+        # A mode we did not advertise, known or not, is refused: never shown as another mode.
+        mode = variant_tag(params)
+        if mode not in self.client.elicitation_modes:
+            raise InvalidParams(f"elicitation mode {mode!r} was not advertised by this client")
+        return self.client.create_elicitation(params)
 
     def _request_permission(self, params: RequestPermissionRequest, ctx: RequestContext) -> Any:
         # Tracked until answered, so that cancel() can answer it with the cancelled outcome; the

@@ -47,6 +47,7 @@ __all__ = [
     "encode",
     "encode_into",
     "set_diagnostics_hook",
+    "strict_decoder",
     "untagged_union",
 ]
 
@@ -207,8 +208,14 @@ def _dec_hook(type_: Any, obj: Any) -> Any:
 _DECODERS: Dict[Any, msgspec.json.Decoder] = {}
 
 
+def strict_decoder(type_: Any) -> msgspec.json.Decoder:
+    """A new msgspec decoder for ``type_`` that also resolves ``untagged_union`` members: the
+    strict path alone, for callers that build their own envelope types around ours."""
+    return msgspec.json.Decoder(type_, dec_hook=_dec_hook)
+
+
 def _decoder(type_: Any) -> msgspec.json.Decoder:
-    decoder = _DECODERS[type_] = msgspec.json.Decoder(type_, dec_hook=_dec_hook)
+    decoder = _DECODERS[type_] = strict_decoder(type_)
     return decoder
 
 
