@@ -396,3 +396,14 @@ def test_the_json_rpc_envelope_defs_decode():
     assert update.params == s.SessionNotification(session_id="s", update=s.Plan(entries=[]))
     error = codec.decode(b'{"id":1,"error":{"code":-32601,"message":"Method not found"}}', s.AgentResponse)
     assert error == s.AgentResponseError(id=1, error=s.Error(code=-32601, message="Method not found"))
+
+
+def test_strict_decoder_resolves_untagged_unions_inside_other_types():
+    class Envelope(msgspec.Struct):
+        params: s.NewSessionRequest
+
+    decoder = codec.strict_decoder(Envelope)
+    envelope = decoder.decode(b'{"params":{"cwd":"/","mcpServers":[{"name":"a","command":"c","args":[],"env":[]}]}}')
+    assert envelope.params.mcp_servers == [s.McpServerStdio(name="a", command="c", args=[], env=[])]
+    with pytest.raises(msgspec.ValidationError):  # the strict path alone: no leniency
+        decoder.decode(b'{"params":{"cwd":"/","mcpServers":[{"type":"ws","name":"a"}]}}')
