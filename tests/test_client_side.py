@@ -1,4 +1,5 @@
 """The client side over a real pipe pair: the test plays the agent with raw JSON lines."""
+import json
 import threading
 from concurrent.futures import Future
 
@@ -340,3 +341,35 @@ def test_agent_death_fails_the_running_prompt_promptly():
         raw.close_writing()
         with pytest.raises(ConnectionClosed):
             turn.result(WAIT)
+
+
+@pytest.mark.req(
+    "ACP-V1-TRANSPORT-CLIENT-STDIN-ONLY-ACP",
+    "ACP-V1-TRANSPORT-UTF8",
+    "ACP-V1-EXT-META-TRACE-KEYS-RESERVED",
+)
+def test_everything_the_client_writes_is_one_json_rpc_message_per_line_and_adds_no_meta():
+    lines = []
+    with client_with_raw_agent(Recorder()) as (remote, raw):
+        pending = background(remote.initialize)
+        lines.append(raw.recv_line())
+        request = json.loads(lines[-1])
+        _answer(raw, request, {"protocolVersion": 1, "agentCapabilities": {}})
+        pending.result(WAIT)
+        pending = background(remote.new_session, "/wörk/ünïcode")
+        lines.append(raw.recv_line())
+        _answer(raw, json.loads(lines[-1]), {"sessionId": "s1"})
+        pending.result(WAIT)
+        turn = remote.prompt_future("s1", "multi\nline \u2028 text \U0001F600")
+        lines.append(raw.recv_line())
+        remote.cancel("s1")
+        lines.append(raw.recv_line())
+        _answer(raw, json.loads(lines[2]), {"stopReason": "cancelled"})
+        turn.result(WAIT)
+    for line in lines:
+        text = line.decode("utf-8")  # strict: raises on anything but UTF-8
+        assert "\n" not in text
+        message = json.loads(text)
+        assert message["jsonrpc"] == "2.0" and "method" in message
+        assert "_meta" not in text
+    assert json.loads(lines[2])["params"]["prompt"][0]["text"] == "multi\nline \u2028 text \U0001F600"
