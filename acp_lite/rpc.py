@@ -1,0 +1,1186 @@
+"""JSON-RPC 2.0 over a ``wire.Transport``: correlation, dispatch, ordering, cancellation.
+
+This layer knows nothing of ACP methods; the agent and client layers register handlers on it.
+Rules it keeps:
+
+- One reader thread per connection reads, decodes and routes; it never runs application code.
+  A line is decoded once: registered methods with typed params get an envelope struct each, and
+  one tagged-union decoder (tagged by ``method``) turns a line straight into the envelope of its
+  method, params already typed. Anything else (responses, unknown or malformed messages, values
+  only the lenient codec accepts) takes the general path: a generic envelope with the payload
+  kept raw, then ``codec.decode`` once the type is known.
+- Incoming notifications and requests go through one ordered queue. Notification callbacks run
+  in arrival order, on the connection's delivery thread or, in host mode, on the host's thread
+  inside ``HostDelivery.pump()``. Requests are started in that same order: on worker threads
+  (so a handler may block and call the peer while the reader keeps going) or, in host mode, on
+  the host thread.
+- A response is never surfaced before a callback for a message that arrived before it: while
+  callbacks are still queued or running, the response's outcome is queued behind them. Futures
+  handed to the application are always settled on the delivery (or host) thread, so their
+  done-callbacks run there and never on the reader.
+- Every pending call settles exactly once: with its result, its error, ``CallTimeout`` (the id
+  is then forgotten and a late answer dropped), ``ConnectionClosed`` on end of stream or
+  ``close()``, or cancellation through its future (which sends ``$/cancel_request``).
+- Bad input never stops the reader. Invalid JSON: -32700 with a null id. Valid JSON that is not
+  a JSON-RPC message: -32600 (id echoed when readable). Responses never get a reply, valid or not,
+  so two peers can never bounce error messages back and forth. Lines that do not even look like
+  JSON (a banner on stdout) are counted and logged now and then, not answered.
+- A handler raising an ``acp_lite`` protocol error sends that error; any other exception sends
+  -32603 and is logged with its traceback. A handler whose request was cancelled (by
+  ``$/cancel_request`` or because the connection is closing) answers -32800 unless it returns a
+  result anyway.
+"""
+import itertools
+import logging
+import re
+import threading
+import time
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
+
+import msgspec
+from msgspec import UNSET, Raw, Struct
+
+from .codec import ENCODER, decode, strict_decoder
+from .errors import (
+    AcpError,
+    CallTimeout,
+    ConnectionClosed,
+    InternalError,
+    InvalidRequest,
+    MethodNotFound,
+    ParseError,
+    ProtocolError,
+    RequestCancelled,
+    SchemaError,
+    UsageError,
+    error_from_wire,
+)
+from .wire import OversizedFrame, Transport
+
+CANCEL_REQUEST_METHOD = "$/cancel_request"
+
+# Idle worker threads wait this long for another request before they exit.
+_WORKER_IDLE_SECONDS = 30.0
+
+# Repeated complaints about the peer's input (noise lines, parse errors, oversized frames) are
+# logged at most once per this many seconds, with a running count.
+_COMPLAINT_INTERVAL = 5.0
+
+
+# -- cancellation and request context ------------------------------------------------------------
+class CancelToken:
+    """Tells a running handler that its request was cancelled.
+
+    Any thread may read it, wait on it or cancel it. Callbacks run once, on the thread that
+    cancels (or at once, on the caller's thread, when added to a token already cancelled); one
+    that raises is logged and the others still run.
+    """
+
+    __slots__ = ("_event", "_lock", "_callbacks")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: List[Callable[[], Any]] = []
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block up to ``timeout`` seconds (forever if None) until cancelled; True if cancelled."""
+        return self._event.wait(timeout)
+
+    def add_callback(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn()`` when the token is cancelled (now, if it already is)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+                return
+        _run_logged(fn)
+
+    def cancel(self) -> None:
+        """Cancel; the first call runs the callbacks, later ones do nothing."""
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            _run_logged(fn)
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``RequestCancelled`` if cancelled (the runtime then answers -32800)."""
+        if self._event.is_set():
+            raise RequestCancelled()
+
+
+def _run_logged(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception:
+        logging.getLogger("acp_lite.rpc").exception("cancellation callback %r failed", fn)
+
+
+class RequestContext:
+    """One incoming request: its ``id``, ``method`` and ``cancel_token``.
+
+    ``respond``/``respond_error`` answer it from any thread, at any time; the first answer wins
+    and later ones (including the handler's own return value) are dropped.
+    """
+
+    __slots__ = ("id", "method", "cancel_token", "_connection", "_batch", "_answered", "_route", "_params")
+
+    def __init__(self, connection: "Connection", request_id: Any, method: str, batch: Optional["_BatchReply"]):
+        self.id = request_id
+        self.method = method
+        self.cancel_token = CancelToken()
+        self._connection = connection
+        self._batch = batch
+        self._answered = False
+        self._route: Optional[_Route] = None
+        self._params: Any = None
+
+    def respond(self, result: Any) -> bool:
+        """Answer with ``result`` now; False if the request was already answered. Any thread."""
+        return self._connection._answer(self, result, None)
+
+    def respond_error(self, error: AcpError) -> bool:
+        """Answer with ``error`` now; False if the request was already answered. Any thread."""
+        return self._connection._answer(self, None, error)
+
+    def __repr__(self) -> str:
+        return f"RequestContext(id={self.id!r}, method={self.method!r})"
+
+
+# -- ordered delivery ------------------------------------------------------------------------------
+Callback = Tuple[Callable[[Any], Any], Any]
+
+
+class _CallbackQueue:
+    """The ordered queue of ``(fn, arg)`` callbacks between the reader and whoever delivers.
+
+    ``unfinished`` counts callbacks put and not yet run to completion: the reader surfaces a
+    response directly only when it is zero. ``owner`` is the identity of the delivering thread,
+    on which a blocking call would wait for itself.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._items: List[Callback] = []
+        self.unfinished = 0
+        self._finished = False
+        self.owner: Optional[int] = None
+        self.wakeup: Optional[Callable[[], Any]] = None
+
+    def put(self, items: List[Callback]) -> None:
+        with self._cond:
+            was_empty = not self._items
+            self._items.extend(items)
+            self.unfinished += len(items)
+            if was_empty:
+                self._cond.notify()
+        if was_empty and self.wakeup is not None:
+            _call_wakeup(self.wakeup)
+
+    def take(self, max_items: Optional[int], block: bool) -> Optional[List[Callback]]:
+        """The next callbacks to run (empty list if none and not blocking); None once finished."""
+        with self._cond:
+            while block and not self._items and not self._finished:
+                self._cond.wait()
+            if not self._items and self._finished:
+                return None
+            if max_items is None or max_items >= len(self._items):
+                items, self._items = self._items, []
+            else:
+                items, self._items = self._items[:max_items], self._items[max_items:]
+            return items
+
+    def done(self, count: int) -> None:
+        with self._cond:
+            self.unfinished -= count
+
+    def has_items(self) -> bool:
+        return bool(self._items)
+
+    def finish(self) -> None:
+        """No more callbacks will come; a blocked ``take`` returns None once the rest is taken."""
+        with self._cond:
+            self._finished = True
+            self._cond.notify_all()
+
+
+def _call_wakeup(wakeup: Callable[[], Any]) -> None:
+    try:
+        wakeup()
+    except Exception:
+        logging.getLogger("acp_lite.rpc").exception("host wakeup function failed")
+
+
+def _run_callbacks(items: List[Callback], logger: logging.Logger) -> None:
+    for fn, arg in items:
+        try:
+            fn(arg)
+        except Exception:
+            logger.exception("callback %r failed", fn)
+
+
+class HostDelivery:
+    """Delivery on the host's own thread, for applications whose UI has a single thread.
+
+    Pass one to ``Connection(..., delivery=...)`` (several connections may share one). Then every
+    callback (notification handlers, request handlers, done-callbacks of futures from
+    ``call_future``) waits in this queue until the host thread calls ``pump()``. ``set_wakeup``
+    registers a function called, from any thread, whenever work starts waiting (and after a pump
+    that leaves some behind), so the host can schedule a pump on its loop, e.g.::
+
+        delivery = HostDelivery()
+        delivery.set_wakeup(lambda: sublime.set_timeout(delivery.pump, 0))
+
+    The host thread is the thread that creates the object (or ``host_thread``). A blocking
+    ``Connection.call`` on that thread raises ``UsageError`` (its answer would wait for a pump
+    that cannot happen); use ``call_future`` there.
+    """
+
+    def __init__(self, host_thread: Optional[threading.Thread] = None):
+        self._queue = _CallbackQueue()
+        self._queue.owner = (host_thread or threading.current_thread()).ident
+        self._logger = logging.getLogger("acp_lite.rpc")
+
+    def set_wakeup(self, fn: Optional[Callable[[], Any]]) -> None:
+        """Call ``fn()`` (from any thread; keep it quick) whenever work starts waiting. Any thread."""
+        self._queue.wakeup = fn
+        if fn is not None and self._queue.has_items():
+            _call_wakeup(fn)
+
+    @property
+    def has_work(self) -> bool:
+        """True while callbacks are waiting for a pump. Any thread."""
+        return self._queue.has_items()
+
+    def pump(self, max_items: Optional[int] = None) -> int:
+        """Run up to ``max_items`` waiting callbacks (all if None) in order; how many ran.
+        Host thread only."""
+        if threading.get_ident() != self._queue.owner:
+            raise UsageError("HostDelivery.pump() must be called on the host thread")
+        items = self._queue.take(max_items, block=False)
+        if not items:
+            return 0
+        try:
+            _run_callbacks(items, self._logger)
+        finally:
+            self._queue.done(len(items))
+        wakeup = self._queue.wakeup
+        if wakeup is not None and self._queue.has_items():
+            _call_wakeup(wakeup)
+        return len(items)
+
+
+# -- worker threads --------------------------------------------------------------------------------
+class _WorkerPool:
+    """Threads for request handlers: grows when every worker is busy (handlers may block for
+    minutes), shrinks when a worker has been idle for a while."""
+
+    def __init__(self, name: str, logger: logging.Logger):
+        self._name = name
+        self._logger = logger
+        self._cond = threading.Condition(threading.Lock())
+        self._tasks: List[Callback] = []
+        self._idle = 0
+        self._threads: List[threading.Thread] = []
+        self._numbers = itertools.count(1)
+        self._shut = False
+
+    def submit(self, fn: Callable[[Any], Any], arg: Any) -> bool:
+        """Run ``fn(arg)`` on a worker; False once the pool is shut down."""
+        with self._cond:
+            if self._shut:
+                return False
+            self._tasks.append((fn, arg))
+            if self._idle >= len(self._tasks):
+                self._cond.notify()
+                return True
+            thread = threading.Thread(
+                target=self._work, name=f"acp-worker-{self._name}-{next(self._numbers)}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()  # under the lock, so that join() never meets a thread not yet started
+        return True
+
+    def _work(self) -> None:
+        me = threading.current_thread()
+        while True:
+            with self._cond:
+                while not self._tasks and not self._shut:
+                    self._idle += 1
+                    woken = self._cond.wait(_WORKER_IDLE_SECONDS)
+                    self._idle -= 1
+                    if not woken and not self._tasks:
+                        break
+                if not self._tasks:
+                    self._threads.remove(me)
+                    return
+                fn, arg = self._tasks.pop(0)
+            try:
+                fn(arg)
+            except Exception:
+                self._logger.exception("request handler wrapper failed")
+
+    def shutdown(self) -> None:
+        """Refuse new tasks; idle workers exit, busy ones after their task (and the queued ones)."""
+        with self._cond:
+            self._shut = True
+            self._cond.notify_all()
+
+    def join(self, deadline: float) -> None:
+        me = threading.current_thread()
+        with self._cond:
+            threads = [t for t in self._threads if t is not me]
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+# -- messages --------------------------------------------------------------------------------------
+class _OutRequest(Struct):
+    jsonrpc: str
+    id: int
+    method: str
+    params: Any = UNSET
+
+
+class _OutNotification(Struct):
+    jsonrpc: str
+    method: str
+    params: Any = UNSET
+
+
+class _OutResult(Struct):
+    jsonrpc: str
+    id: Any
+    result: Any
+
+
+class _OutError(Struct):
+    jsonrpc: str
+    id: Any
+    error: Any
+
+
+class _AnyMessage(Struct):
+    """Any JSON object, read loosely so that every field can be checked by hand."""
+
+    jsonrpc: Any = UNSET
+    id: Any = UNSET
+    method: Any = UNSET
+    params: Raw = UNSET
+    result: Raw = UNSET
+    error: Any = UNSET
+
+
+_ANY_LINE = msgspec.json.Decoder(Union[_AnyMessage, List[Raw]])
+_ANY_MESSAGE = msgspec.json.Decoder(_AnyMessage)
+
+
+class _CancelRequestParams(Struct):
+    requestId: Union[int, str]
+
+
+class _Unmatchable(Struct, tag_field="method", tag="\x00"):
+    """Keeps the fast decoder a union even with one method: a lone tagged struct would also
+    accept a message without any ``method``."""
+
+
+class _Route:
+    __slots__ = ("method", "handler", "params_type", "is_request", "on_arrival")
+
+    def __init__(
+        self,
+        method: str,
+        handler: Callable[..., Any],
+        params_type: Any,
+        is_request: bool,
+        on_arrival: Optional[Callable[[Any, "RequestContext"], Any]] = None,
+    ):
+        self.method = method
+        self.handler = handler
+        self.params_type = params_type
+        self.is_request = is_request
+        self.on_arrival = on_arrival
+
+
+class _FastPath:
+    """The one-pass decoder for registered methods with typed params; for each envelope type it
+    produces, the notification handler or the request route."""
+
+    __slots__ = ("decoder", "handlers", "requests")
+
+    def __init__(self, decoder: msgspec.json.Decoder, handlers: Dict[type, Callable[[Any], Any]], requests: Dict[type, _Route]):
+        self.decoder = decoder
+        self.handlers = handlers
+        self.requests = requests
+
+
+class _PendingCall:
+    __slots__ = ("future", "result_type", "direct")
+
+    def __init__(self, future: Future, result_type: Any, direct: bool):
+        self.future = future
+        self.result_type = result_type
+        # A future only call() waits on, with no done-callbacks: safe to settle on the reader.
+        self.direct = direct
+
+
+class _BatchReply:
+    """Collects the responses to one incoming batch and sends them as one array."""
+
+    def __init__(self, connection: "Connection"):
+        self._connection = connection
+        self._lock = threading.Lock()
+        self._parts: List[bytes] = []
+        self._expected: Optional[int] = None
+
+    def add(self, response: bytes) -> None:
+        with self._lock:
+            self._parts.append(response)
+        self._send_if_complete()
+
+    def seal(self, expected: int) -> None:
+        with self._lock:
+            self._expected = expected
+        self._send_if_complete()
+
+    def _send_if_complete(self) -> None:
+        with self._lock:
+            if self._expected is None or len(self._parts) != self._expected or not self._parts:
+                return
+            parts, self._parts = self._parts, []
+        self._connection._send_frame(b"[" + b",".join(parts) + b"]")
+
+
+class ConnectionStats:
+    """Counters of what the reader dropped or complained about. Written by the reader thread."""
+
+    __slots__ = ("noise_lines", "parse_errors", "invalid_messages", "dropped_responses", "oversized_frames")
+
+    def __init__(self) -> None:
+        self.noise_lines = 0
+        self.parse_errors = 0
+        self.invalid_messages = 0
+        self.dropped_responses = 0
+        self.oversized_frames = 0
+
+    def __repr__(self) -> str:
+        return "ConnectionStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__) + ")"
+
+
+# An oversized frame is dropped unread; if its first bytes show a top-level id (after nothing but
+# "jsonrpc"/"method" strings), the request can still be answered or the call failed.
+_OVERSIZED_ID = re.compile(
+    rb'\s*\{(?P<before>(?:\s*"(?:jsonrpc|method)"\s*:\s*"[^"\\]*"\s*,)*)'
+    rb'\s*"id"\s*:\s*(?P<id>-?\d+|"[^"\\]*")\s*,\s*"(?P<next>\w+)"'
+)
+
+
+def _valid_id(value: Any) -> bool:
+    return value is None or type(value) in (int, str, float)
+
+
+# -- the connection --------------------------------------------------------------------------------
+class Connection:
+    """A JSON-RPC 2.0 peer over a transport.
+
+    Register handlers, then ``start()``. ``call``/``call_future``/``notify`` may be used from any
+    thread (``call`` not from the thread that delivers callbacks, see ``HostDelivery``). Threads:
+    ``acp-reader-<name>`` reads; ``acp-delivery-<name>`` runs notification callbacks in order
+    (default mode only); ``acp-worker-<name>-<n>`` run request handlers (default mode only). All
+    are daemon threads and ``close()`` joins them.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        delivery: Optional[HostDelivery] = None,
+        name: str = "peer",
+        logger: Optional[logging.Logger] = None,
+    ):
+        self.name = name
+        self.stats = ConnectionStats()
+        self._transport = transport
+        self._log = logger or logging.getLogger("acp_lite.rpc")
+        self._host = delivery
+        self._queue = delivery._queue if delivery is not None else _CallbackQueue()
+        self._pool = None if delivery is not None else _WorkerPool(name, self._log)
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._pending: Dict[Any, _PendingCall] = {}
+        self._incoming: Dict[Any, RequestContext] = {}
+        self._notifications: Dict[str, _Route] = {}
+        self._requests: Dict[str, _Route] = {}
+        self._unknown_request: Optional[Callable[[str, Any, RequestContext], Any]] = None
+        self._unknown_notification: Optional[Callable[[str, Any], Any]] = None
+        self._closing_callbacks: List[Callable[[], Any]] = []
+        self._fast: Optional[_FastPath] = None
+        self._complained_at: Dict[str, float] = {}
+        self._reader: Optional[threading.Thread] = None
+        self._deliverer: Optional[threading.Thread] = None
+        self._closed = False
+        self._close_error: Optional[ConnectionClosed] = None
+        self._close_called = False
+        self._closing_ran = False
+        self._reader_done = threading.Event()
+        self._notifications[CANCEL_REQUEST_METHOD] = _Route(CANCEL_REQUEST_METHOD, self._on_cancel_request, _CancelRequestParams, False)
+        self._rebuild_fast_path()
+
+    # -- registration (any thread, usually before start) ---------------------------------------
+    def on_request(
+        self,
+        method: str,
+        handler: Callable[[Any, RequestContext], Any],
+        params_type: Any = Any,
+        on_arrival: Optional[Callable[[Any, RequestContext], Any]] = None,
+    ) -> None:
+        """Answer requests for ``method`` with ``handler(params, ctx)``.
+
+        ``params`` is decoded into ``params_type``. The handler returns the result (a Struct,
+        dict, None or anything encodable), raises (an ``AcpError`` is sent as it is, anything
+        else as -32603), or returns a ``concurrent.futures.Future`` of the result to answer
+        later (the future is cancelled if the request is). Handlers run on worker threads, or on
+        the host thread in host mode.
+
+        ``on_arrival(params, ctx)``, if given, runs on the delivery (or host) thread in arrival
+        order, before any later notification is delivered and before the handler starts: the
+        layer above can register the request there so that a notification sent right after it
+        (a cancel) finds it even if no worker has picked it up yet.
+        """
+        self._register(self._requests, method, _Route(method, handler, params_type, True, on_arrival))
+
+    def on_notification(self, method: str, handler: Callable[[Any], Any], params_type: Any = Any) -> None:
+        """Call ``handler(params)`` for each ``method`` notification, in arrival order, on the
+        delivery thread (or the host thread in host mode). Exceptions are logged."""
+        self._register(self._notifications, method, _Route(method, handler, params_type, False))
+
+    def on_unknown_request(self, handler: Callable[[str, Any, RequestContext], Any]) -> None:
+        """Fallback for requests of unregistered methods: ``handler(method, params, ctx)`` with
+        params as plain JSON values (or None), run like ``on_request`` handlers. Without it,
+        such requests answer -32601."""
+        self._unknown_request = handler
+
+    def on_unknown_notification(self, handler: Callable[[str, Any], Any]) -> None:
+        """Fallback for notifications of unregistered methods: ``handler(method, params)``, run
+        like ``on_notification`` handlers. Without it, they are ignored."""
+        self._unknown_notification = handler
+
+    def on_closing(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` once when the connection starts closing: at end of stream on the
+        delivery (or host) thread after the callbacks before it, or in ``close()`` on the thread
+        calling it. Running requests' tokens are cancelled right after."""
+        self._closing_callbacks.append(fn)
+
+    def _register(self, table: Dict[str, _Route], method: str, route: _Route) -> None:
+        _check_method_name(method)
+        if method == CANCEL_REQUEST_METHOD:
+            raise UsageError(f"{CANCEL_REQUEST_METHOD} is handled by the connection itself")
+        table[method] = route
+        self._rebuild_fast_path()
+
+    def _rebuild_fast_path(self) -> None:
+        # One envelope per method, for its notification route if it has a typed one, else for
+        # its typed request route. Envelopes forbid other fields and require params, so that a
+        # line they accept needs no further check: anything unusual fails over to the general
+        # path, which knows how to complain.
+        handlers: Dict[type, Callable[[Any], Any]] = {}
+        requests: Dict[type, _Route] = {}
+        for method in set(self._notifications) | set(self._requests):
+            route = self._notifications.get(method)
+            if route is None or route.params_type is Any:
+                route = self._requests.get(method)
+            if route is None or route.params_type is Any:
+                continue
+            fields = [("jsonrpc", Literal["2.0"]), ("params", route.params_type)]
+            if route.is_request:
+                fields.insert(1, ("id", Union[int, str, None]))
+            envelope = msgspec.defstruct(
+                "_Envelope", fields, tag_field="method", tag=method, forbid_unknown_fields=True
+            )
+            if route.is_request:
+                requests[envelope] = route
+            else:
+                handlers[envelope] = route.handler
+        envelopes = tuple(handlers) + tuple(requests) + (_Unmatchable,)
+        self._fast = _FastPath(strict_decoder(Union[envelopes]), handlers, requests)  # type: ignore[valid-type]
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start reading (and, in default mode, delivering). Any thread; once."""
+        if self._reader is not None:
+            raise UsageError("the connection is already started")
+        self._reader = threading.Thread(target=self._read_loop, name=f"acp-reader-{self.name}", daemon=True)
+        if self._host is None:
+            self._deliverer = threading.Thread(
+                target=self._deliver_loop, name=f"acp-delivery-{self.name}", daemon=True
+            )
+            self._deliverer.start()
+        self._reader.start()
+
+    @property
+    def closed(self) -> bool:
+        """True once the stream ended or ``close()`` began: new calls raise ``ConnectionClosed``."""
+        return self._closed
+
+    def wait_closed(self, timeout: Optional[float] = None) -> bool:
+        """Block until the reader has stopped (end of stream or ``close()``); False on timeout.
+        Any thread."""
+        return self._reader_done.wait(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the connection and join its threads, within about ``timeout`` seconds.
+
+        Pending calls fail with ``ConnectionClosed`` at once; the ``on_closing`` callbacks run
+        and running handlers' tokens are cancelled (both on this thread); handlers get until the
+        deadline to finish and answer; what is waiting to be written is flushed. Callbacks for
+        messages that arrived before still run; requests not yet started are answered -32800
+        without running. Idempotent; any thread, including a handler's.
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            first = not self._close_called
+            self._close_called = True
+            if first:
+                self._closed = True
+                if self._close_error is None:
+                    self._close_error = ConnectionClosed(f"{self.name}: connection closed by close()")
+                pending, self._pending = self._pending, {}
+        if first:
+            for call in pending.values():
+                _settle(call.future, None, self._close_error)
+            self._run_closing(None)
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool.join(deadline)
+            self._transport.close(max(0.0, deadline - time.monotonic()))
+            if self._host is None:
+                self._queue.finish()
+        me = threading.current_thread()
+        for thread in (self._reader, self._deliverer):
+            if thread is not None and thread is not me:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        if self._pool is not None:
+            self._pool.join(deadline)
+
+    def _run_closing(self, _: Any) -> None:
+        with self._lock:
+            if self._closing_ran:
+                return
+            self._closing_ran = True
+            contexts = list(self._incoming.values())
+        for fn in self._closing_callbacks:
+            _run_logged(fn)
+        for ctx in contexts:
+            ctx.cancel_token.cancel()
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    # -- outgoing ---------------------------------------------------------------------------------
+    def call(self, method: str, params: Any = None, result_type: Any = Any, timeout: Optional[float] = None) -> Any:
+        """Send a request and block until its answer; return the result decoded into
+        ``result_type``. Raises the peer's error (an ``acp_lite`` ``ProtocolError``),
+        ``CallTimeout`` after ``timeout`` seconds (the peer is sent ``$/cancel_request`` and a
+        late answer is dropped), or ``ConnectionClosed``. Any thread except the one delivering
+        callbacks (the delivery thread, or the host thread in host mode): there it raises
+        ``UsageError`` (use ``call_future``)."""
+        if threading.get_ident() == self._queue.owner:
+            raise UsageError(
+                f"blocking call({method!r}) on the thread that delivers callbacks would wait for itself; "
+                "use call_future()"
+            )
+        future: Future = Future()
+        request_id = self._send_request(method, params, result_type, future, direct=True)
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            if not self._forget(request_id):
+                return future.result()  # the answer arrived meanwhile and is being settled
+        self._send_cancel_request(request_id)
+        raise CallTimeout(f"{method}: no answer within {timeout} s")
+
+    def call_future(self, method: str, params: Any = None, result_type: Any = Any) -> Future:
+        """Send a request; a ``Future`` of its result (or error). Cancelling the future while the
+        call is pending sends ``$/cancel_request`` and drops the eventual answer. The future is
+        settled, and its done-callbacks run, on the delivery thread (host thread in host mode);
+        when the connection is closed, on the thread that closes it. Any thread."""
+        future: Future = Future()
+        request_id = self._send_request(method, params, result_type, future, direct=False)
+        future.add_done_callback(lambda f: self._on_call_future_done(request_id, f))
+        return future
+
+    def notify(self, method: str, params: Any = None) -> None:
+        """Send a notification. Raises ``ConnectionClosed`` once closed. Any thread."""
+        _check_method_name(method)
+        if self._closed:
+            raise self._closed_error()
+        self._transport.send(self._encode_outgoing(_OutNotification("2.0", method, UNSET if params is None else params)))
+
+    def _send_request(self, method: str, params: Any, result_type: Any, future: Future, direct: bool) -> int:
+        _check_method_name(method)
+        request_id = next(self._ids)
+        frame = self._encode_outgoing(_OutRequest("2.0", request_id, method, UNSET if params is None else params))
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            self._pending[request_id] = _PendingCall(future, result_type, direct)
+        try:
+            self._transport.send(frame)
+        except ConnectionClosed:
+            self._forget(request_id)
+            raise
+        return request_id
+
+    def _encode_outgoing(self, message: Any) -> bytes:
+        if isinstance(message.params, (str, bytes, int, float)):  # bool is an int
+            raise UsageError(f"params must be an object or an array, not {type(message.params).__name__}")
+        try:
+            return ENCODER.encode(message)
+        except (TypeError, ValueError, NotImplementedError, msgspec.EncodeError) as exc:
+            raise UsageError(f"cannot encode the params: {exc}") from exc
+
+    def _forget(self, request_id: int) -> bool:
+        with self._lock:
+            return self._pending.pop(request_id, None) is not None
+
+    def _on_call_future_done(self, request_id: int, future: Future) -> None:
+        if future.cancelled() and self._forget(request_id):
+            self._send_cancel_request(request_id)
+
+    def _send_cancel_request(self, request_id: int) -> None:
+        try:
+            self.notify(CANCEL_REQUEST_METHOD, {"requestId": request_id})
+        except ConnectionClosed:
+            pass
+
+    def _closed_error(self) -> ConnectionClosed:
+        return self._close_error or ConnectionClosed(f"{self.name}: connection closed")
+
+    # -- answering incoming requests --------------------------------------------------------------
+    def _answer(self, ctx: RequestContext, result: Any, error: Optional[AcpError]) -> bool:
+        with self._lock:
+            if ctx._answered:
+                return False
+            ctx._answered = True
+            if self._incoming.get(ctx.id) is ctx:
+                del self._incoming[ctx.id]
+        frame = None
+        if error is None:
+            try:
+                frame = ENCODER.encode(_OutResult("2.0", ctx.id, result))
+            except (TypeError, ValueError, NotImplementedError, msgspec.EncodeError):
+                self._log.exception("%s: the result of %s could not be encoded", self.name, ctx.method)
+                error = InternalError()
+        if frame is None:
+            frame = self._encode_error(ctx.id, error)
+        self._send_reply(frame, ctx._batch)
+        return True
+
+    def _encode_error(self, request_id: Any, error: Any) -> bytes:
+        try:
+            return ENCODER.encode(_OutError("2.0", request_id, error.to_wire()))
+        except (TypeError, ValueError, NotImplementedError, msgspec.EncodeError):
+            self._log.warning("%s: the data of error %r could not be encoded; sent without it", self.name, error)
+            return ENCODER.encode(_OutError("2.0", request_id, {"code": error.code, "message": error.message}))
+
+    def _send_reply(self, frame: bytes, batch: Optional[_BatchReply]) -> None:
+        if batch is not None:
+            batch.add(frame)
+        else:
+            self._send_frame(frame)
+
+    def _send_frame(self, frame: bytes) -> None:
+        try:
+            self._transport.send(frame)
+        except ConnectionClosed:
+            self._log.debug("%s: reply dropped, the connection is closed", self.name)
+
+    def _start_request(self, ctx: RequestContext) -> None:
+        # Delivery (or host) thread, in arrival order.
+        route = ctx._route
+        if route is not None and route.on_arrival is not None:
+            try:
+                route.on_arrival(ctx._params, ctx)
+            except Exception:
+                self._log.exception("%s: arrival hook for %s failed", self.name, ctx.method)
+        if not self._close_called:
+            if self._pool is None:
+                self._run_handler(ctx)
+                return
+            if self._pool.submit(self._run_handler, ctx):
+                return
+        # Closing: cancel it the way every other cancellation goes, so that the layer above may
+        # still answer it its own way (a prompt turn answers "cancelled"); else -32800.
+        ctx.cancel_token.cancel()
+        self._answer(ctx, None, RequestCancelled("the connection is closing"))
+
+    def _run_handler(self, ctx: RequestContext) -> None:
+        route, params = ctx._route, ctx._params
+        ctx._route = ctx._params = None
+        assert route is not None
+        try:
+            # Even a request cancelled before it started runs: its handler sees the token and
+            # decides, so the outcome never depends on how the cancel raced the start.
+            result = route.handler(params, ctx)
+        except BaseException as exc:
+            self._answer_exception(ctx, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        if isinstance(result, Future):
+            ctx.cancel_token.add_callback(result.cancel)
+            result.add_done_callback(lambda f: self._answer_future(ctx, f))
+        else:
+            self._answer(ctx, result, None)
+
+    def _answer_future(self, ctx: RequestContext, future: Future) -> None:
+        if future.cancelled():
+            self._answer(ctx, None, RequestCancelled())
+            return
+        exc = future.exception()
+        if exc is not None:
+            self._answer_exception(ctx, exc)
+        else:
+            self._answer(ctx, future.result(), None)
+
+    def _answer_exception(self, ctx: RequestContext, exc: BaseException) -> None:
+        if ctx.cancel_token.is_cancelled:
+            error: AcpError = exc if isinstance(exc, RequestCancelled) else RequestCancelled()
+        elif isinstance(exc, ProtocolError):
+            error = exc
+        else:
+            self._log.error("%s: handler for %s failed", self.name, ctx.method, exc_info=exc)
+            error = InternalError()
+        self._answer(ctx, None, error)
+
+    def _on_cancel_request(self, params: _CancelRequestParams) -> None:
+        with self._lock:
+            ctx = self._incoming.get(params.requestId)
+        if ctx is not None:
+            ctx.cancel_token.cancel()
+
+    # -- delivery thread --------------------------------------------------------------------------
+    def _deliver_loop(self) -> None:
+        queue = self._queue
+        queue.owner = threading.get_ident()
+        while True:
+            items = queue.take(None, block=True)
+            if items is None:
+                return
+            try:
+                _run_callbacks(items, self._log)
+            finally:
+                queue.done(len(items))
+
+    # -- reader thread ----------------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        queue = self._queue
+        try:
+            while True:
+                frames = self._transport.read_frames()
+                if frames is None:
+                    break
+                if self._host is None and (len(frames) > 1 or queue.unfinished):
+                    # A burst: the delivery thread decodes it line by line, so each value is
+                    # freed right after its callback instead of piling up (and costing garbage
+                    # collector passes) while it waits to be delivered.
+                    queue.put([(self._deliver_frames, frames)])
+                    continue
+                items: List[Callback] = []
+                self._route_frames(frames, items, False)
+                if items:
+                    queue.put(items)
+        except Exception:
+            self._log.exception("%s: reader failed; closing the connection", self.name)
+        finally:
+            self._on_end_of_stream()
+
+    def _deliver_frames(self, frames: List[Any]) -> None:
+        # Delivery thread: route a burst and run its callbacks as it goes.
+        self._route_frames(frames, [], True)
+
+    def _route_frames(self, frames: List[Any], items: List[Callback], deliver: bool) -> None:
+        """The hot loop: one decode per line, straight into the typed envelope of its method.
+
+        With ``deliver`` (on the delivery thread) callbacks run at once, in order; otherwise (on
+        the reader) they are appended to ``items`` for the queue.
+        """
+        fast = self._fast
+        assert fast is not None
+        decode_envelope, handlers, requests = fast.decoder.decode, fast.handlers, fast.requests
+        for frame in frames:
+            try:
+                envelope = decode_envelope(frame)
+            except (msgspec.DecodeError, TypeError):
+                self._route_slowly(frame, items)
+            else:
+                handler = handlers.get(type(envelope))
+                if handler is not None:
+                    if deliver:
+                        try:
+                            handler(envelope.params)
+                        except Exception:
+                            self._log.exception("%s: notification handler %r failed", self.name, handler)
+                        continue
+                    items.append((handler, envelope.params))
+                    continue
+                route = requests.get(type(envelope))
+                if route is not None:
+                    self._accept_request(route, envelope.id, envelope.params, items, None)
+                else:
+                    self._route_slowly(frame, items)
+            if deliver and items:
+                _run_callbacks(items, self._log)
+                items.clear()
+
+    def _route_slowly(self, frame: Any, items: List[Callback]) -> None:
+        if isinstance(frame, OversizedFrame):
+            self._on_oversized(frame, items)
+            return
+        if not frame.isascii():
+            # msgspec checks the UTF-8 of what it decodes, not of fields it skips.
+            try:
+                frame.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                self._on_undecodable(frame, exc)
+                return
+        try:
+            message = _ANY_LINE.decode(frame)
+        except msgspec.ValidationError:
+            self._reject(None, "not a JSON-RPC message", None)
+            return
+        except msgspec.DecodeError as exc:
+            self._on_undecodable(frame, exc)
+            return
+        if isinstance(message, list):
+            self._route_batch(message, items)
+        else:
+            self._route_message(message, items, None)
+
+    def _on_undecodable(self, frame: bytes, exc: Exception) -> None:
+        text = frame.strip()
+        if not text:
+            return  # a blank line between messages
+        if text[:1] in (b"{", b"["):
+            self.stats.parse_errors += 1
+            self._complain("parse", "%s: invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, exc)
+            self._send_frame(self._encode_error(None, ParseError(f"Parse error: {exc}")))
+        else:
+            self.stats.noise_lines += 1
+            self._complain(
+                "noise", "%s: ignored a line that is not JSON-RPC (%d so far): %r", self.stats.noise_lines, text[:200]
+            )
+
+    def _complain(self, kind: str, template: str, *args: Any) -> None:
+        now = time.monotonic()
+        last = self._complained_at.get(kind)
+        if last is None or now - last >= _COMPLAINT_INTERVAL:
+            self._complained_at[kind] = now
+            self._log.warning(template, self.name, *args)
+
+    def _reject(self, request_id: Any, reason: str, batch: Optional[_BatchReply]) -> None:
+        self.stats.invalid_messages += 1
+        self._complain("invalid", "%s: invalid message from the peer (%d so far): %s", self.stats.invalid_messages, reason)
+        self._send_reply(self._encode_error(request_id, InvalidRequest(f"Invalid request: {reason}")), batch)
+
+    def _route_batch(self, elements: List[Raw], items: List[Callback]) -> None:
+        if not elements:
+            self._reject(None, "empty batch", None)
+            return
+        batch = _BatchReply(self)
+        expected = 0
+        for element in elements:
+            try:
+                message = _ANY_MESSAGE.decode(element)
+            except msgspec.DecodeError:
+                expected += 1
+                self._reject(None, "a batch element is not a JSON-RPC message", batch)
+                continue
+            expected += self._route_message(message, items, batch)
+        batch.seal(expected)
+
+    def _route_message(self, message: _AnyMessage, items: List[Callback], batch: Optional[_BatchReply]) -> int:
+        """Route one decoded message; returns how many replies it will produce (0 or 1)."""
+        if message.method is UNSET and (message.result is not UNSET or message.error is not UNSET):
+            self._on_response(message, items)
+            return 0
+        params_raw = message.params
+        if params_raw is not UNSET and bytes(memoryview(params_raw)[:1]) == b"n":
+            params_raw = UNSET  # null params are read as absent
+        if message.jsonrpc != "2.0":
+            problem = 'jsonrpc must be "2.0"'
+        elif not isinstance(message.method, str):
+            problem = "method must be a string"
+        elif message.id is not UNSET and not _valid_id(message.id):
+            problem = "id must be a string, a number or null"
+        elif params_raw is not UNSET and bytes(memoryview(params_raw)[:1]) not in (b"{", b"["):
+            problem = "params must be an object or an array"
+        else:
+            problem = ""
+        if problem:
+            if message.id is UNSET and message.method is not UNSET:
+                # Shaped like a notification: complain here, never to the peer.
+                self._complain("invalid", "%s: dropped an invalid notification: %s", problem)
+                return 0
+            self._reject(message.id if _valid_id(message.id) else None, problem, batch)
+            return 1
+        request_id = message.id
+        method = message.method
+        if message.id is UNSET:
+            self._route_notification(method, params_raw, items)
+            return 0
+        route = self._requests.get(method)
+        if route is None and self._unknown_request is not None:
+            route = _Route(method, _unknown_handler(self._unknown_request, method), Any, True)
+        if route is None:
+            self._send_reply(self._encode_error(request_id, MethodNotFound(f"Method not found: {method}")), batch)
+            return 1
+        try:
+            params = _decode_params(params_raw, route.params_type)
+        except AcpError as exc:
+            self._send_reply(self._encode_error(request_id, exc), batch)
+            return 1
+        return self._accept_request(route, request_id, params, items, batch)
+
+    def _route_notification(self, method: str, params_raw: Any, items: List[Callback]) -> None:
+        route = self._notifications.get(method)
+        if route is None:
+            if self._unknown_notification is None:
+                self._log.debug("%s: ignored notification %s (no handler)", self.name, method)
+                return
+            route = _Route(method, _unknown_notification_handler(self._unknown_notification, method), Any, False)
+        try:
+            params = _decode_params(params_raw, route.params_type)
+        except AcpError as exc:
+            self._log.warning("%s: dropped notification %s: %s", self.name, method, exc)
+            return
+        items.append((route.handler, params))
+
+    def _accept_request(
+        self, route: _Route, request_id: Any, params: Any, items: List[Callback], batch: Optional[_BatchReply]
+    ) -> int:
+        ctx = RequestContext(self, request_id, route.method, batch)
+        ctx._route, ctx._params = route, params
+        with self._lock:
+            duplicate = request_id in self._incoming
+            if not duplicate:
+                self._incoming[request_id] = ctx
+        if duplicate:
+            self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch)
+        else:
+            items.append((self._start_request, ctx))
+        return 1
+
+    def _on_response(self, message: _AnyMessage, items: List[Callback]) -> None:
+        with self._lock:
+            call = self._pending.pop(message.id, None) if _valid_id(message.id) else None
+        if call is None:
+            self.stats.dropped_responses += 1
+            if message.error is not UNSET and message.id is None:
+                # The peer could not even read the id of something we sent.
+                self._log.warning("%s: the peer reported an error: %r", self.name, message.error)
+            else:
+                self._log.debug("%s: dropped a response for unknown id %r", self.name, message.id)
+            return
+        value: Any = None
+        error: Optional[BaseException] = None
+        if message.jsonrpc != "2.0" or (message.result is not UNSET and message.error is not UNSET):
+            error = InvalidRequest("malformed response from the peer")
+        elif message.error is not UNSET:
+            error = _error_from_object(message.error)
+        else:
+            try:
+                value = decode(message.result, call.result_type)
+            except AcpError as exc:
+                error = exc
+        self._settle_ordered(call, value, error, items)
+
+    def _settle_ordered(self, call: _PendingCall, value: Any, error: Optional[BaseException], items: List[Callback]) -> None:
+        # Behind every callback that came before it: directly only when nothing is waiting.
+        if call.direct and not items and self._queue.unfinished == 0:
+            _settle(call.future, value, error)
+        else:
+            items.append((_settle_item, (call.future, value, error)))
+
+    def _on_oversized(self, frame: OversizedFrame, items: List[Callback]) -> None:
+        self.stats.oversized_frames += 1
+        limit = self._transport.max_message_size
+        self._complain(
+            "oversized", "%s: dropped a message of %d bytes (limit %d; %d so far)", frame.size, limit, self.stats.oversized_frames
+        )
+        match = _OVERSIZED_ID.match(frame.head)
+        if match is None:
+            return
+        request_id = msgspec.json.decode(match.group("id"))
+        reason = f"message of {frame.size} bytes exceeds the limit of {limit} bytes"
+        if b'"method"' in match.group("before") or match.group("next") == b"method":
+            self._send_frame(self._encode_error(request_id, InvalidRequest(f"Invalid request: {reason}")))
+        elif match.group("next") in (b"result", b"error"):
+            with self._lock:
+                call = self._pending.pop(request_id, None)
+            if call is not None:
+                self._settle_ordered(call, None, InvalidRequest(f"response dropped: {reason}"), items)
+
+    def _on_end_of_stream(self) -> None:
+        items: List[Callback] = []
+        if not self._close_called:
+            error = self._transport.closed_error()
+            with self._lock:
+                self._closed = True
+                if self._close_error is None:
+                    self._close_error = error
+                pending, self._pending = self._pending, {}
+            for call in pending.values():
+                self._settle_ordered(call, None, self._close_error, items)
+            items.append((self._run_closing, None))
+            self._queue.put(items)
+            if self._host is None:
+                self._queue.finish()
+        self._reader_done.set()
+
+
+def _check_method_name(method: str) -> None:
+    if method.startswith("rpc."):
+        raise UsageError(f"method names starting with 'rpc.' are reserved by JSON-RPC: {method!r}")
+
+
+def _unknown_handler(fallback: Callable[[str, Any, RequestContext], Any], method: str) -> Callable[[Any, RequestContext], Any]:
+    return lambda params, ctx: fallback(method, params, ctx)
+
+
+def _unknown_notification_handler(fallback: Callable[[str, Any], Any], method: str) -> Callable[[Any], Any]:
+    return lambda params: fallback(method, params)
+
+
+def _decode_params(raw: Any, params_type: Any) -> Any:
+    if raw is UNSET:
+        return None if params_type is Any else decode(b"{}", params_type)
+    return decode(raw, params_type)
+
+
+def _error_from_object(error: Any) -> ProtocolError:
+    if isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str):
+        return error_from_wire(error["code"], error["message"], error.get("data"))
+    return InvalidRequest(f"malformed error object from the peer: {error!r}")
+
+
+def _settle(future: Future, value: Any, error: Optional[BaseException]) -> None:
+    # Exactly once: a future already cancelled (or settled) keeps its first outcome.
+    try:
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+    except InvalidStateError:
+        pass
+
+
+def _settle_item(outcome: Tuple[Future, Any, Optional[BaseException]]) -> None:
+    _settle(*outcome)

@@ -1,0 +1,503 @@
+"""Framing: newline-delimited UTF-8 JSON messages over a pair of byte streams.
+
+Rules this module keeps:
+
+- One message per line. A frame ends at the byte ``0x0A`` and nowhere else: the stream is split
+  on bytes, never on decoded text, so U+2028/U+2029 or a ``\\r`` inside a message cannot cut it.
+  The encoder above never puts a raw newline inside a message (JSON escapes it in strings).
+- A frame may be at most ``max_message_size`` bytes (64 MiB unless configured). A longer line is
+  not buffered: its bytes are dropped as they arrive, only its first few hundred bytes are kept,
+  and the reader reports it as one ``OversizedFrame`` once its newline arrives, then carries on
+  with the next line.
+- Reads take large chunks (one system call hands over many messages); the reader thread gets
+  every complete frame of a chunk at once.
+- Writes from any number of threads never interleave and are never reordered. The first sender
+  writes its frame at once, in its own thread (no timer, no writer thread). Senders that arrive
+  while a write is under way leave their frames behind, and the thread already writing takes
+  them all in its next write (flat combining), so a busy connection makes few, large writes.
+  A sender waits only when the backlog grows past a few megabytes (the peer stopped reading).
+- ``close()`` flushes the backlog (in bounded time), then wakes a reader blocked in a read,
+  and releases the streams once no thread is inside a read or a write any more, so a descriptor
+  number is never closed under a thread still using it.
+
+Transports. ``Transport`` wraps any pair of binary streams: file descriptors, binary file objects
+(subprocess pipes) or a connected socket. Helpers build the usual ones: ``stdio_transport()``
+(this process's stdin/stdout, with stdout protected), ``process_transport()`` (an
+``AgentProcess``), ``memory_pair()`` (two connected transports over OS pipes, for tests),
+``connect_tcp()``/``connect_unix()`` and ``listen_tcp()``/``listen_unix()``.
+
+Socket framing. Over TCP and Unix-domain sockets the byte stream is exactly the one of the stdio
+transport: UTF-8 JSON-RPC 2.0 messages, each followed by a single ``\\n``, with no header, length
+prefix or handshake. Either side may send first once the connection is accepted; the side that
+dials plays whichever ACP role the application gives it (usually the client). Closing the socket
+(or shutting down its sending half) ends the session exactly as closing a stdio pipe does.
+"""
+import os
+import select
+import socket
+import sys
+import threading
+from typing import Any, Callable, List, Optional, Tuple, Union
+
+from .errors import CallTimeout, ConnectionClosed, UsageError
+
+DEFAULT_MAX_MESSAGE_SIZE = 64 * 1024 * 1024
+
+# Bytes asked of the OS per read: large enough that a burst of small messages costs one system
+# call per few hundred of them, small enough not to waste memory per connection.
+_READ_CHUNK = 256 * 1024
+
+# How much of an oversized frame is kept, so that the layer above can still tell whose message it
+# was (the id usually comes first).
+_OVERSIZED_HEAD = 512
+
+# A sender waits while more than this many bytes wait to be written: the peer is not reading,
+# and letting the backlog grow without bound would only move the problem into our memory.
+_WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
+
+
+class OversizedFrame:
+    """A line longer than the transport's ``max_message_size``; its bytes were dropped.
+
+    ``size`` is the length of the whole line and ``head`` its first bytes.
+    """
+
+    __slots__ = ("size", "head")
+
+    def __init__(self, size: int, head: bytes):
+        self.size = size
+        self.head = head
+
+    def __repr__(self) -> str:
+        return f"OversizedFrame(size={self.size}, head={self.head[:40]!r})"
+
+
+Frame = Union[bytes, OversizedFrame]
+
+
+def _stream_io(stream: Any, reading: bool) -> Tuple[Callable[..., Any], Optional[int], Callable[[], None]]:
+    """(read-or-write function, descriptor to poll or None, close function) for one stream.
+
+    A socket uses recv/sendall; anything with a descriptor is read and written through it with
+    ``os.read``/``os.write`` (no Python-level buffering in the way); a file object without one
+    falls back to its own methods.
+    """
+    if isinstance(stream, socket.socket):
+        if reading:
+            return stream.recv, stream.fileno(), stream.close
+        return stream.sendall, None, stream.close
+    if isinstance(stream, int):
+        fd, close = stream, lambda: os.close(stream)
+    else:
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = -1
+        close = stream.close
+        if fd < 0:
+            if reading:
+                return getattr(stream, "read1", stream.read), None, close
+            return _flushing_writer(stream), None, close
+    if reading:
+        return lambda size: os.read(fd, size), fd, close
+    return lambda data: _write_all_fd(fd, data), None, close
+
+
+def _flushing_writer(stream: Any) -> Callable[[bytes], None]:
+    def write(data: bytes) -> None:
+        stream.write(data)
+        stream.flush()
+
+    return write
+
+
+def _write_all_fd(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class Transport:
+    """A bidirectional stream of newline-delimited frames.
+
+    ``reader`` and ``writer`` are file descriptors, binary file objects or sockets (the same
+    socket may be both); the transport owns them and closes them in ``close()``.
+    ``closed_error``, when given, builds the ``ConnectionClosed`` the layer above raises once the
+    stream has ended (a process transport puts the exit code and stderr tail in it).
+
+    Thread affinity: ``read_frames`` is for one reader thread; ``send``, ``close`` and
+    ``closed_error`` may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        reader: Any,
+        writer: Any,
+        *,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        name: str = "transport",
+        closed_error: Optional[Callable[[], ConnectionClosed]] = None,
+    ):
+        if max_message_size < 1:
+            raise UsageError(f"max_message_size must be positive, not {max_message_size}")
+        self.name = name
+        self.max_message_size = max_message_size
+        self._closed_error_hook = closed_error
+        self._read, read_fd, close_reader = _stream_io(reader, reading=True)
+        self._write, _, close_writer = _stream_io(writer, reading=False)
+        self._closers = [close_reader] if reader is writer else [close_reader, close_writer]
+        self._sockets = [s for s in (reader, writer) if isinstance(s, socket.socket)]
+        # Where a reader can wait on two descriptors at once, it also watches a wake-up pipe, so
+        # that close() can interrupt a read that would otherwise block until the peer writes.
+        self._poll: Optional[Any] = None
+        self._wake: Optional[Tuple[int, int]] = None
+        if read_fd is not None and hasattr(select, "poll"):
+            self._wake = os.pipe()
+            self._poll = select.poll()
+            self._poll.register(read_fd, select.POLLIN)
+            self._poll.register(self._wake[0], select.POLLIN)
+        # Reader state (reader thread only).
+        self._partial: List[bytes] = []
+        self._partial_size = 0
+        self._discarding: Optional[OversizedFrame] = None
+        self._eof = False
+        # Shared state, under one condition: the write backlog and the close protocol.
+        self._cond = threading.Condition(threading.Lock())
+        self._backlog: List[bytes] = []
+        self._backlog_size = 0
+        self._writing = False
+        self._write_failed = False
+        self._active = 0  # threads inside a read or write system call
+        self._closing = False
+        self._released = False
+
+    # -- reading (reader thread) --------------------------------------------------------------
+    def read_frames(self) -> Optional[List[Frame]]:
+        """Block until at least one complete frame arrives; return all frames read so far.
+
+        Frames are lines without their ``\\n`` (possibly empty, possibly ending in ``\\r``), or
+        ``OversizedFrame`` reports. At end of stream the unterminated last line, if any, is
+        returned as a frame; after that, and once ``close()`` has begun, returns None.
+        Reader thread only.
+        """
+        while not self._eof:
+            chunk = self._read_chunk()
+            if not chunk:
+                self._eof = True
+                return self._frames_at_eof()
+            frames = self._split(chunk)
+            if frames:
+                return frames
+        return None
+
+    def _read_chunk(self) -> bytes:
+        with self._cond:
+            if self._closing:
+                return b""
+            self._active += 1
+        try:
+            if self._poll is not None:
+                assert self._wake is not None
+                ready = self._poll.poll()
+                if any(fd == self._wake[0] for fd, _ in ready):
+                    return b""
+            return self._read(_READ_CHUNK)
+        except OSError:
+            # A reset socket or a pipe closed under us: for the layer above, the stream ended.
+            return b""
+        finally:
+            self._leave_io()
+
+    def _split(self, chunk: bytes) -> List[Frame]:
+        frames: List[Frame] = []
+        if self._discarding is not None:
+            end = chunk.find(b"\n")
+            if end < 0:
+                self._discarding.size += len(chunk)
+                return frames
+            self._discarding.size += end
+            frames.append(self._discarding)
+            self._discarding = None
+            chunk = chunk[end + 1 :]
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        if lines and self._partial:
+            self._partial.append(lines[0])
+            lines[0] = b"".join(self._partial)
+            self._partial = []
+            self._partial_size = 0
+        if lines:
+            limit = self.max_message_size
+            if len(lines[0]) > limit or (limit < len(chunk) and any(len(line) > limit for line in lines)):
+                lines = [OversizedFrame(len(line), line[:_OVERSIZED_HEAD]) if len(line) > limit else line for line in lines]
+            frames.extend(lines)
+        if rest:
+            self._partial.append(rest)
+            self._partial_size += len(rest)
+            if self._partial_size > self.max_message_size:
+                head = b"".join(self._partial)[:_OVERSIZED_HEAD]
+                self._discarding = OversizedFrame(self._partial_size, head)
+                self._partial = []
+                self._partial_size = 0
+        return frames
+
+    def _frames_at_eof(self) -> Optional[List[Frame]]:
+        frames: List[Frame] = []
+        if self._discarding is not None:
+            frames.append(self._discarding)
+            self._discarding = None
+        elif self._partial:
+            frames.append(b"".join(self._partial))
+            self._partial = []
+        return frames or None
+
+    # -- writing (any thread) -----------------------------------------------------------------
+    def send(self, frame: bytes) -> None:
+        """Write one frame (without its newline, which is added here). Any thread.
+
+        Returns once the frame is written or handed to the thread that is writing. Raises
+        ``ConnectionClosed`` when the transport is closed or a write failed, ``UsageError`` when
+        the frame contains a newline.
+        """
+        if b"\n" in frame:
+            raise UsageError("a frame must not contain a newline byte")
+        with self._cond:
+            while self._backlog_size > _WRITE_BACKLOG_LIMIT and not (self._closing or self._write_failed):
+                self._cond.wait()
+            if self._closing or self._write_failed:
+                raise self.closed_error()
+            self._backlog.append(frame)
+            self._backlog.append(b"\n")
+            self._backlog_size += len(frame) + 1
+            if self._writing:
+                return
+            self._writing = True
+            self._active += 1
+        self._write_backlog()
+
+    def _write_backlog(self) -> None:
+        # This thread holds the writer role until the backlog is empty.
+        failure: Optional[OSError] = None
+        while True:
+            with self._cond:
+                batch = self._backlog
+                if not batch or failure is not None:
+                    self._backlog = []
+                    self._backlog_size = 0
+                    self._writing = False
+                    self._write_failed = self._write_failed or failure is not None
+                    self._cond.notify_all()
+                    break
+                self._backlog = []
+                self._backlog_size = 0
+                self._cond.notify_all()
+            try:
+                self._write(batch[0] + batch[1] if len(batch) == 2 else b"".join(batch))
+            except OSError as exc:
+                failure = exc
+        self._leave_io()
+        if failure is not None:
+            raise self.closed_error() from failure
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every frame handed to ``send`` is written; True if so. Any thread."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._writing and not self._backlog, timeout)
+
+    # -- closing (any thread) -----------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` has begun. Any thread."""
+        return self._closing
+
+    def closed_error(self) -> ConnectionClosed:
+        """The ``ConnectionClosed`` describing why this stream ended. Any thread."""
+        if self._closed_error_hook is not None:
+            return self._closed_error_hook()
+        return ConnectionClosed(f"{self.name}: connection closed")
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush what is waiting to be written (up to ``timeout`` seconds), then close both
+        streams. A blocked read returns at once; a write blocked on a peer that does not read
+        keeps the stream open until it fails. Idempotent. Any thread."""
+        self.flush(timeout)
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            self._cond.notify_all()  # senders waiting on the backlog limit
+            if self._active == 0:
+                self._release()
+                return
+            if self._wake is not None:
+                os.write(self._wake[1], b"x")
+        for sock in self._sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _leave_io(self) -> None:
+        with self._cond:
+            self._active -= 1
+            if self._closing and self._active == 0:
+                self._release()
+
+    def _release(self) -> None:
+        # Called under the lock by whoever is last out: no thread is inside a read or a write.
+        if self._released:
+            return
+        self._released = True
+        for close in self._closers:
+            try:
+                close()
+            except OSError:
+                pass
+        if self._wake is not None:
+            os.close(self._wake[0])
+            os.close(self._wake[1])
+
+
+# -- ready-made transports --------------------------------------------------------------------
+def memory_pair(*, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Tuple[Transport, Transport]:
+    """Two transports connected to each other through two OS pipes (for tests and in-process
+    peers). Closing one makes the other read end-of-stream. Any thread."""
+    a_read, b_write = os.pipe()
+    b_read, a_write = os.pipe()
+    return (
+        Transport(a_read, a_write, max_message_size=max_message_size, name="memory-a"),
+        Transport(b_read, b_write, max_message_size=max_message_size, name="memory-b"),
+    )
+
+
+def stdio_transport(*, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Transport:
+    """This process's stdin/stdout as a transport, with stdout protected. Call once, from the
+    main thread, before starting other threads that print.
+
+    The protocol gets private duplicates of descriptors 0 and 1. Descriptor 1 is then pointed at
+    descriptor 2, so ``print``, ``sys.stdout`` and any library or child process writing to
+    stdout land on stderr instead of corrupting the stream; descriptor 0 is pointed at the null
+    device, so nothing else can consume protocol bytes from stdin. Neither is restored by
+    ``close()``: the process is expected to end with its protocol session.
+    """
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    protocol_in = os.dup(0)
+    protocol_out = os.dup(1)
+    os.dup2(2, 1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return Transport(protocol_in, protocol_out, max_message_size=max_message_size, name="stdio")
+
+
+def process_transport(process: Any, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Transport:
+    """A transport over an ``AgentProcess``'s stdout (read) and stdin (write), whose
+    ``closed_error`` carries the agent's exit code and stderr tail. Any thread."""
+    return Transport(
+        process.stdout,
+        process.stdin,
+        max_message_size=max_message_size,
+        name=f"agent-{process.pid}",
+        closed_error=process.closed_error,
+    )
+
+
+def socket_transport(sock: socket.socket, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Transport:
+    """A transport over a connected stream socket, which it owns from now on. Any thread."""
+    sock.settimeout(None)
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        # Messages are small and latency matters more than packet count.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        peer = "?"
+    return Transport(sock, sock, max_message_size=max_message_size, name=f"socket-{peer}")
+
+
+def connect_tcp(host: str, port: int, *, timeout: Optional[float] = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Transport:
+    """Dial ``host:port`` over TCP; ``timeout`` bounds the connect only. Any thread."""
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        raise ConnectionClosed(f"cannot connect to {host}:{port}: {exc}") from exc
+    return socket_transport(sock, max_message_size=max_message_size)
+
+
+def connect_unix(path: str, *, timeout: Optional[float] = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Transport:
+    """Dial the Unix-domain socket at ``path``. Any thread (POSIX only)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except OSError as exc:
+        sock.close()
+        raise ConnectionClosed(f"cannot connect to {path}: {exc}") from exc
+    return socket_transport(sock, max_message_size=max_message_size)
+
+
+class Listener:
+    """A listening socket that hands out one transport per accepted connection.
+
+    ``address`` is where peers dial (``(host, port)`` for TCP, a path for Unix sockets).
+    ``accept`` may be called from any thread; ``close`` from any thread, and it removes the
+    socket file of a Unix listener.
+    """
+
+    def __init__(self, sock: socket.socket, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE):
+        self._sock = sock
+        self._max_message_size = max_message_size
+        self.address = sock.getsockname()
+
+    def accept(self, timeout: Optional[float] = None) -> Transport:
+        """Wait up to ``timeout`` seconds (forever if None) for a peer and return its transport.
+        Raises ``CallTimeout`` on timeout and ``ConnectionClosed`` once the listener is closed."""
+        self._sock.settimeout(timeout)
+        try:
+            conn, _ = self._sock.accept()
+        except socket.timeout as exc:
+            raise CallTimeout(f"no connection on {self.address} within {timeout} s") from exc
+        except OSError as exc:
+            raise ConnectionClosed(f"listener {self.address} closed") from exc
+        return socket_transport(conn, max_message_size=self._max_message_size)
+
+    def close(self) -> None:
+        """Stop listening. Idempotent. Any thread."""
+        if self._sock.fileno() < 0:
+            return
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked accept() on Linux
+        except OSError:
+            pass
+        self._sock.close()
+        if self._sock.family == getattr(socket, "AF_UNIX", None) and isinstance(self.address, str) and self.address:
+            try:
+                os.unlink(self.address)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "Listener":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+def listen_tcp(host: str = "127.0.0.1", port: int = 0, *, backlog: int = 8, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Listener:
+    """Listen on ``host:port`` (port 0 picks a free one; see ``Listener.address``). Any thread."""
+    sock = socket.create_server((host, port), backlog=backlog)
+    return Listener(sock, max_message_size=max_message_size)
+
+
+def listen_unix(path: str, *, backlog: int = 8, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Listener:
+    """Listen on a Unix-domain socket at ``path`` (which must not exist). Any thread (POSIX)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return Listener(sock, max_message_size=max_message_size)

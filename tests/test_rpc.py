@@ -1,0 +1,836 @@
+"""The JSON-RPC 2.0 connection (acp_lite.rpc) over real pipes.
+
+Most tests put a ``Connection`` on one end of an in-memory pipe pair and a ``RawPeer`` on the
+other: the test writes the peer's bytes itself and asserts the exact messages that come back.
+The method names are made up; this layer knows no ACP method.
+"""
+import json
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, List, Optional
+
+import msgspec
+import pytest
+
+from acp_lite.errors import (
+    AuthRequired,
+    CallTimeout,
+    ConnectionClosed,
+    InvalidParams,
+    MethodNotFound,
+    RequestCancelled,
+    ResourceNotFound,
+    UsageError,
+)
+from acp_lite.rpc import CancelToken, Connection, HostDelivery, RequestContext
+from acp_lite.wire import Transport, memory_pair
+
+pytestmark = pytest.mark.timeout(20)
+
+WAIT = 10  # seconds a test waits for something that should happen at once
+
+
+class Item(msgspec.Struct):
+    sessionId: str
+    text: str
+
+
+class RawPeer:
+    """The far end of a connection, driven byte by byte by the test."""
+
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        self.frames: "queue.Queue[Optional[bytes]]" = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name="raw-peer-reader", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            batch = self.transport.read_frames()
+            if batch is None:
+                self.frames.put(None)
+                return
+            for frame in batch:
+                self.frames.put(frame)
+
+    def send_bytes(self, data: bytes) -> None:
+        self.transport.send(data)
+
+    def send(self, message: Any) -> None:
+        self.transport.send(json.dumps(message, separators=(",", ":")).encode())
+
+    def recv_bytes(self) -> Optional[bytes]:
+        return self.frames.get(timeout=WAIT)
+
+    def recv(self) -> Any:
+        frame = self.recv_bytes()
+        assert frame is not None, "the connection closed its end"
+        return json.loads(frame)
+
+    def ping(self) -> None:
+        """Round-trip a request the test answers itself, proving nothing was sent before it."""
+        self.send({"jsonrpc": "2.0", "id": "ping", "method": "test/ping"})
+        assert self.recv() == {"jsonrpc": "2.0", "id": "ping", "result": "pong"}
+
+    def close(self) -> None:
+        self.transport.close()
+        self._reader.join(WAIT)
+
+
+@pytest.fixture
+def pair():
+    """(connection, raw peer), the connection started with a ``test/ping`` handler; both closed
+    at the end."""
+    ours, theirs = memory_pair()
+    connection = Connection(ours, name="under-test")
+    connection.on_request("test/ping", lambda params, ctx: "pong")
+    peer = RawPeer(theirs)
+    yield connection, peer
+    connection.close()
+    peer.close()
+
+
+@pytest.fixture
+def linked():
+    """Two started connections talking to each other (``a`` and ``b``)."""
+    ours, theirs = memory_pair()
+    a, b = Connection(ours, name="a"), Connection(theirs, name="b")
+    yield a, b
+    a.close()
+    b.close()
+
+
+def wait_for(condition) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never came true"
+        time.sleep(0.005)
+
+
+def start(*connections: Connection) -> None:
+    for connection in connections:
+        connection.start()
+
+
+# -- requests and responses ------------------------------------------------------------------------
+@pytest.mark.req(
+    "ACP-V1-JSONRPC-VERSION-MEMBER",
+    "ACP-V1-JSONRPC-ID-TYPE",
+    "ACP-V1-JSONRPC-ID-NOT-NULL",
+    "ACP-V1-JSONRPC-ID-NO-FRACTION",
+    "ACP-V1-JSONRPC-PARAMS-MAY-BE-OMITTED",
+    "ACP-V1-JSONRPC-RESULT-ON-SUCCESS",
+)
+def test_outgoing_requests_have_unique_integer_ids_and_typed_results(pair):
+    connection, peer = pair
+    connection.start()
+    results: List[Any] = []
+    caller = threading.Thread(
+        target=lambda: results.extend(
+            [connection.call("x/get", Item("s1", "hi"), Item), connection.call("x/none")]
+        )
+    )
+    caller.start()
+    first = peer.recv()
+    assert first == {"jsonrpc": "2.0", "id": first["id"], "method": "x/get", "params": {"sessionId": "s1", "text": "hi"}}
+    assert type(first["id"]) is int
+    peer.send({"jsonrpc": "2.0", "id": first["id"], "result": {"sessionId": "s2", "text": "back"}})
+    second = peer.recv()
+    assert second == {"jsonrpc": "2.0", "id": second["id"], "method": "x/none"}  # params omitted
+    assert type(second["id"]) is int and second["id"] != first["id"]
+    peer.send({"jsonrpc": "2.0", "id": second["id"], "result": None})
+    caller.join(WAIT)
+    assert results == [Item("s2", "back"), None]
+
+
+@pytest.mark.req(
+    "ACP-V1-JSONRPC-RESPONSE-SAME-ID",
+    "ACP-V1-JSONRPC-RESPONSE-ID-ECHO",
+    "ACP-V1-JSONRPC-RESPONSE-REQUIRED",
+    "ACP-V1-JSONRPC-RESULT-XOR-ERROR",
+    "ACP-V1-JSONRPC-RESULT-ON-SUCCESS",
+)
+def test_incoming_requests_are_answered_with_their_own_id(pair):
+    connection, peer = pair
+    connection.on_request("x/echo", lambda params, ctx: {"text": params.text, "id": ctx.id}, Item)
+    connection.on_request("x/nothing", lambda params, ctx: None)
+    connection.start()
+    for request_id in (1, "abc", 0, -5, "1"):
+        peer.send({"jsonrpc": "2.0", "id": request_id, "method": "x/echo", "params": {"sessionId": "s", "text": "t"}})
+        assert peer.recv() == {"jsonrpc": "2.0", "id": request_id, "result": {"text": "t", "id": request_id}}
+    peer.send({"jsonrpc": "2.0", "id": 9, "method": "x/nothing"})
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 9, "result": None}  # result present even when null
+
+
+@pytest.mark.req(
+    "ACP-V1-JSONRPC-ERROR-MEMBER-ON-ERROR",
+    "ACP-V1-JSONRPC-ERROR-RESPONSE-CONTAINS-ERROR",
+    "ACP-V1-JSONRPC-ERROR-CODE-INTEGER",
+    "ACP-V1-JSONRPC-ERROR-MESSAGE-CONCISE",
+    "ACP-V1-JSONRPC-RESULT-XOR-ERROR",
+)
+def test_handler_errors_become_error_responses_and_the_connection_carries_on(pair, caplog):
+    connection, peer = pair
+
+    def fail(params, ctx):
+        kind = params["kind"]
+        if kind == "auth":
+            raise AuthRequired(data={"methods": ["a"]})
+        if kind == "missing":
+            raise ResourceNotFound("no such session")
+        raise ValueError("secret internal detail")
+
+    connection.on_request("x/fail", fail)
+    connection.start()
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "x/fail", "params": {"kind": "auth"}})
+    assert peer.recv() == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "error": {"code": -32000, "message": "Authentication required", "data": {"methods": ["a"]}},
+    }
+    peer.send({"jsonrpc": "2.0", "id": 2, "method": "x/fail", "params": {"kind": "missing"}})
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 2, "error": {"code": -32002, "message": "no such session"}}
+    with caplog.at_level(logging.ERROR, logger="acp_lite.rpc"):
+        peer.send({"jsonrpc": "2.0", "id": 3, "method": "x/fail", "params": {"kind": "bug"}})
+        reply = peer.recv()
+    assert reply == {"jsonrpc": "2.0", "id": 3, "error": {"code": -32603, "message": "Internal error"}}
+    assert "secret internal detail" not in json.dumps(reply)
+    assert any(r.exc_info and "secret internal detail" in str(r.exc_info[1]) for r in caplog.records)
+    peer.ping()
+
+
+def test_error_responses_raise_the_matching_exception(pair):
+    connection, peer = pair
+    connection.start()
+    outcome: List[BaseException] = []
+
+    def caller():
+        for _ in range(2):
+            try:
+                connection.call("x/thing", {})
+            except Exception as exc:
+                outcome.append(exc)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    request = peer.recv()
+    peer.send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32602, "message": "bad", "data": {"path": "$.a"}}})
+    request = peer.recv()
+    peer.send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": 123, "message": "custom"}})
+    thread.join(WAIT)
+    assert type(outcome[0]) is InvalidParams and outcome[0].data == {"path": "$.a"}
+    assert outcome[1].code == 123 and outcome[1].message == "custom"
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-PARAM-NAMES-EXACT")
+def test_params_that_do_not_decode_get_invalid_params_with_the_path(pair):
+    connection, peer = pair
+    connection.on_request("x/echo", lambda params, ctx: params, Item)
+    connection.start()
+    # Names must match exactly, including case.
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "x/echo", "params": {"sessionid": "s", "text": "t"}})
+    reply = peer.recv()
+    assert reply["id"] == 1 and reply["error"]["code"] == -32602 and "result" not in reply
+    assert "sessionId" in reply["error"]["message"]
+    peer.send({"jsonrpc": "2.0", "id": 2, "method": "x/echo", "params": {"sessionId": 5, "text": "t"}})
+    reply = peer.recv()
+    assert reply["error"]["code"] == -32602 and reply["error"]["data"]["path"] == "$.sessionId"
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION", "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS")
+def test_notifications_never_get_a_reply(pair):
+    connection, peer = pair
+    seen: List[Any] = []
+    connection.on_notification("x/note", seen.append, Item)
+    connection.on_notification("x/boom", lambda params: 1 / 0)
+    connection.start()
+    peer.send({"jsonrpc": "2.0", "method": "x/note", "params": {"sessionId": "s", "text": "ok"}})
+    peer.send({"jsonrpc": "2.0", "method": "x/note", "params": {"wrong": True}})  # undecodable: dropped
+    peer.send({"jsonrpc": "2.0", "method": "x/unknown", "params": {}})
+    peer.send({"jsonrpc": "2.0", "method": "_vendor/unknown"})
+    peer.send({"jsonrpc": "2.0", "method": "x/boom", "params": {}})
+    peer.send({"jsonrpc": "1.0", "method": "x/note", "params": 5})  # malformed, but still no reply
+    peer.send({"jsonrpc": "2.0", "method": 5})
+    peer.ping()  # the first thing sent back is the ping's answer
+    assert seen == [Item("s", "ok")]
+
+
+@pytest.mark.req("ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND", "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST")
+def test_unknown_request_methods_get_method_not_found(pair):
+    connection, peer = pair
+    connection.start()
+    for method in ("x/unknown", "_vendor/thing"):
+        peer.send({"jsonrpc": "2.0", "id": 4, "method": method, "params": {}})
+        reply = peer.recv()
+        assert reply["id"] == 4 and reply["error"]["code"] == -32601 and "result" not in reply
+
+
+@pytest.mark.req("ACP-V1-EXT-CUSTOM-REQUESTS-MAY", "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST", "ACP-V1-SCHEMA-EXTENSION-METHOD-NAMES")
+def test_fallback_handlers_receive_unregistered_methods_with_raw_params(pair):
+    connection, peer = pair
+    notes: List[Any] = []
+
+    def unknown_request(method, params, ctx):
+        if not method.startswith("_"):
+            raise MethodNotFound(f"Method not found: {method}")
+        return {"method": method, "params": params, "id": ctx.id}
+
+    connection.on_unknown_request(unknown_request)
+    connection.on_unknown_notification(lambda method, params: notes.append((method, params)))
+    connection.start()
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "_vendor/op", "params": {"a": [1, {"_meta": {"k": 1}}]}})
+    assert peer.recv()["result"] == {"method": "_vendor/op", "params": {"a": [1, {"_meta": {"k": 1}}]}, "id": 1}
+    peer.send({"jsonrpc": "2.0", "id": 2, "method": "_vendor/op"})
+    assert peer.recv()["result"] == {"method": "_vendor/op", "params": None, "id": 2}
+    peer.send({"jsonrpc": "2.0", "id": 3, "method": "other/op", "params": {}})
+    assert peer.recv()["error"]["code"] == -32601
+    peer.send({"jsonrpc": "2.0", "method": "_vendor/note", "params": [1, 2]})
+    peer.ping()
+    assert notes == [("_vendor/note", [1, 2])]
+
+
+def test_rpc_prefixed_method_names_are_refused():
+    ours, theirs = memory_pair()
+    connection = Connection(ours)
+    with pytest.raises(UsageError):
+        connection.on_request("rpc.discover", lambda params, ctx: None)
+    with pytest.raises(UsageError):
+        connection.notify("rpc.thing")
+    connection.close()
+    theirs.close()
+
+
+# -- bad input ---------------------------------------------------------------------------------------
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-ID-ECHO", "ACP-V1-TRANSPORT-UTF8")
+def test_invalid_json_and_invalid_utf8_get_parse_error_with_null_id(pair):
+    connection, peer = pair
+    connection.start()
+    for garbage in (b'{"jsonrpc":"2.0","id":1,"method":', b'{"text":"\xff\xfe"}', b"[1,2"):
+        peer.send_bytes(garbage)
+        reply = peer.recv()
+        assert reply["id"] is None and reply["error"]["code"] == -32700 and reply["jsonrpc"] == "2.0"
+    peer.ping()
+    assert connection.stats.parse_errors == 3
+
+
+@pytest.mark.req(
+    "ACP-V1-JSONRPC-VERSION-MEMBER",
+    "ACP-V1-JSONRPC-RESPONSE-ID-ECHO",
+    "ACP-V1-JSONRPC-PARAMS-STRUCTURED",
+    "ACP-V1-JSONRPC-ID-TYPE",
+)
+@pytest.mark.parametrize(
+    "message, expected_id",
+    [
+        (5, None),
+        ("a string", None),
+        ({"jsonrpc": "1.0", "id": 3, "method": "test/ping"}, 3),
+        ({"id": 4, "method": "test/ping"}, 4),
+        ({"jsonrpc": "2.0", "id": 5, "method": 17}, 5),
+        ({"jsonrpc": "2.0", "id": 6, "method": "test/ping", "params": 3}, 6),
+        ({"jsonrpc": "2.0", "id": 7, "method": "test/ping", "params": "text"}, 7),
+        ({"jsonrpc": "2.0", "id": [1], "method": "test/ping"}, None),
+        ({"jsonrpc": "2.0", "id": True, "method": "test/ping"}, None),
+        ({"jsonrpc": "2.0", "id": 8}, 8),
+        ({"foo": "bar"}, None),
+    ],
+)
+def test_valid_json_that_is_not_json_rpc_gets_invalid_request(pair, message, expected_id):
+    connection, peer = pair
+    connection.start()
+    peer.send(message)
+    reply = peer.recv()
+    assert reply["jsonrpc"] == "2.0" and reply["id"] == expected_id and reply["error"]["code"] == -32600
+    assert "result" not in reply
+    peer.ping()
+
+
+def test_responses_are_never_answered_even_when_malformed(pair):
+    connection, peer = pair
+    connection.start()
+    peer.send({"jsonrpc": "2.0", "id": 999, "result": {}})  # unknown id
+    peer.send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}})
+    peer.send({"jsonrpc": "1.0", "id": 5, "result": 1})
+    peer.send({"jsonrpc": "2.0", "id": 6, "result": 1, "error": {"code": 1, "message": "x"}})
+    peer.ping()
+    assert connection.stats.dropped_responses == 4
+
+
+def test_a_malformed_response_to_a_pending_call_fails_that_call(pair):
+    connection, peer = pair
+    connection.start()
+    future = connection.call_future("x/op")
+    request = peer.recv()
+    peer.send({"jsonrpc": "2.0", "id": request["id"], "result": 1, "error": {"code": 1, "message": "x"}})
+    assert isinstance(future.exception(WAIT), Exception)
+    peer.ping()
+
+
+def test_noise_lines_are_counted_logged_now_and_then_and_skipped(pair, caplog):
+    connection, peer = pair
+    connection.start()
+    with caplog.at_level(logging.WARNING, logger="acp_lite.rpc"):
+        for i in range(50):
+            peer.send_bytes(b"Agent v1.2 starting up... line %d" % i)
+        peer.send_bytes(b"")
+        peer.send_bytes(b"   \r")
+        peer.ping()  # no reply to any of it
+    assert connection.stats.noise_lines == 50
+    noise_logs = [r for r in caplog.records if "not JSON-RPC" in r.getMessage()]
+    assert 1 <= len(noise_logs) <= 2
+    assert not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION", "ACP-V1-JSONRPC-RESPONSE-REQUIRED")
+def test_batches_are_answered_as_json_rpc_2_0_says(pair):
+    connection, peer = pair
+    notes: List[Any] = []
+    connection.on_request("x/double", lambda params, ctx: params["n"] * 2)
+    connection.on_notification("x/note", notes.append)
+    connection.start()
+    peer.send(
+        [
+            {"jsonrpc": "2.0", "id": 1, "method": "x/double", "params": {"n": 2}},
+            {"jsonrpc": "2.0", "method": "x/note", "params": {"k": 1}},
+            {"jsonrpc": "2.0", "id": "b", "method": "x/double", "params": {"n": 5}},
+            {"jsonrpc": "2.0", "id": 3, "method": "x/missing"},
+            7,
+        ]
+    )
+    replies = peer.recv()
+    assert isinstance(replies, list)
+    by_id = {json.dumps(r["id"]): r for r in replies}
+    assert len(replies) == 4
+    assert by_id["1"]["result"] == 4 and by_id['"b"']["result"] == 10
+    assert by_id["3"]["error"]["code"] == -32601
+    assert by_id["null"]["error"]["code"] == -32600
+    # A batch of notifications only gets nothing back; an empty batch one error object.
+    peer.send([{"jsonrpc": "2.0", "method": "x/note", "params": {"k": 2}}])
+    peer.send([])
+    reply = peer.recv()
+    assert reply == {"jsonrpc": "2.0", "id": None, "error": reply["error"]} and reply["error"]["code"] == -32600
+    peer.ping()
+    assert notes == [{"k": 1}, {"k": 2}]
+
+
+def test_an_oversized_request_is_answered_and_the_stream_goes_on():
+    ours, theirs = memory_pair(max_message_size=4096)
+    connection = Connection(ours)
+    connection.on_request("test/ping", lambda params, ctx: "pong")
+    connection.start()
+    peer = RawPeer(theirs)
+    peer.send({"jsonrpc": "2.0", "id": 41, "method": "x/big", "params": {"text": "x" * 100_000}})
+    reply = peer.recv()
+    assert reply["id"] == 41 and reply["error"]["code"] == -32600
+    peer.send({"method": "x/big", "params": {"text": "x" * 100_000}})  # a notification: nothing to say
+    peer.ping()
+    # An oversized answer to our own call fails that call instead of leaving it pending.
+    future = connection.call_future("x/read")
+    request = peer.recv()
+    peer.send({"jsonrpc": "2.0", "id": request["id"], "result": {"content": "y" * 100_000}})
+    with pytest.raises(Exception, match="exceeds"):
+        future.result(WAIT)
+    assert connection.stats.oversized_frames == 3
+    connection.close()
+    peer.close()
+
+
+# -- ordering --------------------------------------------------------------------------------------
+def test_notifications_are_delivered_in_order_and_before_a_later_response(pair):
+    connection, peer = pair
+    seen: List[int] = []
+    release = threading.Event()
+
+    def slow(params):
+        release.wait(WAIT)  # the first callback blocks; everything behind it must wait
+        seen.append(params["i"])
+
+    connection.on_notification("x/step", slow)
+    connection.start()
+    answers: List[Any] = []
+    caller = threading.Thread(target=lambda: answers.append((connection.call("x/op"), list(seen))))
+    caller.start()
+    request = peer.recv()
+    for i in range(200):
+        peer.send({"jsonrpc": "2.0", "method": "x/step", "params": {"i": i}})
+    peer.send({"jsonrpc": "2.0", "id": request["id"], "result": "done"})
+    release.set()
+    caller.join(WAIT)
+    # When call() returns, every notification sent before the response has been delivered.
+    assert answers == [("done", list(range(200)))]
+
+
+def test_requests_start_in_order_behind_notifications_and_may_call_back(linked):
+    a, b = linked
+    log: List[str] = []
+    b.on_notification("x/note", lambda params: log.append(f"note {params}"))
+    b.on_request("x/outer", lambda params, ctx: b.call("y/inner", {"from": ctx.id}, timeout=WAIT))
+    a.on_request("y/inner", lambda params, ctx: {"inner got": params})
+    start(a, b)
+    a.notify("x/note", [1])
+    a.notify("x/note", [2])
+    assert a.call("x/outer", {}, timeout=WAIT) == {"inner got": {"from": 1}}
+    assert log == ["note [1]", "note [2]"]
+
+
+def test_a_blocking_call_from_the_delivery_thread_raises_usage_error(linked):
+    a, b = linked
+    outcome: "Future[Any]" = Future()
+
+    def on_note(params):
+        try:
+            b.call("x/anything")
+        except UsageError as exc:
+            outcome.set_result(exc)
+
+    b.on_notification("x/note", on_note)
+    start(a, b)
+    a.notify("x/note")
+    assert isinstance(outcome.result(WAIT), UsageError)
+
+
+# -- host-thread delivery --------------------------------------------------------------------------
+def pump_until(future: Future, delivery: HostDelivery, wakeups: threading.Semaphore) -> None:
+    """The host's loop: pump, and sleep until woken when there was nothing to do."""
+    while not future.done():
+        if delivery.pump() == 0:
+            assert wakeups.acquire(timeout=WAIT)
+
+
+def test_host_delivery_runs_every_callback_on_the_host_thread_when_pumped():
+    delivery = HostDelivery()
+    wakeups = threading.Semaphore(0)
+    delivery.set_wakeup(wakeups.release)
+    ours, theirs = memory_pair()
+    host = Connection(ours, delivery=delivery, name="host")
+    peer = Connection(theirs, name="peer")
+    threads: List[str] = []
+    host.on_notification("x/note", lambda params: threads.append(("note", threading.current_thread().name)))
+    host.on_request("x/ask", lambda params, ctx: threads.append(("request", threading.current_thread().name)) or "ok")
+    start(host, peer)
+    me = threading.current_thread().name
+
+    peer.notify("x/note", {})
+    asked = peer.call_future("x/ask", {})
+    assert wakeups.acquire(timeout=WAIT)
+    assert threads == []  # nothing runs until the host pumps
+    while len(threads) < 2:
+        if delivery.pump() == 0:
+            assert wakeups.acquire(timeout=WAIT)
+    assert asked.result(WAIT) == "ok"
+    assert threads == [("note", me), ("request", me)]
+
+    # A blocking call on the host thread would wait for a pump that cannot happen.
+    with pytest.raises(UsageError):
+        host.call("x/anything")
+    # call_future works, and its done-callbacks run on the host thread too.
+    peer.on_request("y/answer", lambda params, ctx: 42)
+    done_on: List[str] = []
+    future = host.call_future("y/answer")
+    future.add_done_callback(lambda f: done_on.append(threading.current_thread().name))
+    pump_until(future, delivery, wakeups)
+    assert future.result() == 42 and done_on == [me]
+    # Another thread may block in call(); its answer does not need a pump when nothing waits.
+    results: List[Any] = []
+    worker = threading.Thread(target=lambda: results.append(host.call("y/answer", timeout=WAIT)))
+    worker.start()
+    worker.join(WAIT)
+    assert results == [42]
+    host.close()
+    peer.close()
+
+
+def test_pump_belongs_to_the_host_thread():
+    delivery = HostDelivery()
+    errors: List[BaseException] = []
+
+    def elsewhere():
+        try:
+            delivery.pump()
+        except UsageError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join(WAIT)
+    assert len(errors) == 1 and delivery.pump() == 0 and not delivery.has_work
+
+
+def test_pump_max_items_leaves_the_rest_and_wakes_again():
+    delivery = HostDelivery()
+    wakeups: List[int] = []
+    delivery.set_wakeup(lambda: wakeups.append(1))
+    ours, theirs = memory_pair()
+    host = Connection(ours, delivery=delivery)
+    seen: List[int] = []
+    host.on_notification("x/n", seen.append)
+    host.start()
+    peer = RawPeer(theirs)
+    for i in range(5):
+        peer.send({"jsonrpc": "2.0", "method": "x/n", "params": [i]})
+    wait_for(lambda: delivery._queue.unfinished == 5)
+    assert delivery.has_work
+    before = len(wakeups)
+    assert delivery.pump(max_items=2) == 2
+    assert len(wakeups) == before + 1  # work left behind: woken again
+    delivery.pump()
+    assert seen == [[0], [1], [2], [3], [4]] and not delivery.has_work
+    host.close()
+    peer.close()
+
+
+# -- cancellation ----------------------------------------------------------------------------------
+@pytest.mark.req("ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY", "ACP-V1-CANCEL-REQUEST-MUST-RESPOND", "ACP-V1-SCHEMA-CANCEL-REQUEST-NOTIFICATION-SHAPE")
+def test_cancel_request_reaches_the_handler_token_and_answers_request_cancelled(pair):
+    connection, peer = pair
+    started = threading.Event()
+
+    def long_running(params, ctx: RequestContext):
+        started.set()
+        ctx.cancel_token.wait(WAIT)
+        ctx.cancel_token.raise_if_cancelled()
+        return "finished"
+
+    connection.on_request("x/long", long_running)
+    connection.start()
+    peer.send({"jsonrpc": "2.0", "id": "r1", "method": "x/long", "params": {}})
+    assert started.wait(WAIT)
+    peer.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "r1"}})
+    reply = peer.recv()
+    assert reply["id"] == "r1" and reply["error"]["code"] == -32800 and "result" not in reply
+    peer.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "gone"}})
+    peer.ping()
+
+
+@pytest.mark.req("ACP-V1-CANCEL-REQUEST-MUST-RESPOND", "ACP-V1-CANCEL-REQUEST-MAY-FINISH-NOTIFICATIONS")
+def test_a_cancelled_handler_may_still_return_a_partial_result(pair):
+    connection, peer = pair
+
+    def partial(params, ctx):
+        ctx.cancel_token.wait(WAIT)
+        return {"partial": True}
+
+    connection.on_request("x/long", partial)
+    connection.start()
+    peer.send({"jsonrpc": "2.0", "id": 5, "method": "x/long"})
+    peer.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 5}})
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 5, "result": {"partial": True}}
+
+
+@pytest.mark.req("ACP-V1-CANCEL-INTERNAL-SHOULD")
+def test_a_deferred_answer_is_sent_when_its_future_resolves_and_cancelled_with_the_request(pair):
+    connection, peer = pair
+    dialogs: "queue.Queue[Future]" = queue.Queue()
+
+    def ask_user(params, ctx):
+        dialog: Future = Future()
+        dialogs.put(dialog)
+        return dialog
+
+    connection.on_request("x/ask", ask_user)
+    connection.start()
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "x/ask"})
+    dialogs.get(timeout=WAIT).set_result({"answer": "yes"})
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": {"answer": "yes"}}
+    peer.send({"jsonrpc": "2.0", "id": 2, "method": "x/ask"})
+    dialog = dialogs.get(timeout=WAIT)
+    peer.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 2}})
+    assert peer.recv()["error"]["code"] == -32800
+    assert dialog.cancelled()
+
+
+def test_respond_answers_early_and_later_answers_are_dropped(pair):
+    connection, peer = pair
+    contexts: "queue.Queue[RequestContext]" = queue.Queue()
+    connection.on_request("x/ask", lambda params, ctx: contexts.put(ctx) or Future())
+    connection.start()
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "x/ask"})
+    ctx = contexts.get(timeout=WAIT)
+    assert ctx.respond({"outcome": "cancelled"}) is True
+    assert ctx.respond({"outcome": "late"}) is False
+    assert ctx.respond_error(RequestCancelled()) is False
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": {"outcome": "cancelled"}}
+    peer.ping()
+
+
+@pytest.mark.req("ACP-V1-CANCEL-CALLER-MAY-WAIT")
+def test_cancelling_a_call_future_sends_cancel_request_and_drops_the_late_answer(pair):
+    connection, peer = pair
+    connection.start()
+    future = connection.call_future("x/slow", {"k": 1})
+    request = peer.recv()
+    assert future.cancel()
+    assert peer.recv() == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request["id"]}}
+    peer.send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32800, "message": "Request cancelled"}})
+    peer.ping()
+    assert future.cancelled() and connection.stats.dropped_responses == 1
+
+
+def test_call_timeout_forgets_the_id_and_sends_cancel_request(pair):
+    connection, peer = pair
+    connection.start()
+    with pytest.raises(CallTimeout):
+        connection.call("x/slow", timeout=0.05)
+    request = peer.recv()
+    assert peer.recv() == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request["id"]}}
+    peer.send({"jsonrpc": "2.0", "id": request["id"], "result": "late"})
+    peer.ping()
+    assert connection.stats.dropped_responses == 1
+
+
+def test_cancel_racing_the_response_settles_each_future_once(linked):
+    a, b = linked
+    b.on_request("x/quick", lambda params, ctx: params)
+    start(a, b)
+    outcomes = {"result": 0, "cancelled": 0}
+    for i in range(300):
+        future = a.call_future("x/quick", [i])
+        future.cancel()
+        try:
+            assert future.result(WAIT) == [i]
+            outcomes["result"] += 1
+        except Exception:
+            assert future.cancelled()
+            outcomes["cancelled"] += 1
+    assert sum(outcomes.values()) == 300
+    assert a.call("x/quick", ["still alive"], timeout=WAIT) == ["still alive"]
+
+
+def test_cancel_token_basics():
+    token = CancelToken()
+    calls: List[str] = []
+    token.add_callback(lambda: calls.append("first"))
+    token.add_callback(lambda: 1 / 0)  # logged, does not stop the others
+    token.add_callback(lambda: calls.append("second"))
+    assert not token.is_cancelled and token.wait(0) is False
+    token.raise_if_cancelled()
+    token.cancel()
+    token.cancel()
+    assert token.is_cancelled and token.wait(0) is True and calls == ["first", "second"]
+    token.add_callback(lambda: calls.append("late"))
+    assert calls[-1] == "late"
+    with pytest.raises(RequestCancelled):
+        token.raise_if_cancelled()
+
+
+# -- closing ---------------------------------------------------------------------------------------
+def test_end_of_stream_fails_pending_calls_with_the_transports_error_and_cancels_handlers():
+    ours, theirs = memory_pair()
+    ours._closed_error_hook = lambda: ConnectionClosed("peer went away", exit_code=7, stderr_tail="last words")
+    connection = Connection(ours, name="eof")
+    cancelled = threading.Event()
+    closing: List[str] = []
+    connection.on_closing(lambda: closing.append(threading.current_thread().name))
+
+    def running(params, ctx):
+        ctx.cancel_token.wait(WAIT)
+        cancelled.set()
+
+    connection.on_request("x/run", running)
+    connection.start()
+    peer = RawPeer(theirs)
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "x/run"})
+    futures = [connection.call_future("x/pending") for _ in range(3)]
+    for _ in futures:
+        peer.recv()
+    peer.close()  # end of stream for the connection
+    for future in futures:
+        error = future.exception(WAIT)
+        assert isinstance(error, ConnectionClosed) and error.exit_code == 7 and "last words" in str(error)
+    assert cancelled.wait(WAIT)
+    assert connection.wait_closed(WAIT) and connection.closed
+    with pytest.raises(ConnectionClosed):
+        connection.call("x/after")
+    with pytest.raises(ConnectionClosed):
+        connection.notify("x/after")
+    connection.close()
+    assert closing == ["acp-delivery-eof"]
+
+
+def test_close_while_calls_are_pending_fails_them_all_once(linked):
+    a, b = linked
+    b.on_request("x/never", lambda params, ctx: Future())  # never answered
+    start(a, b)
+    errors: "queue.Queue[BaseException]" = queue.Queue()
+
+    def caller():
+        try:
+            a.call("x/never")
+        except BaseException as exc:
+            errors.put(exc)
+
+    callers = [threading.Thread(target=caller) for _ in range(8)]
+    for thread in callers:
+        thread.start()
+    futures = [a.call_future("x/never") for _ in range(8)]
+    wait_for(lambda: len(a._pending) == 16)
+    a.close()
+    for thread in callers:
+        thread.join(WAIT)
+    assert errors.qsize() == 8 and all(isinstance(errors.get(), ConnectionClosed) for _ in range(8))
+    assert all(isinstance(f.exception(0), ConnectionClosed) for f in futures)
+    a.close()  # idempotent
+
+
+def test_threads_are_named_daemons_and_close_joins_them(linked):
+    a, b = linked
+    b.on_request("x/work", lambda params, ctx: threading.current_thread().name)
+    start(a, b)
+    worker_name = a.call("x/work", timeout=WAIT)
+    names = {t.name: t for t in threading.enumerate()}
+    for name in ("acp-reader-a", "acp-delivery-a", "acp-reader-b", "acp-delivery-b"):
+        assert names[name].daemon
+    assert worker_name.startswith("acp-worker-b-") and names[worker_name].daemon
+    a.close()
+    b.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("acp-")]
+
+
+# -- concurrency -----------------------------------------------------------------------------------
+def test_many_threads_calling_at_once_get_their_own_answers(linked):
+    a, b = linked
+    b.on_request("x/echo", lambda params, ctx: params, Item)
+    start(a, b)
+    failures: List[str] = []
+
+    def caller(k):
+        for i in range(150):
+            item = Item(f"thread-{k}", f"call-{i}")
+            got = a.call("x/echo", item, Item, timeout=WAIT)
+            if got != item:
+                failures.append(f"{item} -> {got}")
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT * 2)
+    assert failures == []
+
+
+def test_nested_requests_between_two_handlers(linked):
+    a, b = linked
+    # b's handler calls a, whose handler calls b again, three levels deep.
+    def b_side(params, ctx):
+        n = params["n"]
+        return n if n == 0 else b.call("y/depth", {"n": n - 1}, timeout=WAIT) + 1
+
+    b.on_request("x/depth", b_side)
+    a.on_request("y/depth", lambda params, ctx: a.call("x/depth", params, timeout=WAIT))
+    start(a, b)
+    assert a.call("x/depth", {"n": 3}, timeout=WAIT) == 3
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-PARAMS-STRUCTURED")
+def test_scalar_params_are_refused_before_sending(pair):
+    connection, peer = pair
+    connection.start()
+    for params in (1, "text", True, 2.5):
+        with pytest.raises(UsageError):
+            connection.call_future("x/op", params)
+        with pytest.raises(UsageError):
+            connection.notify("x/op", params)
+    peer.ping()
