@@ -1,0 +1,114 @@
+"""Where the interop tests find the official SDKs, and how they get there.
+
+The TypeScript SDK is installed with npm into ``tests/interop/.peers/node`` and the Python SDK into
+its own venv ``tests/interop/.peers/py`` (it must never share a venv with acp_lite). Both folders are
+git-ignored. ``.ci/run`` installs them before the tests with::
+
+    python tests/interop/interop_peers.py
+
+which is idempotent (a peer already at its pinned version is left alone) and always exits 0: a peer
+that cannot be installed (no node, registry unreachable) is reported on stderr, and the tests that
+need it skip, naming the reason. The tests themselves never install anything.
+"""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+HERE = Path(__file__).resolve().parent
+PEERS = HERE / ".peers"
+NODE_PREFIX = PEERS / "node"
+PY_VENV = PEERS / "py"
+
+TS_SDK, TS_SDK_VERSION = "@agentclientprotocol/sdk", "2.4.0"
+PY_SDK, PY_SDK_VERSION = "agent-client-protocol", "0.12.1"
+
+# A registry that does not answer must not hold CI up for long: the package clients give up
+# after these, and the whole step after INSTALL_SECONDS.
+INSTALL_SECONDS = 300
+_NPM_NETWORK = ["--fetch-timeout=30000", "--fetch-retries=1"]
+_PIP_NETWORK = ["--timeout", "30", "--retries", "1"]
+
+
+def ts_sdk_entry() -> Optional[Path]:
+    """The pinned TypeScript SDK's public entry module, or None when it is not installed."""
+    package_json = NODE_PREFIX / "node_modules" / TS_SDK / "package.json"
+    if not package_json.exists():
+        return None
+    manifest = json.loads(package_json.read_text())
+    if manifest.get("version") != TS_SDK_VERSION:
+        return None
+    return package_json.parent / manifest["exports"]["."]["import"]
+
+
+def py_sdk_python() -> Optional[Path]:
+    """The interpreter of the venv holding the pinned Python SDK, or None when it is not there."""
+    python = PY_VENV / "bin" / "python"
+    if not python.exists():
+        return None
+    probe = f"import importlib.metadata as m; print(m.version({PY_SDK!r}))"
+    done = subprocess.run([str(python), "-c", probe], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    if done.returncode != 0 or done.stdout.decode().strip() != PY_SDK_VERSION:
+        return None
+    return python
+
+
+def why_no_node() -> Optional[str]:
+    """Why the TypeScript peer cannot run here, or None when node and npm are on PATH."""
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    return f"{' and '.join(missing)} not on PATH" if missing else None
+
+
+def _install(argv: List[str]) -> Optional[str]:
+    """Run an install command; None on success, else the reason it failed."""
+    try:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=INSTALL_SECONDS)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if done.returncode != 0:
+        return "\n".join(done.stdout.decode(errors="replace").strip().splitlines()[-5:])
+    return None
+
+
+def install_typescript_sdk() -> Optional[str]:
+    """Install the pinned TypeScript SDK unless present; None on success, else why not."""
+    if ts_sdk_entry() is not None:
+        return None
+    problem = why_no_node()
+    if problem is not None:
+        return problem
+    NODE_PREFIX.mkdir(parents=True, exist_ok=True)
+    package_json = NODE_PREFIX / "package.json"
+    if not package_json.exists():
+        package_json.write_text('{"private": true}\n')
+    npm = [shutil.which("npm") or "npm", "install", "--prefix", str(NODE_PREFIX), "--no-audit", "--no-fund"]
+    return _install(npm + _NPM_NETWORK + [f"{TS_SDK}@{TS_SDK_VERSION}"])
+
+
+def install_python_sdk() -> Optional[str]:
+    """Create the peer venv and install the pinned Python SDK unless present; None on success."""
+    if py_sdk_python() is not None:
+        return None
+    python = PY_VENV / "bin" / "python"
+    if not python.exists():
+        problem = _install([sys.executable, "-m", "venv", str(PY_VENV)])
+        if problem is not None:
+            return problem
+    return _install([str(python), "-m", "pip", "install", "-q", *_PIP_NETWORK, f"{PY_SDK}=={PY_SDK_VERSION}"])
+
+
+def main() -> int:
+    for name, install in ((f"{TS_SDK}@{TS_SDK_VERSION}", install_typescript_sdk),
+                          (f"{PY_SDK}=={PY_SDK_VERSION}", install_python_sdk)):
+        problem = install()
+        if problem is None:
+            print(f"interop peer ready: {name}", file=sys.stderr)
+        else:
+            print(f"interop peer unavailable, its tests will skip: {name}: {problem}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

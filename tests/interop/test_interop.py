@@ -1,0 +1,496 @@
+"""acp_lite against the official SDKs: the TypeScript one (``@agentclientprotocol/sdk``) and the
+Python one (``agent-client-protocol``), each as the agent and as the editor.
+
+The peer runs as a subprocess (``peer_ts.mjs`` or ``peer_py.py``) and plays the scenario of
+``scenario.json``; acp_lite runs in this process over the peer's pipes, through a transport that
+records every frame. Each test walks the whole lifecycle the peer supports, then checks:
+
+- what arrived, on both sides, against the scenario: the peer's re-serialisation of what acp_lite
+  sent must equal it, so every value passed the peer's own validation and lost nothing;
+- the recorded wire, with ``WireChecker``: nothing either side sent breaks v1 at our pin, and what
+  the peer sends beyond it (variants of a newer schema) is tolerated as an unknown variant;
+- the peer's stderr, where both SDKs report messages they rejected: it must hold no such report.
+
+The peers are installed by ``interop_peers.py`` (``.ci/run`` calls it); without them, or without
+node, the tests skip and say why. Disagreements found are written up in ``FINDINGS.md``.
+"""
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, NamedTuple
+
+import msgspec
+import pytest
+
+import interop_peers
+from acp_lite import updates
+from acp_lite.agent import Agent, serve
+from acp_lite.client import RemoteAgent
+from acp_lite.codec import UnknownVariant, convert, set_diagnostics_hook
+from acp_lite.process import AgentProcess
+from acp_lite.rpc import Connection
+from acp_lite.schema import (
+    PROTOCOL_VERSION,
+    Implementation,
+    ListSessionsResponse,
+    LoadSessionResponse,
+    NewSessionResponse,
+    PromptResponse,
+    SessionConfigOption,
+    SessionInfo,
+    SessionModeState,
+    SessionUpdate,
+    SetSessionConfigOptionResponse,
+)
+from acp_lite.wire import Transport
+from acp_lite.wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker
+from acp_lite.workspace import WorkspaceClient
+
+HERE = Path(__file__).resolve().parent
+SCENARIO = json.loads((HERE / "scenario.json").read_text())
+META = SCENARIO["meta"]
+WAIT_SECONDS = 20.0  # bounded waits for events that come promptly when things work
+
+# A prompt starting with this makes the peer agents wait for session/cancel.
+WAIT_PROMPT = "wait for cancel"
+
+
+class Peer(NamedTuple):
+    name: str
+    argv: List[str]
+    agent_name: str  # the agentInfo name the peer's agent gives
+    # Session update variants the peer's agent sends that v1 at our pin does not define.
+    unknown_updates: List[str]
+    # Whether the peer's client has a call for session/delete.
+    client_deletes: bool
+    # mcpServers variants the peer's client sends that v1 at our pin does not define.
+    unknown_mcp_servers: List[str]
+
+
+def _typescript_peer() -> Peer:
+    problem = interop_peers.why_no_node()
+    if problem is not None:
+        pytest.skip(f"TypeScript SDK peer unavailable: {problem}")
+    entry = interop_peers.ts_sdk_entry()
+    if entry is None:
+        pytest.skip(f"{interop_peers.TS_SDK}@{interop_peers.TS_SDK_VERSION} is not installed "
+                    "(run: python tests/interop/interop_peers.py; .ci/run does)")
+    return Peer("typescript", [str(shutil.which("node")), str(HERE / "peer_ts.mjs"), str(entry)], "interop-ts-agent",
+                ["notice", "compaction_update"], True, [])
+
+
+def _python_peer() -> Peer:
+    python = interop_peers.py_sdk_python()
+    if python is None:
+        pytest.skip(f"{interop_peers.PY_SDK}=={interop_peers.PY_SDK_VERSION} is not installed in its venv "
+                    "(run: python tests/interop/interop_peers.py; .ci/run does)")
+    return Peer("python", [str(python), str(HERE / "peer_py.py")], "interop-py-agent", ["plan_removed"], False, ["acp"])
+
+
+@pytest.fixture(params=["typescript", "python"])
+def peer(request) -> Peer:
+    return _typescript_peer() if request.param == "typescript" else _python_peer()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    (tmp_path / SCENARIO["file_to_read"]).write_text("line one\nline two\nline three\n")
+    (tmp_path / "main.py").write_text("print('hello')\n")
+    return tmp_path
+
+
+def for_cwd(value: Any, cwd: Path) -> Any:
+    return json.loads(json.dumps(value).replace("${CWD}", str(cwd)))
+
+
+def as_json(value: Any) -> Any:
+    """An acp_lite value as the JSON it goes on the wire as."""
+    return msgspec.to_builtins(value) if not isinstance(value, UnknownVariant) else value.raw
+
+
+# -- the recorded wire ------------------------------------------------------------------------------
+class RecordingTransport(Transport):
+    """A transport over a peer process's pipes that keeps every frame with its direction."""
+
+    def __init__(self, process: AgentProcess, incoming: str, outgoing: str):
+        super().__init__(process.stdout, process.stdin, name=f"peer-{process.pid}", closed_error=process.closed_error)
+        self.incoming = incoming
+        self.outgoing = outgoing
+        self.frames: List[tuple] = []
+        self._frames_lock = threading.Lock()
+
+    def read_frames(self):
+        frames = super().read_frames()
+        with self._frames_lock:
+            self.frames.extend((self.incoming, bytes(f)) for f in frames or () if isinstance(f, bytes))
+        return frames
+
+    def send(self, frame: bytes) -> None:
+        # Recorded before it is written, so a request is always logged before its response.
+        with self._frames_lock:
+            self.frames.append((self.outgoing, bytes(frame)))
+        super().send(frame)
+
+    def verdicts(self) -> List[tuple]:
+        """``(direction, message, WireVerdict)`` for every frame, checked against v1 at our pin."""
+        checker = WireChecker()
+        try:
+            with self._frames_lock:
+                frames = list(self.frames)
+            return [(direction, *checker.check_line(line, direction)) for direction, line in frames]
+        finally:
+            set_diagnostics_hook(None)
+
+
+def check_wire(transport: RecordingTransport, ours: str) -> List[str]:
+    """Assert that no message on the wire breaks v1; return the notes on the peer's messages."""
+    problems = [f"{d} {msg}: {v.problems}" for d, msg, v in transport.verdicts() if v.problems]
+    assert problems == []
+    ours_noted = [f"{msg}: {v.notes}" for d, msg, v in transport.verdicts() if d == ours and v.notes]
+    assert ours_noted == []
+    return [note for d, _, v in transport.verdicts() if d != ours for note in v.notes]
+
+
+def assert_quiet(stderr: List[str]) -> None:
+    """Both SDKs report rejected or failed messages on stderr (the TS one with console.error,
+    the Python one through logging): a clean run leaves nothing of the kind."""
+    alarming = [line for line in stderr if any(word in line for word in ("Invalid", "Error", "error", "Traceback", "WARNING"))]
+    assert alarming == []
+
+
+# -- acp_lite as the client ---------------------------------------------------------------------------
+class RecordingClient(WorkspaceClient):
+    """The editor: real files and terminals (from ``WorkspaceClient``), and a log of the rest."""
+
+    client_info = Implementation(name="acp-lite-interop-client", version="0.1.0")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.updates: List[Any] = []
+        self.notes: List[tuple] = []
+        self.permissions: List[Any] = []
+        self.waiting = threading.Event()
+
+    def session_update(self, params) -> None:
+        self.updates.append(params)
+        if getattr(getattr(params.update, "content", None), "text", None) == "Waiting...":
+            self.waiting.set()
+
+    def request_permission(self, params):
+        self.permissions.append(params)
+        return updates.select_permission(params.options[0].option_id)
+
+    def ext_method(self, method: str, params: Any) -> Any:
+        return {"echo": params}
+
+    def ext_notification(self, method: str, params: Any) -> None:
+        self.notes.append((method, params))
+
+
+def _poll_notes(agent: RemoteAgent) -> Any:
+    # The peer may handle the notification after the request that follows it (both SDKs run
+    # handlers concurrently): ask again until it is there, a bounded number of times.
+    for _ in range(100):
+        notes = agent.ext_method("_interop/notes", {}, timeout=WAIT_SECONDS)
+        if notes["notes"]:
+            return notes
+        threading.Event().wait(0.05)
+    return notes
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req(
+    "ACP-V1-INIT-VERSION-AGREEMENT",
+    "ACP-V1-INIT-REQUEST-LATEST-VERSION",
+    "ACP-V1-INIT-IMPLEMENTATION-INFO",
+    "ACP-V1-INIT-CLIENT-SPECIFY-CAPABILITIES",
+    "ACP-V1-SETUP-NEW-SESSION-ID",
+    "ACP-V1-SETUP-CLIENT-CHECK-LOADSESSION",
+    "ACP-V1-SETUP-CLIENT-CHECK-RESUME",
+    "ACP-V1-SETUP-CLIENT-CHECK-CLOSE",
+    "ACP-V1-LIST-CLIENT-CHECK-CAPABILITY",
+    "ACP-V1-DELETE-CLIENT-CHECK-CAPABILITY",
+    "ACP-V1-PROMPT-MESSAGE-ID-MAY",
+    "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
+    "ACP-V1-PROMPT-PERMISSION-MAY",
+    "ACP-V1-PROMPT-CLIENT-CANCEL-MAY",
+    "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
+    "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS",
+    "ACP-V1-EXT-CUSTOM-REQUESTS-MAY",
+    "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST",
+    "ACP-V1-EXT-META-NO-ASSUMPTIONS",
+    "ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED",
+)
+def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
+    stderr: List[str] = []
+    process = AgentProcess(peer.argv + ["agent"], on_stderr_line=stderr.append)
+    transport = RecordingTransport(process, incoming=AGENT_TO_CLIENT, outgoing=CLIENT_TO_AGENT)
+    client = RecordingClient()
+    agent = RemoteAgent(Connection(transport, name="agent"), client, process)
+    cwd = str(workspace)
+    try:
+        init = agent.initialize(timeout=WAIT_SECONDS)
+        assert init.protocol_version == PROTOCOL_VERSION
+        assert init.agent_info.name == peer.agent_name
+
+        session = agent.new_session(cwd)
+        sid = session.session_id
+        assert as_json(session.modes) == SCENARIO["modes"]
+        assert as_json(session.config_options) == SCENARIO["config_options"]
+
+        # One turn streaming every update variant, with a permission, files, a terminal and
+        # extension calls in both directions.
+        response = agent.prompt(sid, "Fix the greeting", timeout=WAIT_SECONDS)
+        assert response.stop_reason == "end_turn"
+        received = [n.update for n in client.updates]
+        assert all(n.session_id == sid for n in client.updates)
+        known = [as_json(u) for u in received if not isinstance(u, UnknownVariant)]
+        expected = for_cwd(SCENARIO["updates"], workspace)
+        assert known[: len(expected)] == expected
+        assert [u.tag for u in received if isinstance(u, UnknownVariant)] == peer.unknown_updates
+        terminal_call = known[len(expected)]
+        assert terminal_call["sessionUpdate"] == "tool_call" and terminal_call["content"][0]["type"] == "terminal"
+        assert known[len(expected) + 1] == {"sessionUpdate": "tool_call_update", "toolCallId": "call-term", "status": "completed"}
+
+        report = response.meta["interop.example/report"]
+        assert report["permission"] == {"outcome": "selected", "optionId": "allow"}
+        assert [p.tool_call.tool_call_id for p in client.permissions] == ["call-edit"]
+        assert report["read"] == "line two\n"
+        assert (workspace / SCENARIO["file_to_write"]).read_text() == SCENARIO["written_text"]
+        assert report["exit"]["exitCode"] == 0
+        assert report["output"]["output"] == "terminal says hi\n"
+        assert report["client_echo"] == {"echo": {"value": 42, "_meta": META}}
+        assert client.notes == [("_interop/client_note", {"value": 7, "_meta": META})]
+
+        assert as_json(agent.set_mode(sid, "code")) == {}
+        config = agent.set_config_option(sid, "model", "smart")
+        assert [o.current_value for o in config.config_options] == ["smart"]
+
+        assert agent.ext_method("_interop/echo", {"value": 1, "_meta": META}) == {"echo": {"value": 1, "_meta": META}}
+        agent.ext_notification("_interop/note", {"value": 2, "_meta": META})
+        assert _poll_notes(agent) == {"notes": [{"value": 2, "_meta": META}]}
+
+        # A cancelled turn ends with the cancelled stop reason.
+        turn = agent.prompt_future(sid, WAIT_PROMPT)
+        assert client.waiting.wait(WAIT_SECONDS)
+        agent.cancel(sid)
+        assert turn.result(WAIT_SECONDS).stop_reason == "cancelled"
+
+        # The session lifecycle, as far as the agent advertises it.
+        before = len(client.updates)
+        agent.load_session(sid, cwd)
+        assert [as_json(n.update) for n in client.updates[before:]] == SCENARIO["replay"]
+        assert [s.session_id for s in agent.list_sessions().sessions] == [sid]
+        agent.resume_session(sid, cwd)
+        agent.close_session(sid)
+        session_caps = agent.capabilities.session_capabilities
+        assert (session_caps.delete is not None) == (peer.name == "typescript")
+        if session_caps.delete is not None:
+            agent.delete_session(agent.new_session(cwd).session_id)
+    finally:
+        agent.close()
+        client.close()
+
+    notes = check_wire(transport, CLIENT_TO_AGENT)
+    assert len(notes) == len(peer.unknown_updates) and all("unknown-variant" in n for n in notes)
+    assert_quiet(stderr)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-INIT-AGENT-LATEST-VERSION", "ACP-V1-INIT-VERSION-AGREEMENT")
+def test_the_peer_agent_answers_an_unknown_version_with_one_we_speak(peer: Peer):
+    stderr: List[str] = []
+    with RemoteAgent.spawn(peer.argv + ["agent"], on_stderr_line=stderr.append) as agent:
+        assert agent.initialize(protocol_version=PROTOCOL_VERSION + 1, timeout=WAIT_SECONDS).protocol_version == PROTOCOL_VERSION
+    assert_quiet(stderr)
+
+
+# -- acp_lite as the agent ----------------------------------------------------------------------------
+class InteropAgent(Agent):
+    """The agent side of the scenario, written with acp_lite's API and builders."""
+
+    agent_info = Implementation(name="acp-lite-interop-agent", version="0.1.0")
+
+    def __init__(self) -> None:
+        self.sessions: Dict[str, str] = {}
+        self.mcp_servers: List[Any] = []
+        self.report: Dict[str, Any] = {}
+        self.modes_set: List[str] = []
+        self.deleted: List[str] = []
+        self._notes: List[Any] = []
+        self._notes_arrived = threading.Condition()
+
+    def new_session(self, params):
+        session_id = f"lite-session-{len(self.sessions) + 1}"
+        self.sessions[session_id] = params.cwd
+        self.mcp_servers.extend(params.mcp_servers)
+        return NewSessionResponse(
+            session_id=session_id,
+            modes=convert(SCENARIO["modes"], SessionModeState),
+            config_options=convert(SCENARIO["config_options"], List[SessionConfigOption]),
+        )
+
+    def load_session(self, params):
+        self.sessions[params.session_id] = params.cwd
+        for update in SCENARIO["replay"]:
+            self.client.session_update(params.session_id, convert(update, SessionUpdate))
+        return LoadSessionResponse(modes=convert(SCENARIO["modes"], SessionModeState))
+
+    def list_sessions(self, params):
+        return ListSessionsResponse(
+            sessions=[SessionInfo(session_id=s, cwd=cwd, title="Fix the greeting") for s, cwd in self.sessions.items()]
+        )
+
+    def resume_session(self, params):
+        self.sessions[params.session_id] = params.cwd
+
+    def close_session(self, params):
+        self.sessions.pop(params.session_id, None)
+
+    def delete_session(self, params):
+        self.deleted.append(params.session_id)
+
+    def set_mode(self, params):
+        self.modes_set.append(params.mode_id)
+
+    def set_config_option(self, params):
+        options = [dict(o, currentValue=params.value) if o["id"] == params.config_id else o for o in SCENARIO["config_options"]]
+        return SetSessionConfigOptionResponse(config_options=convert(options, List[SessionConfigOption]))
+
+    def prompt(self, params, turn):
+        text = "".join(getattr(block, "text", "") for block in params.prompt)
+        if text.startswith("wait"):
+            turn.send(updates.text_chunk("Waiting...", message_id="msg-wait"))
+            return "cancelled" if turn.wait_cancelled(WAIT_SECONDS) else "end_turn"
+        return self._full_turn(turn)
+
+    def _full_turn(self, turn) -> PromptResponse:
+        sid, client, report = turn.session_id, self.client, self.report
+        cwd = self.sessions[sid]
+        for update in for_cwd(SCENARIO["updates"], Path(cwd)):
+            turn.send(convert(update, SessionUpdate))
+        options = updates.permission_options(*((o["optionId"], o["name"], o["kind"]) for o in SCENARIO["permission_options"]))
+        answer = client.request_permission(sid, updates.tool_call_ref("call-edit", title="Edit main.py", status="pending"), options)
+        report["permission"] = updates.selected_option(answer)
+        report["read"] = client.read_text_file(sid, f"{cwd}/{SCENARIO['file_to_read']}", line=2, limit=1).content
+        client.write_text_file(sid, f"{cwd}/{SCENARIO['file_to_write']}", SCENARIO["written_text"])
+        command = SCENARIO["terminal"]
+        terminal_id = client.create_terminal(sid, command["command"], command["args"], cwd=cwd, output_byte_limit=4096).terminal_id
+        turn.send(updates.tool_call("call-term", "Run a command", kind="execute", status="in_progress",
+                                    content=[updates.terminal(terminal_id)]))
+        report["exit"] = client.wait_for_terminal_exit(sid, terminal_id).exit_code
+        report["output"] = client.terminal_output(sid, terminal_id).output
+        client.release_terminal(sid, terminal_id)
+        turn.send(updates.tool_call_update("call-term", status="completed"))
+        report["client_echo"] = client.ext_method("_interop/client_echo", {"value": 42, "_meta": META})
+        client.ext_notification("_interop/client_note", {"value": 7, "_meta": META})
+        return PromptResponse(stop_reason="end_turn", meta={"interop.example/turn": 1})
+
+    def ext_method(self, method: str, params: Any) -> Any:
+        if method == "_interop/echo":
+            return {"echo": params}
+        if method == "_interop/notes":
+            # The note may still be on its way to us (handlers run concurrently): wait for it.
+            with self._notes_arrived:
+                self._notes_arrived.wait_for(lambda: self._notes, WAIT_SECONDS)
+                return {"notes": list(self._notes)}
+        return super().ext_method(method, params)
+
+    def ext_notification(self, method: str, params: Any) -> None:
+        if method == "_interop/note":
+            with self._notes_arrived:
+                self._notes.append(params)
+                self._notes_arrived.notify_all()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req(
+    "ACP-V1-INIT-AGENT-SAME-VERSION",
+    "ACP-V1-INIT-AGENT-RESPONSE",
+    "ACP-V1-INIT-AGENT-SPECIFY-CAPABILITIES",
+    "ACP-V1-SETUP-NEW-SESSION-ID",
+    "ACP-V1-PROMPT-MESSAGE-ID-MAY",
+    "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
+    "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
+    "ACP-V1-PROMPT-TOOLS-MAY-USE-CLIENT-CAPABILITIES",
+    "ACP-V1-FS-AGENT-CHECK-CAPABILITY",
+    "ACP-V1-TERM-AGENT-CHECK-CAPABILITY",
+    "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS",
+    "ACP-V1-SCHEMA-MCP-SERVER-VARIANTS",
+    "ACP-V1-EXT-CUSTOM-REQUESTS-MAY",
+    "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST",
+    "ACP-V1-EXT-META-NO-ASSUMPTIONS",
+    "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",
+)
+def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
+    report_path = workspace / "peer-report.json"
+    stderr: List[str] = []
+    process = AgentProcess(peer.argv + ["client", str(workspace), str(report_path)], on_stderr_line=stderr.append)
+    transport = RecordingTransport(process, incoming=CLIENT_TO_AGENT, outgoing=AGENT_TO_CLIENT)
+    agent = InteropAgent()
+    handle = serve(agent, transport)
+    try:
+        # The peer client writes its report and exits, which closes the connection.
+        assert handle.connection.wait_closed(WAIT_SECONDS * 2)
+    finally:
+        handle.connection.close()
+        exit_code = process.stop()
+    seen = json.loads(report_path.read_text())
+    assert seen.get("error") is None
+    assert exit_code == 0
+
+    init = seen["initialize"]
+    assert init["protocolVersion"] == PROTOCOL_VERSION
+    assert init["agentInfo"] == {"name": "acp-lite-interop-agent", "version": "0.1.0"}
+    caps = init["agentCapabilities"]
+    assert caps["loadSession"] is True
+    assert set(caps["sessionCapabilities"]) >= {"list", "resume", "close", "delete"}
+
+    sid = seen["new_session"]["sessionId"]
+    assert seen["new_session"]["modes"] == SCENARIO["modes"]
+    assert seen["new_session"]["configOptions"] == SCENARIO["config_options"]
+    assert [getattr(s, "tag", "stdio") for s in agent.mcp_servers] == peer.unknown_mcp_servers
+
+    # The peer parsed every update we sent, and serialises it back to exactly what we sent.
+    assert seen["prompt"] == {"stopReason": "end_turn", "_meta": {"interop.example/turn": 1}}
+    streamed = [u["update"] for u in seen["updates"]]
+    assert all(u["sessionId"] == sid for u in seen["updates"])
+    expected = for_cwd(SCENARIO["updates"], workspace)
+    assert streamed[: len(expected)] == expected
+    terminal_call, terminal_done = streamed[len(expected): len(expected) + 2]
+    assert terminal_call["content"][0]["type"] == "terminal"
+    assert terminal_done == {"sessionUpdate": "tool_call_update", "toolCallId": "call-term", "status": "completed"}
+
+    # What our agent asked of the peer client, and what it answered.
+    assert agent.report == {
+        "permission": "allow",
+        "read": "line two\n",
+        "exit": 0,
+        "output": "terminal says hi\n",
+        "client_echo": {"echo": {"value": 42, "_meta": META}},
+    }
+    assert (workspace / SCENARIO["file_to_write"]).read_text() == SCENARIO["written_text"]
+    assert [r["method"] for r in seen["requests"]] == [
+        "session/request_permission", "fs/read_text_file", "fs/write_text_file", "terminal/create", "terminal/release",
+    ]
+    assert seen["client_notes"] == [{"value": 7, "_meta": META}]
+
+    assert seen["set_mode"] == {} and agent.modes_set == ["code"]
+    assert [o["currentValue"] for o in seen["set_config_option"]["configOptions"]] == ["smart"]
+    assert seen["echo"] == {"echo": {"value": 1, "_meta": META}}
+    assert seen["notes"] == {"notes": [{"value": 2, "_meta": META}]}
+    assert seen["cancelled_prompt"] == {"stopReason": "cancelled"}
+
+    replayed = [u["update"] for u in seen["updates"][seen["updates_before_load"]: seen["updates_after_load"]]]
+    assert replayed == SCENARIO["replay"]
+    assert seen["load"]["modes"] == SCENARIO["modes"]
+    assert [s["sessionId"] for s in seen["list"]["sessions"]] == [sid]
+    assert seen["resume"] == {} and seen["close"] == {}
+    assert ("delete" in seen) == peer.client_deletes
+    if peer.client_deletes:
+        assert seen["delete"] == {} and agent.deleted == [sid]
+
+    notes = check_wire(transport, AGENT_TO_CLIENT)
+    assert len(notes) == len(peer.unknown_mcp_servers) and all("unknown-variant" in n for n in notes)
+    assert_quiet(stderr)
