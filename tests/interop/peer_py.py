@@ -152,17 +152,26 @@ class InteropAgent:
         return schema.PromptResponse.model_validate({"stopReason": "end_turn", "_meta": {"interop.example/report": report}})
 
     async def waiting_turn(self, session_id):
+        # Asks a permission and waits for session/cancel: the client answers the pending permission
+        # "cancelled" after cancelling, and the turn ends "cancelled".
         cancelled = self.cancels[session_id] = asyncio.Event()
         await self.send(session_id, {
             "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Waiting..."}, "messageId": "msg-wait",
         })
+        permission = await self.conn.request_permission(
+            session_id=session_id,
+            tool_call=schema.ToolCallUpdate.model_validate({"toolCallId": "call-wait", "title": "Wait", "status": "pending"}),
+            options=[schema.PermissionOption.model_validate(o) for o in SCENARIO["permission_options"]],
+        )
         try:
             await asyncio.wait_for(cancelled.wait(), WAIT_LIMIT_SECONDS)
             stop_reason = "cancelled"
         except asyncio.TimeoutError:
             stop_reason = "end_turn"
         del self.cancels[session_id]
-        return schema.PromptResponse(stop_reason=stop_reason)
+        return schema.PromptResponse.model_validate(
+            {"stopReason": stop_reason, "_meta": {"interop.example/permission": as_json(permission.outcome)}}
+        )
 
     async def cancel(self, session_id, **kwargs):
         if session_id in self.cancels:
@@ -185,18 +194,23 @@ class InteropClient:
     def __init__(self, report):
         self.report = report
         self.terminals = {}  # id -> (process, output task)
-        self.first_update = asyncio.Event()
+        self.wait_permission_asked = asyncio.Event()
+        self.cancel_sent = asyncio.Event()
 
     async def session_update(self, session_id, update, **kwargs):
         entry = {"sessionId": session_id, "update": as_json(update)}
         if kwargs:
             entry["_meta"] = kwargs
         self.report["updates"].append(entry)
-        self.first_update.set()
 
     async def request_permission(self, session_id, tool_call, options, **kwargs):
         self.report["requests"].append({"method": "session/request_permission", "params": as_json(
             {"sessionId": session_id, "toolCall": tool_call, "options": options})})
+        if tool_call.tool_call_id == "call-wait":
+            # Held until the turn is cancelled, then answered "cancelled" as the protocol asks.
+            self.wait_permission_asked.set()
+            await self.cancel_sent.wait()
+            return schema.RequestPermissionResponse.model_validate({"outcome": {"outcome": "cancelled"}})
         return schema.RequestPermissionResponse.model_validate(
             {"outcome": {"outcome": "selected", "optionId": options[0].option_id}}
         )
@@ -281,11 +295,11 @@ async def client_scenario(conn, client, cwd):
     await conn.ext_notification("interop/note", {"value": 2, "_meta": SCENARIO["meta"]})
     report["notes"] = await conn.ext_method("interop/notes", {})
 
-    # A turn cancelled once its first update has arrived.
-    client.first_update.clear()
+    # A turn cancelled while its permission request is pending.
     waiting = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=[acp.text_block("wait")]))
-    await client.first_update.wait()
+    await client.wait_permission_asked.wait()
     await conn.cancel(session_id=session_id)
+    client.cancel_sent.set()
     report["cancelled_prompt"] = as_json(await waiting)
 
     caps = init.agent_capabilities
@@ -317,8 +331,18 @@ async def run_client(cwd, report_path):
         await conn.close()
 
 
+class OneLineFormatter(logging.Formatter):
+    """One line per record, the exception included, so that the tests can read the log line by line."""
+
+    def format(self, record):
+        text = super().format(record)
+        return text.replace("\n", " | ")
+
+
 def main(args):
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="[py-peer] %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("[py-peer] %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     if args[0] == "agent":
         # session/close and session/resume are "unstable" in this SDK: without the flag it answers
         # them -32601 although it routes them (see FINDINGS.md).

@@ -72,16 +72,23 @@ function runAgent() {
     return { stopReason: "end_turn", _meta: { "interop.example/report": report } };
   }
 
+  // A turn that asks a permission and waits for session/cancel: the client answers the pending
+  // permission "cancelled" after cancelling, and the turn ends "cancelled".
   async function waitingTurn(sessionId, client) {
     const cancelled = new Promise((resolve) => cancels.set(sessionId, resolve));
     await client.notify(methods.client.session.update, {
       sessionId,
       update: { sessionUpdate: "agent_message_chunk", content: { type: "text", text: "Waiting..." }, messageId: "msg-wait" },
     });
+    const permission = await client.request(methods.client.session.requestPermission, {
+      sessionId,
+      toolCall: { toolCallId: "call-wait", title: "Wait", status: "pending" },
+      options: scenario.permission_options,
+    });
     const timer = new Promise((resolve) => setTimeout(() => resolve(false), WAIT_LIMIT_MS));
     const wasCancelled = await Promise.race([cancelled.then(() => true), timer]);
     cancels.delete(sessionId);
-    return { stopReason: wasCancelled ? "cancelled" : "end_turn" };
+    return { stopReason: wasCancelled ? "cancelled" : "end_turn", _meta: { "interop.example/permission": permission.outcome } };
   }
 
   const app = acp
@@ -151,7 +158,9 @@ async function runClient(cwd, reportPath) {
   const report = { updates: [], client_notes: [], requests: [] };
   const terminals = new Map(); // id -> { output, exitStatus, done }
   let terminalCount = 0;
-  let onUpdate = () => {};
+  let onWaitPermission = () => {}; // called when the waiting turn's permission request arrives
+  let cancelSent = () => {};
+  const cancelled = new Promise((resolve) => (cancelSent = resolve));
 
   function startTerminal(params) {
     const id = `term-${++terminalCount}`;
@@ -173,10 +182,15 @@ async function runClient(cwd, reportPath) {
     .client({ name: "interop-ts-client" })
     .onNotification(methods.client.session.update, ({ params }) => {
       report.updates.push(params);
-      onUpdate(params);
     })
-    .onRequest(methods.client.session.requestPermission, ({ params }) => {
+    .onRequest(methods.client.session.requestPermission, async ({ params }) => {
       report.requests.push({ method: "session/request_permission", params });
+      if (params.toolCall.toolCallId === "call-wait") {
+        // Held until the turn is cancelled, then answered "cancelled" as the protocol asks.
+        onWaitPermission();
+        await cancelled;
+        return { outcome: { outcome: "cancelled" } };
+      }
       return { outcome: { outcome: "selected", optionId: params.options[0].optionId } };
     })
     .onRequest(methods.client.fs.readTextFile, ({ params }) => {
@@ -245,12 +259,12 @@ async function runClient(cwd, reportPath) {
     await agent.notify("_interop/note", { value: 2, _meta: scenario.meta });
     report.notes = await agent.request("_interop/notes", {});
 
-    // A turn cancelled once its first update has arrived.
-    const firstUpdate = new Promise((resolve) => (onUpdate = resolve));
+    // A turn cancelled while its permission request is pending.
+    const asked = new Promise((resolve) => (onWaitPermission = resolve));
     const waiting = agent.request(methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "wait" }] });
-    await firstUpdate;
-    onUpdate = () => {};
+    await asked;
     await agent.notify(methods.agent.session.cancel, { sessionId });
+    cancelSent();
     report.cancelled_prompt = await waiting;
 
     const caps = init.agentCapabilities ?? {};

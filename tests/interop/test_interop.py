@@ -17,6 +17,7 @@ node, the tests skip and say why. Disagreements found are written up in ``FINDIN
 import json
 import shutil
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple
 
@@ -27,6 +28,7 @@ import interop_peers
 from acp_lite import updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import RemoteAgent
+from acp_lite.errors import MethodNotFound, RequestCancelled
 from acp_lite.codec import UnknownVariant, convert, set_diagnostics_hook
 from acp_lite.process import AgentProcess
 from acp_lite.rpc import Connection
@@ -66,6 +68,8 @@ class Peer(NamedTuple):
     client_deletes: bool
     # mcpServers variants the peer's client sends that v1 at our pin does not define.
     unknown_mcp_servers: List[str]
+    # Error reports the peer logs although nothing went wrong (FINDINGS.md says why).
+    known_stderr: List[str]
 
 
 def _typescript_peer() -> Peer:
@@ -77,7 +81,7 @@ def _typescript_peer() -> Peer:
         pytest.skip(f"{interop_peers.TS_SDK}@{interop_peers.TS_SDK_VERSION} is not installed "
                     "(run: python tests/interop/interop_peers.py; .ci/run does)")
     return Peer("typescript", [str(shutil.which("node")), str(HERE / "peer_ts.mjs"), str(entry)], "interop-ts-agent",
-                ["notice", "compaction_update"], True, [])
+                ["notice", "compaction_update"], True, [], [])
 
 
 def _python_peer() -> Peer:
@@ -85,7 +89,9 @@ def _python_peer() -> Peer:
     if python is None:
         pytest.skip(f"{interop_peers.PY_SDK}=={interop_peers.PY_SDK_VERSION} is not installed in its venv "
                     "(run: python tests/interop/interop_peers.py; .ci/run does)")
-    return Peer("python", [str(python), str(HERE / "peer_py.py")], "interop-py-agent", ["plan_removed"], False, ["acp"])
+    return Peer("python", [str(python), str(HERE / "peer_py.py")], "interop-py-agent", ["plan_removed"], False, ["acp"],
+                # It does not know $/cancel_request and logs the notification as an error.
+                ["Unhandled error while handling notification method=$/cancel_request"])
 
 
 @pytest.fixture(params=["typescript", "python"])
@@ -152,10 +158,15 @@ def check_wire(transport: RecordingTransport, ours: str) -> List[str]:
     return [note for d, _, v in transport.verdicts() if d != ours for note in v.notes]
 
 
-def assert_quiet(stderr: List[str]) -> None:
+def assert_quiet(stderr: List[str], peer: Peer) -> None:
     """Both SDKs report rejected or failed messages on stderr (the TS one with console.error,
-    the Python one through logging): a clean run leaves nothing of the kind."""
-    alarming = [line for line in stderr if any(word in line for word in ("Invalid", "Error", "error", "Traceback", "WARNING"))]
+    the Python one through logging, one line per record): a clean run leaves nothing of the
+    kind, apart from the peer's known reports."""
+    alarming = [
+        line for line in stderr
+        if any(word in line for word in ("Invalid", "Error", "error", "Traceback", "WARNING"))
+        and not any(known in line for known in peer.known_stderr)
+    ]
     assert alarming == []
 
 
@@ -174,11 +185,13 @@ class RecordingClient(WorkspaceClient):
 
     def session_update(self, params) -> None:
         self.updates.append(params)
-        if getattr(getattr(params.update, "content", None), "text", None) == "Waiting...":
-            self.waiting.set()
 
     def request_permission(self, params):
         self.permissions.append(params)
+        if params.tool_call.tool_call_id == "call-wait":
+            # Left unanswered, like a dialog still open: cancelling the turn must answer it.
+            self.waiting.set()
+            return Future()
         return updates.select_permission(params.options[0].option_id)
 
     def ext_method(self, method: str, params: Any) -> Any:
@@ -215,11 +228,13 @@ def _poll_notes(agent: RemoteAgent) -> Any:
     "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
     "ACP-V1-PROMPT-PERMISSION-MAY",
     "ACP-V1-PROMPT-CLIENT-CANCEL-MAY",
+    "ACP-V1-PROMPT-CLIENT-RESPOND-PENDING-PERMISSIONS",
     "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
     "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS",
     "ACP-V1-EXT-CUSTOM-REQUESTS-MAY",
     "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST",
     "ACP-V1-EXT-META-NO-ASSUMPTIONS",
+    "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
     "ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED",
 )
 def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
@@ -270,12 +285,17 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         assert agent.ext_method("_interop/echo", {"value": 1, "_meta": META}) == {"echo": {"value": 1, "_meta": META}}
         agent.ext_notification("_interop/note", {"value": 2, "_meta": META})
         assert _poll_notes(agent) == {"notes": [{"value": 2, "_meta": META}]}
+        with pytest.raises(MethodNotFound):
+            agent.ext_method("_interop/missing", {})
 
-        # A cancelled turn ends with the cancelled stop reason.
+        # A turn cancelled while a permission request is pending: our runtime answers the request
+        # "cancelled" and the turn ends with the cancelled stop reason.
         turn = agent.prompt_future(sid, WAIT_PROMPT)
         assert client.waiting.wait(WAIT_SECONDS)
         agent.cancel(sid)
-        assert turn.result(WAIT_SECONDS).stop_reason == "cancelled"
+        cancelled = turn.result(WAIT_SECONDS)
+        assert cancelled.stop_reason == "cancelled"
+        assert cancelled.meta == {"interop.example/permission": {"outcome": "cancelled"}}
 
         # The session lifecycle, as far as the agent advertises it.
         before = len(client.updates)
@@ -294,7 +314,7 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
 
     notes = check_wire(transport, CLIENT_TO_AGENT)
     assert len(notes) == len(peer.unknown_updates) and all("unknown-variant" in n for n in notes)
-    assert_quiet(stderr)
+    assert_quiet(stderr, peer)
 
 
 @pytest.mark.timeout(60)
@@ -303,7 +323,7 @@ def test_the_peer_agent_answers_an_unknown_version_with_one_we_speak(peer: Peer)
     stderr: List[str] = []
     with RemoteAgent.spawn(peer.argv + ["agent"], on_stderr_line=stderr.append) as agent:
         assert agent.initialize(protocol_version=PROTOCOL_VERSION + 1, timeout=WAIT_SECONDS).protocol_version == PROTOCOL_VERSION
-    assert_quiet(stderr)
+    assert_quiet(stderr, peer)
 
 
 # -- acp_lite as the agent ----------------------------------------------------------------------------
@@ -361,9 +381,19 @@ class InteropAgent(Agent):
     def prompt(self, params, turn):
         text = "".join(getattr(block, "text", "") for block in params.prompt)
         if text.startswith("wait"):
-            turn.send(updates.text_chunk("Waiting...", message_id="msg-wait"))
-            return "cancelled" if turn.wait_cancelled(WAIT_SECONDS) else "end_turn"
+            return self._waiting_turn(turn)
         return self._full_turn(turn)
+
+    def _waiting_turn(self, turn) -> str:
+        # The peer client holds this permission request until it has cancelled the turn.
+        turn.send(updates.text_chunk("Waiting...", message_id="msg-wait"))
+        options = updates.permission_options(("allow", "Allow once", "allow_once"))
+        try:
+            answer = self.client.request_permission(turn.session_id, updates.tool_call_ref("call-wait", title="Wait"), options)
+            self.report["wait_permission"] = updates.selected_option(answer)
+        except RequestCancelled:
+            self.report["wait_permission"] = "RequestCancelled"
+        return "cancelled" if turn.wait_cancelled(WAIT_SECONDS) else "end_turn"
 
     def _full_turn(self, turn) -> PromptResponse:
         sid, client, report = turn.session_id, self.client, self.report
@@ -469,10 +499,13 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
         "exit": 0,
         "output": "terminal says hi\n",
         "client_echo": {"echo": {"value": 42, "_meta": META}},
+        # Cancelling the turn cancels the permission request it was blocked on.
+        "wait_permission": "RequestCancelled",
     }
     assert (workspace / SCENARIO["file_to_write"]).read_text() == SCENARIO["written_text"]
     assert [r["method"] for r in seen["requests"]] == [
         "session/request_permission", "fs/read_text_file", "fs/write_text_file", "terminal/create", "terminal/release",
+        "session/request_permission",
     ]
     assert seen["client_notes"] == [{"value": 7, "_meta": META}]
 
@@ -493,4 +526,4 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
 
     notes = check_wire(transport, AGENT_TO_CLIENT)
     assert len(notes) == len(peer.unknown_mcp_servers) and all("unknown-variant" in n for n in notes)
-    assert_quiet(stderr)
+    assert_quiet(stderr, peer)
