@@ -8,6 +8,18 @@ Adding a subcommand: write ``configure(parser)`` and ``handler(args) -> exit sta
 ``CliCommand`` to ``_COMMANDS``; with ``agent_command=True`` the handler finds the agent's argv in
 ``args.agent_command``.
 
+``run`` is a terminal client. On a terminal it shows a prompt line, the agent's text as it
+streams, tool calls, plans, file and terminal requests as they happen, and asks permission
+questions there (Enter cancels the turn). Without a terminal it reads one prompt per line and
+writes only the agent's text to stdout (each agent message on its own line) and everything else to
+stderr, the agent's own stderr included. Permission requests: ``--yes`` picks the first allow
+option; otherwise, without a terminal, the first reject option is picked, and when there is none
+the turn is cancelled, so that an unattended run never allows what it was not told to. Ctrl-C
+cancels the running turn (``session/cancel``); a second Ctrl-C during the same turn quits, and so
+do two in a row at the prompt. Files are served only inside the session's root (``--cwd``, default
+the current directory) by ``WorkspaceClient``; the agent process itself runs in our own working
+directory. ``--timeout`` bounds the wait for the answer to ``initialize`` only: turns may be long.
+
 Exit statuses: 0 success, 1 the agent failed (or ``validate`` found an invalid message), 2 usage
 error, 127 the agent could not be started, 130 interrupted; ``tap`` exits with the agent's status.
 """

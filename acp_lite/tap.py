@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import BinaryIO, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Deque, Dict, List, Sequence, Tuple
 
 import msgspec
 
@@ -39,26 +39,28 @@ _TAP_DRAIN_SECONDS = 2.0
 class _TapLog:
     """Splits each direction's bytes into lines, checks them and writes the log entries.
 
-    Logging must not delay the stream, yet the log must keep cause before effect: an agent's
-    request has to be logged before the editor's answer to it, although the two are read by
-    different threads. So a pump ``note``s each chunk before forwarding it (that only splits it
-    into lines and queues them, in the order they were read) and calls ``write`` after
-    forwarding it, which checks and logs the queued lines in that order. Any thread.
+    Forwarding never waits for logging, yet the log keeps cause before effect (an agent's request
+    is logged before the editor's answer to it, although each direction is read by its own
+    thread). A pump ``note``s each chunk before forwarding it: that only splits it into lines and
+    queues them, in the order they were read. The logging thread checks and writes the queued
+    lines in that order. ``note`` may be called from any thread; ``close`` from one.
     """
 
     def __init__(self, out: BinaryIO):
-        self._out: Optional[BinaryIO] = out
-        self._lock = threading.Lock()  # guards the queue and the partial lines
-        self._write_lock = threading.Lock()  # one writer at a time, so entries stay in order
+        self._out = out
+        self._ready = threading.Condition()  # guards the queue, the partial lines and _closing
         self._queue: Deque[Tuple[str, float, bytes, List[str]]] = collections.deque()
         self._partial: Dict[str, List[bytes]] = {CLIENT_TO_AGENT: [], AGENT_TO_CLIENT: []}
+        self._closing = False
         self._checker = WireChecker()
         self._encoder = msgspec.json.Encoder()
+        self._thread = threading.Thread(target=self._write_entries, name="tap-log", daemon=True)
+        self._thread.start()
 
     def note(self, direction: str, chunk: bytes, end_of_stream: bool = False) -> None:
         """Queue the lines that ``chunk`` completes (all that is left at the end of the stream)."""
         seen_at = time.time()
-        with self._lock:
+        with self._ready:
             pieces = self._partial[direction]
             if b"\n" not in chunk and not end_of_stream:
                 pieces.append(chunk)
@@ -69,25 +71,29 @@ class _TapLog:
             self._queue.extend((direction, seen_at, line, []) for line in lines if line.strip())
             if end_of_stream and rest.strip():
                 self._queue.append((direction, seen_at, rest, ["unterminated: the stream ended before this line's newline"]))
-
-    def write(self) -> None:
-        """Check and log every queued line, oldest first."""
-        with self._write_lock:
-            while True:
-                with self._lock:
-                    if not self._queue:
-                        return
-                    direction, seen_at, line, flags = self._queue.popleft()
-                self._entry(direction, seen_at, line, flags)
+            self._ready.notify()
 
     def close(self) -> None:
-        """Stop logging: a pump still running (the editor's side may never end) logs no more."""
-        with self._write_lock:
-            self._out = None
+        """Write what is queued, then stop; lines noted later (the editor's side may never end)
+        are not logged."""
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
+        self._thread.join()
+
+    def _write_entries(self) -> None:
+        """Body of the logging thread."""
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: self._queue or self._closing)
+                batch, self._queue = self._queue, collections.deque()
+                if not batch:
+                    return
+            for item in batch:
+                self._entry(*item)
+            self._out.flush()
 
     def _entry(self, direction: str, seen_at: float, line: bytes, flags: List[str]) -> None:
-        if self._out is None:
-            return
         message, verdict = self._checker.check_line(line, direction)
         entry: Dict[str, object] = {"dir": direction, "t": seen_at}
         if verdict.kind == "garbage" and message is None:
@@ -96,10 +102,9 @@ class _TapLog:
             entry["msg"] = message
         entry["flags"] = verdict.problems + verdict.notes + flags
         self._out.write(self._encoder.encode(entry) + b"\n")
-        self._out.flush()
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _tap_write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -116,12 +121,10 @@ def _pump(source: int, target: int, direction: str, log: _TapLog) -> None:
             break
         log.note(direction, chunk)
         try:
-            _write_all(target, chunk)
+            _tap_write_all(target, chunk)
         except OSError:  # the reader went away
             break
-        log.write()
     log.note(direction, b"", end_of_stream=True)
-    log.write()
 
 
 def _close_our_stdout() -> None:

@@ -435,6 +435,14 @@ def test_tap_flags_schema_errors_and_calls_of_capabilities_not_advertised(tmp_pa
     assert flags[("client->agent", "a1")] == [] and flags[("agent->client", 1)] == []
 
 
+@pytest.mark.timeout(60)
+def test_tap_passes_sigterm_to_the_agent_and_reports_how_it_ended(tmp_path, launched):
+    tool = launched("tap", "--log", str(tmp_path / "tap.jsonl"), "--", *inline_agent(ECHO_AGENT))
+    tool.wait_for("stdout", "Echo agent v0 starting")  # the agent runs
+    tool.proc.terminate()
+    assert tool.finish() == 128 + signal.SIGTERM
+
+
 def test_tap_without_an_agent_command_is_a_usage_error(tmp_path):
     status, out, err = cli("tap", "--log", str(tmp_path / "log"))
     assert status == 2 and "missing agent command" in err
