@@ -24,6 +24,7 @@ Exit statuses: 0 success, 1 the agent failed (or ``validate`` found an invalid m
 error, 127 the agent could not be started, 130 interrupted; ``tap`` exits with the agent's status.
 """
 import argparse
+import json
 import os
 import queue
 import sys
@@ -117,7 +118,7 @@ def _verdict_summary(verdict: WireVerdict) -> str:
     if verdict.method:
         parts.append(verdict.method)
     if verdict.request_id is not None:
-        parts.append(f"id={verdict.request_id!r}")
+        parts.append(f"id={json.dumps(verdict.request_id)}")
     return " ".join(parts)
 
 

@@ -4,6 +4,7 @@ Agents are ``examples/agent.py`` (the mock coding agent) and small inline script
 JSON lines, so that the tool meets agents that misbehave in exactly one way. Every process a test
 starts is stopped by the ``launched`` fixture, whatever the test's outcome.
 """
+import io
 import json
 import os
 import select
@@ -14,9 +15,13 @@ import textwrap
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from acp_lite.client import Client, RemoteAgent
+from acp_lite.tap import _TapLog
 from acp_lite.updates import select_permission
+from acp_lite.wirecheck import CLIENT_TO_AGENT
 
 from conftest import REPO
 
@@ -443,6 +448,37 @@ def test_tap_passes_sigterm_to_the_agent_and_reports_how_it_ended(tmp_path, laun
     assert tool.finish() == 128 + signal.SIGTERM
 
 
+# Lines as they may appear on a pipe: JSON-RPC messages, blank lines, banners, invalid UTF-8.
+wire_lines = st.lists(st.one_of(
+    st.builds(lambda n: b'{"jsonrpc":"2.0","method":"_x","params":{"n":%d}}' % n, st.integers(0, 10**6)),
+    st.binary(max_size=20).map(lambda raw: raw.replace(b"\n", b"")),
+), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=wire_lines, cuts=st.lists(st.integers(min_value=0), max_size=10), final_newline=st.booleans())
+def test_tap_log_does_not_depend_on_where_reads_split_the_stream(lines, cuts, final_newline):
+    """Whatever sizes the reads have, the log holds the same entries: the stream's lines."""
+    stream = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
+    bounds = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
+    out = io.BytesIO()
+    log = _TapLog(out)
+    for start, end in zip(bounds, bounds[1:]):
+        log.note(CLIENT_TO_AGENT, stream[start:end])
+    log.note(CLIENT_TO_AGENT, b"", end_of_stream=True)
+    log.close()
+    entries = [json.loads(line) for line in out.getvalue().splitlines()]
+    expected = [line for line in stream.split(b"\n") if line.strip()]
+    assert len(entries) == len(expected)
+    for entry, line in zip(entries, expected):
+        if "msg" in entry:
+            assert entry["msg"] == json.loads(line)
+        else:
+            assert entry["raw"] == line.decode("utf-8", errors="replace")
+    unterminated = [entry for entry in entries if any(f.startswith("unterminated") for f in entry["flags"])]
+    assert len(unterminated) == (1 if expected and not stream.endswith(b"\n") and stream.split(b"\n")[-1].strip() else 0)
+
+
 def test_tap_without_an_agent_command_is_a_usage_error(tmp_path):
     status, out, err = cli("tap", "--log", str(tmp_path / "log"))
     assert status == 2 and "missing agent command" in err
@@ -474,8 +510,8 @@ def test_validate_accepts_a_good_capture_from_stdin_inferring_directions():
     assert status == 0, out
     lines = out.splitlines()
     assert lines[1] == "line 2: ok agent->client response initialize id=0"
-    assert lines[5] == "line 6: ok agent->client request fs/read_text_file id='r1'"
-    assert lines[6] == "line 7: ok client->agent response fs/read_text_file id='r1'"
+    assert lines[5] == 'line 6: ok agent->client request fs/read_text_file id="r1"'
+    assert lines[6] == 'line 7: ok client->agent response fs/read_text_file id="r1"'
     assert lines[-1] == "10 messages, 0 invalid"
 
 
