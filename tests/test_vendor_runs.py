@@ -46,7 +46,7 @@ def run_isolated(path, args, cwd):
     """Run Python with only the standard library and the directories ``path`` importable."""
     # -S: no site-packages, so neither the installed acp_lite nor anything else is importable.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path)), "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([sys.executable, "-S", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-S", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=45)
 
 
 @pytest.fixture(scope="module")
