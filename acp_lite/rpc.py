@@ -37,7 +37,7 @@ import threading
 import time
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import msgspec
 from msgspec import UNSET, Raw, Struct
@@ -412,14 +412,25 @@ class _Route:
 
 class _FastPath:
     """The one-pass decoder for registered methods with typed params; for each envelope type it
-    produces, the notification handler or the request route."""
+    produces, the notification handler or the request route; and for each notification
+    envelope, its solo decoder (the same message as a plain struct) with the handler."""
 
-    __slots__ = ("decoder", "handlers", "requests")
+    __slots__ = ("decoder", "handlers", "requests", "solos")
 
-    def __init__(self, decoder: msgspec.json.Decoder, handlers: Dict[type, Callable[[Any], Any]], requests: Dict[type, _Route]):
+    def __init__(
+        self,
+        decoder: msgspec.json.Decoder,
+        handlers: Dict[type, Callable[[Any], Any]],
+        requests: Dict[type, _Route],
+        solos: Dict[type, Tuple[Callable[[Any], Any], Callable[[Any], Any]]],
+    ):
         self.decoder = decoder
         self.handlers = handlers
         self.requests = requests
+        self.solos = solos
+
+
+_NO_SOLO: Tuple[Any, Any] = (None, None)
 
 
 class _PendingCall:
@@ -523,6 +534,7 @@ class Connection:
         self._unknown_notification: Optional[Callable[[str, Any], Any]] = None
         self._closing_callbacks: List[Callable[[], Any]] = []
         self._fast: Optional[_FastPath] = None
+        self._last_notification: Optional[type] = None  # the envelope type of the latest one
         self._complained_at: Dict[str, float] = {}
         self._reader: Optional[threading.Thread] = None
         self._deliverer: Optional[threading.Thread] = None
@@ -593,6 +605,7 @@ class Connection:
         # path, which knows how to complain.
         handlers: Dict[type, Callable[[Any], Any]] = {}
         requests: Dict[type, _Route] = {}
+        solos: Dict[type, Tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
         for method in set(self._notifications) | set(self._requests):
             route = self._notifications.get(method)
             if route is None or route.params_type is Any:
@@ -607,10 +620,16 @@ class Connection:
             )
             if route.is_request:
                 requests[envelope] = route
-            else:
-                handlers[envelope] = route.handler
+                continue
+            handlers[envelope] = route.handler
+            solo = msgspec.defstruct(
+                "_SoloEnvelope",
+                [("jsonrpc", Literal["2.0"]), ("method", Literal[method]), ("params", route.params_type)],  # type: ignore[valid-type]
+                forbid_unknown_fields=True,
+            )
+            solos[envelope] = (strict_decoder(solo).decode, route.handler)
         envelopes = tuple(handlers) + tuple(requests) + (_Unmatchable,)
-        self._fast = _FastPath(strict_decoder(Union[envelopes]), handlers, requests)  # type: ignore[valid-type]
+        self._fast = _FastPath(strict_decoder(Union[envelopes]), handlers, requests, solos)  # type: ignore[valid-type]
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -894,7 +913,7 @@ class Connection:
                     queue.put([(self._deliver_frames, frames)])
                     continue
                 items: List[Callback] = []
-                self._route_frames(frames, items, False)
+                self._route_frames(frames, items)
                 if items:
                     queue.put(items)
         except Exception:
@@ -903,15 +922,37 @@ class Connection:
             self._on_end_of_stream()
 
     def _deliver_frames(self, frames: List[Any]) -> None:
-        # Delivery thread: route a burst and run its callbacks as it goes.
-        self._route_frames(frames, [], True)
+        """Delivery thread: route a burst and run its callbacks as it goes, line by line.
 
-    def _route_frames(self, frames: List[Any], items: List[Callback], deliver: bool) -> None:
-        """The hot loop: one decode per line, straight into the typed envelope of its method.
-
-        With ``deliver`` (on the delivery thread) callbacks run at once, in order; otherwise (on
-        the reader) they are appended to ``items`` for the queue.
+        A burst is mostly one notification method (a stream of updates). The solo decoder of
+        the last notification method seen, which checks the method as a plain literal field
+        instead of dispatching on it, runs first and leads straight to its handler; any line
+        it rejects takes the general route (which may switch the solo method).
         """
+        fast = self._fast
+        assert fast is not None
+        solo_decode, solo_handler = fast.solos.get(self._last_notification, _NO_SOLO)
+        items: List[Callback] = []
+        for frame in frames:
+            if solo_decode is not None:
+                try:
+                    params = solo_decode(frame).params
+                except (msgspec.DecodeError, TypeError):
+                    pass
+                else:
+                    try:
+                        solo_handler(params)
+                    except Exception:
+                        self._log.exception("%s: notification handler %r failed", self.name, solo_handler)
+                    continue
+            self._route_frames((frame,), items)
+            _run_callbacks(items, self._log)
+            items.clear()
+            solo_decode, solo_handler = fast.solos.get(self._last_notification, _NO_SOLO)
+
+    def _route_frames(self, frames: Sequence[Any], items: List[Callback]) -> None:
+        """Decode each line once, straight into the typed envelope of its method, and append
+        what it asks for to ``items``."""
         fast = self._fast
         assert fast is not None
         decode_envelope, handlers, requests = fast.decoder.decode, fast.handlers, fast.requests
@@ -920,25 +961,17 @@ class Connection:
                 envelope = decode_envelope(frame)
             except (msgspec.DecodeError, TypeError):
                 self._route_slowly(frame, items)
+                continue
+            handler = handlers.get(type(envelope))
+            if handler is not None:
+                self._last_notification = type(envelope)
+                items.append((handler, envelope.params))
+                continue
+            route = requests.get(type(envelope))
+            if route is not None:
+                self._accept_request(route, envelope.id, envelope.params, items, None)
             else:
-                handler = handlers.get(type(envelope))
-                if handler is not None:
-                    if deliver:
-                        try:
-                            handler(envelope.params)
-                        except Exception:
-                            self._log.exception("%s: notification handler %r failed", self.name, handler)
-                        continue
-                    items.append((handler, envelope.params))
-                    continue
-                route = requests.get(type(envelope))
-                if route is not None:
-                    self._accept_request(route, envelope.id, envelope.params, items, None)
-                else:
-                    self._route_slowly(frame, items)
-            if deliver and items:
-                _run_callbacks(items, self._log)
-                items.clear()
+                self._route_slowly(frame, items)
 
     def _route_slowly(self, frame: Any, items: List[Callback]) -> None:
         if isinstance(frame, OversizedFrame):
@@ -1074,6 +1107,8 @@ class Connection:
                 self._incoming[request_id] = ctx
         if duplicate:
             self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch)
+        elif self._pool is not None and route.on_arrival is None and not items and self._queue.unfinished == 0:
+            self._start_request(ctx)  # nothing to wait behind: skip the delivery thread's hop
         else:
             items.append((self._start_request, ctx))
         return 1
