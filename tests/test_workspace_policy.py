@@ -29,6 +29,7 @@ def tree(tmp_path):
     (root / "link_out").symlink_to(outside)
     (root / "link_in").symlink_to(root / "sub")
     (root / "dangling_out").symlink_to(outside / "not-yet")
+    (root / "file_out").symlink_to(outside / "secret.txt")
     return root, outside
 
 
@@ -72,6 +73,7 @@ def test_paths_inside_resolve_to_their_real_path(tree, spelling, target):
         "{root}/../outside/secret.txt",  # dot-dot
         "{root}/sub/../../outside/secret.txt",
         "{root}/link_out/secret.txt",  # a symlink leading out
+        "{root}/file_out",  # the last component is the symlink
         "{root}/link_in/../../outside/secret.txt",  # '..' after a symlink is taken from its target
         "{root}/dangling_out",  # a dangling symlink whose target would be created outside
         "{root}/link_out/new-file.txt",
