@@ -567,7 +567,7 @@ class WorkspaceClient(Client):
         requested = params.cwd if params.cwd is not None else roots.cwd
         cwd = roots.resolve(requested)
         if not cwd.is_dir():
-            raise ResourceNotFound(f"the working directory {requested} does not exist")
+            raise ResourceNotFound(f"the working directory {requested} is not an existing directory")
         env = dict(os.environ)
         env.update((variable.name, variable.value) for variable in params.env or ())
         argv = [params.command, *(params.args or ())]

@@ -319,10 +319,14 @@ def test_writing_into_a_missing_directory_is_resource_not_found_and_creates_noth
     assert not (editor.root / "no").exists()
 
 
-def test_writing_over_a_directory_is_invalid_params(editor):
+def test_writing_over_what_is_not_a_regular_file_is_invalid_params(editor):
     error = editor.error("fs/write_text_file", path=str(editor.root / "src"), content="x")
-    assert error["code"] == INVALID_PARAMS
+    assert error == {"code": INVALID_PARAMS, "message": f"{editor.root / 'src'} is a directory, not a file"}
     assert (editor.root / "src").is_dir()
+    fifo = editor.root / "pipe"
+    os.mkfifo(fifo)
+    error = editor.error("fs/write_text_file", path=str(fifo), content="x")
+    assert error == {"code": INVALID_PARAMS, "message": f"{fifo} is not a regular file"}
 
 
 def test_a_failed_write_leaves_the_old_content_and_no_temporary_file(editor, monkeypatch):
@@ -337,6 +341,21 @@ def test_a_failed_write_leaves_the_old_content_and_no_temporary_file(editor, mon
     assert error == {"code": -32603, "message": f"{path}: No space left on device"}
     assert path.read_text() == '{"debug": false}'
     assert os.listdir(path.parent) == ["config.json"]
+
+
+def test_concurrent_readers_see_the_old_or_the_new_content_never_a_mix(editor):
+    path = str(editor.root / "data.txt")
+    versions = ["a" * 200_000, "b" * 200_000]
+    assert editor.result("fs/write_text_file", path=path, content=versions[0]) == {}
+    # Pipelined, so the handlers run side by side on the editor's worker threads.
+    reads = []
+    for n in range(40):
+        editor.raw.request("fs/write_text_file", {"sessionId": SESSION, "path": path, "content": versions[n % 2]})
+        reads.append(editor.raw.request("fs/read_text_file", {"sessionId": SESSION, "path": path}))
+    answers = {message["id"]: message for message in (editor.raw.recv() for _ in range(80))}
+    assert all("result" in answer for answer in answers.values()), answers
+    assert {answers[id]["result"]["content"] for id in reads} <= set(versions)
+    assert sorted(os.listdir(editor.root)) == ["data.txt", "src"]  # no temporary file left behind
 
 
 # -- terminals --------------------------------------------------------------------------------------
@@ -371,7 +390,10 @@ def test_the_working_directory_defaults_to_the_session_cwd_and_must_be_inside_th
     for terminal in (default, chosen):
         editor.result("terminal/release", terminalId=terminal)
     missing = editor.error("terminal/create", command=sys.executable, cwd=str(editor.root / "gone"))
-    assert missing["code"] == NOT_FOUND and "does not exist" in missing["message"]
+    assert missing["code"] == NOT_FOUND and "not an existing directory" in missing["message"]
+    (editor.root / "file.txt").write_text("")
+    not_a_directory = editor.error("terminal/create", command=sys.executable, cwd=str(editor.root / "file.txt"))
+    assert not_a_directory["code"] == NOT_FOUND
 
 
 @pytest.mark.req("ACP-V1-SCHEMA-TERMINAL-OUTPUT-SHAPE", "ACP-V1-SCHEMA-TERMINAL-WAIT-FOR-EXIT-SHAPE")
