@@ -294,7 +294,7 @@ class _TerminalClient(WorkspaceClient):
     def on_cancel(self, session_id: str) -> None:
         # The turn's unfinished tool calls are shown as cancelled at once; the agent may still
         # report them later.
-        for known in self.tool_calls.values():
+        for known in list(self.tool_calls.values()):  # a copy: updates may arrive meanwhile
             if known["status"] in ("pending", "in_progress"):
                 known["status"] = "cancelled"
                 self.screen.note(f"[tool] {known['title']}: cancelled")

@@ -126,7 +126,7 @@ def test_run_yes_allows_with_the_first_allow_option():
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY", "ACP-V1-PROMPT-CLIENT-MARK-CANCELLED")
+@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY")
 def test_run_ctrl_c_cancels_the_running_turn_and_the_session_goes_on(launched):
     tool = launched("run", "--", *MOCK_AGENT)
     tool.proc.stdin.write(b"wait for it\n")
@@ -172,7 +172,11 @@ def test_run_second_ctrl_c_exits_when_the_agent_ignores_the_cancel(launched):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY", "ACP-V1-PROMPT-CLIENT-RESPOND-PENDING-PERMISSIONS")
+@pytest.mark.req(
+    "ACP-V1-PROMPT-CLIENT-CANCEL-MAY",
+    "ACP-V1-PROMPT-CLIENT-RESPOND-PENDING-PERMISSIONS",
+    "ACP-V1-PROMPT-CLIENT-MARK-CANCELLED",
+)
 def test_run_on_a_terminal_asks_the_permission_question(launched):
     master, slave = os.openpty()
     try:
@@ -188,6 +192,7 @@ def test_run_on_a_terminal_asks_the_permission_question(launched):
         tool.wait_for("stderr", "choose 1-2")
         os.write(master, b"\n")  # Enter: cancel the turn
         tool.wait_for("stderr", "[turn] stopReason=cancelled")
+        assert "[tool] Reading configuration file: cancelled\n" in tool.seen["stderr"]
         os.write(master, b"\x04")  # Ctrl-D at the prompt: quit
         assert tool.finish() == 0
     finally:
@@ -244,6 +249,37 @@ def test_run_serves_file_requests_only_inside_the_session_root(tmp_path):
     assert (root / "new.txt").read_text() == "written by the agent\n"
     assert (tmp_path / "outside.txt").read_text() == "secret\n"
     assert f"[fs] write {root}/new.txt" in err
+
+
+# One turn that thinks, plans, updates the plan and a tool call, then answers.
+PLANNING_AGENT = STUBBORN_AGENT.replace("""        else:
+            print("stubborn agent: got", message.get("method"), file=sys.stderr, flush=True)
+            continue
+""", """        else:
+            def update(**fields):
+                print(json.dumps({"jsonrpc": "2.0", "method": "session/update",
+                                  "params": {"sessionId": "s1", "update": fields}}), flush=True)
+            update(sessionUpdate="agent_thought_chunk", content={"type": "text", "text": "hmm"})
+            update(sessionUpdate="plan", entries=[
+                {"content": "Read the code", "priority": "high", "status": "in_progress"},
+                {"content": "Fix the bug", "priority": "medium", "status": "pending"}])
+            update(sessionUpdate="tool_call", toolCallId="t1", title="grep TODO", kind="search")
+            update(sessionUpdate="tool_call_update", toolCallId="t1", status="in_progress")
+            update(sessionUpdate="tool_call_update", toolCallId="t1", status="completed")
+            update(sessionUpdate="agent_message_chunk", content={"type": "text", "text": "All done."})
+            result = {"stopReason": "end_turn"}
+""")
+
+
+@pytest.mark.timeout(60)
+def test_run_shows_thoughts_plans_and_tool_call_changes_on_stderr():
+    status, out, err = cli("run", "--", *inline_agent(PLANNING_AGENT), stdin=b"fix it\n")
+    assert status == 0, err
+    assert out == "All done.\n"
+    assert "[thought] hmm\n" in err
+    assert "[plan]\n  [in_progress] Read the code\n  [pending] Fix the bug\n" in err
+    assert ("[tool] grep TODO (search): pending\n[tool] grep TODO (search): in_progress\n"
+            "[tool] grep TODO (search): completed\n") in err
 
 
 # -- run: failing agents --------------------------------------------------------------------------
@@ -303,7 +339,7 @@ class TapClient(Client):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.req("ACP-V1-TRANSPORT-CUSTOM-PRESERVE-FORMAT-AND-LIFECYCLE", "ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
+@pytest.mark.req("ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
 def test_tap_carries_a_whole_session_and_logs_every_message(tmp_path):
     log = tmp_path / "tap.jsonl"
     agent = RemoteAgent.spawn([*CLI, "tap", "--log", str(log), "--", *MOCK_AGENT], TapClient(), cwd=str(REPO))
@@ -479,9 +515,13 @@ def test_tap_log_does_not_depend_on_where_reads_split_the_stream(lines, cuts, fi
     assert len(unterminated) == (1 if expected and not stream.endswith(b"\n") and stream.split(b"\n")[-1].strip() else 0)
 
 
-def test_tap_without_an_agent_command_is_a_usage_error(tmp_path):
+def test_tap_usage_errors(tmp_path):
     status, out, err = cli("tap", "--log", str(tmp_path / "log"))
     assert status == 2 and "missing agent command" in err
+    status, out, err = cli("tap", "--log", str(tmp_path / "no" / "such" / "dir"), "--", *MOCK_AGENT)
+    assert status == 2 and "cannot open the log" in err
+    status, out, err = cli("tap", "--log", str(tmp_path / "log"), "--", "no-such-agent-anywhere")
+    assert status == 127 and "no-such-agent-anywhere" in err
 
 
 # -- validate -------------------------------------------------------------------------------------
