@@ -75,8 +75,9 @@ _IO_CHUNK = 64 * 1024
 # command printing without pause cannot starve terminal/output callers.
 _READS_PER_TURN = 16
 
-# After the command exits, everything it wrote is in the pipe: no pipe holds more than this many
-# chunks (16 MiB), so this many reads empty it even if a leftover child keeps writing.
+# After the command exits, everything it wrote is in the pipe. This many reads (16 MiB) empty any
+# pipe (Linux allows 1 MiB unless the administrator raised it) and still end if a leftover child
+# keeps writing.
 _READS_AFTER_EXIT = 256
 
 # How long kill waits for the killed command to be reaped, so that the agent's next
@@ -126,7 +127,7 @@ class RootSet:
         while True:
             try:
                 info = os.stat(candidate)
-            except (OSError, ValueError):  # not created yet, not searchable, or a name too long
+            except OSError:  # not created yet, not searchable, or a name too long
                 pass
             else:
                 if (info.st_dev, info.st_ino) in roots:
@@ -536,6 +537,7 @@ class WorkspaceClient(Client):
     max_read_bytes: int = 32 * 1024 * 1024
 
     def __init__(self) -> None:
+        super().__init__()
         self.terminals = TerminalManager()
         self._sessions: Dict[str, RootSet] = {}
         self._sessions_lock = threading.Lock()
