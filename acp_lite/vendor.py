@@ -371,6 +371,8 @@ def _header(version: str) -> str:
         "Every top-level name of the package is a name of this module (``Agent``, ``RemoteAgent``,\n"
         "``serve``, ...), and each package module is a module object here holding that module's public\n"
         "names (``schema``, ``updates``, ``errors``, ...). It needs only the standard library and msgspec.\n"
+        "Import it as a module, never exec() its text: msgspec looks its types' annotations up through\n"
+        "``sys.modules[__name__]``.\n"
         '"""\n'
     )
 
