@@ -245,6 +245,7 @@ class HostDelivery:
     """
 
     def __init__(self, host_thread: Optional[threading.Thread] = None):
+        self._pumping = False
         self._queue = _CallbackQueue()
         self._queue.owner = (host_thread or threading.current_thread()).ident
         self._logger = logging.getLogger("acp_lite.rpc")
@@ -262,15 +263,20 @@ class HostDelivery:
 
     def pump(self, max_items: Optional[int] = None) -> int:
         """Run up to ``max_items`` waiting callbacks (all if None) in order; how many ran.
-        Host thread only."""
+        Host thread only. A pump from inside a callback returns 0 (running later callbacks
+        there would overtake the rest of the outer pump's)."""
         if threading.get_ident() != self._queue.owner:
             raise UsageError("HostDelivery.pump() must be called on the host thread")
+        if self._pumping:
+            return 0
         items = self._queue.take(max_items, block=False)
         if not items:
             return 0
+        self._pumping = True
         try:
             _run_callbacks(items, self._logger)
         finally:
+            self._pumping = False
             self._queue.done(len(items))
         wakeup = self._queue.wakeup
         if wakeup is not None and self._queue.has_items():

@@ -183,6 +183,9 @@ class Transport:
         """
         while not self._eof:
             chunk = self._read_chunk()
+            if chunk is None:  # close() began: a partial line is not a message
+                self._eof = True
+                return None
             if not chunk:
                 self._eof = True
                 return self._frames_at_eof()
@@ -191,20 +194,21 @@ class Transport:
                 return frames
         return None
 
-    def _read_chunk(self) -> bytes:
+    def _read_chunk(self) -> Optional[bytes]:
+        """The next bytes; b"" at end of stream, None once ``close()`` has begun."""
         with self._cond:
             if self._closing:
-                return b""
+                return None
             self._active += 1
         try:
             if self._poll is not None:
                 assert self._wake is not None
                 ready = self._poll.poll()
                 if any(fd == self._wake[0] for fd, _ in ready):
-                    return b""
+                    return None
             return self._read(_READ_CHUNK)
-        except OSError:
-            # A reset socket or a pipe closed under us: for the layer above, the stream ended.
+        except (OSError, ValueError):
+            # A reset socket, or a stream closed under us by its owner: the stream ended.
             return b""
         finally:
             self._leave_io()
@@ -278,7 +282,7 @@ class Transport:
 
     def _write_backlog(self) -> None:
         # This thread holds the writer role until the backlog is empty.
-        failure: Optional[OSError] = None
+        failure: Optional[Exception] = None
         while True:
             with self._cond:
                 batch = self._backlog
@@ -294,7 +298,7 @@ class Transport:
                 self._cond.notify_all()
             try:
                 self._write(batch[0] + batch[1] if len(batch) == 2 else b"".join(batch))
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: a file object closed by its owner
                 failure = exc
         self._leave_io()
         if failure is not None:

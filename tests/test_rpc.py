@@ -834,3 +834,65 @@ def test_scalar_params_are_refused_before_sending(pair):
         with pytest.raises(UsageError):
             connection.notify("x/op", params)
     peer.ping()
+
+
+def test_a_blocked_handler_does_not_stop_delivery(pair):
+    connection, peer = pair
+    unblocked = threading.Event()
+    connection.on_notification("x/unblock", lambda params: unblocked.set())
+    connection.on_request("x/wait", lambda params, ctx: unblocked.wait(WAIT))
+    connection.start()
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "x/wait"})
+    peer.ping()  # answered while x/wait still blocks
+    peer.send({"jsonrpc": "2.0", "method": "x/unblock"})
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": True}
+
+
+def test_close_from_inside_a_handler_returns(linked):
+    a, b = linked
+    closed = threading.Event()
+
+    def close_myself(params, ctx):
+        b.close(timeout=2)
+        closed.set()
+
+    b.on_request("x/close", close_myself)
+    start(a, b)
+    future = a.call_future("x/close")
+    assert closed.wait(WAIT)
+    assert isinstance(future.exception(WAIT), ConnectionClosed)  # b closed before answering
+
+
+def test_a_pump_inside_a_callback_runs_nothing():
+    delivery = HostDelivery()
+    ours, theirs = memory_pair()
+    host = Connection(ours, delivery=delivery)
+    nested: List[int] = []
+    seen: List[Any] = []
+
+    def on_note(params):
+        seen.append(params)
+        nested.append(delivery.pump())
+
+    host.on_notification("x/n", on_note)
+    host.start()
+    peer = RawPeer(theirs)
+    for i in range(3):
+        peer.send({"jsonrpc": "2.0", "method": "x/n", "params": [i]})
+    wait_for(lambda: delivery._queue.unfinished == 3)
+    assert delivery.pump() == 3
+    assert seen == [[0], [1], [2]] and nested == [0, 0, 0]
+    host.close()
+    peer.close()
+
+
+def test_an_oversized_request_with_the_method_first_is_answered_too():
+    ours, theirs = memory_pair(max_message_size=1024)
+    connection = Connection(ours)
+    connection.start()
+    peer = RawPeer(theirs)
+    peer.send_bytes(b'{"method":"x/big","jsonrpc":"2.0","id":"big-1","params":{"t":"' + b"x" * 5000 + b'"}}')
+    reply = peer.recv()
+    assert reply["id"] == "big-1" and reply["error"]["code"] == -32600 and "exceeds" in reply["error"]["message"]
+    connection.close()
+    peer.close()

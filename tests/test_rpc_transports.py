@@ -1,0 +1,191 @@
+"""The connection over real subprocess pipes and sockets, and the framing under arbitrary chunking."""
+import json
+import os
+import sys
+import textwrap
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from acp_lite import wire
+from acp_lite.errors import ConnectionClosed
+from acp_lite.process import AgentProcess
+from acp_lite.rpc import Connection
+from acp_lite.wire import OversizedFrame, Transport, process_transport
+
+pytestmark = pytest.mark.timeout(30)
+
+WAIT = 10
+
+# A child that serves JSON-RPC on its stdio with acp_lite itself: "x/echo" answers its params,
+# "x/exit" makes it write a last word on stderr and exit with the given code, and everything its
+# handlers print goes to stderr because stdio_transport protects stdout.
+ECHO_PEER = textwrap.dedent(
+    """
+    import os, sys
+    from acp_lite.rpc import Connection
+    from acp_lite.wire import stdio_transport
+
+    connection = Connection(stdio_transport(), name="child")
+
+    def echo(params, ctx):
+        print("handler chatter on stdout")
+        return params
+
+    def leave(params, ctx):
+        sys.stderr.write("last words before exit\\n")
+        sys.stderr.flush()
+        os._exit(params["code"])
+
+    connection.on_request("x/echo", echo)
+    connection.on_request("x/exit", leave)
+    connection.start()
+    connection.wait_closed()
+    connection.close()
+    """
+)
+
+
+@pytest.fixture
+def child():
+    """A started connection to an ECHO_PEER subprocess (stopped and closed at the end)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    process = AgentProcess([sys.executable, "-c", ECHO_PEER], env=env)
+    connection = Connection(process_transport(process), name="parent")
+    connection.start()
+    yield connection, process
+    connection.close()
+    process.stop(timeout=5)
+
+
+@pytest.mark.req(
+    "ACP-V1-TRANSPORT-STDIO-SHOULD",
+    "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",
+    "ACP-V1-TRANSPORT-CLIENT-STDERR-MAY",
+)
+def test_a_subprocess_peer_over_stdio(child):
+    connection, process = child
+    for i in range(50):
+        assert connection.call("x/echo", {"i": i, "text": "\u2028 line\nbreak"}, timeout=WAIT) == {
+            "i": i,
+            "text": "\u2028 line\nbreak",
+        }
+    # The child's handler printed 50 times; none of it reached the protocol stream.
+    assert connection.stats.noise_lines == 0 and connection.stats.parse_errors == 0
+
+
+def test_peer_death_fails_pending_calls_with_exit_code_and_stderr_tail(child):
+    connection, process = child
+    with pytest.raises(ConnectionClosed) as caught:
+        connection.call("x/exit", {"code": 3}, timeout=WAIT)
+    assert caught.value.exit_code == 3 and "last words before exit" in caught.value.stderr_tail
+    assert connection.wait_closed(WAIT) and connection.closed
+    with pytest.raises(ConnectionClosed):
+        connection.call("x/echo", {}, timeout=WAIT)
+
+
+@pytest.mark.req("ACP-V1-TRANSPORT-CUSTOM-MAY", "ACP-V1-TRANSPORT-CUSTOM-PRESERVE-FORMAT-AND-LIFECYCLE")
+def test_two_connections_over_tcp():
+    with wire.listen_tcp() as listener:
+        accepted = []
+        acceptor = threading.Thread(target=lambda: accepted.append(listener.accept(timeout=WAIT)))
+        acceptor.start()
+        dialled = Connection(wire.connect_tcp(*listener.address[:2], timeout=WAIT), name="dialler")
+        acceptor.join()
+    served = Connection(accepted[0], name="server")
+    served.on_request("x/add", lambda params, ctx: params["a"] + params["b"])
+    seen = []
+    dialled.on_notification("x/hello", seen.append)
+    served.start()
+    dialled.start()
+    assert dialled.call("x/add", {"a": 2, "b": 3}, timeout=WAIT) == 5
+    served.notify("x/hello", {"from": "server"})
+    served.close()  # the dialler reads end of stream and closes its side of the session
+    assert dialled.wait_closed(WAIT)
+    assert seen == [{"from": "server"}]
+    dialled.close()
+
+
+# -- framing under arbitrary chunking ---------------------------------------------------------------
+line_bytes = st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"."))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(line_bytes, max_size=20),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=30),
+    limit=st.integers(min_value=1, max_value=80),
+    terminated=st.booleans(),
+)
+def test_any_chunking_yields_the_same_frames(lines, cuts, limit, terminated):
+    stream = b"\n".join(lines) + (b"\n" if terminated and lines else b"")
+    expected = []
+    for index, line in enumerate(lines):
+        last_unterminated = index == len(lines) - 1 and not terminated
+        if last_unterminated and not line:
+            continue  # nothing after the last newline: no frame
+        expected.append(("big", len(line)) if len(line) > limit else line)
+    read_fd, write_fd = os.pipe()
+    transport = Transport(read_fd, write_fd, max_message_size=limit)
+    frames = []
+    bounds = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
+    for start, end in zip(bounds, bounds[1:]):
+        frames.extend(transport._split(stream[start:end]))
+        assert transport._partial_size <= limit
+    frames.extend(transport._frames_at_eof() or [])
+    transport.close()
+    assert [("big", f.size) if isinstance(f, OversizedFrame) else f for f in frames] == expected
+
+
+def test_a_partial_line_is_not_a_message_when_the_transport_is_closed_locally():
+    read_fd, feed = os.pipe()
+    drain, write_fd = os.pipe()
+    transport = Transport(read_fd, write_fd)
+    os.write(feed, b'{"complete":1}\n{"partial":')
+    assert transport.read_frames() == [b'{"complete":1}']
+    result = []
+    reader = threading.Thread(target=lambda: result.append(transport.read_frames()))
+    reader.start()
+    transport.close()
+    reader.join(WAIT)
+    assert result == [None]
+    os.close(feed)
+    os.close(drain)
+
+
+def test_the_process_transport_carries_the_agents_closed_error():
+    process = AgentProcess([sys.executable, "-c", "import sys; sys.stderr.write('bye\\n'); sys.exit(5)"])
+    transport = process_transport(process)
+    assert transport.read_frames() is None
+    error = transport.closed_error()
+    assert error.exit_code == 5 and "bye" in error.stderr_tail
+    transport.close()
+    process.stop(timeout=5)
+
+
+@pytest.mark.req("ACP-V1-TRANSPORT-CLIENT-STDIN-ONLY-ACP", "ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
+def test_every_byte_a_connection_writes_is_a_json_rpc_line():
+    # What the client writes to the agent's stdin (and the agent to its stdout) is nothing but
+    # newline-terminated JSON-RPC 2.0 messages, whatever the traffic.
+    ours, theirs = wire.memory_pair()
+    connection = Connection(ours)
+    connection.on_request("x/echo", lambda params, ctx: params)
+    connection.start()
+    connection.notify("x/note", {"text": "a\nb\u2028c"})
+    future = connection.call_future("x/call", [1, 2])
+    connection.close()
+    data = b""
+    while True:
+        frames = theirs.read_frames()
+        if frames is None:
+            break
+        data += b"".join(f + b"\n" for f in frames)
+    theirs.close()
+    assert future.exception(0) is not None
+    lines = data.split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 3
+    for line in lines[:-1]:
+        message = json.loads(line.decode("utf-8"))
+        assert message["jsonrpc"] == "2.0" and isinstance(message["method"], str)
