@@ -4,6 +4,7 @@ requests as JSON lines and the tests check the answers on the wire; one test run
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -423,6 +424,22 @@ def test_all_output_written_before_exit_is_kept(editor):
     output = editor.finished_output(terminal)
     assert output["output"] == "x" * 300000 + "and stderr"
     editor.result("terminal/release", terminalId=terminal)
+
+
+def test_the_exit_is_the_commands_even_when_a_detached_child_keeps_the_output_open(editor):
+    # The child leaves the process group (its own session) and inherits the output pipe, so the
+    # pipe never reaches end-of-file while it lives; the command's own exit still counts.
+    terminal = editor.run(
+        "import subprocess, sys;"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True);"
+        "print(child.pid)"
+    )
+    detached = int(editor.output_containing(terminal, "\n")["output"])
+    try:
+        assert editor.result("terminal/wait_for_exit", terminalId=terminal) == {"exitCode": 0}
+        assert editor.result("terminal/release", terminalId=terminal) == {}
+    finally:
+        os.kill(detached, signal.SIGKILL)  # beyond kill's reach by design: it left the group
 
 
 @pytest.mark.req("ACP-V1-TERM-CLIENT-TRUNCATE-AT-CHARACTER-BOUNDARY")
