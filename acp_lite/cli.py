@@ -32,6 +32,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from .check import check_command, configure_check_command
 from .client import RemoteAgent
 from .errors import AcpError, CallTimeout, ConnectionClosed
 from .schema import (
@@ -472,5 +473,6 @@ def _run_command(args: argparse.Namespace) -> int:
 _COMMANDS: Dict[str, CliCommand] = {
     "run": CliCommand("talk to an agent from the terminal", _configure_run, _run_command, agent_command=True),
     "tap": CliCommand("sit between an editor and an agent, logging every message", _configure_tap, _tap_command, agent_command=True),
+    "check": CliCommand("probe an agent's conformance to ACP v1", configure_check_command, check_command, agent_command=True),
     "validate": CliCommand("check JSON-RPC messages (NDJSON or a tap log) against the v1 types", _configure_validate, _validate_command),
 }
