@@ -57,6 +57,7 @@ def isolated(tmp_path_factory, msgspec_only):
     (root / "my_plugin").mkdir()
     (root / "my_plugin" / "__init__.py").write_text("")
     vendor.build(root / "my_plugin" / "_acp.py")
+    shutil.copy(scenarios.__file__, root)  # run from here, so that no path of the repository is on sys.path
 
     def run(*args):
         return run_isolated([root, msgspec_only], args, cwd=root)
@@ -78,14 +79,17 @@ def test_scenario_against_the_package(scenario):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("scenario", scenario_params())
 def test_scenario_against_the_single_file(isolated, scenario):
-    done = isolated(scenarios.__file__, VENDORED_NAME, scenario)
+    done = isolated(Path(scenarios.__file__).name, VENDORED_NAME, scenario)
     assert done.returncode == 0 and done.stdout.splitlines()[-1:] == ["ok"], done.stdout + done.stderr
 
 
 @pytest.mark.timeout(60)
 def test_single_file_process_cannot_import_the_package(isolated):
-    done = isolated("-c", "import acp_lite")
+    done = isolated("-c", "import sys; print(sys.path); import acp_lite")
     assert done.returncode == 1 and "No module named 'acp_lite'" in done.stderr
+    repo = Path(acp_lite.__file__).resolve().parent.parent
+    cwd = isolated.vendored_file.parents[1]
+    assert [p for p in ast.literal_eval(done.stdout) if (cwd / p).resolve().is_relative_to(repo)] == []
 
 
 @pytest.mark.timeout(60)
