@@ -53,6 +53,7 @@ class InteropAgent:
         self.sessions = {}  # session id -> cwd
         self.cancels = {}  # session id -> asyncio.Event
         self.notes = []
+        self.authenticated_with = None
 
     def on_connect(self, conn):
         self.conn = conn
@@ -67,12 +68,16 @@ class InteropAgent:
             "protocolVersion": agreed,
             "agentCapabilities": {
                 "loadSession": True,
-                "promptCapabilities": {"embeddedContext": True},
+                "promptCapabilities": {"image": True, "embeddedContext": True},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
             },
             "agentInfo": {"name": "interop-py-agent", "version": "1.0.0"},
-            "authMethods": [],
+            "authMethods": SCENARIO["auth_methods"],
         })
+
+    async def authenticate(self, method_id, **kwargs):
+        self.authenticated_with = method_id
+        return schema.AuthenticateResponse()
 
     async def new_session(self, cwd, additional_directories=None, mcp_servers=None, **kwargs):
         session_id = f"py-session-{len(self.sessions) + 1}"
@@ -111,17 +116,16 @@ class InteropAgent:
         return schema.SetSessionConfigOptionResponse.model_validate({"configOptions": options})
 
     async def prompt(self, session_id, prompt, **kwargs):
-        text = "".join(getattr(block, "text", "") for block in prompt)
-        if text.startswith("wait"):
+        if getattr(prompt[0], "text", "").startswith("wait"):
             return await self.waiting_turn(session_id)
-        return await self.full_turn(session_id)
+        return await self.full_turn(session_id, prompt)
 
-    async def full_turn(self, session_id):
+    async def full_turn(self, session_id, prompt):
         cwd = self.sessions[session_id]
         conn = self.conn
         for update in for_cwd(SCENARIO["updates"], cwd) + PEER_ONLY_UPDATES:
             await self.send(session_id, update)
-        report = {}
+        report = {"authenticated": self.authenticated_with, "prompt": as_json(prompt)}
         permission = await conn.request_permission(
             session_id=session_id,
             tool_call=schema.ToolCallUpdate.model_validate(
@@ -182,6 +186,9 @@ class InteropAgent:
             return {"echo": params}
         if method == "interop/notes":
             return {"notes": self.notes}
+        if method == "interop/fail":
+            failure = SCENARIO["failure"]
+            raise acp.RequestError(failure["code"], failure["message"], failure["data"])
         raise acp.RequestError.method_not_found(f"_{method}")
 
     async def ext_notification(self, method, params):
@@ -281,12 +288,16 @@ async def client_scenario(conn, client, cwd):
         client_info=schema.Implementation(name="interop-py-client", version="1.0.0"),
     )
     report["initialize"] = as_json(init)
+    if init.auth_methods:
+        report["authenticate"] = as_json(await conn.authenticate(method_id=init.auth_methods[0].id))
     session = await conn.new_session(
         cwd=cwd, mcp_servers=[schema.AcpMcpServer.model_validate(PEER_ONLY_MCP_SERVER)]
     )
     report["new_session"] = as_json(session)
     session_id = session.session_id
-    report["prompt"] = as_json(await conn.prompt(session_id=session_id, prompt=[acp.text_block("Fix the greeting")]))
+    report["sent_prompt"] = for_cwd(SCENARIO["prompt"], cwd)
+    prompt = schema.PromptRequest.model_validate({"sessionId": session_id, "prompt": report["sent_prompt"]}).prompt
+    report["prompt"] = as_json(await conn.prompt(session_id=session_id, prompt=prompt))
     report["set_mode"] = as_json(await conn.set_session_mode(session_id=session_id, mode_id="code"))
     report["set_config_option"] = as_json(
         await conn.set_config_option(config_id="model", session_id=session_id, value="smart")
@@ -294,6 +305,10 @@ async def client_scenario(conn, client, cwd):
     report["echo"] = await conn.ext_method("interop/echo", {"value": 1, "_meta": SCENARIO["meta"]})
     await conn.ext_notification("interop/note", {"value": 2, "_meta": SCENARIO["meta"]})
     report["notes"] = await conn.ext_method("interop/notes", {})
+    try:
+        report["failure"] = await conn.ext_method("interop/fail", {})
+    except acp.RequestError as exc:
+        report["failure"] = {"code": exc.code, "message": str(exc), "data": exc.data}
 
     # A turn cancelled while its permission request is pending.
     waiting = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=[acp.text_block("wait")]))
@@ -314,7 +329,7 @@ async def client_scenario(conn, client, cwd):
         report["resume"] = as_json(await conn.resume_session(session_id=session_id, cwd=cwd))
     if session_caps and session_caps.close:
         report["close"] = as_json(await conn.close_session(session_id=session_id))
-    # This SDK's client has no call for session/delete.
+    # This SDK's client has no call for session/delete, nor for logout.
 
 
 async def run_client(cwd, report_path):

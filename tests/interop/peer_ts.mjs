@@ -38,13 +38,14 @@ function runAgent() {
   const cancels = new Map(); // session id -> resolves the waiting turn
   const notes = [];
   let created = 0;
+  let authenticatedWith = null;
 
-  async function fullTurn(sessionId, client) {
+  async function fullTurn(sessionId, prompt, client) {
     const cwd = sessions.get(sessionId);
     const send = (update) => client.notify(methods.client.session.update, { sessionId, update });
     for (const update of forCwd(scenario.updates, cwd)) await send(update);
     for (const update of PEER_ONLY_UPDATES) await send(update);
-    const report = {};
+    const report = { authenticated: authenticatedWith, prompt };
     const permission = await client.request(methods.client.session.requestPermission, {
       sessionId,
       toolCall: { toolCallId: "call-edit", title: "Edit main.py", status: "pending" },
@@ -98,12 +99,18 @@ function runAgent() {
       protocolVersion: params.protocolVersion === acp.PROTOCOL_VERSION ? params.protocolVersion : acp.PROTOCOL_VERSION,
       agentCapabilities: {
         loadSession: true,
-        promptCapabilities: { embeddedContext: true },
+        promptCapabilities: { image: true, embeddedContext: true },
         sessionCapabilities: { list: {}, resume: {}, close: {}, delete: {} },
+        auth: { logout: {} },
       },
       agentInfo: { name: "interop-ts-agent", version: "1.0.0" },
-      authMethods: [],
+      authMethods: scenario.auth_methods,
     }))
+    .onRequest(methods.agent.authenticate, ({ params }) => {
+      authenticatedWith = params.methodId;
+      return {};
+    })
+    .onRequest(methods.agent.logout, () => ({}))
     .onRequest(methods.agent.session.new, ({ params }) => {
       const sessionId = `ts-session-${++created}`;
       sessions.set(sessionId, params.cwd);
@@ -138,14 +145,17 @@ function runAgent() {
         option.id === params.configId ? { ...option, currentValue: params.value } : option),
     }))
     .onRequest(methods.agent.session.prompt, ({ params, client }) => {
-      const text = params.prompt.map((block) => block.text ?? "").join("");
-      return text.startsWith("wait") ? waitingTurn(params.sessionId, client) : fullTurn(params.sessionId, client);
+      const text = params.prompt[0].text ?? "";
+      return text.startsWith("wait") ? waitingTurn(params.sessionId, client) : fullTurn(params.sessionId, params.prompt, client);
     })
     .onNotification(methods.agent.session.cancel, ({ params }) => {
       cancels.get(params.sessionId)?.();
     })
     .onRequest("_interop/echo", (params) => params, ({ params }) => ({ echo: params }))
     .onRequest("_interop/notes", (params) => params, () => ({ notes }))
+    .onRequest("_interop/fail", (params) => params, () => {
+      throw new acp.RequestError(scenario.failure.code, scenario.failure.message, scenario.failure.data);
+    })
     .onNotification("_interop/note", (params) => params, ({ params }) => {
       notes.push(params);
     });
@@ -244,13 +254,15 @@ async function runClient(cwd, reportPath) {
       clientInfo: { name: "interop-ts-client", version: "1.0.0" },
     });
     report.initialize = init;
+    if (init.authMethods?.length) {
+      report.authenticate = await agent.request(methods.agent.authenticate, { methodId: init.authMethods[0].id });
+    }
     const session = await agent.request(methods.agent.session.new, { cwd, mcpServers: [] });
     report.new_session = session;
     const sessionId = session.sessionId;
 
-    report.prompt = await agent.request(methods.agent.session.prompt, {
-      sessionId, prompt: [{ type: "text", text: "Fix the greeting" }],
-    });
+    report.sent_prompt = forCwd(scenario.prompt, cwd);
+    report.prompt = await agent.request(methods.agent.session.prompt, { sessionId, prompt: report.sent_prompt });
     report.set_mode = await agent.request(methods.agent.session.setMode, { sessionId, modeId: "code" });
     report.set_config_option = await agent.request(methods.agent.session.setConfigOption, {
       sessionId, configId: "model", value: "smart",
@@ -258,6 +270,11 @@ async function runClient(cwd, reportPath) {
     report.echo = await agent.request("_interop/echo", { value: 1, _meta: scenario.meta });
     await agent.notify("_interop/note", { value: 2, _meta: scenario.meta });
     report.notes = await agent.request("_interop/notes", {});
+    try {
+      report.failure = await agent.request("_interop/fail", {});
+    } catch (error) {
+      report.failure = { code: error.code, message: error.message, data: error.data };
+    }
 
     // A turn cancelled while its permission request is pending.
     const asked = new Promise((resolve) => (onWaitPermission = resolve));
@@ -276,6 +293,7 @@ async function runClient(cwd, reportPath) {
     if (sessionCaps.resume) report.resume = await agent.request(methods.agent.session.resume, { sessionId, cwd });
     if (sessionCaps.close) report.close = await agent.request(methods.agent.session.close, { sessionId });
     if (sessionCaps.delete) report.delete = await agent.request(methods.agent.session.delete, { sessionId });
+    if (caps.auth?.logout) report.logout = await agent.request(methods.agent.logout, {});
   }
 }
 

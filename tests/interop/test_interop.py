@@ -29,16 +29,19 @@ import interop_peers
 from acp_lite import updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import RemoteAgent
-from acp_lite.errors import MethodNotFound, RequestCancelled
+from acp_lite.errors import MethodNotFound, RequestCancelled, ResourceNotFound
 from acp_lite.codec import UnknownVariant, convert, set_diagnostics_hook
 from acp_lite.process import AgentProcess
 from acp_lite.rpc import Connection
 from acp_lite.schema import (
     PROTOCOL_VERSION,
+    AuthMethod,
+    ContentBlock,
     Implementation,
     ListSessionsResponse,
     LoadSessionResponse,
     NewSessionResponse,
+    PromptCapabilities,
     PromptResponse,
     SessionConfigOption,
     SessionInfo,
@@ -65,8 +68,8 @@ class Peer(NamedTuple):
     agent_name: str  # the agentInfo name the peer's agent gives
     # Session update variants the peer's agent sends that v1 at our pin does not define.
     unknown_updates: List[str]
-    # Whether the peer's client has a call for session/delete.
-    client_deletes: bool
+    # Whether the SDK has session/delete and logout (on both sides).
+    full_lifecycle: bool
     # mcpServers variants the peer's client sends that v1 at our pin does not define.
     unknown_mcp_servers: List[str]
     # Error reports the peer logs although nothing went wrong (FINDINGS.md says why).
@@ -249,6 +252,8 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         init = agent.initialize(timeout=WAIT_SECONDS)
         assert init.protocol_version == PROTOCOL_VERSION
         assert init.agent_info.name == peer.agent_name
+        assert [as_json(m) for m in agent.auth_methods] == SCENARIO["auth_methods"]
+        assert as_json(agent.authenticate("token")) == {}
 
         session = agent.new_session(cwd)
         sid = session.session_id
@@ -257,7 +262,8 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
 
         # One turn streaming every update variant, with a permission, files, a terminal and
         # extension calls in both directions.
-        response = agent.prompt(sid, "Fix the greeting", timeout=WAIT_SECONDS)
+        prompt = for_cwd(SCENARIO["prompt"], workspace)
+        response = agent.prompt(sid, convert(prompt, List[ContentBlock]), timeout=WAIT_SECONDS)
         assert response.stop_reason == "end_turn"
         received = [n.update for n in client.updates]
         assert all(n.session_id == sid for n in client.updates)
@@ -270,6 +276,8 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         assert known[len(expected) + 1] == {"sessionUpdate": "tool_call_update", "toolCallId": "call-term", "status": "completed"}
 
         report = response.meta["interop.example/report"]
+        assert report["authenticated"] == "token"
+        assert report["prompt"] == prompt
         assert report["permission"] == {"outcome": "selected", "optionId": "allow"}
         assert [p.tool_call.tool_call_id for p in client.permissions] == ["call-edit"]
         assert report["read"] == "line two\n"
@@ -288,6 +296,9 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         assert _poll_notes(agent) == {"notes": [{"value": 2, "_meta": META}]}
         with pytest.raises(MethodNotFound):
             agent.ext_method("_interop/missing", {})
+        with pytest.raises(ResourceNotFound) as failure:
+            agent.ext_method("_interop/fail", {})
+        assert failure.value.to_wire() == SCENARIO["failure"]
 
         # A turn cancelled while a permission request is pending: our runtime answers the request
         # "cancelled" and the turn ends with the cancelled stop reason.
@@ -306,9 +317,13 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         agent.resume_session(sid, cwd)
         agent.close_session(sid)
         session_caps = agent.capabilities.session_capabilities
-        assert (session_caps.delete is not None) == (peer.name == "typescript")
+        assert (session_caps.delete is not None) == peer.full_lifecycle
         if session_caps.delete is not None:
             agent.delete_session(agent.new_session(cwd).session_id)
+        auth_caps = agent.capabilities.auth
+        assert (auth_caps is not None and auth_caps.logout is not None) == peer.full_lifecycle
+        if peer.full_lifecycle:
+            assert as_json(agent.logout()) == {}
     finally:
         agent.close()
         client.close()
@@ -332,6 +347,8 @@ class InteropAgent(Agent):
     """The agent side of the scenario, written with acp_lite's API and builders."""
 
     agent_info = Implementation(name="acp-lite-interop-agent", version="0.1.0")
+    auth_methods = convert(SCENARIO["auth_methods"], List[AuthMethod])
+    prompt_capabilities = PromptCapabilities(image=True, embedded_context=True)
 
     def __init__(self) -> None:
         self.sessions: Dict[str, str] = {}
@@ -339,8 +356,16 @@ class InteropAgent(Agent):
         self.report: Dict[str, Any] = {}
         self.modes_set: List[str] = []
         self.deleted: List[str] = []
+        self.authenticated: List[str] = []
+        self.logged_out = False
         self._notes: List[Any] = []
         self._notes_arrived = threading.Condition()
+
+    def authenticate(self, params):
+        self.authenticated.append(params.method_id)
+
+    def logout(self, params):
+        self.logged_out = True
 
     def new_session(self, params):
         session_id = f"lite-session-{len(self.sessions) + 1}"
@@ -380,10 +405,9 @@ class InteropAgent(Agent):
         return SetSessionConfigOptionResponse(config_options=convert(options, List[SessionConfigOption]))
 
     def prompt(self, params, turn):
-        text = "".join(getattr(block, "text", "") for block in params.prompt)
-        if text.startswith("wait"):
+        if getattr(params.prompt[0], "text", "").startswith("wait"):
             return self._waiting_turn(turn)
-        return self._full_turn(turn)
+        return self._full_turn(turn, params.prompt)
 
     def _waiting_turn(self, turn) -> str:
         # The peer client holds this permission request until it has cancelled the turn.
@@ -396,8 +420,9 @@ class InteropAgent(Agent):
             self.report["wait_permission"] = "RequestCancelled"
         return "cancelled" if turn.wait_cancelled(WAIT_SECONDS) else "end_turn"
 
-    def _full_turn(self, turn) -> PromptResponse:
+    def _full_turn(self, turn, turn_prompt) -> PromptResponse:
         sid, client, report = turn.session_id, self.client, self.report
+        report["prompt"] = [as_json(block) for block in turn_prompt]
         cwd = self.sessions[sid]
         for update in for_cwd(SCENARIO["updates"], Path(cwd)):
             turn.send(convert(update, SessionUpdate))
@@ -421,6 +446,9 @@ class InteropAgent(Agent):
     def ext_method(self, method: str, params: Any) -> Any:
         if method == "_interop/echo":
             return {"echo": params}
+        if method == "_interop/fail":
+            failure = SCENARIO["failure"]
+            raise ResourceNotFound(failure["message"], failure["data"])
         if method == "_interop/notes":
             # The note may still be on its way to us (handlers run concurrently): wait for it.
             with self._notes_arrived:
@@ -479,6 +507,7 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     assert caps["loadSession"] is True
     assert set(caps["sessionCapabilities"]) >= {"list", "resume", "close", "delete"}
 
+    assert seen["authenticate"] == {} and agent.authenticated == ["token"]
     sid = seen["new_session"]["sessionId"]
     assert seen["new_session"]["modes"] == SCENARIO["modes"]
     assert seen["new_session"]["configOptions"] == SCENARIO["config_options"]
@@ -495,7 +524,9 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     assert terminal_done == {"sessionUpdate": "tool_call_update", "toolCallId": "call-term", "status": "completed"}
 
     # What our agent asked of the peer client, and what it answered.
+    assert seen["sent_prompt"] == for_cwd(SCENARIO["prompt"], workspace)
     assert agent.report == {
+        "prompt": seen["sent_prompt"],
         "permission": "allow",
         "read": "line two\n",
         "exit": 0,
@@ -515,6 +546,7 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     assert [o["currentValue"] for o in seen["set_config_option"]["configOptions"]] == ["smart"]
     assert seen["echo"] == {"echo": {"value": 1, "_meta": META}}
     assert seen["notes"] == {"notes": [{"value": 2, "_meta": META}]}
+    assert seen["failure"] == SCENARIO["failure"]
     assert seen["cancelled_prompt"] == {"stopReason": "cancelled"}
 
     replayed = [u["update"] for u in seen["updates"][seen["updates_before_load"]: seen["updates_after_load"]]]
@@ -522,9 +554,11 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     assert seen["load"]["modes"] == SCENARIO["modes"]
     assert [s["sessionId"] for s in seen["list"]["sessions"]] == [sid]
     assert seen["resume"] == {} and seen["close"] == {}
-    assert ("delete" in seen) == peer.client_deletes
-    if peer.client_deletes:
+    assert ("delete" in seen) == peer.full_lifecycle
+    assert ("logout" in seen) == peer.full_lifecycle
+    if peer.full_lifecycle:
         assert seen["delete"] == {} and agent.deleted == [sid]
+        assert seen["logout"] == {} and agent.logged_out
 
     notes = check_wire(transport, AGENT_TO_CLIENT)
     assert len(notes) == len(peer.unknown_mcp_servers) and all("unknown-variant" in n for n in notes)
