@@ -258,8 +258,10 @@ def test_header_names_the_package_version_and_an_unknown_commit_outside_git(toy)
 
 
 @pytest.mark.timeout(60)
-def test_real_package_header_names_version_and_head_commit(tmp_path):
-    out = vendor.build(tmp_path / "_acp.py")
+def test_command_builds_the_real_package_with_version_and_head_commit(tmp_path):
+    out = tmp_path / "my_plugin" / "_acp.py"
+    done = subprocess.run([sys.executable, "-m", "acp_lite.vendor", str(out)], capture_output=True, text=True, timeout=50)
+    assert done.returncode == 0 and done.stdout == f"vendor: wrote {out}\n", done.stderr
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     first = out.read_text().splitlines()[0]
     assert f"from acp_lite {__version__}, commit {head or 'unknown'}" in first
