@@ -75,20 +75,25 @@ def _writer(line, n):
     )
 
 
-def ceiling(n):
-    writer = _writer(LINE, n)
-    read_fd = writer.stdout.fileno()
-    decoder = msgspec.json.Decoder(Envelope)
-    count = 0
+def _line_batches(read_fd):
+    """The complete lines of each 256 KiB read, as the bare loops see them."""
     rest = b""
-    start, cpu = time.perf_counter(), time.process_time()
-    writer.stdin.write(b"g")
     while True:
         chunk = os.read(read_fd, 256 * 1024)
         if not chunk:
-            break
+            return
         lines = (rest + chunk).split(b"\n")
         rest = lines.pop()
+        yield lines
+
+
+def ceiling(n):
+    writer = _writer(LINE, n)
+    decoder = msgspec.json.Decoder(Envelope)
+    count = 0
+    start, cpu = time.perf_counter(), time.process_time()
+    writer.stdin.write(b"g")
+    for lines in _line_batches(writer.stdout.fileno()):
         for line in lines:
             decoder.decode(line)
             count += 1
@@ -106,7 +111,6 @@ def _reap(writer):
 
 def handoff_floor(n):
     writer = _writer(LINE, n)
-    read_fd = writer.stdout.fileno()
     decoder = msgspec.json.Decoder(Envelope)
     batches = queue.SimpleQueue()
     count = [0]
@@ -124,15 +128,9 @@ def handoff_floor(n):
 
     consumer = threading.Thread(target=deliver)
     consumer.start()
-    rest = b""
     start, cpu = time.perf_counter(), time.process_time()
     writer.stdin.write(b"g")
-    while True:
-        chunk = os.read(read_fd, 256 * 1024)
-        if not chunk:
-            break
-        lines = (rest + chunk).split(b"\n")
-        rest = lines.pop()
+    for lines in _line_batches(writer.stdout.fileno()):
         batches.put(lines)
     batches.put(None)
     consumer.join()
