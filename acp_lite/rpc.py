@@ -3,12 +3,19 @@
 This layer knows nothing of ACP methods; the agent and client layers register handlers on it.
 Rules it keeps:
 
-- One reader thread per connection reads, decodes and routes; it never runs application code.
+- One reader thread per connection reads; neither it nor the decoding runs application code.
   A line is decoded once: registered methods with typed params get an envelope struct each, and
   one tagged-union decoder (tagged by ``method``) turns a line straight into the envelope of its
   method, params already typed. Anything else (responses, unknown or malformed messages, values
   only the lenient codec accepts) takes the general path: a generic envelope with the payload
   kept raw, then ``codec.decode`` once the type is known.
+- Who decodes: a lone line that arrives while nothing waits for delivery is decoded and routed
+  by the reader, so an answer reaches its caller without a thread hop. A burst (several lines
+  at once, or lines arriving while callbacks are still queued) goes to the delivery thread as
+  raw lines, which decodes and delivers them one by one: a decoded value then lives only until
+  its callback returns, instead of waiting in the queue long enough to cost the garbage
+  collector passes over it. In host mode the reader decodes everything (the host's thread
+  should only run callbacks).
 - Incoming notifications and requests go through one ordered queue. Notification callbacks run
   in arrival order, on the connection's delivery thread or, in host mode, on the host's thread
   inside ``HostDelivery.pump()``. Requests are started in that same order: on worker threads
