@@ -6,18 +6,21 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
-from acp_harness import WAIT, background, client_with_raw_agent, initialized
+from acp_harness import WAIT, RawPeer, background, client_with_raw_agent, initialized
 
 from acp_lite.agent import Agent, serve
 from acp_lite.client import RemoteAgent
 from acp_lite.errors import InvalidParams, ResourceNotFound
+from acp_lite.rpc import HostDelivery
 from acp_lite.schema import NewSessionResponse
-from acp_lite.wire import memory_pair
+from acp_lite.wire import Transport, memory_pair
 from acp_lite.workspace import WorkspaceClient
 
 pytestmark = pytest.mark.timeout(30)
@@ -517,6 +520,52 @@ def test_close_kills_the_terminals_the_agent_left_behind(editor):
     assert _gone(pid)
     assert [released for _, released, _ in editor.workspace.released] == [terminal]
     assert editor.error("terminal/create", command=sys.executable)["code"] == -32603
+
+
+def test_a_pending_wait_leaves_the_host_thread_free(root, tmp_path):
+    """With host-thread delivery every handler runs on the editor's one thread: a wait_for_exit
+    that blocked there would freeze the editor, so it answers later, from the terminal's thread."""
+    stop, work = threading.Event(), threading.Event()
+    ready: "Future[HostDelivery]" = Future()
+
+    def host_loop() -> None:  # the editor's main loop
+        delivery = HostDelivery()
+        delivery.set_wakeup(work.set)
+        ready.set_result(delivery)
+        while not stop.is_set():
+            work.wait()
+            work.clear()
+            delivery.pump()
+
+    host = threading.Thread(target=host_loop, name="test-host")
+    host.start()
+    ours_read, theirs_write = os.pipe()
+    theirs_read, ours_write = os.pipe()
+    raw = RawPeer(theirs_read, theirs_write)
+    workspace = RecordingWorkspace()
+    remote = RemoteAgent.connect(Transport(ours_read, ours_write, name="host-editor"), workspace, delivery=ready.result(WAIT))
+    try:
+        initialized(remote, raw)
+        editor = Editor(remote, raw, workspace, root)
+        editor.open_session(SESSION, root)
+        gate = tmp_path / "gate"
+        os.mkfifo(gate)
+        (root / "a.txt").write_text("still answering")
+        terminal = editor.run(f"open({str(gate)!r}).read()")
+        wait_id = raw.request("terminal/wait_for_exit", {"sessionId": SESSION, "terminalId": terminal})
+        assert editor.result("fs/read_text_file", path=str(root / "a.txt")) == {"content": "still answering"}
+        with open(gate, "w") as writer:
+            writer.write("go")
+        assert raw.recv() == {"jsonrpc": "2.0", "id": wait_id, "result": {"exitCode": 0}}
+        editor.result("terminal/release", terminalId=terminal)
+    finally:
+        raw.close_writing()
+        remote.close()
+        raw.close()
+        workspace.close()
+        stop.set()
+        work.set()
+        host.join(WAIT)
 
 
 # -- the whole stack ----------------------------------------------------------------------------------
