@@ -1030,6 +1030,8 @@ class Connection:
         if last is None or now - last >= _COMPLAINT_INTERVAL:
             self._complained_at[kind] = now
             self._log.warning(template, self.name, *args)
+        else:
+            self._log.debug(template, self.name, *args)
 
     def _reject(self, request_id: Any, reason: str, batch: Optional[_BatchReply]) -> None:
         self.stats.invalid_messages += 1
@@ -1105,7 +1107,7 @@ class Connection:
         try:
             params = _decode_params(params_raw, route.params_type)
         except AcpError as exc:
-            self._log.warning("%s: dropped notification %s: %s", self.name, method, exc)
+            self._complain("invalid", "%s: dropped a notification %s whose params do not decode: %s", method, exc)
             return
         items.append((route.handler, params))
 
