@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import queue
+import signal
 import sys
 import threading
 from concurrent.futures import Future
@@ -306,7 +307,9 @@ class _TerminalClient(WorkspaceClient):
         return tool.title or known.get("title") or tool.tool_call_id
 
 
+# Events the main thread waits for during a turn, besides permission questions.
 _TURN_DONE = object()
+_TURN_INTERRUPTED = object()
 
 
 class _Quit(Exception):
@@ -316,16 +319,20 @@ class _Quit(Exception):
 class _RunSession:
     """The main thread's side of ``run``: reads prompts, runs turns, answers permission questions.
 
-    Everything that reads the terminal happens here, on the main thread, so Ctrl-C (which Python
-    delivers to the main thread) always lands where it can cancel the turn.
+    Everything that reads the terminal happens here, on the main thread, which is also where
+    Python runs signal handlers. During a turn, Ctrl-C does not raise wherever the main thread
+    happens to be (it could be half-way through sending ``session/cancel``): the handler posts an
+    event to the queue the turn waits on. It raises ``KeyboardInterrupt`` only while a permission
+    question waits for the user's answer, since that read would otherwise go on waiting.
     """
 
     def __init__(self, args: argparse.Namespace, screen: _Screen):
         self.auto_allow = args.yes
         self.interactive = sys.stdin.isatty()
         self.screen = screen
-        self.questions: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self.questions: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # put() is safe in a signal handler
         self.client = _TerminalClient(screen, self.questions)
+        self._asking = False
 
     def prompts(self) -> Any:
         """Yield prompt lines until end of input; a Ctrl-C at the prompt asks for a second one."""
@@ -350,20 +357,34 @@ class _RunSession:
     def turn(self, agent: RemoteAgent, session_id: str, text: str) -> str:
         """Run one prompt turn to its end; returns the stop reason. Ctrl-C cancels it, a second
         one raises ``_Quit``."""
-        future = agent.prompt_future(session_id, text)
-        future.add_done_callback(lambda _: self.questions.put(_TURN_DONE))
+        previous_handler = signal.signal(signal.SIGINT, self._on_interrupt)
+        try:
+            future = agent.prompt_future(session_id, text)
+            future.add_done_callback(lambda _: self.questions.put(_TURN_DONE))
+            self._follow_turn(agent, session_id)
+        finally:
+            signal.signal(signal.SIGINT, previous_handler)
+        self.screen.break_line()
+        return future.result().stop_reason
+
+    def _on_interrupt(self, signum: int, frame: Any) -> None:
+        if self._asking:
+            raise KeyboardInterrupt
+        self.questions.put(_TURN_INTERRUPTED)
+
+    def _follow_turn(self, agent: RemoteAgent, session_id: str) -> None:
+        """Answer the turn's permission questions and Ctrl-Cs until its response has come."""
         cancelled = False
         while True:
-            try:
-                event = self.questions.get()
-            except KeyboardInterrupt:
+            event = self.questions.get()
+            if event is _TURN_DONE:
+                return
+            if event is _TURN_INTERRUPTED:
                 if cancelled:
-                    raise _Quit() from None
+                    raise _Quit()
                 self.screen.note("^C cancelling the turn (Ctrl-C again to quit)")
                 cancelled = self._cancel(agent, session_id)
                 continue
-            if event is _TURN_DONE:
-                break
             params, answer = event
             if cancelled:  # the runtime already answered it with the cancelled outcome
                 continue
@@ -375,8 +396,6 @@ class _RunSession:
                 cancelled = self._cancel(agent, session_id)
             else:
                 answer.set_result(select_permission(option_id))
-        self.screen.break_line()
-        return future.result().stop_reason
 
     @staticmethod
     def _cancel(agent: RemoteAgent, session_id: str) -> bool:
@@ -411,7 +430,11 @@ class _RunSession:
             f"\n  {number}) {option.name} ({option.kind})" for number, option in enumerate(options, 1)))
         while True:
             self.screen.note(f"choose 1-{len(options)}, or Enter to cancel the turn:")
-            answer = sys.stdin.readline()
+            self._asking = True
+            try:
+                answer = sys.stdin.readline()
+            finally:
+                self._asking = False
             if not answer:
                 raise _Quit()
             if not answer.strip():
@@ -459,7 +482,7 @@ def _run_command(args: argparse.Namespace) -> int:
         for text in run.prompts():
             screen.note(f"[turn] stopReason={run.turn(agent, session_id, text)}")
         return 0
-    except _Quit:
+    except (_Quit, KeyboardInterrupt):  # a Ctrl-C between two prompts lands here
         return _INTERRUPTED
     except AcpError as exc:
         screen.break_line()
