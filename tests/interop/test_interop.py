@@ -342,6 +342,25 @@ def test_the_peer_agent_answers_an_unknown_version_with_one_we_speak(peer: Peer)
     assert_quiet(stderr, peer)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE", "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS")
+def test_our_client_runs_turns_of_two_sessions_at_once(peer: Peer, workspace: Path):
+    stderr: List[str] = []
+    client = RecordingClient()
+    with RemoteAgent.spawn(peer.argv + ["agent"], client, on_stderr_line=stderr.append) as agent:
+        agent.initialize(timeout=WAIT_SECONDS)
+        sessions = [agent.new_session(str(workspace)).session_id for _ in range(2)]
+        turns = [agent.prompt_future(sid, "Fix the greeting") for sid in sessions]
+        assert [t.result(WAIT_SECONDS).stop_reason for t in turns] == ["end_turn", "end_turn"]
+    client.close()
+    expected = for_cwd(SCENARIO["updates"], workspace)
+    for sid in sessions:
+        known = [as_json(n.update) for n in client.updates if n.session_id == sid and not isinstance(n.update, UnknownVariant)]
+        assert known[: len(expected)] == expected
+    assert sorted(p.session_id for p in client.permissions) == sorted(sessions)
+    assert_quiet(stderr, peer)
+
+
 # -- acp_lite as the agent ----------------------------------------------------------------------------
 class InteropAgent(Agent):
     """The agent side of the scenario, written with acp_lite's API and builders."""
