@@ -19,7 +19,7 @@ from acp_lite import Agent, Client, HostDelivery, RemoteAgent, serve_stdio
 from acp_lite.codec import convert
 from acp_lite.schema import NewSessionResponse, SessionUpdate
 
-from measure import peak_rss_kb, round_trips
+from measure import Stopwatch, peak_rss_kb, round_trips
 from streams import agent_updates
 
 PING = "_bench/ping"
@@ -55,20 +55,20 @@ def client_a(argv: List[str], sessions: int = 1, host_delivery: bool = False) ->
     counter = CountingClient()
     delivery = HostDelivery() if host_delivery else None
     with RemoteAgent.spawn(argv, client=counter, delivery=delivery) as agent:
-        def drive() -> float:
+        def drive() -> dict:
             agent.initialize()
             session_ids = [agent.new_session(cwd="/tmp").session_id for _ in range(sessions)]
-            started = time.perf_counter()
+            stopwatch = Stopwatch()
             turns = [agent.prompt_future(session_id, "go") for session_id in session_ids]
             for turn in turns:
                 turn.result()
-            return time.perf_counter() - started
+            return stopwatch.elapsed()
 
-        seconds = drive() if delivery is None else _drive_while_pumping(delivery, drive)
-    return {"updates": counter.updates, "seconds": seconds, "rss_kb": peak_rss_kb()}
+        elapsed = drive() if delivery is None else _drive_while_pumping(delivery, drive)
+    return {"updates": counter.updates, **elapsed, "rss_kb": peak_rss_kb()}
 
 
-def _drive_while_pumping(delivery: HostDelivery, drive: Callable[[], float]) -> float:
+def _drive_while_pumping(delivery: HostDelivery, drive: Callable[[], dict]) -> dict:
     """Run ``drive`` on a second thread while this (the host) thread pumps, as a UI loop would:
     blocking calls are not allowed on the host thread, and every callback runs here."""
     outcome: list = []

@@ -1,7 +1,8 @@
 """What every adapter reports, computed the same way everywhere (stdlib only: the peers' venv
 imports it too)."""
 import resource
-from typing import List
+import time
+from typing import Dict, List
 
 
 def peak_rss_kb() -> int:
@@ -24,3 +25,14 @@ def round_trips(latencies: List[float], seconds: float) -> dict:
             "p50_us": latencies[len(latencies) // 2] * 1e6,
             "p99_us": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e6,
             "rss_kb": peak_rss_kb()}
+
+
+class Stopwatch:
+    """Wall time and this process's CPU time (every thread's, user and system) since creation."""
+
+    def __init__(self):
+        self._wall = time.perf_counter()
+        self._cpu = time.process_time()
+
+    def elapsed(self) -> Dict[str, float]:
+        return {"seconds": time.perf_counter() - self._wall, "cpu_seconds": time.process_time() - self._cpu}

@@ -16,7 +16,7 @@ import time
 import acp
 from acp import schema
 
-from measure import peak_rss_kb, round_trips
+from measure import Stopwatch, peak_rss_kb, round_trips
 from streams import agent_updates
 
 
@@ -62,10 +62,10 @@ async def client_a(argv):
     async with acp.spawn_agent_process(counter, argv[0], *argv[1:]) as (conn, _process):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         session = await conn.new_session(cwd="/tmp", mcp_servers=[])
-        started = time.perf_counter()
+        stopwatch = Stopwatch()
         await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("go")])
-        seconds = time.perf_counter() - started
-    return {"updates": counter.updates, "seconds": seconds, "rss_kb": peak_rss_kb()}
+        elapsed = stopwatch.elapsed()
+    return {"updates": counter.updates, **elapsed, "rss_kb": peak_rss_kb()}
 
 
 async def client_c(k: int, inflight: int, argv):

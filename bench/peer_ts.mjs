@@ -50,18 +50,20 @@ async function clientA() {
   const app = acp.client({ name: "bench" }).onNotification(acp.methods.client.session.update, () => {
     updates += 1;
   });
-  const seconds = await app.connectWith(stream, async (cx) => {
+  const elapsed = await app.connectWith(stream, async (cx) => {
     await initialize(cx);
     const session = await cx.request(acp.methods.agent.session.new, { cwd: "/tmp", mcpServers: [] });
     const started = performance.now();
+    const cpuStarted = process.cpuUsage();
     await cx.request(acp.methods.agent.session.prompt, {
       sessionId: session.sessionId,
       prompt: [{ type: "text", text: "go" }],
     });
-    return (performance.now() - started) / 1000;
+    const cpu = process.cpuUsage(cpuStarted);
+    return { seconds: (performance.now() - started) / 1000, cpu_seconds: (cpu.user + cpu.system) / 1e6 };
   });
   child.kill();
-  return { updates, seconds, rss_kb: rssKb() };
+  return { updates, ...elapsed, rss_kb: rssKb() };
 }
 
 async function clientC() {

@@ -19,7 +19,7 @@ from typing import List, Optional, Union
 
 import msgspec
 
-from measure import peak_rss_kb, round_trips
+from measure import Stopwatch, peak_rss_kb, round_trips
 
 READ_BYTES = 1 << 18
 
@@ -159,7 +159,7 @@ def receive(mode: str, argv: List[str]) -> dict:
     lines = 0
     nbytes = len(agent.buf)
     unfinished = [agent.buf]  # the pieces of a line still being read
-    started = time.perf_counter()
+    stopwatch = Stopwatch()
     agent.send("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]})
     while True:
         data = agent.read()
@@ -177,9 +177,9 @@ def receive(mode: str, argv: List[str]) -> dict:
         # The prompt result is the last line of the turn; updates never mention a stopReason.
         if parts and b'"stopReason"' in parts[-1]:
             break
-    seconds = time.perf_counter() - started
+    elapsed = stopwatch.elapsed()
     agent_rss = agent.close()
-    return {"updates": lines - 1, "seconds": seconds, "bytes": nbytes,
+    return {"updates": lines - 1, **elapsed, "bytes": nbytes,
             "rss_kb": peak_rss_kb(), "agent_rss_kb": agent_rss}
 
 
