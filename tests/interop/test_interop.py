@@ -22,15 +22,14 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple
 
-import msgspec
 import pytest
 
 import interop_peers
 from acp_lite import updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import RemoteAgent
+from acp_lite.codec import UnknownVariant, convert, encode, set_diagnostics_hook
 from acp_lite.errors import MethodNotFound, RequestCancelled, ResourceNotFound
-from acp_lite.codec import UnknownVariant, convert, set_diagnostics_hook
 from acp_lite.process import AgentProcess
 from acp_lite.rpc import Connection
 from acp_lite.schema import (
@@ -84,8 +83,15 @@ def _typescript_peer() -> Peer:
     if entry is None:
         pytest.skip(f"{interop_peers.TS_SDK}@{interop_peers.TS_SDK_VERSION} is not installed "
                     "(run: python tests/interop/interop_peers.py; .ci/run does)")
-    return Peer("typescript", [str(shutil.which("node")), str(HERE / "peer_ts.mjs"), str(entry)], "interop-ts-agent",
-                ["notice", "compaction_update"], True, [], [])
+    return Peer(
+        name="typescript",
+        argv=[str(shutil.which("node")), str(HERE / "peer_ts.mjs"), str(entry)],
+        agent_name="interop-ts-agent",
+        unknown_updates=["notice", "compaction_update"],
+        full_lifecycle=True,
+        unknown_mcp_servers=[],
+        known_stderr=[],
+    )
 
 
 def _python_peer() -> Peer:
@@ -93,9 +99,16 @@ def _python_peer() -> Peer:
     if python is None:
         pytest.skip(f"{interop_peers.PY_SDK}=={interop_peers.PY_SDK_VERSION} is not installed in its venv "
                     "(run: python tests/interop/interop_peers.py; .ci/run does)")
-    return Peer("python", [str(python), str(HERE / "peer_py.py")], "interop-py-agent", ["plan_removed"], False, ["acp"],
-                # It does not know $/cancel_request and logs the notification as an error.
-                ["Unhandled error while handling notification method=$/cancel_request"])
+    return Peer(
+        name="python",
+        argv=[str(python), str(HERE / "peer_py.py")],
+        agent_name="interop-py-agent",
+        unknown_updates=["plan_removed"],
+        full_lifecycle=False,
+        unknown_mcp_servers=["acp"],
+        # It does not know $/cancel_request and logs the notification as an error.
+        known_stderr=["Unhandled error while handling notification method=$/cancel_request"],
+    )
 
 
 @pytest.fixture(params=["typescript", "python"])
@@ -116,7 +129,7 @@ def for_cwd(value: Any, cwd: Path) -> Any:
 
 def as_json(value: Any) -> Any:
     """An acp_lite value as the JSON it goes on the wire as."""
-    return msgspec.to_builtins(value) if not isinstance(value, UnknownVariant) else value.raw
+    return json.loads(encode(value))
 
 
 # -- the recorded wire ------------------------------------------------------------------------------
