@@ -30,7 +30,9 @@ Rules this module keeps:
   own session and process group, with the editor's environment plus the requested variables and
   the requested ``cwd`` (default: the session's ``cwd``; it must be inside the roots). Output
   beyond the limit is dropped from the start, see ``_OutputBuffer``. ``kill`` and ``release`` kill
-  the whole process group; the process is reaped as soon as it exits, so no zombie lingers.
+  the whole process group. An exited command is reaped when its terminal is released (or by
+  ``WorkspaceClient.close()``), not before: until then its process id, which names its group,
+  cannot be given to another process, so a late kill can never hit a stranger's group.
 """
 import itertools
 import os
@@ -301,13 +303,27 @@ def _complete_utf8_length(data: bytearray) -> int:
     return size
 
 
-def _exit_status(returncode: int) -> TerminalExitStatus:
-    if returncode >= 0:
-        return TerminalExitStatus(exit_code=returncode)
+def _wait_for_exit_status(process: subprocess.Popen) -> TerminalExitStatus:
+    """Block until ``process`` exits and return its status, without reaping it where the system
+    allows: until it is reaped, its pid (which is also its process group's id) cannot be reused,
+    so killing that group later can never reach someone else's processes."""
+    if not hasattr(os, "waitid"):  # macOS before Python 3.13: reap now, accept the small risk
+        returncode = process.wait()
+        return TerminalExitStatus(exit_code=returncode) if returncode >= 0 else _killed_by(-returncode)
     try:
-        name = signal.Signals(-returncode).name
+        info = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:  # reaped behind our back (the application ignores SIGCHLD)
+        return TerminalExitStatus()
+    if info.si_code == os.CLD_EXITED:
+        return TerminalExitStatus(exit_code=info.si_status)
+    return _killed_by(info.si_status)
+
+
+def _killed_by(signal_number: int) -> TerminalExitStatus:
+    try:
+        name = signal.Signals(signal_number).name
     except ValueError:  # a real-time signal without a name of its own
-        name = f"SIG{-returncode}"
+        name = f"SIG{signal_number}"
     return TerminalExitStatus(signal=name)
 
 
@@ -315,10 +331,10 @@ class _Terminal:
     """One running command, its output and its exit status.
 
     Two daemon threads serve it: ``acp-terminal-<id>-output`` moves the pipe into the buffer, and
-    ``acp-terminal-<id>-exit`` waits for the command, reaps it at once, takes what is left in the
-    pipe and only then publishes the exit status, so output read after the exit is complete. The
-    pipe is read only under the lock, which keeps the two threads' reads in order. Every method
-    may be called from any thread.
+    ``acp-terminal-<id>-exit`` waits for the command to exit, takes what is left in the pipe and
+    only then publishes the exit status, so output read after the exit is complete. The pipe is
+    read only under the lock, which keeps the two threads' reads in order. The exited command is
+    reaped by ``close()``. Every method may be called from any thread.
     """
 
     def __init__(self, terminal_id: str, session_id: str, argv: List[str], env: Dict[str, str], cwd: str, limit: int):
@@ -372,21 +388,22 @@ class _Terminal:
             return _exit_response(self._status)
 
     def kill(self) -> None:
-        """SIGKILL the command's process group; returns once the command is reaped."""
+        """SIGKILL the command's process group; returns once the command's exit is known."""
         try:
-            # The group id stays reserved while any member lives, even once the command itself
-            # is reaped, so this cannot reach an unrelated group.
+            # The command is not reaped before close(), so its group id is still ours.
             os.killpg(self._process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):  # the group is empty, or only setuid members are left
             pass
         self._exited.wait(_KILL_WAIT_SECONDS)
 
     def close(self) -> TerminalOutputResponse:
-        """Kill, stop both threads, release the pipes; returns the final output."""
+        """Kill, reap, stop both threads, release the pipes; returns the final output."""
         self.kill()
         os.write(self._wake_write, b"x")
         for thread in self._threads:
             thread.join(_KILL_WAIT_SECONDS)
+        if self._exited.is_set():
+            self._process.wait()  # reaps it now; an exit not seen means SIGKILL did not take
         final = self.output()
         with self._lock:
             # A command stuck in the kernel keeps the exit thread alive; _pump checks this flag
@@ -410,8 +427,7 @@ class _Terminal:
                     return
 
     def _await_exit(self) -> None:
-        returncode = self._process.wait()
-        status = _exit_status(returncode)
+        status = _wait_for_exit_status(self._process)
         with self._lock:
             self._pump(_READS_AFTER_EXIT)
             self._status = status

@@ -116,13 +116,18 @@ def editor(root):
         yield editor
 
 
-def _gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie left to an init that does not reap counts as gone)."""
+def _state(pid: int) -> Optional[bytes]:
+    """The process state letter of ``pid`` (``b"Z"`` for a zombie), None once it is reaped."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+            return stat.read().rsplit(b")", 1)[1].split()[0]
     except FileNotFoundError:
-        return True
+        return None
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie left to an init that does not reap counts as gone)."""
+    return _state(pid) in (None, b"Z")
 
 
 # -- capabilities and sessions --------------------------------------------------------------------
@@ -485,6 +490,17 @@ def test_release_kills_a_running_command_and_forgets_the_terminal(editor):
     [(session_id, released_id, final)] = editor.workspace.released
     assert (session_id, released_id, final.output) == (SESSION, terminal, f"{pid}\n")
     assert final.exit_status is not None and final.exit_status.signal == "SIGKILL"
+
+
+def test_an_exited_command_is_reaped_when_its_terminal_is_released(editor):
+    terminal = editor.run("import os; print(os.getpid())")
+    output = editor.finished_output(terminal)
+    pid = int(output["output"])
+    # Not reaped yet: its id, which is also its group's, cannot be reused while the terminal may
+    # still be killed.
+    assert _state(pid) == b"Z"
+    editor.result("terminal/release", terminalId=terminal)
+    assert _state(pid) is None
 
 
 def test_a_wait_pending_when_the_terminal_is_released_gets_the_exit_status(editor):
