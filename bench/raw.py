@@ -8,7 +8,8 @@ Each run prints one JSON object on stdout. ``receive`` does initialize, session/
 session/prompt, then reads the turn's lines until the prompt result, doing per line only what its
 mode names: nothing (``split``), ``json.loads``, a msgspec decode into Structs shaped like the ACP
 types (``msgspec``, the ceiling of issue 6), or the same into acp_lite's generated types
-(``schema``). It reports the agent's peak RSS as well, since in workload B the agent is the subject.
+(``schema``). It reports the agent's peak RSS and CPU time as well, since in workload B the agent
+is the subject.
 """
 import json
 import os
@@ -134,6 +135,16 @@ class RawAgent:
         self.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
         return self.request("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
 
+    def cpu_seconds(self) -> Optional[float]:
+        """The agent's CPU time so far (every thread, user and system), None where /proc is absent.
+        Clock ticks are coarse (10 ms), so this is for turns of a second or more."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def close(self) -> Optional[int]:
         """Close the agent's stdin, wait for it, and return its peak RSS in KiB (None if unknown).
 
@@ -160,6 +171,7 @@ def receive(mode: str, argv: List[str]) -> dict:
     nbytes = len(agent.buf)
     unfinished = [agent.buf]  # the pieces of a line still being read
     stopwatch = Stopwatch()
+    agent_cpu = agent.cpu_seconds()
     agent.send("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]})
     while True:
         data = agent.read()
@@ -178,9 +190,10 @@ def receive(mode: str, argv: List[str]) -> dict:
         if parts and b'"stopReason"' in parts[-1]:
             break
     elapsed = stopwatch.elapsed()
+    agent_cpu_after = agent.cpu_seconds()
     agent_rss = agent.close()
-    return {"updates": lines - 1, **elapsed, "bytes": nbytes,
-            "rss_kb": peak_rss_kb(), "agent_rss_kb": agent_rss}
+    return {"updates": lines - 1, **elapsed, "bytes": nbytes, "rss_kb": peak_rss_kb(), "agent_rss_kb": agent_rss,
+            "agent_cpu_seconds": None if agent_cpu is None else agent_cpu_after - agent_cpu}
 
 
 def pingpong(k: int, inflight: int, argv: List[str]) -> dict:

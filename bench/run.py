@@ -83,6 +83,8 @@ def receive_metrics(stream_bytes: int) -> Callable[[dict], Dict[str, float]]:
 
 def agent_metrics(r: dict) -> Dict[str, float]:
     metrics = {"updates/s": r["updates"] / r["seconds"]}
+    if r["agent_cpu_seconds"] is not None:
+        metrics["agent CPU µs/update"] = r["agent_cpu_seconds"] / r["updates"] * 1e6
     if r["agent_rss_kb"] is not None:
         metrics["agent peak RSS MB"] = _mb(r["agent_rss_kb"])
     return metrics
@@ -186,6 +188,10 @@ def make_targets(plan: dict) -> List[Target]:
         Target("B", "acp_lite ≥ 300,000 updates/s", ("B", "acp_lite", "updates/s"), 300_000),
         Target("B", "acp_lite ≥ 20× the Python SDK", ("B", "acp_lite", "updates/s"), 20,
                right=("B", "python-sdk", "updates/s")),
+        Target("B", "CPU time: acp_lite ≤ 3.33 µs per update (300,000 per CPU-second)",
+               ("B", "acp_lite", "agent CPU µs/update"), 1e6 / 300_000, at_least=False),
+        Target("B", "CPU time: acp_lite ≥ 20× leaner than the Python SDK",
+               ("B", "python-sdk", "agent CPU µs/update"), 20, right=("B", "acp_lite", "agent CPU µs/update")),
         Target("C", "acp_lite ≥ 75% of the bare ping-pong, sequential", ("C", "acp_lite", f"requests/s ({seq})"),
                0.75, right=("C", "bare ping-pong", f"requests/s ({seq})")),
         Target("C", "acp_lite p50 ≤ 150 µs, sequential", ("C", "acp_lite", f"p50 µs ({seq})"), 150, at_least=False),
