@@ -181,7 +181,7 @@ def assert_quiet(stderr: List[str], peer: Peer) -> None:
     kind, apart from the peer's known reports."""
     alarming = [
         line for line in stderr
-        if any(word in line for word in ("Invalid", "Error", "error", "Traceback", "WARNING"))
+        if any(word in line for word in ("Invalid", "Error", "error", "Traceback", "WARNING", "Warning"))
         and not any(known in line for known in peer.known_stderr)
     ]
     assert alarming == []
