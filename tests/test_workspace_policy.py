@@ -1,16 +1,19 @@
 """The workspace's building blocks without a connection: the root-set policy, the output buffer
 and the terminal manager. ``test_workspace.py`` drives the same rules over the wire."""
+import io
 import os
 import sys
 import time
 import unicodedata
 from concurrent.futures import Future
+from unittest.mock import patch
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acp_lite import workspace
 from acp_lite.errors import InvalidParams, ResourceNotFound
 from acp_lite.workspace import RootSet, TerminalManager, _OutputBuffer
 
@@ -183,6 +186,24 @@ def test_resolve_agrees_with_a_spelling_oracle_on_generated_paths(tmp_path_facto
     else:
         with pytest.raises(ResourceNotFound):
             RootSet(str(root)).resolve(path)
+
+
+# -- line selection --------------------------------------------------------------------------------
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.lists(st.sampled_from([b"x", b"yz", b"\n", b"\r\n", "é".encode()]), max_size=30).map(b"".join),
+    first=st.integers(min_value=1, max_value=12),
+    count=st.none() | st.integers(min_value=0, max_value=12),
+    chunk=st.integers(min_value=1, max_value=9),
+)
+def test_line_selection_matches_a_split_on_newlines_whatever_the_read_size(data, first, count, chunk):
+    lines = data.split(b"\n")
+    lines = [line + b"\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+    expected = b"".join(lines[first - 1 :] if count is None else lines[first - 1 : first - 1 + count])
+    with patch.object(workspace, "_IO_CHUNK", chunk):
+        assert workspace._select_lines(io.BytesIO(data), first, count, max_bytes=1000) == expected
+        if expected:
+            assert workspace._select_lines(io.BytesIO(data), first, count, max_bytes=len(expected) - 1) is None
 
 
 # -- the output buffer --------------------------------------------------------------------------
