@@ -381,6 +381,19 @@ def test_commands_run_without_a_shell(editor):
     assert error["code"] == NOT_FOUND and "echo hello" in error["message"]
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"args": ["nul\u0000byte"]},
+        {"env": [{"name": "A=B", "value": "x"}]},
+    ],
+    ids=["nul-in-argument", "equals-in-variable-name"],
+)
+def test_arguments_and_variables_the_system_cannot_pass_are_invalid_params(editor, params):
+    error = editor.error("terminal/create", command=sys.executable, **params)
+    assert error["code"] == INVALID_PARAMS and error["message"].startswith("cannot start")
+
+
 def test_the_environment_is_the_editors_plus_the_requested_variables(editor, monkeypatch):
     monkeypatch.setenv("ACP_KEPT", "from the editor")
     monkeypatch.setenv("ACP_REPLACED", "from the editor")
