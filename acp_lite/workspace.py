@@ -543,9 +543,10 @@ class WorkspaceClient(Client):
     the agent left behind.
 
     Threads: the handlers run on the connection's worker threads (or the host thread with
-    host-thread delivery) and may run concurrently; none blocks for long (``wait_for_terminal_exit``
-    answers with a Future while the command runs). Every other method may be called from any
-    thread.
+    host-thread delivery) and may run concurrently. None blocks for long: ``wait_for_terminal_exit``
+    answers with a Future while the command runs (settled on the terminal's exit thread), and
+    ``kill_terminal`` waits only for the killed command's exit. Every other method may be called
+    from any thread. Each live terminal has two threads of its own.
     """
 
     # The largest file selection read_text_file sends. Raise it together with the transport's
