@@ -37,6 +37,7 @@ Rules it keeps:
   ``$/cancel_request`` or because the connection is closing) answers -32800 unless it returns a
   result anyway.
 """
+import functools
 import itertools
 import logging
 import re
@@ -507,6 +508,36 @@ _OVERSIZED_ID = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=None)
+def _envelope_types(method: str, params_type: Any, is_request: bool) -> Tuple[type, Any]:
+    """The envelope struct of ``method`` (tagged by it, for the union decoder) and, for a
+    notification, the decode function of its solo struct (the method as a literal field).
+
+    Envelopes forbid other fields and require params, so that a line they accept needs no
+    further check: anything unusual fails over to the general path, which knows how to
+    complain. Built once per process for each method and type, since connections of one
+    application register the same ones.
+    """
+    fields = [("jsonrpc", Literal["2.0"]), ("params", params_type)]
+    if is_request:
+        fields.insert(1, ("id", Union[int, str, None]))
+    envelope = msgspec.defstruct("_Envelope", fields, tag_field="method", tag=method, forbid_unknown_fields=True)
+    if is_request:
+        strict_decoder(envelope)  # raises TypeError now, not in the union, for a type msgspec cannot decode
+        return envelope, None
+    solo = msgspec.defstruct(
+        "_SoloEnvelope",
+        [("jsonrpc", Literal["2.0"]), ("method", Literal[method]), ("params", params_type)],  # type: ignore[valid-type]
+        forbid_unknown_fields=True,
+    )
+    return envelope, strict_decoder(solo).decode
+
+
+@functools.lru_cache(maxsize=64)
+def _union_decoder(envelopes: Tuple[type, ...]) -> msgspec.json.Decoder:
+    return strict_decoder(Union[envelopes + (_Unmatchable,)])  # type: ignore[valid-type]
+
+
 def _valid_id(value: Any) -> bool:
     return value is None or type(value) in (int, str, float)
 
@@ -557,7 +588,6 @@ class Connection:
         self._closing_ran = False
         self._reader_done = threading.Event()
         self._notifications[CANCEL_REQUEST_METHOD] = _Route(CANCEL_REQUEST_METHOD, self._on_cancel_request, _CancelRequestParams, False)
-        self._rebuild_fast_path()
 
     # -- registration (any thread, usually before start) ---------------------------------------
     def on_request(
@@ -609,46 +639,39 @@ class Connection:
         if method == CANCEL_REQUEST_METHOD:
             raise UsageError(f"{CANCEL_REQUEST_METHOD} is handled by the connection itself")
         table[method] = route
-        self._rebuild_fast_path()
+        if self._reader is not None:
+            self._rebuild_fast_path()  # already reading: from the next line on
 
     def _rebuild_fast_path(self) -> None:
         # One envelope per method, for its notification route if it has a typed one, else for
-        # its typed request route. Envelopes forbid other fields and require params, so that a
-        # line they accept needs no further check: anything unusual fails over to the general
-        # path, which knows how to complain.
+        # its typed request route.
         handlers: Dict[type, Callable[[Any], Any]] = {}
         requests: Dict[type, _Route] = {}
         solos: Dict[type, Tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
-        for method in set(self._notifications) | set(self._requests):
+        for method in sorted(set(self._notifications) | set(self._requests)):
             route = self._notifications.get(method)
             if route is None or route.params_type is Any:
                 route = self._requests.get(method)
             if route is None or route.params_type is Any:
                 continue
-            fields = [("jsonrpc", Literal["2.0"]), ("params", route.params_type)]
-            if route.is_request:
-                fields.insert(1, ("id", Union[int, str, None]))
-            envelope = msgspec.defstruct(
-                "_Envelope", fields, tag_field="method", tag=method, forbid_unknown_fields=True
-            )
+            try:
+                envelope, solo_decode = _envelope_types(method, route.params_type, route.is_request)
+            except TypeError:  # an unhashable type annotation: the general path serves it
+                continue
             if route.is_request:
                 requests[envelope] = route
-                continue
-            handlers[envelope] = route.handler
-            solo = msgspec.defstruct(
-                "_SoloEnvelope",
-                [("jsonrpc", Literal["2.0"]), ("method", Literal[method]), ("params", route.params_type)],  # type: ignore[valid-type]
-                forbid_unknown_fields=True,
-            )
-            solos[envelope] = (strict_decoder(solo).decode, route.handler)
-        envelopes = tuple(handlers) + tuple(requests) + (_Unmatchable,)
-        self._fast = _FastPath(strict_decoder(Union[envelopes]), handlers, requests, solos)  # type: ignore[valid-type]
+            else:
+                handlers[envelope] = route.handler
+                solos[envelope] = (solo_decode, route.handler)
+        decoder = _union_decoder(tuple(handlers) + tuple(requests))
+        self._fast = _FastPath(decoder, handlers, requests, solos)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
         """Start reading (and, in default mode, delivering). Any thread; once."""
         if self._reader is not None:
             raise UsageError("the connection is already started")
+        self._rebuild_fast_path()
         self._reader = threading.Thread(target=self._read_loop, name=f"acp-reader-{self.name}", daemon=True)
         if self._host is None:
             self._deliverer = threading.Thread(
@@ -950,7 +973,7 @@ class Connection:
             if solo_decode is not None:
                 try:
                     params = solo_decode(frame).params
-                except (msgspec.DecodeError, TypeError):
+                except Exception:  # not this method, not valid, or an oversized-frame report
                     pass
                 else:
                     try:
@@ -972,7 +995,7 @@ class Connection:
         for frame in frames:
             try:
                 envelope = decode_envelope(frame)
-            except (msgspec.DecodeError, TypeError):
+            except Exception:  # anything unusual: the general path sorts it out
                 self._route_slowly(frame, items)
                 continue
             handler = handlers.get(type(envelope))
@@ -987,6 +1010,14 @@ class Connection:
                 self._route_slowly(frame, items)
 
     def _route_slowly(self, frame: Any, items: List[Callback]) -> None:
+        try:
+            self._route_generally(frame, items)
+        except Exception:
+            # A bug, or a decode hook failing in a way nobody foresaw: one line is lost, not the
+            # connection.
+            self._log.exception("%s: could not route a message; dropped it", self.name)
+
+    def _route_generally(self, frame: Any, items: List[Callback]) -> None:
         if isinstance(frame, OversizedFrame):
             self._on_oversized(frame, items)
             return
@@ -1147,7 +1178,7 @@ class Connection:
             error = _error_from_object(message.error)
         else:
             try:
-                value = decode(message.result, call.result_type)
+                value = _decode_payload(message.result, call.result_type)
             except AcpError as exc:
                 error = exc
         self._settle_ordered(call, value, error, items)
@@ -1211,8 +1242,18 @@ def _unknown_notification_handler(fallback: Callable[[str, Any], Any], method: s
 
 def _decode_params(raw: Any, params_type: Any) -> Any:
     if raw is UNSET:
-        return None if params_type is Any else decode(b"{}", params_type)
-    return decode(raw, params_type)
+        return None if params_type is Any else _decode_payload(b"{}", params_type)
+    return _decode_payload(raw, params_type)
+
+
+def _decode_payload(data: Any, type_: Any) -> Any:
+    """``codec.decode``, with any failure an ``AcpError`` (a decode hook may raise anything)."""
+    try:
+        return decode(data, type_)
+    except AcpError:
+        raise
+    except Exception as exc:
+        raise InternalError(f"cannot decode a {getattr(type_, '__name__', type_)}: {exc}") from exc
 
 
 def _error_from_object(error: Any) -> ProtocolError:

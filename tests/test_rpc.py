@@ -896,3 +896,20 @@ def test_an_oversized_request_with_the_method_first_is_answered_too():
     assert reply["id"] == "big-1" and reply["error"]["code"] == -32600 and "exceeds" in reply["error"]["message"]
     connection.close()
     peer.close()
+
+
+def test_params_types_msgspec_cannot_decode_still_work_through_the_general_path(pair):
+    connection, peer = pair
+
+    class Opaque:  # no decoder for it: the connection must not fail to start
+        pass
+
+    seen: List[Any] = []
+    connection.on_notification("x/note", seen.append, Any)
+    connection.on_request("x/odd", lambda params, ctx: "unreachable", Opaque)
+    connection.start()
+    peer.send({"jsonrpc": "2.0", "id": 1, "method": "x/odd", "params": {}})
+    assert peer.recv()["error"]["code"] == -32603
+    peer.send({"jsonrpc": "2.0", "method": "x/note", "params": {"ok": 1}})
+    peer.ping()
+    assert seen == [{"ok": 1}]
