@@ -6,6 +6,7 @@ The method names are made up; this layer knows no ACP method.
 """
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -718,8 +719,12 @@ def test_cancel_token_basics():
 
 # -- closing ---------------------------------------------------------------------------------------
 def test_end_of_stream_fails_pending_calls_with_the_transports_error_and_cancels_handlers():
-    ours, theirs = memory_pair()
-    ours._closed_error_hook = lambda: ConnectionClosed("peer went away", exit_code=7, stderr_tail="last words")
+    ours_read, theirs_write = os.pipe()
+    theirs_read, ours_write = os.pipe()
+    ours = Transport(
+        ours_read, ours_write, closed_error=lambda: ConnectionClosed("peer went away", exit_code=7, stderr_tail="last words")
+    )
+    theirs = Transport(theirs_read, theirs_write)
     connection = Connection(ours, name="eof")
     cancelled = threading.Event()
     closing: List[str] = []
