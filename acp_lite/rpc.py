@@ -928,6 +928,7 @@ class Connection:
         while True:
             items = queue.take(None, block=True)
             if items is None:
+                queue.owner = None  # a later thread may get the same identity
                 return
             try:
                 _run_callbacks(items, self._log)
