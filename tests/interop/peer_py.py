@@ -12,6 +12,7 @@ Stdout carries only the protocol; logs (the SDK's warnings included) go to stder
 import asyncio
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -54,6 +55,7 @@ class InteropAgent:
         self.cancels = {}  # session id -> asyncio.Event
         self.notes = []
         self.authenticated_with = None
+        self.client_capabilities = None
 
     def on_connect(self, conn):
         self.conn = conn
@@ -63,12 +65,14 @@ class InteropAgent:
 
     async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kwargs):
         # Version negotiation: the client's version when we speak it, else our latest.
+        self.client_capabilities = client_capabilities
         agreed = protocol_version if protocol_version == acp.PROTOCOL_VERSION else acp.PROTOCOL_VERSION
         return schema.InitializeResponse.model_validate({
             "protocolVersion": agreed,
             "agentCapabilities": {
                 "loadSession": True,
                 "promptCapabilities": {"image": True, "embeddedContext": True},
+                "mcpCapabilities": {"http": True, "sse": True},
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
             },
             "agentInfo": {"name": "interop-py-agent", "version": "1.0.0"},
@@ -82,9 +86,10 @@ class InteropAgent:
     async def new_session(self, cwd, additional_directories=None, mcp_servers=None, **kwargs):
         session_id = f"py-session-{len(self.sessions) + 1}"
         self.sessions[session_id] = cwd
-        return schema.NewSessionResponse.model_validate(
-            {"sessionId": session_id, "modes": SCENARIO["modes"], "configOptions": SCENARIO["config_options"]}
-        )
+        return schema.NewSessionResponse.model_validate({
+            "sessionId": session_id, "modes": SCENARIO["modes"], "configOptions": SCENARIO["config_options"],
+            "_meta": {"interop.example/mcpServers": as_json(mcp_servers or [])},
+        })
 
     async def load_session(self, cwd, session_id, mcp_servers=None, additional_directories=None, **kwargs):
         self.sessions[session_id] = cwd
@@ -139,9 +144,10 @@ class InteropAgent:
         await conn.write_text_file(
             session_id=session_id, path=f"{cwd}/{SCENARIO['file_to_write']}", content=SCENARIO["written_text"]
         )
+        command = SCENARIO["terminal"]
         terminal = await conn.create_terminal(
-            session_id=session_id, command=SCENARIO["terminal"]["command"], args=SCENARIO["terminal"]["args"],
-            cwd=cwd, output_byte_limit=4096,
+            session_id=session_id, command=command["command"], args=command["args"],
+            env=[schema.EnvVariable.model_validate(v) for v in command["env"]], cwd=cwd, output_byte_limit=4096,
         )
         await self.send(session_id, {
             "sessionUpdate": "tool_call", "toolCallId": "call-term", "title": "Run a command", "kind": "execute",
@@ -151,6 +157,20 @@ class InteropAgent:
         report["output"] = as_json(await conn.terminal_output(session_id=session_id, terminal_id=terminal.terminal_id))
         await conn.release_terminal(session_id=session_id, terminal_id=terminal.terminal_id)
         await self.send(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": "call-term", "status": "completed"})
+        elicitation = self.client_capabilities.elicitation if self.client_capabilities else None
+        if elicitation and elicitation.form:
+            form = SCENARIO["elicitation_form"]
+            mode = schema.ElicitationFormSessionMode.model_validate(
+                {"sessionId": session_id, "requestedSchema": form["requestedSchema"]}
+            )
+            report["elicitation_form"] = as_json(await conn.create_elicitation(message=form["message"], mode=mode))
+        if elicitation and elicitation.url:
+            url = SCENARIO["elicitation_url"]
+            mode = schema.ElicitationUrlSessionMode.model_validate(
+                {"sessionId": session_id, "elicitationId": url["elicitationId"], "url": url["url"]}
+            )
+            report["elicitation_url"] = as_json(await conn.create_elicitation(message=url["message"], mode=mode))
+            await conn.complete_elicitation(elicitation_id=url["elicitationId"])
         report["client_echo"] = await conn.ext_method("interop/client_echo", {"value": 42, "_meta": SCENARIO["meta"]})
         await conn.ext_notification("interop/client_note", {"value": 7, "_meta": SCENARIO["meta"]})
         return schema.PromptResponse.model_validate({"stopReason": "end_turn", "_meta": {"interop.example/report": report}})
@@ -239,8 +259,9 @@ class InteropClient:
     async def create_terminal(self, session_id, command, args=None, env=None, cwd=None, output_byte_limit=None, **kwargs):
         self.report["requests"].append({"method": "terminal/create", "params": as_json(
             {"sessionId": session_id, "command": command, "args": args, "cwd": cwd, "outputByteLimit": output_byte_limit})})
+        variables = dict(os.environ, **{v.name: v.value for v in env or []})
         process = await asyncio.create_subprocess_exec(
-            command, *(args or []), cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
+            command, *(args or []), cwd=cwd, env=variables, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )
         terminal_id = f"term-{len(self.terminals) + 1}"
@@ -271,6 +292,14 @@ class InteropClient:
         await process.wait()
         return schema.ReleaseTerminalResponse()
 
+    async def create_elicitation(self, message, mode, **kwargs):
+        self.report["requests"].append({"method": "elicitation/create", "params": {"message": message, "mode": as_json(mode)}})
+        answer = SCENARIO["elicitation_form_answer"] if "requested_schema" in type(mode).model_fields else {"action": "accept"}
+        return schema.AcceptElicitationResponse.model_validate(answer)
+
+    async def complete_elicitation(self, elicitation_id, **kwargs):
+        self.report["completed_elicitations"].append({"elicitationId": elicitation_id})
+
     async def ext_method(self, method, params):
         return {"echo": params}
 
@@ -283,16 +312,17 @@ async def client_scenario(conn, client, cwd):
     init = await conn.initialize(
         protocol_version=acp.PROTOCOL_VERSION,
         client_capabilities=schema.ClientCapabilities.model_validate(
-            {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
+            {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True, "elicitation": {"form": {}, "url": {}}}
         ),
         client_info=schema.Implementation(name="interop-py-client", version="1.0.0"),
     )
     report["initialize"] = as_json(init)
     if init.auth_methods:
         report["authenticate"] = as_json(await conn.authenticate(method_id=init.auth_methods[0].id))
-    session = await conn.new_session(
-        cwd=cwd, mcp_servers=[schema.AcpMcpServer.model_validate(PEER_ONLY_MCP_SERVER)]
-    )
+    mcp = init.agent_capabilities.mcp_capabilities if init.agent_capabilities else None
+    servers = [s for s in SCENARIO["mcp_servers"] if "type" not in s or (mcp and getattr(mcp, s["type"]))]
+    request = schema.NewSessionRequest.model_validate({"cwd": cwd, "mcpServers": servers + [PEER_ONLY_MCP_SERVER]})
+    session = await conn.new_session(cwd=cwd, mcp_servers=request.mcp_servers)
     report["new_session"] = as_json(session)
     session_id = session.session_id
     report["sent_prompt"] = for_cwd(SCENARIO["prompt"], cwd)
@@ -333,7 +363,7 @@ async def client_scenario(conn, client, cwd):
 
 
 async def run_client(cwd, report_path):
-    report = {"updates": [], "client_notes": [], "requests": []}
+    report = {"updates": [], "client_notes": [], "requests": [], "completed_elicitations": []}
     client = InteropClient(report)
     reader, writer = await acp.stdio_streams()
     conn = acp.connect_to_agent(client, writer, reader, use_unstable_protocol=True)

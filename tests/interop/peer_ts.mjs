@@ -39,6 +39,7 @@ function runAgent() {
   const notes = [];
   let created = 0;
   let authenticatedWith = null;
+  let clientCapabilities = {};
 
   async function fullTurn(sessionId, prompt, client) {
     const cwd = sessions.get(sessionId);
@@ -68,6 +69,13 @@ function runAgent() {
     report.output = await terminal.currentOutput();
     await terminal.release();
     await send({ sessionUpdate: "tool_call_update", toolCallId: "call-term", status: "completed" });
+    if (clientCapabilities.elicitation?.form) {
+      report.elicitation_form = await client.request(methods.client.elicitation.create, { sessionId, ...scenario.elicitation_form });
+    }
+    if (clientCapabilities.elicitation?.url) {
+      report.elicitation_url = await client.request(methods.client.elicitation.create, { sessionId, ...scenario.elicitation_url });
+      await client.notify(methods.client.elicitation.complete, { elicitationId: scenario.elicitation_url.elicitationId });
+    }
     report.client_echo = await client.request("_interop/client_echo", { value: 42, _meta: scenario.meta });
     await client.notify("_interop/client_note", { value: 7, _meta: scenario.meta });
     return { stopReason: "end_turn", _meta: { "interop.example/report": report } };
@@ -94,18 +102,22 @@ function runAgent() {
 
   const app = acp
     .agent({ name: "interop-ts-agent" })
-    .onRequest(methods.agent.initialize, ({ params }) => ({
-      // Version negotiation: the client's version when we speak it, else our latest.
-      protocolVersion: params.protocolVersion === acp.PROTOCOL_VERSION ? params.protocolVersion : acp.PROTOCOL_VERSION,
-      agentCapabilities: {
-        loadSession: true,
-        promptCapabilities: { image: true, embeddedContext: true },
-        sessionCapabilities: { list: {}, resume: {}, close: {}, delete: {} },
-        auth: { logout: {} },
-      },
-      agentInfo: { name: "interop-ts-agent", version: "1.0.0" },
-      authMethods: scenario.auth_methods,
-    }))
+    .onRequest(methods.agent.initialize, ({ params }) => {
+      clientCapabilities = params.clientCapabilities ?? {};
+      return {
+        // Version negotiation: the client's version when we speak it, else our latest.
+        protocolVersion: params.protocolVersion === acp.PROTOCOL_VERSION ? params.protocolVersion : acp.PROTOCOL_VERSION,
+        agentCapabilities: {
+          loadSession: true,
+          promptCapabilities: { image: true, embeddedContext: true },
+          mcpCapabilities: { http: true, sse: true },
+          sessionCapabilities: { list: {}, resume: {}, close: {}, delete: {} },
+          auth: { logout: {} },
+        },
+        agentInfo: { name: "interop-ts-agent", version: "1.0.0" },
+        authMethods: scenario.auth_methods,
+      };
+    })
     .onRequest(methods.agent.authenticate, ({ params }) => {
       authenticatedWith = params.methodId;
       return {};
@@ -114,7 +126,10 @@ function runAgent() {
     .onRequest(methods.agent.session.new, ({ params }) => {
       const sessionId = `ts-session-${++created}`;
       sessions.set(sessionId, params.cwd);
-      return { sessionId, modes: scenario.modes, configOptions: scenario.config_options };
+      return {
+        sessionId, modes: scenario.modes, configOptions: scenario.config_options,
+        _meta: { "interop.example/mcpServers": params.mcpServers },
+      };
     })
     .onRequest(methods.agent.session.load, async ({ params, client }) => {
       sessions.set(params.sessionId, params.cwd);
@@ -165,7 +180,7 @@ function runAgent() {
 
 // -- the client -----------------------------------------------------------------------------------
 async function runClient(cwd, reportPath) {
-  const report = { updates: [], client_notes: [], requests: [] };
+  const report = { updates: [], client_notes: [], requests: [], completed_elicitations: [] };
   const terminals = new Map(); // id -> { output, exitStatus, done }
   let terminalCount = 0;
   let onWaitPermission = () => {}; // called when the waiting turn's permission request arrives
@@ -174,7 +189,8 @@ async function runClient(cwd, reportPath) {
 
   function startTerminal(params) {
     const id = `term-${++terminalCount}`;
-    const child = spawn(params.command, params.args ?? [], { cwd: params.cwd ?? cwd, stdio: ["ignore", "pipe", "pipe"] });
+    const env = { ...process.env, ...Object.fromEntries((params.env ?? []).map((v) => [v.name, v.value])) };
+    const child = spawn(params.command, params.args ?? [], { cwd: params.cwd ?? cwd, env, stdio: ["ignore", "pipe", "pipe"] });
     const terminal = { output: "", exitStatus: null };
     terminal.done = new Promise((resolve) => {
       child.on("close", (exitCode, signal) => {
@@ -234,6 +250,13 @@ async function runClient(cwd, reportPath) {
       terminals.delete(params.terminalId);
       return {};
     })
+    .onRequest(methods.client.elicitation.create, ({ params }) => {
+      report.requests.push({ method: "elicitation/create", params });
+      return params.mode === "form" ? scenario.elicitation_form_answer : { action: "accept" };
+    })
+    .onNotification(methods.client.elicitation.complete, ({ params }) => {
+      report.completed_elicitations.push(params);
+    })
     .onRequest("_interop/client_echo", (params) => params, ({ params }) => ({ echo: params }))
     .onNotification("_interop/client_note", (params) => params, ({ params }) => {
       report.client_notes.push(params);
@@ -250,14 +273,18 @@ async function runClient(cwd, reportPath) {
   async function scenarioAsClient(agent) {
     const init = await agent.request(methods.agent.initialize, {
       protocolVersion: acp.PROTOCOL_VERSION,
-      clientCapabilities: { fs: { readTextFile: true, writeTextFile: true }, terminal: true },
+      clientCapabilities: {
+        fs: { readTextFile: true, writeTextFile: true }, terminal: true, elicitation: { form: {}, url: {} },
+      },
       clientInfo: { name: "interop-ts-client", version: "1.0.0" },
     });
     report.initialize = init;
     if (init.authMethods?.length) {
       report.authenticate = await agent.request(methods.agent.authenticate, { methodId: init.authMethods[0].id });
     }
-    const session = await agent.request(methods.agent.session.new, { cwd, mcpServers: [] });
+    const mcp = init.agentCapabilities?.mcpCapabilities ?? {};
+    const mcpServers = scenario.mcp_servers.filter((server) => !server.type || mcp[server.type]);
+    const session = await agent.request(methods.agent.session.new, { cwd, mcpServers });
     report.new_session = session;
     const sessionId = session.sessionId;
 

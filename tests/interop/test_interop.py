@@ -36,9 +36,14 @@ from acp_lite.schema import (
     PROTOCOL_VERSION,
     AuthMethod,
     ContentBlock,
+    CreateElicitationRequest,
+    CreateElicitationResponse,
+    ElicitationAcceptAction,
     Implementation,
     ListSessionsResponse,
     LoadSessionResponse,
+    McpCapabilities,
+    McpServer,
     NewSessionResponse,
     PromptCapabilities,
     PromptResponse,
@@ -69,8 +74,8 @@ class Peer(NamedTuple):
     unknown_updates: List[str]
     # Whether the SDK has session/delete and logout (on both sides).
     full_lifecycle: bool
-    # mcpServers variants the peer's client sends that v1 at our pin does not define.
-    unknown_mcp_servers: List[str]
+    # mcpServers entries the peer's client sends that v1 at our pin does not define.
+    unknown_mcp_servers: List[Dict[str, Any]]
     # Error reports the peer logs although nothing went wrong (FINDINGS.md says why).
     known_stderr: List[str]
 
@@ -105,7 +110,7 @@ def _python_peer() -> Peer:
         agent_name="interop-py-agent",
         unknown_updates=["plan_removed"],
         full_lifecycle=False,
-        unknown_mcp_servers=["acp"],
+        unknown_mcp_servers=[{"type": "acp", "name": "editor-tools", "serverId": "mcp-1"}],
         # It does not know $/cancel_request and logs the notification as an error.
         known_stderr=["Unhandled error while handling notification method=$/cancel_request"],
     )
@@ -192,9 +197,12 @@ class RecordingClient(WorkspaceClient):
     """The editor: real files and terminals (from ``WorkspaceClient``), and a log of the rest."""
 
     client_info = Implementation(name="acp-lite-interop-client", version="0.1.0")
+    elicitation_modes = ("form", "url")
 
     def __init__(self) -> None:
         super().__init__()
+        self.elicitations: List[Any] = []
+        self.completed_elicitations: List[str] = []
         self.updates: List[Any] = []
         self.notes: List[tuple] = []
         self.permissions: List[Any] = []
@@ -210,6 +218,19 @@ class RecordingClient(WorkspaceClient):
             self.waiting.set()
             return Future()
         return updates.select_permission(params.options[0].option_id)
+
+    def create_elicitation(self, params):
+        request = as_json(params)
+        if "requestedSchema" in request:
+            # v1 defaults the schema's type to "object"; the Python SDK leaves it out (FINDINGS.md).
+            request["requestedSchema"].setdefault("type", "object")
+        self.elicitations.append(request)
+        if updates.variant_tag(params) == "form":
+            return convert(SCENARIO["elicitation_form_answer"], CreateElicitationResponse)
+        return ElicitationAcceptAction()
+
+    def complete_elicitation(self, params) -> None:
+        self.completed_elicitations.append(params.elicitation_id)
 
     def ext_method(self, method: str, params: Any) -> Any:
         return {"echo": params}
@@ -268,8 +289,9 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         assert [as_json(m) for m in agent.auth_methods] == SCENARIO["auth_methods"]
         assert as_json(agent.authenticate("token")) == {}
 
-        session = agent.new_session(cwd)
+        session = agent.new_session(cwd, convert(SCENARIO["mcp_servers"], List[McpServer]))
         sid = session.session_id
+        assert session.meta == {"interop.example/mcpServers": SCENARIO["mcp_servers"]}
         assert as_json(session.modes) == SCENARIO["modes"]
         assert as_json(session.config_options) == SCENARIO["config_options"]
 
@@ -298,6 +320,12 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         assert report["exit"]["exitCode"] == 0
         assert report["output"]["output"] == "terminal says hi\n"
         assert report["client_echo"] == {"echo": {"value": 42, "_meta": META}}
+        assert report["elicitation_form"] == SCENARIO["elicitation_form_answer"]
+        assert report["elicitation_url"] == {"action": "accept"}
+        assert client.elicitations == [
+            dict(SCENARIO["elicitation_form"], sessionId=sid), dict(SCENARIO["elicitation_url"], sessionId=sid),
+        ]
+        assert client.completed_elicitations == [SCENARIO["elicitation_url"]["elicitationId"]]
         assert client.notes == [("_interop/client_note", {"value": 7, "_meta": META})]
 
         assert as_json(agent.set_mode(sid, "code")) == {}
@@ -381,6 +409,7 @@ class InteropAgent(Agent):
     agent_info = Implementation(name="acp-lite-interop-agent", version="0.1.0")
     auth_methods = convert(SCENARIO["auth_methods"], List[AuthMethod])
     prompt_capabilities = PromptCapabilities(image=True, embedded_context=True)
+    mcp_capabilities = McpCapabilities(http=True, sse=True)
 
     def __init__(self) -> None:
         self.sessions: Dict[str, str] = {}
@@ -464,13 +493,22 @@ class InteropAgent(Agent):
         report["read"] = client.read_text_file(sid, f"{cwd}/{SCENARIO['file_to_read']}", line=2, limit=1).content
         client.write_text_file(sid, f"{cwd}/{SCENARIO['file_to_write']}", SCENARIO["written_text"])
         command = SCENARIO["terminal"]
-        terminal_id = client.create_terminal(sid, command["command"], command["args"], cwd=cwd, output_byte_limit=4096).terminal_id
+        env = {v["name"]: v["value"] for v in command["env"]}
+        terminal_id = client.create_terminal(sid, command["command"], command["args"], env, cwd, output_byte_limit=4096).terminal_id
         turn.send(updates.tool_call("call-term", "Run a command", kind="execute", status="in_progress",
                                     content=[updates.terminal(terminal_id)]))
         report["exit"] = client.wait_for_terminal_exit(sid, terminal_id).exit_code
         report["output"] = client.terminal_output(sid, terminal_id).output
         client.release_terminal(sid, terminal_id)
         turn.send(updates.tool_call_update("call-term", status="completed"))
+        elicitation = client.capabilities.elicitation
+        if elicitation is not None and elicitation.form is not None:
+            form = convert(dict(SCENARIO["elicitation_form"], sessionId=sid), CreateElicitationRequest)
+            report["elicitation_form"] = as_json(client.create_elicitation(form))
+        if elicitation is not None and elicitation.url is not None:
+            url = convert(dict(SCENARIO["elicitation_url"], sessionId=sid), CreateElicitationRequest)
+            report["elicitation_url"] = as_json(client.create_elicitation(url))
+            client.complete_elicitation(SCENARIO["elicitation_url"]["elicitationId"])
         report["client_echo"] = client.ext_method("_interop/client_echo", {"value": 42, "_meta": META})
         client.ext_notification("_interop/client_note", {"value": 7, "_meta": META})
         return PromptResponse(stop_reason="end_turn", meta={"interop.example/turn": 1})
@@ -543,7 +581,8 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     sid = seen["new_session"]["sessionId"]
     assert seen["new_session"]["modes"] == SCENARIO["modes"]
     assert seen["new_session"]["configOptions"] == SCENARIO["config_options"]
-    assert [getattr(s, "tag", "stdio") for s in agent.mcp_servers] == peer.unknown_mcp_servers
+    assert [as_json(s) for s in agent.mcp_servers] == SCENARIO["mcp_servers"] + peer.unknown_mcp_servers
+    assert [type(s) for s in agent.mcp_servers[len(SCENARIO["mcp_servers"]):]] == [UnknownVariant] * len(peer.unknown_mcp_servers)
 
     # The peer parsed every update we sent, and serialises it back to exactly what we sent.
     assert seen["prompt"] == {"stopReason": "end_turn", "_meta": {"interop.example/turn": 1}}
@@ -564,14 +603,17 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
         "exit": 0,
         "output": "terminal says hi\n",
         "client_echo": {"echo": {"value": 42, "_meta": META}},
+        "elicitation_form": SCENARIO["elicitation_form_answer"],
+        "elicitation_url": {"action": "accept"},
         # Cancelling the turn cancels the permission request it was blocked on.
         "wait_permission": "RequestCancelled",
     }
     assert (workspace / SCENARIO["file_to_write"]).read_text() == SCENARIO["written_text"]
     assert [r["method"] for r in seen["requests"]] == [
         "session/request_permission", "fs/read_text_file", "fs/write_text_file", "terminal/create", "terminal/release",
-        "session/request_permission",
+        "elicitation/create", "elicitation/create", "session/request_permission",
     ]
+    assert seen["completed_elicitations"] == [{"elicitationId": SCENARIO["elicitation_url"]["elicitationId"]}]
     assert seen["client_notes"] == [{"value": 7, "_meta": META}]
 
     assert seen["set_mode"] == {} and agent.modes_set == ["code"]
