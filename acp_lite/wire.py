@@ -261,23 +261,27 @@ class Transport:
         """Write one frame (without its newline, which is added here). Any thread.
 
         Returns once the frame is written or handed to the thread that is writing. Raises
-        ``ConnectionClosed`` when the transport is closed or a write failed, ``UsageError`` when
-        the frame contains a newline.
+        ``ConnectionClosed`` when the transport is closed (at once) or a write failed (then the
+        ``closed_error`` of the stream), ``UsageError`` when the frame contains a newline.
         """
         if b"\n" in frame:
             raise UsageError("a frame must not contain a newline byte")
         with self._cond:
             while self._backlog_size > _WRITE_BACKLOG_LIMIT and not (self._closing or self._write_failed):
                 self._cond.wait()
-            if self._closing or self._write_failed:
-                raise self.closed_error()
-            self._backlog.append(frame)
-            self._backlog.append(b"\n")
-            self._backlog_size += len(frame) + 1
-            if self._writing:
-                return
-            self._writing = True
-            self._active += 1
+            refused = self._closing or self._write_failed
+            if not refused:
+                self._backlog.append(frame)
+                self._backlog.append(b"\n")
+                self._backlog_size += len(frame) + 1
+                if self._writing:
+                    return
+                self._writing = True
+                self._active += 1
+        if refused:
+            if self._closing:
+                raise ConnectionClosed(f"{self.name}: the transport was closed")
+            raise self.closed_error()  # outside the lock: a process's hook waits for the exit
         self._write_backlog()
 
     def _write_backlog(self) -> None:
