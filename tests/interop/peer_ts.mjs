@@ -82,22 +82,25 @@ function runAgent() {
   }
 
   // A turn that asks a permission and waits for session/cancel: the client answers the pending
-  // permission "cancelled" after cancelling, and the turn ends "cancelled".
-  async function waitingTurn(sessionId, client) {
+  // permission "cancelled" after cancelling, and the turn ends "cancelled". A $/cancel_request
+  // for the prompt (seen as `signal` aborting) ends it too, even with the permission unanswered.
+  async function waitingTurn(sessionId, client, signal) {
     const cancelled = new Promise((resolve) => cancels.set(sessionId, resolve));
+    const aborted = new Promise((resolve) => signal.addEventListener("abort", () => resolve("aborted"), { once: true }));
     await client.notify(methods.client.session.update, {
       sessionId,
       update: { sessionUpdate: "agent_message_chunk", content: { type: "text", text: "Waiting..." }, messageId: "msg-wait" },
     });
-    const permission = await client.request(methods.client.session.requestPermission, {
+    const permission = await Promise.race([aborted, client.request(methods.client.session.requestPermission, {
       sessionId,
       toolCall: { toolCallId: "call-wait", title: "Wait", status: "pending" },
       options: scenario.permission_options,
-    });
-    const timer = new Promise((resolve) => setTimeout(() => resolve(false), WAIT_LIMIT_MS));
-    const wasCancelled = await Promise.race([cancelled.then(() => true), timer]);
+    })]);
+    const timer = new Promise((resolve) => setTimeout(() => resolve("timeout"), WAIT_LIMIT_MS));
+    const ended = permission === "aborted" ? "aborted" : await Promise.race([cancelled.then(() => "cancelled"), aborted, timer]);
     cancels.delete(sessionId);
-    return { stopReason: wasCancelled ? "cancelled" : "end_turn", _meta: { "interop.example/permission": permission.outcome } };
+    if (ended === "aborted") return { stopReason: "cancelled", _meta: { "interop.example/ended_by": "$/cancel_request" } };
+    return { stopReason: ended === "cancelled" ? "cancelled" : "end_turn", _meta: { "interop.example/permission": permission.outcome } };
   }
 
   const app = acp
@@ -159,9 +162,10 @@ function runAgent() {
       configOptions: scenario.config_options.map((option) =>
         option.id === params.configId ? { ...option, currentValue: params.value } : option),
     }))
-    .onRequest(methods.agent.session.prompt, ({ params, client }) => {
+    .onRequest(methods.agent.session.prompt, ({ params, client, signal }) => {
       const text = params.prompt[0].text ?? "";
-      return text.startsWith("wait") ? waitingTurn(params.sessionId, client) : fullTurn(params.sessionId, params.prompt, client);
+      if (text.startsWith("wait")) return waitingTurn(params.sessionId, client, signal);
+      return fullTurn(params.sessionId, params.prompt, client);
     })
     .onNotification(methods.agent.session.cancel, ({ params }) => {
       cancels.get(params.sessionId)?.();
@@ -183,9 +187,14 @@ async function runClient(cwd, reportPath) {
   const report = { updates: [], client_notes: [], requests: [], completed_elicitations: [] };
   const terminals = new Map(); // id -> { output, exitStatus, done }
   let terminalCount = 0;
-  let onWaitPermission = () => {}; // called when the waiting turn's permission request arrives
-  let cancelSent = () => {};
-  const cancelled = new Promise((resolve) => (cancelSent = resolve));
+  // The waiting turns' permission requests are held until the client has cancelled the turn.
+  let onWaitPermission = () => {}; // called when such a request arrives
+  let releaseWaitPermission = () => {};
+  let waitPermissionReleased = null;
+  function holdWaitPermission() {
+    waitPermissionReleased = new Promise((resolve) => (releaseWaitPermission = resolve));
+    return new Promise((resolve) => (onWaitPermission = resolve));
+  }
 
   function startTerminal(params) {
     const id = `term-${++terminalCount}`;
@@ -213,8 +222,9 @@ async function runClient(cwd, reportPath) {
       report.requests.push({ method: "session/request_permission", params });
       if (params.toolCall.toolCallId === "call-wait") {
         // Held until the turn is cancelled, then answered "cancelled" as the protocol asks.
+        const released = waitPermissionReleased;
         onWaitPermission();
-        await cancelled;
+        await released;
         return { outcome: { outcome: "cancelled" } };
       }
       return { outcome: { outcome: "selected", optionId: params.options[0].optionId } };
@@ -303,13 +313,27 @@ async function runClient(cwd, reportPath) {
       report.failure = { code: error.code, message: error.message, data: error.data };
     }
 
-    // A turn cancelled while its permission request is pending.
-    const asked = new Promise((resolve) => (onWaitPermission = resolve));
+    // A turn cancelled with session/cancel while its permission request is pending.
+    let asked = holdWaitPermission();
     const waiting = agent.request(methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "wait" }] });
     await asked;
     await agent.notify(methods.agent.session.cancel, { sessionId });
-    cancelSent();
+    releaseWaitPermission();
     report.cancelled_prompt = await waiting;
+
+    // The same turn, cancelled with $/cancel_request for the prompt request instead.
+    asked = holdWaitPermission();
+    const abort = new AbortController();
+    const aborting = agent.request(methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "wait" }] },
+      { cancellationSignal: abort.signal });
+    await asked;
+    abort.abort();
+    try {
+      report.aborted_prompt = await aborting;
+    } catch (error) {
+      report.aborted_prompt = { code: error.code, message: error.message };
+    }
+    releaseWaitPermission();
 
     const caps = init.agentCapabilities ?? {};
     const sessionCaps = caps.sessionCapabilities ?? {};

@@ -74,6 +74,8 @@ class Peer(NamedTuple):
     unknown_updates: List[str]
     # Whether the SDK has session/delete and logout (on both sides).
     full_lifecycle: bool
+    # Whether the SDK sends $/cancel_request and honours it (aborting the handler).
+    cancels_requests: bool
     # mcpServers entries the peer's client sends that v1 at our pin does not define.
     unknown_mcp_servers: List[Dict[str, Any]]
     # Error reports the peer logs although nothing went wrong (FINDINGS.md says why).
@@ -94,6 +96,7 @@ def _typescript_peer() -> Peer:
         agent_name="interop-ts-agent",
         unknown_updates=["notice", "compaction_update"],
         full_lifecycle=True,
+        cancels_requests=True,
         unknown_mcp_servers=[],
         known_stderr=[],
     )
@@ -110,6 +113,7 @@ def _python_peer() -> Peer:
         agent_name="interop-py-agent",
         unknown_updates=["plan_removed"],
         full_lifecycle=False,
+        cancels_requests=False,
         unknown_mcp_servers=[{"type": "acp", "name": "editor-tools", "serverId": "mcp-1"}],
         # It does not know $/cancel_request and logs the notification as an error.
         known_stderr=["Unhandled error while handling notification method=$/cancel_request"],
@@ -159,6 +163,11 @@ class RecordingTransport(Transport):
         with self._frames_lock:
             self.frames.append((self.outgoing, bytes(frame)))
         super().send(frame)
+
+    def messages(self, direction: str) -> List[Any]:
+        """The messages recorded so far in ``direction``, parsed."""
+        with self._frames_lock:
+            return [json.loads(line) for d, line in self.frames if d == direction]
 
     def verdicts(self) -> List[tuple]:
         """``(direction, message, WireVerdict)`` for every frame, checked against v1 at our pin."""
@@ -237,6 +246,16 @@ class RecordingClient(WorkspaceClient):
 
     def ext_notification(self, method: str, params: Any) -> None:
         self.notes.append((method, params))
+
+
+def _wait_for_response(transport: RecordingTransport, request_id: int) -> Any:
+    """The peer's response to ``request_id`` once it is on the wire (None if it never comes)."""
+    for _ in range(400):
+        for message in transport.messages(AGENT_TO_CLIENT):
+            if message.get("id") == request_id and "method" not in message:
+                return message
+        time.sleep(0.05)
+    return None
 
 
 def _poll_notes(agent: RemoteAgent) -> Any:
@@ -350,6 +369,19 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         assert cancelled.stop_reason == "cancelled"
         assert cancelled.meta == {"interop.example/permission": {"outcome": "cancelled"}}
 
+        if peer.cancels_requests:
+            # Cancelling the prompt's future sends $/cancel_request; the SDK aborts the handler,
+            # whose answer (after we stopped waiting) still arrives, and is dropped.
+            client.waiting.clear()
+            aborted = agent.prompt_future(sid, WAIT_PROMPT)
+            assert client.waiting.wait(WAIT_SECONDS)
+            prompt_id = [m["id"] for m in transport.messages(CLIENT_TO_AGENT) if m.get("method") == "session/prompt"][-1]
+            assert aborted.cancel()
+            answer = _wait_for_response(transport, prompt_id)
+            assert answer == {"jsonrpc": "2.0", "id": prompt_id, "result": {
+                "stopReason": "cancelled", "_meta": {"interop.example/ended_by": "$/cancel_request"}}}
+            assert {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": prompt_id}} in transport.messages(CLIENT_TO_AGENT)
+
         # The session lifecycle, as far as the agent advertises it.
         before = len(client.updates)
         agent.load_session(sid, cwd)
@@ -415,6 +447,7 @@ class InteropAgent(Agent):
         self.sessions: Dict[str, str] = {}
         self.mcp_servers: List[Any] = []
         self.report: Dict[str, Any] = {}
+        self.wait_permissions: List[Any] = []
         self.modes_set: List[str] = []
         self.deleted: List[str] = []
         self.authenticated: List[str] = []
@@ -476,9 +509,9 @@ class InteropAgent(Agent):
         options = updates.permission_options(("allow", "Allow once", "allow_once"))
         try:
             answer = self.client.request_permission(turn.session_id, updates.tool_call_ref("call-wait", title="Wait"), options)
-            self.report["wait_permission"] = updates.selected_option(answer)
+            self.wait_permissions.append(updates.selected_option(answer))
         except RequestCancelled:
-            self.report["wait_permission"] = "RequestCancelled"
+            self.wait_permissions.append("RequestCancelled")
         return "cancelled" if turn.wait_cancelled(WAIT_SECONDS) else "end_turn"
 
     def _full_turn(self, turn, turn_prompt) -> PromptResponse:
@@ -542,6 +575,8 @@ class InteropAgent(Agent):
     "ACP-V1-PROMPT-MESSAGE-ID-MAY",
     "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
     "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
+    "ACP-V1-CANCEL-REQUEST-MUST-RESPOND",
+    "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY",
     "ACP-V1-PROMPT-TOOLS-MAY-USE-CLIENT-CAPABILITIES",
     "ACP-V1-FS-AGENT-CHECK-CAPABILITY",
     "ACP-V1-TERM-AGENT-CHECK-CAPABILITY",
@@ -605,14 +640,15 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
         "client_echo": {"echo": {"value": 42, "_meta": META}},
         "elicitation_form": SCENARIO["elicitation_form_answer"],
         "elicitation_url": {"action": "accept"},
-        # Cancelling the turn cancels the permission request it was blocked on.
-        "wait_permission": "RequestCancelled",
     }
+    # Cancelling a turn (by session/cancel, then by $/cancel_request where the SDK can send it)
+    # cancels the permission request it was blocked on.
+    assert agent.wait_permissions == ["RequestCancelled"] * (2 if peer.cancels_requests else 1)
     assert (workspace / SCENARIO["file_to_write"]).read_text() == SCENARIO["written_text"]
     assert [r["method"] for r in seen["requests"]] == [
         "session/request_permission", "fs/read_text_file", "fs/write_text_file", "terminal/create", "terminal/release",
-        "elicitation/create", "elicitation/create", "session/request_permission",
-    ]
+        "elicitation/create", "elicitation/create",
+    ] + ["session/request_permission"] * (2 if peer.cancels_requests else 1)
     assert seen["completed_elicitations"] == [{"elicitationId": SCENARIO["elicitation_url"]["elicitationId"]}]
     assert seen["client_notes"] == [{"value": 7, "_meta": META}]
 
@@ -622,6 +658,7 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     assert seen["notes"] == {"notes": [{"value": 2, "_meta": META}]}
     assert seen["failure"] == SCENARIO["failure"]
     assert seen["cancelled_prompt"] == {"stopReason": "cancelled"}
+    assert seen.get("aborted_prompt") == ({"stopReason": "cancelled"} if peer.cancels_requests else None)
 
     replayed = [u["update"] for u in seen["updates"][seen["updates_before_load"]: seen["updates_after_load"]]]
     assert replayed == SCENARIO["replay"]
