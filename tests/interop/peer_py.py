@@ -24,6 +24,7 @@ SCENARIO = json.loads((Path(__file__).parent / "scenario.json").read_text())
 # unknown variant.
 PEER_ONLY_UPDATES = [{"sessionUpdate": "plan_removed", "planId": "plan-1"}]
 PEER_ONLY_MCP_SERVER = {"type": "acp", "name": "editor-tools", "serverId": "mcp-1"}
+PEER_ONLY_AUTH_METHOD = {"type": "env_var", "id": "env", "name": "API key in the environment", "vars": [{"name": "API_KEY"}]}
 WAIT_LIMIT_SECONDS = 20.0  # a cancel that never comes ends the turn instead of hanging it
 
 
@@ -76,7 +77,7 @@ class InteropAgent:
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
             },
             "agentInfo": {"name": "interop-py-agent", "version": "1.0.0"},
-            "authMethods": SCENARIO["auth_methods"],
+            "authMethods": SCENARIO["auth_methods"] + [PEER_ONLY_AUTH_METHOD],
         })
 
     async def authenticate(self, method_id, **kwargs):

@@ -76,6 +76,8 @@ class Peer(NamedTuple):
     full_lifecycle: bool
     # Whether the SDK sends $/cancel_request and honours it (aborting the handler).
     cancels_requests: bool
+    # authMethods entries the peer's agent offers that v1 at our pin does not define.
+    unknown_auth_methods: List[Dict[str, Any]]
     # mcpServers entries the peer's client sends that v1 at our pin does not define.
     unknown_mcp_servers: List[Dict[str, Any]]
     # Error reports the peer logs although nothing went wrong (FINDINGS.md says why).
@@ -95,6 +97,7 @@ def _typescript_peer() -> Peer:
         argv=[str(shutil.which("node")), str(HERE / "peer_ts.mjs"), str(entry)],
         agent_name="interop-ts-agent",
         unknown_updates=["notice", "compaction_update"],
+        unknown_auth_methods=[],
         full_lifecycle=True,
         cancels_requests=True,
         unknown_mcp_servers=[],
@@ -112,6 +115,7 @@ def _python_peer() -> Peer:
         argv=[str(python), str(HERE / "peer_py.py")],
         agent_name="interop-py-agent",
         unknown_updates=["plan_removed"],
+        unknown_auth_methods=[{"type": "env_var", "id": "env", "name": "API key in the environment", "vars": [{"name": "API_KEY"}]}],
         full_lifecycle=False,
         cancels_requests=False,
         unknown_mcp_servers=[{"type": "acp", "name": "editor-tools", "serverId": "mcp-1"}],
@@ -305,7 +309,8 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         init = agent.initialize(timeout=WAIT_SECONDS)
         assert init.protocol_version == PROTOCOL_VERSION
         assert init.agent_info.name == peer.agent_name
-        assert [as_json(m) for m in agent.auth_methods] == SCENARIO["auth_methods"]
+        assert [as_json(m) for m in agent.auth_methods] == SCENARIO["auth_methods"] + peer.unknown_auth_methods
+        assert [type(m) for m in agent.auth_methods[1:]] == [UnknownVariant] * len(peer.unknown_auth_methods)
         assert as_json(agent.authenticate("token")) == {}
 
         session = agent.new_session(cwd, convert(SCENARIO["mcp_servers"], List[McpServer]))
@@ -402,7 +407,8 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         client.close()
 
     notes = check_wire(transport, CLIENT_TO_AGENT)
-    assert len(notes) == len(peer.unknown_updates) and all("unknown-variant" in n for n in notes)
+    assert len(notes) == len(peer.unknown_updates) + len(peer.unknown_auth_methods)
+    assert all("unknown-variant" in n for n in notes)
     assert_quiet(stderr, peer)
 
 
@@ -439,7 +445,8 @@ class InteropAgent(Agent):
     """The agent side of the scenario, written with acp_lite's API and builders."""
 
     agent_info = Implementation(name="acp-lite-interop-agent", version="0.1.0")
-    auth_methods = convert(SCENARIO["auth_methods"], List[AuthMethod])
+    # The terminal method is offered only to clients that can run one (neither peer says so).
+    auth_methods = convert(SCENARIO["auth_methods"] + [SCENARIO["terminal_auth_method"]], List[AuthMethod])
     prompt_capabilities = PromptCapabilities(image=True, embedded_context=True)
     mcp_capabilities = McpCapabilities(http=True, sse=True)
 
@@ -571,6 +578,7 @@ class InteropAgent(Agent):
     "ACP-V1-INIT-AGENT-SAME-VERSION",
     "ACP-V1-INIT-AGENT-RESPONSE",
     "ACP-V1-INIT-AGENT-SPECIFY-CAPABILITIES",
+    "ACP-V1-AUTH-AGENT-TERMINAL-METHOD-ONLY-WITH-CAPABILITY",
     "ACP-V1-SETUP-NEW-SESSION-ID",
     "ACP-V1-PROMPT-MESSAGE-ID-MAY",
     "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
@@ -608,6 +616,7 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     init = seen["initialize"]
     assert init["protocolVersion"] == PROTOCOL_VERSION
     assert init["agentInfo"] == {"name": "acp-lite-interop-agent", "version": "0.1.0"}
+    assert init["authMethods"] == SCENARIO["auth_methods"]
     caps = init["agentCapabilities"]
     assert caps["loadSession"] is True
     assert set(caps["sessionCapabilities"]) >= {"list", "resume", "close", "delete"}
