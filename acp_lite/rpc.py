@@ -687,7 +687,8 @@ class Connection:
 
     def wait_closed(self, timeout: Optional[float] = None) -> bool:
         """Block until the reader has stopped (end of stream or ``close()``); False on timeout.
-        Any thread."""
+        Callbacks for what arrived before the end may still be running: ``close()`` waits for
+        them (within its timeout). Any thread."""
         return self._reader_done.wait(timeout)
 
     def close(self, timeout: float = 5.0) -> None:

@@ -104,8 +104,8 @@ def test_two_connections_over_tcp():
     served.notify("x/hello", {"from": "server"})
     served.close()  # the dialler reads end of stream and closes its side of the session
     assert dialled.wait_closed(WAIT)
+    dialled.close()  # joins the delivery thread, which first delivers what arrived before the end
     assert seen == [{"from": "server"}]
-    dialled.close()
 
 
 # -- framing under arbitrary chunking ---------------------------------------------------------------
