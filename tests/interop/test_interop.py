@@ -131,7 +131,9 @@ def peer(request) -> Peer:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    (tmp_path / SCENARIO["file_to_read"]).write_text("line one\nline two\nline three\n")
+    to_read = tmp_path / SCENARIO["file_to_read"]
+    to_read.parent.mkdir(parents=True, exist_ok=True)
+    to_read.write_text("line one\nline two\nline three\n")
     (tmp_path / "main.py").write_text("print('hello')\n")
     return tmp_path
 
