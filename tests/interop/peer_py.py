@@ -142,6 +142,10 @@ class InteropAgent:
         report["permission"] = as_json(permission.outcome)
         read = await conn.read_text_file(session_id=session_id, path=f"{cwd}/{SCENARIO['file_to_read']}", line=2, limit=1)
         report["read"] = read.content
+        try:
+            report["outside_read"] = as_json(await conn.read_text_file(session_id=session_id, path=SCENARIO["outside_file"]))
+        except acp.RequestError as exc:
+            report["outside_read"] = {"code": exc.code, "message": str(exc)}
         await conn.write_text_file(
             session_id=session_id, path=f"{cwd}/{SCENARIO['file_to_write']}", content=SCENARIO["written_text"]
         )

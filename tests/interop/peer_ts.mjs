@@ -57,6 +57,11 @@ function runAgent() {
       sessionId, path: `${cwd}/${scenario.file_to_read}`, line: 2, limit: 1,
     });
     report.read = read.content;
+    try {
+      report.outside_read = await client.request(methods.client.fs.readTextFile, { sessionId, path: scenario.outside_file });
+    } catch (error) {
+      report.outside_read = { code: error.code, message: error.message };
+    }
     await client.request(methods.client.fs.writeTextFile, {
       sessionId, path: `${cwd}/${scenario.file_to_write}`, content: scenario.written_text,
     });

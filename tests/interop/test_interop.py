@@ -342,6 +342,8 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         assert report["permission"] == {"outcome": "selected", "optionId": "allow"}
         assert [p.tool_call.tool_call_id for p in client.permissions] == ["call-edit"]
         assert report["read"] == "line two\n"
+        # Our WorkspaceClient refuses a path outside the session's roots, and the peer gets the error.
+        assert report["outside_read"]["code"] == ResourceNotFound.code
         assert (workspace / SCENARIO["file_to_write"]).read_text() == SCENARIO["written_text"]
         assert report["exit"]["exitCode"] == 0
         assert report["output"]["output"] == "terminal says hi\n"
