@@ -1,0 +1,204 @@
+"""``acp-lite check``, the conformance probe, against real agent processes.
+
+The example agents (built with acp_lite) must pass. ``tests/check_agents/raw_agent.py`` is a
+stdlib-only agent speaking raw JSON lines: as it is, it advertises every capability and passes
+every check; with ``--defect NAME`` it misbehaves in exactly one way, and the probe must catch that
+with the right check and exit 1. Most runs are in-process (``run_checks``); a few go through the
+command line to pin the exit statuses and the JSON report.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from acp_lite.check import FAIL, PASS, REQUIREMENT_LEVELS, SKIP, CheckOptions, run_checks, selected_checks
+from acp_lite.codec import set_diagnostics_hook
+
+from conftest import REPO
+
+pytestmark = pytest.mark.skipif(os.name == "nt", reason="the raw agent selects on its stdin")
+
+RAW_AGENT = [sys.executable, str(REPO / "tests" / "check_agents" / "raw_agent.py")]
+EXAMPLES = {name: [sys.executable, str(REPO / "examples" / name)] for name in ("agent.py", "minimal_agent.py")}
+CLI = [sys.executable, "-m", "acp_lite", "check"]
+WAIT = 60  # seconds before a whole command-line run counts as a hang
+
+
+@pytest.fixture(autouse=True)
+def no_diagnostics_hook_left():
+    """The probe's wire checker takes over the codec's diagnostics hook; give it back."""
+    yield
+    set_diagnostics_hook(None)
+
+
+def check(argv, **options):
+    options.setdefault("timeout", 10.0)
+    return run_checks(CheckOptions(list(argv), **options))
+
+
+def findings_of(report, name):
+    return next(result.findings for result in report.checks if result.name == name)
+
+
+def statuses(findings, requirement):
+    return {finding.status for finding in findings if finding.requirement == requirement}
+
+
+# -- agents that conform ----------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-INIT-AGENT-RESPONSE", "ACP-V1-INIT-AGENT-SAME-VERSION", "ACP-V1-INIT-AGENT-LATEST-VERSION",
+                 "ACP-V1-INIT-SESSION-BASELINE", "ACP-V1-SETUP-NEW-SESSION-ID", "ACP-V1-CONTENT-TEXT-SUPPORT",
+                 "ACP-V1-INIT-PROMPT-BASELINE", "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
+                 "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON", "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS",
+                 "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE", "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",
+                 "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST", "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
+                 "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS", "ACP-V1-SCHEMA-ERROR-OBJECT")
+def test_the_mock_example_agent_passes_every_applicable_check():
+    report = check(EXAMPLES["agent.py"])
+    failed = [finding for finding in report.findings() if finding.status == FAIL]
+    assert failed == [] and report.exit_status == 0
+    # It asks for permission mid-turn, so the turn is surely busy when the probe cancels it.
+    assert statuses(findings_of(report, "cancel"), "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON") == {PASS}
+    skipped = {finding.requirement for finding in report.findings() if finding.status == SKIP}
+    assert "ACP-V1-SETUP-LOAD-REPLAY" in skipped  # it does not advertise loadSession
+
+
+@pytest.mark.timeout(60)
+def test_the_minimal_example_agent_passes_and_its_instant_turn_is_not_judged_for_cancel():
+    report = check(EXAMPLES["minimal_agent.py"])
+    assert [finding for finding in report.findings() if finding.status == FAIL] == []
+    cancel = findings_of(report, "cancel")
+    assert {finding.status for finding in cancel} == {SKIP}
+    assert "--cancel-prompt" in cancel[0].detail
+
+
+@pytest.mark.timeout(60)
+def test_an_agent_advertising_everything_has_every_capability_exercised():
+    report = check(RAW_AGENT, cancel_prompt="wait a moment", auth_method="token")
+    not_passed = [finding for finding in report.findings() if finding.status != PASS]
+    assert not_passed == []
+    assert {result.name for result in report.checks} >= {"load", "resume", "list", "close", "delete", "modes",
+                                                          "config-options", "prompt-audio", "logout"}
+
+
+@pytest.mark.timeout(30)
+def test_an_agent_that_wants_authentication_skips_session_checks_until_given_a_method():
+    report = check([*RAW_AGENT, "--require-auth"], pattern="prompt")
+    prompt = findings_of(report, "prompt")
+    assert {finding.status for finding in prompt} == {SKIP}
+    assert "--auth-method" in prompt[0].detail
+    report = check([*RAW_AGENT, "--require-auth"], pattern="prompt", auth_method="token")
+    assert {finding.status for finding in findings_of(report, "prompt")} == {PASS}
+
+
+# -- agents that do not -----------------------------------------------------------------------------
+# defect of raw_agent.py -> (the check that must catch it, the requirement it must fail)
+CAUGHT_BY = {
+    "banner": ("initialize", "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP"),
+    "not-utf8": ("prompt", "ACP-V1-TRANSPORT-UTF8"),
+    "jsonrpc-1": ("initialize", "ACP-V1-JSONRPC-VERSION-MEMBER"),
+    "wrong-id": ("ids", "ACP-V1-JSONRPC-RESPONSE-SAME-ID"),
+    "result-and-error": ("new-session", "ACP-V1-JSONRPC-RESULT-XOR-ERROR"),
+    "replies-to-notifications": ("notifications", "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION"),
+    "echoes-version": ("version", "ACP-V1-INIT-AGENT-LATEST-VERSION"),
+    "terminal-auth": ("initialize", "ACP-V1-AUTH-AGENT-TERMINAL-METHOD-ONLY-WITH-CAPABILITY"),
+    "boolean-config": ("new-session", "ACP-V1-CONFIG-NO-BOOLEAN-WITHOUT-CAPABILITY"),
+    "same-session-id": ("new-session", "ACP-V1-SETUP-NEW-SESSION-ID"),
+    "bad-stop-reason": ("prompt", "ACP-V1-SCHEMA-STOP-REASON-VALUES"),
+    "fs-unadvertised": ("client-capabilities", "ACP-V1-FS-AGENT-NO-CALL-WITHOUT-CAPABILITY"),
+    "ignores-cancel": ("cancel", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON"),
+    "cancel-error": ("cancel", "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS"),
+    "update-after-response": ("cancel", "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE"),
+    "replay-after-load": ("load", "ACP-V1-SETUP-LOAD-RESPOND-AFTER-REPLAY"),
+    "no-load-replay": ("load", "ACP-V1-SETUP-LOAD-REPLAY"),
+    "resume-replays": ("resume", "ACP-V1-SETUP-RESUME-NO-REPLAY"),
+    "close-keeps-turn": ("close", "ACP-V1-SETUP-CLOSE-CANCELS-AND-FREES"),
+    "ignores-custom-requests": ("errors", "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST"),
+    "dies-on-error": ("errors", "ACP-V1-JSONRPC-RESPONSE-REQUIRED"),
+    "ignores-stdin-eof": ("stdin-eof", "probe:exits-on-stdin-eof"),
+}
+
+
+# The one defect that breaks only a SHOULD (-32601 for unknown methods): reported, exit status 0.
+SHOULD_DEFECT = "null-for-unknown-methods"
+
+
+def test_every_defect_of_the_raw_agent_has_a_case():
+    listed = subprocess.run([*RAW_AGENT, "--help"], capture_output=True, text=True, timeout=WAIT).stdout
+    assert {*CAUGHT_BY, SHOULD_DEFECT} == {name for name in listed.split("{", 1)[1].split("}", 1)[0].split(",")}
+
+
+# Defects that are silences (no answer, no exit): the probe waits them out, so their runs get a
+# timeout shorter than the raw agent's busy turns (5 s) but long enough for a loaded machine.
+SILENT_DEFECTS = ("close-keeps-turn", "ignores-cancel", "ignores-custom-requests", "ignores-stdin-eof")
+
+
+@pytest.mark.timeout(45)
+@pytest.mark.parametrize("defect", sorted(CAUGHT_BY))
+def test_each_defect_is_caught_by_its_check(defect):
+    name, requirement = CAUGHT_BY[defect]
+    timeout = 3.0 if defect in SILENT_DEFECTS else 10.0
+    report = check([*RAW_AGENT, "--defect", defect], pattern=name, timeout=timeout, cancel_prompt="wait a moment")
+    found = findings_of(report, name)
+    assert FAIL in statuses(found, requirement), found
+    assert report.exit_status == 1
+
+
+# -- the command line -------------------------------------------------------------------------------
+def run_cli(*args):
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=WAIT, cwd=REPO)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.timeout(WAIT)
+def test_the_command_exits_0_for_the_example_agent_and_prints_a_summary():
+    status, out, err = run_cli("--", *EXAMPLES["agent.py"])
+    assert status == 0, out + err
+    assert "  PASS ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON (MUST): " in out
+    assert out.rstrip().splitlines()[-1].endswith("no MUST-level failure")
+
+
+@pytest.mark.timeout(WAIT)
+def test_a_failure_exits_1_with_its_transcript_in_the_text_and_the_json_report(tmp_path):
+    report_file = tmp_path / "report.json"
+    status, out, _ = run_cli("--json", str(report_file), "-k", "version", "--", *RAW_AGENT, "--defect", "echoes-version")
+    assert status == 1
+    assert "  FAIL ACP-V1-INIT-AGENT-LATEST-VERSION (MUST): asked for 99, answered 99" in out
+    assert '<- {"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": 99' in out
+    report = json.loads(report_file.read_text(encoding="utf-8"))
+    assert report["exitStatus"] == 1
+    assert report["requirements"]["ACP-V1-INIT-AGENT-LATEST-VERSION"] == {"level": "MUST", "status": FAIL}
+    version = next(entry for entry in report["checks"] if entry["name"] == "version")
+    assert any('"protocolVersion": 99' in line for line in version["transcript"])
+    passed = next(entry for entry in report["checks"] if entry["name"] == "initialize")
+    assert "transcript" not in passed  # only failures carry theirs
+
+
+@pytest.mark.timeout(WAIT)
+def test_a_should_level_failure_alone_exits_0():
+    status, out, _ = run_cli("-k", "errors", "--", *RAW_AGENT, "--defect", SHOULD_DEFECT)
+    assert "  FAIL ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND (SHOULD): acp_lite_check/unknown answered null" in out
+    assert status == 0, out
+
+
+@pytest.mark.timeout(WAIT)
+def test_an_agent_that_cannot_start_exits_127():
+    status, _, err = run_cli("--", str(REPO / "no-such-agent"))
+    assert status == 127
+    assert "not found" in err
+
+
+def test_k_selects_checks_by_name_or_requirement_id_and_always_keeps_the_discovering_ones():
+    assert selected_checks("load") == ["initialize", "new-session", "load"]
+    assert selected_checks("ACP-V1-SETUP-RESUME-*") == ["initialize", "new-session", "resume"]
+    assert len(selected_checks(None)) > 20
+
+
+def test_every_requirement_the_probe_judges_is_in_the_manifest_with_its_keyword():
+    manifest = json.loads((REPO / "spec" / "manifest" / "requirements.json").read_text(encoding="utf-8"))
+    keywords = {entry["id"]: entry["keyword"] for entry in manifest["requirements"]}
+    for requirement, level in REQUIREMENT_LEVELS.items():
+        if not requirement.startswith("probe:"):
+            assert keywords.get(requirement) == level, requirement
