@@ -271,6 +271,7 @@ class RemoteClient:
     def _call(self, method: str, params: Any, result_type: Any = None) -> Any:
         if result_type is None:
             result_type = CLIENT_METHODS[method].result_type
+        self.connection.refuse_blocking_here(method)
         future = self.connection.call_future(method, params, result_type)
         turn = getattr(_current_turn, "value", None)
         if turn is not None:

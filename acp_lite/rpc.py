@@ -747,11 +747,7 @@ class Connection:
         late answer is dropped), or ``ConnectionClosed``. Any thread except the one delivering
         callbacks (the delivery thread, or the host thread in host mode): there it raises
         ``UsageError`` (use ``call_future``)."""
-        if threading.get_ident() == self._queue.owner:
-            raise UsageError(
-                f"blocking call({method!r}) on the thread that delivers callbacks would wait for itself; "
-                "use call_future()"
-            )
+        self.refuse_blocking_here(method)
         future: Future = Future()
         request_id = self._send_request(method, params, result_type, future, direct=True)
         try:
@@ -761,6 +757,16 @@ class Connection:
                 return future.result()  # the answer arrived meanwhile and is being settled
         self._send_cancel_request(request_id)
         raise CallTimeout(f"{method}: no answer within {timeout} s")
+
+    def refuse_blocking_here(self, method: str) -> None:
+        """Raise ``UsageError`` when called on the thread that delivers callbacks (the delivery
+        thread, or the host thread in host mode): a blocking wait there would wait for itself.
+        For layers above that block on a ``call_future``. Any thread."""
+        if threading.get_ident() == self._queue.owner:
+            raise UsageError(
+                f"blocking call({method!r}) on the thread that delivers callbacks would wait for itself; "
+                "use call_future()"
+            )
 
     def call_future(self, method: str, params: Any = None, result_type: Any = Any) -> Future:
         """Send a request; a ``Future`` of its result (or error). Cancelling the future while the

@@ -6,7 +6,7 @@ import pytest
 
 from acp_lite import schema, updates
 from acp_lite.agent import Agent
-from acp_lite.errors import CapabilityError, RequestCancelled
+from acp_lite.errors import CapabilityError, RequestCancelled, UsageError
 from acp_harness import INIT_PARAMS, WAIT, agent_with_raw_client
 
 
@@ -376,3 +376,19 @@ def test_a_handler_error_is_sent_and_the_connection_keeps_working():
         assert raw.call("session/new", {"cwd": "/ok", "mcpServers": []})["result"] == {"sessionId": "s-/ok"}
         bad = raw.call("session/new", {"cwd": 5, "mcpServers": []})["error"]
     assert bad["code"] == -32602 and "$.cwd" in str(bad.get("data"))
+
+
+def test_a_blocking_client_call_from_a_notification_handler_raises_instead_of_deadlocking():
+    errors = []
+
+    class CallsFromCancel(Minimal):
+        def cancel(self, params):
+            try:
+                self.client.ext_method("_ask", {})
+            except UsageError as exc:
+                errors.append(exc)
+
+    with agent_with_raw_client(CallsFromCancel()) as (_, raw):
+        raw.notify("session/cancel", {"sessionId": "s"})
+        raw.expect_silence()
+    assert len(errors) == 1 and "call_future" in str(errors[0])
