@@ -4,6 +4,7 @@ The project gets a copy of spec/*.py, so the plugin reads that project's manifes
 reports there, exactly as it does in this repository.
 """
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -52,9 +53,11 @@ def make_project(tmp_path, classification, tests=TESTS):
 
 
 def run(project, *args):
+    # The child must not inherit this run's own pytest settings (PYTEST_ADDOPTS and the like).
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=project, capture_output=True, text=True, timeout=50,
+        cwd=project, env=env, capture_output=True, text=True, timeout=50,
     )
 
 
@@ -69,7 +72,8 @@ def test_a_whole_suite_run_passes_and_writes_the_same_reports_every_time(tmp_pat
     coverage = json.loads((project / "spec" / "coverage.json").read_text(encoding="utf-8"))
     assert coverage["requirements"][1]["tests"] == {"tests/test_it.py::test_may": "passed"}
 
-    assert run(project).returncode == 0
+    second = run(project)
+    assert second.returncode == 0, second.stdout
     assert (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8") == report
 
 
@@ -113,7 +117,7 @@ def test_a_failing_test_does_not_cover_its_requirement(tmp_path):
     project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"},
                                       "ACP-V1-MAY-SDK": {"status": "pending"}}, tests)
     result = run(project)
-    assert result.returncode == 1
+    assert result.returncode == 1, result.stdout
     assert "classified tested, but no test carrying the id passed:\n    ACP-V1-MUST-SDK\n" in result.stdout
     report = (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8")
     assert "| ACP-V1-MUST-SDK | MUST | both | sdk | tested | `tests/test_it.py::test_both` | failed |" in report
@@ -123,7 +127,7 @@ def test_a_pending_requirement_that_now_passes_must_be_promoted(tmp_path):
     project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "pending"},
                                       "ACP-V1-MAY-SDK": {"status": "pending", "plan": "hook", "why": "a callback"}})
     result = run(project)
-    assert result.returncode == 1
+    assert result.returncode == 1, result.stdout
     assert "pending but now covered by a passing test" in result.stdout
     assert "python -m spec.promote" in result.stdout
 
@@ -132,4 +136,5 @@ def test_a_pending_requirement_that_now_passes_must_be_promoted(tmp_path):
     classification = json.loads((project / "spec" / "manifest" / "classification.json").read_text(encoding="utf-8"))
     assert classification["ACP-V1-MAY-SDK"] == {"status": "hook", "why": "a callback",
                                                 "hook_test": "tests/test_it.py::test_may"}
-    assert run(project).returncode == 0
+    promoted = run(project)
+    assert promoted.returncode == 0, promoted.stdout
