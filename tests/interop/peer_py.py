@@ -340,10 +340,11 @@ async def client_scenario(conn, client, cwd):
     report["echo"] = await conn.ext_method("interop/echo", {"value": 1, "_meta": SCENARIO["meta"]})
     await conn.ext_notification("interop/note", {"value": 2, "_meta": SCENARIO["meta"]})
     report["notes"] = await conn.ext_method("interop/notes", {})
-    try:
-        report["failure"] = await conn.ext_method("interop/fail", {})
-    except acp.RequestError as exc:
-        report["failure"] = {"code": exc.code, "message": str(exc), "data": exc.data}
+    for key, method in (("failure", "interop/fail"), ("missing", "interop/missing")):
+        try:
+            report[key] = await conn.ext_method(method, {})
+        except acp.RequestError as exc:
+            report[key] = {"code": exc.code, "message": str(exc), "data": exc.data}
 
     # A turn cancelled while its permission request is pending.
     waiting = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=[acp.text_block("wait")]))

@@ -312,10 +312,12 @@ async function runClient(cwd, reportPath) {
     report.echo = await agent.request("_interop/echo", { value: 1, _meta: scenario.meta });
     await agent.notify("_interop/note", { value: 2, _meta: scenario.meta });
     report.notes = await agent.request("_interop/notes", {});
-    try {
-      report.failure = await agent.request("_interop/fail", {});
-    } catch (error) {
-      report.failure = { code: error.code, message: error.message, data: error.data };
+    for (const [key, method] of [["failure", "_interop/fail"], ["missing", "_interop/missing"]]) {
+      try {
+        report[key] = await agent.request(method, {});
+      } catch (error) {
+        report[key] = { code: error.code, message: error.message, data: error.data };
+      }
     }
 
     // A turn cancelled with session/cancel while its permission request is pending.

@@ -281,19 +281,15 @@ def _poll_notes(agent: RemoteAgent) -> Any:
     "ACP-V1-INIT-REQUEST-LATEST-VERSION",
     "ACP-V1-INIT-IMPLEMENTATION-INFO",
     "ACP-V1-INIT-CLIENT-SPECIFY-CAPABILITIES",
-    "ACP-V1-SETUP-NEW-SESSION-ID",
     "ACP-V1-SETUP-CLIENT-CHECK-LOADSESSION",
     "ACP-V1-SETUP-CLIENT-CHECK-RESUME",
     "ACP-V1-SETUP-CLIENT-CHECK-CLOSE",
     "ACP-V1-LIST-CLIENT-CHECK-CAPABILITY",
     "ACP-V1-DELETE-CLIENT-CHECK-CAPABILITY",
-    "ACP-V1-PROMPT-MESSAGE-ID-MAY",
-    "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
-    "ACP-V1-PROMPT-PERMISSION-MAY",
     "ACP-V1-PROMPT-CLIENT-CANCEL-MAY",
     "ACP-V1-PROMPT-CLIENT-RESPOND-PENDING-PERMISSIONS",
-    "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
     "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS",
+    "ACP-V1-SCHEMA-MCP-SERVER-VARIANTS",
     "ACP-V1-EXT-CUSTOM-REQUESTS-MAY",
     "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST",
     "ACP-V1-EXT-META-NO-ASSUMPTIONS",
@@ -417,7 +413,7 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.req("ACP-V1-INIT-AGENT-LATEST-VERSION", "ACP-V1-INIT-VERSION-AGREEMENT")
+@pytest.mark.req("ACP-V1-INIT-VERSION-AGREEMENT")
 def test_the_peer_agent_answers_an_unknown_version_with_one_we_speak(peer: Peer):
     stderr: List[str] = []
     with RemoteAgent.spawn(peer.argv + ["agent"], on_stderr_line=stderr.append) as agent:
@@ -426,7 +422,7 @@ def test_the_peer_agent_answers_an_unknown_version_with_one_we_speak(peer: Peer)
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.req("ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE", "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS")
+@pytest.mark.req("ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS")
 def test_our_client_runs_turns_of_two_sessions_at_once(peer: Peer, workspace: Path):
     stderr: List[str] = []
     client = RecordingClient()
@@ -585,6 +581,8 @@ class InteropAgent(Agent):
     "ACP-V1-AUTH-AGENT-TERMINAL-METHOD-ONLY-WITH-CAPABILITY",
     "ACP-V1-SETUP-NEW-SESSION-ID",
     "ACP-V1-PROMPT-MESSAGE-ID-MAY",
+    "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
+    "ACP-V1-PROMPT-PERMISSION-MAY",
     "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
     "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
     "ACP-V1-CANCEL-REQUEST-MUST-RESPOND",
@@ -597,7 +595,7 @@ class InteropAgent(Agent):
     "ACP-V1-EXT-CUSTOM-REQUESTS-MAY",
     "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST",
     "ACP-V1-EXT-META-NO-ASSUMPTIONS",
-    "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",
+    "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
 )
 def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     report_path = workspace / "peer-report.json"
@@ -670,6 +668,7 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     assert seen["echo"] == {"echo": {"value": 1, "_meta": META}}
     assert seen["notes"] == {"notes": [{"value": 2, "_meta": META}]}
     assert seen["failure"] == SCENARIO["failure"]
+    assert seen["missing"]["code"] == MethodNotFound.code
     assert seen["cancelled_prompt"] == {"stopReason": "cancelled"}
     assert seen.get("aborted_prompt") == ({"stopReason": "cancelled"} if peer.cancels_requests else None)
 
