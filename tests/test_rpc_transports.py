@@ -189,3 +189,53 @@ def test_every_byte_a_connection_writes_is_a_json_rpc_line():
     for line in lines[:-1]:
         message = json.loads(line.decode("utf-8"))
         assert message["jsonrpc"] == "2.0" and isinstance(message["method"], str)
+
+
+# -- bad input, generated ------------------------------------------------------------------------
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+message_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
+        "id": st.one_of(st.integers(), st.text(max_size=4), st.none(), st.lists(st.integers(), max_size=1)),
+        "method": st.one_of(st.sampled_from(["x/echo", "$/cancel_request", "_ext", "rpc.x"]), st.integers()),
+        "params": json_values,
+        "result": json_values,
+        "error": json_values,
+    },
+)
+bad_lines = st.one_of(
+    st.binary(max_size=80).map(lambda b: b.replace(b"\n", b" ")),
+    message_like.map(lambda m: json.dumps(m).encode()),
+    st.lists(message_like, max_size=3).map(lambda ms: json.dumps(ms).encode()),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lines=st.lists(bad_lines, min_size=1, max_size=6))
+def test_no_input_stops_the_reader_and_every_reply_is_json_rpc(lines):
+    ours, theirs = wire.memory_pair()
+    connection = Connection(ours, name="fuzzed")
+    connection.on_request("x/echo", lambda params, ctx: params)
+    connection.on_request("x/ping", lambda params, ctx: "pong")
+    connection.start()
+    for line in lines:
+        theirs.send(line)
+    theirs.send(b'{"jsonrpc":"2.0","id":"last","method":"x/ping"}')
+    replies = []
+    while not any(isinstance(r, dict) and r.get("id") == "last" for r in replies):
+        frames = theirs.read_frames()
+        assert frames is not None, "the connection closed"
+        replies.extend(json.loads(frame) for frame in frames)
+    for reply in replies:
+        for response in reply if isinstance(reply, list) else [reply]:
+            assert response["jsonrpc"] == "2.0" and "id" in response
+            assert ("result" in response) != ("error" in response)
+            if "error" in response:
+                assert type(response["error"]["code"]) is int and isinstance(response["error"]["message"], str)
+    connection.close()
+    theirs.close()
