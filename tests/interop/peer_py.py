@@ -87,6 +87,8 @@ class InteropAgent:
     async def new_session(self, cwd, additional_directories=None, mcp_servers=None, **kwargs):
         session_id = f"py-session-{len(self.sessions) + 1}"
         self.sessions[session_id] = cwd
+        # As many agents do: an update for the new session before the response that names it.
+        await self.send(session_id, SCENARIO["session_start_update"])
         return schema.NewSessionResponse.model_validate({
             "sessionId": session_id, "modes": SCENARIO["modes"], "configOptions": SCENARIO["config_options"],
             "_meta": {"interop.example/mcpServers": as_json(mcp_servers or [])},

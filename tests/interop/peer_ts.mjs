@@ -131,9 +131,11 @@ function runAgent() {
       return {};
     })
     .onRequest(methods.agent.logout, () => ({}))
-    .onRequest(methods.agent.session.new, ({ params }) => {
+    .onRequest(methods.agent.session.new, async ({ params, client }) => {
       const sessionId = `ts-session-${++created}`;
       sessions.set(sessionId, params.cwd);
+      // As many agents do: an update for the new session before the response that names it.
+      await client.notify(methods.client.session.update, { sessionId, update: scenario.session_start_update });
       return {
         sessionId, modes: scenario.modes, configOptions: scenario.config_options,
         _meta: { "interop.example/mcpServers": params.mcpServers },

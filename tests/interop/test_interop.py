@@ -222,9 +222,17 @@ class RecordingClient(WorkspaceClient):
         self.notes: List[tuple] = []
         self.permissions: List[Any] = []
         self.waiting = threading.Event()
+        self._arrived = threading.Condition()
 
     def session_update(self, params) -> None:
-        self.updates.append(params)
+        with self._arrived:
+            self.updates.append(params)
+            self._arrived.notify_all()
+
+    def wait_for_updates(self, count: int) -> bool:
+        """Wait (boundedly) until ``count`` updates have arrived."""
+        with self._arrived:
+            return self._arrived.wait_for(lambda: len(self.updates) >= count, WAIT_SECONDS)
 
     def request_permission(self, params):
         self.permissions.append(params)
@@ -313,6 +321,10 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
 
         session = agent.new_session(cwd, convert(SCENARIO["mcp_servers"], List[McpServer]))
         sid = session.session_id
+        # The agent sent an update for the session before answering session/new.
+        assert client.wait_for_updates(1)
+        first = client.updates.pop(0)
+        assert (first.session_id, as_json(first.update)) == (sid, SCENARIO["session_start_update"])
         assert session.meta == {"interop.example/mcpServers": SCENARIO["mcp_servers"]}
         assert as_json(session.modes) == SCENARIO["modes"]
         assert as_json(session.config_options) == SCENARIO["config_options"]
@@ -432,7 +444,7 @@ def test_our_client_runs_turns_of_two_sessions_at_once(peer: Peer, workspace: Pa
         turns = [agent.prompt_future(sid, "Fix the greeting") for sid in sessions]
         assert [t.result(WAIT_SECONDS).stop_reason for t in turns] == ["end_turn", "end_turn"]
     client.close()
-    expected = for_cwd(SCENARIO["updates"], workspace)
+    expected = [SCENARIO["session_start_update"]] + for_cwd(SCENARIO["updates"], workspace)
     for sid in sessions:
         known = [as_json(n.update) for n in client.updates if n.session_id == sid and not isinstance(n.update, UnknownVariant)]
         assert known[: len(expected)] == expected
@@ -471,6 +483,8 @@ class InteropAgent(Agent):
     def new_session(self, params):
         session_id = f"lite-session-{len(self.sessions) + 1}"
         self.sessions[session_id] = params.cwd
+        # As many agents do: an update for the new session before the response that names it.
+        self.client.session_update(session_id, convert(SCENARIO["session_start_update"], SessionUpdate))
         self.mcp_servers.extend(params.mcp_servers)
         return NewSessionResponse(
             session_id=session_id,
@@ -631,6 +645,10 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     assert [type(s) for s in agent.mcp_servers[len(SCENARIO["mcp_servers"]):]] == [UnknownVariant] * len(peer.unknown_mcp_servers)
 
     # The peer parsed every update we sent, and serialises it back to exactly what we sent.
+    start = seen["updates"].pop(0)
+    assert start == {"sessionId": sid, "update": SCENARIO["session_start_update"]}
+    seen["updates_before_load"] -= 1
+    seen["updates_after_load"] -= 1
     assert seen["prompt"] == {"stopReason": "end_turn", "_meta": {"interop.example/turn": 1}}
     streamed = [u["update"] for u in seen["updates"]]
     assert all(u["sessionId"] == sid for u in seen["updates"])
