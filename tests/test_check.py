@@ -163,7 +163,8 @@ def test_the_command_exits_0_for_the_example_agent_and_prints_a_summary():
 @pytest.mark.timeout(WAIT)
 def test_a_failure_exits_1_with_its_transcript_in_the_text_and_the_json_report(tmp_path):
     report_file = tmp_path / "report.json"
-    status, out, _ = run_cli("--json", str(report_file), "-k", "version", "--", *RAW_AGENT, "--defect", "echoes-version")
+    status, out, _ = run_cli("--json", str(report_file), "-k", "ACP-V1-INIT-AGENT-*", "--", *RAW_AGENT,
+                             "--defect", "echoes-version")
     assert status == 1
     assert "  FAIL ACP-V1-INIT-AGENT-LATEST-VERSION (MUST): asked for 99, answered 99" in out
     assert '<- {"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": 99' in out
@@ -190,8 +191,9 @@ def test_an_agent_that_cannot_start_exits_127():
     assert "not found" in err
 
 
-def test_k_selects_checks_by_name_or_requirement_id_and_always_keeps_the_discovering_ones():
-    assert selected_checks("load") == ["initialize", "new-session", "load"]
+def test_k_selects_checks_by_name_or_requirement_id_with_the_checks_they_depend_on():
+    assert selected_checks("stdin") == ["stdin-eof"]
+    assert selected_checks("load") == ["initialize", "new-session", "load"]  # it needs the capabilities
     assert selected_checks("ACP-V1-SETUP-RESUME-*") == ["initialize", "new-session", "resume"]
     assert len(selected_checks(None)) > 20
 
