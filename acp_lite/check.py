@@ -396,7 +396,7 @@ class _ProbedAgent:
             self._wire_pass("ACP-V1-JSONRPC-RESPONSE-SAME-ID")
             if "error" in message:
                 self._wire_pass("ACP-V1-SCHEMA-ERROR-OBJECT")
-        if verdict.method and verdict.method.startswith("_"):
+        if verdict.kind != "response" and (verdict.method or "").startswith("_"):
             self._wire_pass("ACP-V1-SCHEMA-EXTENSION-METHOD-NAMES")
         self._judge_config_options(message)
         if verdict.kind in ("request", "notification"):
@@ -753,29 +753,21 @@ def _cancel_busy_turn(run: _CheckRun, agent: _ProbedAgent, session_id: str, canc
 
 def _wait_until_busy(agent: _ProbedAgent, prompt_id: Any) -> None:
     """Return once the turn is surely still running: a permission request is held unanswered,
-    or it has gone on for ``_QUIET_WINDOW`` after its first sign of life. Skips the check when
-    the turn ends first."""
+    the agent has been quiet for ``_QUIET_WINDOW`` without ending the turn, or it has kept
+    talking for the whole timeout. Skips the check when the turn ends first."""
     deadline = time.monotonic() + agent.timeout
-    quiet_until = time.monotonic() + _QUIET_WINDOW
-    while not agent.held:
-        now = time.monotonic()
-        if now >= deadline or (now >= quiet_until and agent.updates):
-            return
+    while not agent.held and time.monotonic() < deadline:
         try:
-            message = agent.receive(min(quiet_until, deadline) - now if now < quiet_until else deadline - now)
+            message = agent.receive(_QUIET_WINDOW)
         except TimeoutError:
-            if agent.updates or time.monotonic() >= deadline:
-                return
-            quiet_until = time.monotonic() + _QUIET_WINDOW
-            continue
+            return
         if message is None:
             raise _CheckFailed("ACP-V1-JSONRPC-RESPONSE-REQUIRED", "the agent closed stdout during the turn")
         if "method" not in message and _id_key(message.get("id")) == _id_key(prompt_id):
-            reason = (message.get("result") or {}).get("stopReason") if isinstance(message.get("result"), dict) else None
+            result = message.get("result")
+            reason = result.get("stopReason") if isinstance(result, dict) else None
             raise _CheckSkipped(f"the turn ended (stopReason {reason!r}) before it could be cancelled; "
                                 "give --cancel-prompt a prompt that keeps the agent busy")
-        if message.get("method") == "session/update":
-            quiet_until = time.monotonic() + _QUIET_WINDOW
 
 
 def _check_unadvertised_calls(run: _CheckRun) -> None:

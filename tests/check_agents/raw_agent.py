@@ -4,7 +4,8 @@ Without options it behaves and advertises every agent capability: load (replayin
 conversation), resume, list, close, delete, additional directories, image/audio/embedded prompts,
 logout, an ``agent`` auth method, modes and a select config option. A prompt starting with
 ``wait`` keeps the turn running (five seconds at most) until it is cancelled or its session closed;
-any other prompt is echoed back at once.
+any other prompt is echoed back at once. It announces each new session with an extension
+notification.
 
 With ``--require-auth`` it refuses ``session/new`` (error -32000) until ``authenticate``.
 
@@ -178,6 +179,7 @@ class RawAgent:
             self.write({"jsonrpc": "2.0", "id": request_id, "result": result, "error": {"code": -32603, "message": "oops"}})
             return
         self.result(request_id, result)
+        self.write({"jsonrpc": "2.0", "method": "_raw_agent/session_created", "params": {"sessionId": session_id}})
 
     def known_session(self, request_id, params):
         session_id = params.get("sessionId")
