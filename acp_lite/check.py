@@ -1073,7 +1073,11 @@ def run_checks(options: CheckOptions, on_result: Optional[Callable[[CheckResult]
         for check in _CHECKS:
             if check.name not in names:
                 continue
-            result = _run_check(check, options, os.path.realpath(workdir), discovered, wire_seen)
+            if results and results[0].name == "initialize" and "initialize" not in discovered:
+                # An agent that cannot complete initialize fails every check the same way.
+                result = _skipped_check(check, "the agent did not complete initialize (see the initialize check)")
+            else:
+                result = _run_check(check, options, os.path.realpath(workdir), discovered, wire_seen)
             results.append(result)
             if on_result is not None:
                 on_result(result)
@@ -1084,29 +1088,33 @@ def run_checks(options: CheckOptions, on_result: Optional[Callable[[CheckResult]
 
 def _run_check(check: _Check, options: CheckOptions, workdir: str, discovered: Dict[str, Any],
                wire_seen: Dict[str, int]) -> CheckResult:
+    if check.needs and not _advertised(discovered, *check.needs):
+        where = "session/new returned no" if check.needs[0] == "session" else "the agent does not advertise"
+        return _skipped_check(check, f"{where} {'.'.join(check.needs[1:])}")
     started = time.monotonic()
     run = _CheckRun(options, workdir, discovered)
     stopped_by = "not reached: the check stopped at an earlier failure"
-    if check.needs and not _advertised(discovered, *check.needs):
-        where = "session/new returned no" if check.needs[0] == "session" else "the agent does not advertise"
-        stopped_by = f"{where} {'.'.join(check.needs[1:])}"
-    else:
-        try:
-            check.run(run)
-        except _CheckSkipped as exc:
-            stopped_by = str(exc)
-        except _CheckFailed as exc:
-            run.findings.append(_finding(exc.requirement, FAIL, str(exc)))
-        finally:
-            for agent in run.agents:
-                agent.stop()
-                for requirement, count in agent.wire_seen.items():
-                    wire_seen[requirement] = wire_seen.get(requirement, 0) + count
+    try:
+        check.run(run)
+    except _CheckSkipped as exc:
+        stopped_by = str(exc)
+    except _CheckFailed as exc:
+        run.findings.append(_finding(exc.requirement, FAIL, str(exc)))
+    finally:
+        for agent in run.agents:
+            agent.stop()
+            for requirement, count in agent.wire_seen.items():
+                wire_seen[requirement] = wire_seen.get(requirement, 0) + count
     judged = {finding.requirement for finding in run.findings}
     run.findings.extend(_finding(requirement, SKIP, stopped_by) for requirement in check.requirements
                         if requirement not in judged)
     stderr = "\n".join(agent.process.stderr_tail() for agent in run.agents)
     return CheckResult(check.name, check.summary, run.findings, run.transcript, stderr, time.monotonic() - started)
+
+
+def _skipped_check(check: _Check, why: str) -> CheckResult:
+    findings = [_finding(requirement, SKIP, why) for requirement in check.requirements]
+    return CheckResult(check.name, check.summary, findings, [], "", 0.0)
 
 
 def _wire_findings(results: List[CheckResult], wire_seen: Dict[str, int]) -> List[Finding]:
@@ -1137,7 +1145,11 @@ def _format_finding(finding: Finding) -> str:
 
 
 def format_check_result(result: CheckResult) -> str:
-    """A check's result as text: a header, its findings, and on failure its transcript."""
+    """A check's result as text: a header, its findings, and on failure its transcript; a check
+    skipped as a whole takes one line. Any thread."""
+    reasons = {finding.detail for finding in result.findings if finding.status == SKIP}
+    if len(reasons) == 1 and all(finding.status == SKIP for finding in result.findings):
+        return f"{result.name}: SKIP ({reasons.pop()})"
     lines = [f"{result.name}: {result.summary} ({result.seconds:.2f} s)"]
     lines.extend(_format_finding(finding) for finding in result.findings)
     if any(finding.status == FAIL for finding in result.findings):
@@ -1151,7 +1163,7 @@ def format_check_result(result: CheckResult) -> str:
 
 
 def format_summary(report: CheckReport) -> str:
-    """The wire findings and the totals per requirement."""
+    """The wire findings and the totals per requirement. Any thread."""
     lines = ["wire: every line the agent wrote, in every check"]
     lines.extend(_format_finding(finding) for finding in report.wire)
     statuses = list(report.requirement_status().values())
@@ -1164,7 +1176,7 @@ def format_summary(report: CheckReport) -> str:
 
 
 def report_json(report: CheckReport) -> Dict[str, Any]:
-    """The report as JSON-ready data; failed checks carry their wire transcript."""
+    """The report as JSON-ready data; failed checks carry their wire transcript. Any thread."""
     return {
         "agent": report.agent_command,
         "agentInfo": report.agent_info,
@@ -1197,8 +1209,12 @@ def configure_check_command(parser: argparse.ArgumentParser) -> None:
 
 
 def check_command(args: argparse.Namespace) -> int:
-    """``acp-lite check``: run the probe, print the report; 0 when no MUST-level check failed."""
+    """``acp-lite check``: run the probe, print each check's result as it ends and then the
+    summary; 0 when no MUST-level requirement failed. Main thread (it prints)."""
     options = CheckOptions(list(args.agent_command), args.timeout, args.cancel_prompt, args.auth_method, args.pattern)
+    if not selected_checks(options.pattern):
+        print(f"acp-lite: no check matches -k {options.pattern!r}", file=sys.stderr, flush=True)
+        return 2
     print(f"acp-lite check: {' '.join(options.agent_command)}", flush=True)
     try:
         report = run_checks(options, lambda result: print(format_check_result(result), flush=True))

@@ -185,6 +185,13 @@ def test_a_should_level_failure_alone_exits_0():
 
 
 @pytest.mark.timeout(WAIT)
+def test_a_pattern_that_selects_nothing_is_a_usage_error():
+    status, out, err = run_cli("-k", "no-such-check", "--", *RAW_AGENT)
+    assert status == 2
+    assert "no check matches -k 'no-such-check'" in err
+
+
+@pytest.mark.timeout(WAIT)
 def test_an_agent_that_cannot_start_exits_127():
     status, _, err = run_cli("--", str(REPO / "no-such-agent"))
     assert status == 127
