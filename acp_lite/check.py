@@ -368,8 +368,8 @@ class _ProbedAgent:
             seen.append(message)
 
     def _exit_note(self) -> str:
-        code = self.process.returncode()
-        tail = self.process.stderr_tail().strip().splitlines()[-1:]
+        closed = self.process.closed_error()  # waits a moment for the exit status and last words
+        code, tail = closed.exit_code, closed.stderr_tail.strip().splitlines()[-1:]
         return (f" (exit status {code})" if code is not None else "") + (f"; stderr: {tail[0]}" if tail else "")
 
     # -- what every line is judged for --------------------------------------------------------

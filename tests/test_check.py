@@ -146,6 +146,18 @@ def test_each_defect_is_caught_by_its_check(defect):
     assert report.exit_status == 1
 
 
+@pytest.mark.timeout(30)
+def test_an_agent_that_dies_before_initialize_fails_once_and_the_rest_is_skipped():
+    report = check([sys.executable, "-c", "import sys; sys.stderr.write('no API key\\n'); sys.exit(3)"])
+    first, *rest = report.checks
+    assert first.name == "initialize"
+    failed = [finding for finding in first.findings if finding.status == FAIL]
+    assert [finding.requirement for finding in failed] == ["ACP-V1-JSONRPC-RESPONSE-REQUIRED"]
+    assert "(exit status 3); stderr: no API key" in failed[0].detail
+    assert all(finding.status == SKIP for result in rest for finding in result.findings)
+    assert report.exit_status == 1
+
+
 # -- the command line -------------------------------------------------------------------------------
 def run_cli(*args):
     done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=WAIT, cwd=REPO)
