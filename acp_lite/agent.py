@@ -122,9 +122,9 @@ class PromptTurn:
     def raise_if_cancelled(self) -> None:
         self.context.cancel_token.raise_if_cancelled()
 
-    def send(self, update: Any) -> None:
+    def send(self, update: Any, *, meta: Optional[Dict[str, Any]] = None) -> None:
         """Send one ``session/update`` for this turn's session."""
-        self.client.session_update(self.session_id, update)
+        self.client.session_update(self.session_id, update, meta=meta)
 
     def _track(self, future: Future) -> None:
         # Requests the handler makes to the client during the turn are cancelled with it, so a
@@ -164,8 +164,9 @@ class RemoteClient:
         self._resuming: Set[str] = set()
 
     # -- notifications ------------------------------------------------------------------------
-    def session_update(self, session_id: str, update: Any) -> None:
-        """Send a ``session/update`` notification (see ``acp_lite.updates`` for builders).
+    def session_update(self, session_id: str, update: Any, *, meta: Optional[Dict[str, Any]] = None) -> None:
+        """Send a ``session/update`` notification (see ``acp_lite.updates`` for builders);
+        ``meta`` becomes the notification's ``_meta``.
 
         Refused while the session is being resumed (``session/resume`` must not replay); boolean
         config options are left out unless the client advertised them."""
@@ -173,7 +174,7 @@ class RemoteClient:
             raise UsageError(f"session {session_id!r} is being resumed: session/resume must not replay history")
         if type(update) is ConfigOptionUpdate and not self.accepts_boolean_options():
             update = ConfigOptionUpdate(config_options=self.without_boolean_options(update.config_options), meta=update.meta)
-        self.connection.notify("session/update", SessionNotification(session_id=session_id, update=update))
+        self.connection.notify("session/update", SessionNotification(session_id=session_id, update=update, meta=meta))
 
     def accepts_boolean_options(self) -> bool:
         """True when the client advertised ``session.configOptions.boolean``."""
@@ -195,9 +196,14 @@ class RemoteClient:
 
     # -- requests -----------------------------------------------------------------------------
     def request_permission(
-        self, session_id: str, tool_call: ToolCallUpdate, options: Sequence[PermissionOption]
+        self,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: Sequence[PermissionOption],
+        *,
+        meta: Optional[Dict[str, Any]] = None,
     ) -> RequestPermissionResponse:
-        params = RequestPermissionRequest(session_id=session_id, tool_call=tool_call, options=list(options))
+        params = RequestPermissionRequest(session_id=session_id, tool_call=tool_call, options=list(options), meta=meta)
         return self._call("session/request_permission", params)
 
     def read_text_file(

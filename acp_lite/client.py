@@ -277,11 +277,20 @@ class RemoteAgent:
 
     # -- sessions ---------------------------------------------------------------------------------
     def new_session(
-        self, cwd: str, mcp_servers: Sequence[Any] = (), additional_directories: Optional[Sequence[str]] = None
+        self,
+        cwd: str,
+        mcp_servers: Sequence[Any] = (),
+        additional_directories: Optional[Sequence[str]] = None,
+        *,
+        meta: Optional[Dict[str, Any]] = None,
     ) -> NewSessionResponse:
+        """Create a session rooted at ``cwd``; ``meta`` becomes the request's ``_meta``."""
         self._check_session_setup(cwd, mcp_servers, additional_directories)
         params = NewSessionRequest(
-            cwd=cwd, mcp_servers=list(mcp_servers), additional_directories=_optional_list(additional_directories)
+            cwd=cwd,
+            mcp_servers=list(mcp_servers),
+            additional_directories=_optional_list(additional_directories),
+            meta=meta,
         )
         response = self._call("session/new", params)
         self._remember(response.session_id, cwd, additional_directories)
@@ -379,14 +388,19 @@ class RemoteAgent:
         return self._call("session/set_config_option", params)
 
     # -- prompt turns -----------------------------------------------------------------------------
-    def prompt(self, session_id: str, prompt: Any, timeout: Optional[float] = None) -> PromptResponse:
+    def prompt(
+        self, session_id: str, prompt: Any, timeout: Optional[float] = None, *, meta: Optional[Dict[str, Any]] = None
+    ) -> PromptResponse:
         """Run one turn and return its response; updates stream to ``Client.session_update`` and
-        all of them have been delivered when this returns. ``prompt`` is text or content blocks."""
-        return self.connection.call("session/prompt", self._prompt_request(session_id, prompt), PromptResponse, timeout)
+        all of them have been delivered when this returns. ``prompt`` is text or content blocks;
+        ``meta`` becomes the request's ``_meta`` (trace context, say)."""
+        request = self._prompt_request(session_id, prompt, meta)
+        return self.connection.call("session/prompt", request, PromptResponse, timeout)
 
-    def prompt_future(self, session_id: str, prompt: Any) -> "Future[PromptResponse]":
+    def prompt_future(self, session_id: str, prompt: Any, *, meta: Optional[Dict[str, Any]] = None) -> "Future[PromptResponse]":
         """``prompt`` without blocking: a Future of the response."""
-        return self.connection.call_future("session/prompt", self._prompt_request(session_id, prompt), PromptResponse)
+        request = self._prompt_request(session_id, prompt, meta)
+        return self.connection.call_future("session/prompt", request, PromptResponse)
 
     def cancel(self, session_id: str) -> None:
         """Cancel the session's running turn: send ``session/cancel``, answer its pending
@@ -456,7 +470,7 @@ class RemoteAgent:
         if not known:
             raise UsageError(f"unknown session {session_id!r}: create, load or resume it first")
 
-    def _prompt_request(self, session_id: str, prompt: Any) -> PromptRequest:
+    def _prompt_request(self, session_id: str, prompt: Any, meta: Optional[Dict[str, Any]]) -> PromptRequest:
         self._require_session(session_id)
         if isinstance(prompt, str):
             blocks = [text_block(prompt)]
@@ -470,7 +484,7 @@ class RemoteAgent:
             needed = _CONTENT_CAPABILITY.get(kind)
             if needed is None or not (prompt_caps and getattr(prompt_caps, needed)):
                 raise CapabilityError(f"the agent's prompt capabilities do not allow {kind!r} content")
-        return PromptRequest(session_id=session_id, prompt=blocks)
+        return PromptRequest(session_id=session_id, prompt=blocks, meta=meta)
 
     def _wrappers(self) -> Dict[str, Any]:
         wrappers: Dict[str, Any] = {}

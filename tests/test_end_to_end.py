@@ -143,3 +143,34 @@ def test_the_same_lifecycle_over_a_tcp_socket():
         assert editor.texts == ["0", "1", "2", "3", "4"]
     finally:
         _close(served, remote)
+
+
+@pytest.mark.req("ACP-V1-EXT-META-NO-ASSUMPTIONS")
+def test_meta_given_to_the_high_level_calls_reaches_the_other_side():
+    seen = {}
+
+    class MetaAgent(Worker):
+        def new_session(self, params):
+            seen["new"] = params.meta
+            return super().new_session(params)
+
+        def prompt(self, params, turn):
+            seen["prompt"] = params.meta
+            turn.send(updates.text_chunk("x"), meta={"traceparent": "00-ab-cd-01"})
+            return "end_turn"
+
+    class MetaEditor(Editor):
+        def session_update(self, params):
+            seen["update"] = params.meta
+
+    agent_end, client_end = memory_pair()
+    served = serve(MetaAgent(), agent_end)
+    remote = RemoteAgent.connect(client_end, MetaEditor())
+    try:
+        remote.initialize()
+        session = remote.new_session("/w", meta={"vendor.origin": "test"}).session_id
+        remote.prompt(session, "go", meta={"tracestate": "k=v"})
+    finally:
+        remote.close()
+        served.connection.close()
+    assert seen == {"new": {"vendor.origin": "test"}, "prompt": {"tracestate": "k=v"}, "update": {"traceparent": "00-ab-cd-01"}}
