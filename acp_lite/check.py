@@ -499,7 +499,7 @@ class _ProbedAgent:
             raise _CheckSkipped("the agent requires authentication (error -32000): pass --auth-method ID")
         result = _result_or_fail(response, "ACP-V1-INIT-SESSION-BASELINE", "session/new")
         if not isinstance(result.get("sessionId"), str):
-            raise _CheckFailed("ACP-V1-SETUP-NEW-SESSION-ID", f"session/new answered no sessionId: {result!r}")
+            raise _CheckFailed("ACP-V1-SETUP-NEW-SESSION-ID", f"session/new answered no sessionId: {json.dumps(result)}")
         return result
 
     def open_session(self, cwd: str, **extra: Any) -> str:
@@ -586,9 +586,6 @@ class _CheckRun:
         self.findings.append(_finding(requirement, PASS if ok else FAIL, passed if ok else failed))
         return ok
 
-    def skip(self, requirement: str, why: str) -> None:
-        self.findings.append(_finding(requirement, SKIP, why))
-
     def directory(self, name: str) -> str:
         path = os.path.join(self.workdir, name)
         os.makedirs(path, exist_ok=True)
@@ -601,7 +598,7 @@ def _check_initialize(run: _CheckRun) -> None:
     run.discovered["initialize"] = result
     run.judge("ACP-V1-INIT-AGENT-RESPONSE", "protocolVersion" in result,
               "the response names a protocol version and the agent's capabilities",
-              f"the response has no protocolVersion: {result!r}")
+              f"the response has no protocolVersion: {json.dumps(result)}")
     run.judge("ACP-V1-INIT-AGENT-SAME-VERSION", result.get("protocolVersion") == 1,
               "asked for 1, answered 1", f"asked for 1, answered {result.get('protocolVersion')!r}")
     info = result.get("agentInfo")
@@ -643,7 +640,7 @@ def _check_notifications(run: _CheckRun) -> None:
               f"replied to a notification: {json.dumps(replies[0]) if replies else ''}")
     _, response = agent.call("session/new", {"cwd": run.directory("notifications"), "mcpServers": []})
     run.judge("ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS", "result" in response,
-              "still answers session/new after an unknown notification", f"session/new then failed: {response!r}")
+              "still answers session/new after an unknown notification", f"session/new then failed: {json.dumps(response)}")
 
 
 def _check_unknown_methods(run: _CheckRun) -> None:
@@ -665,7 +662,7 @@ def _check_unknown_methods(run: _CheckRun) -> None:
     _, response = agent.call("session/new", {"cwd": run.directory("after-errors"), "mcpServers": []})
     run.judge("ACP-V1-JSONRPC-RESPONSE-REQUIRED", "result" in response,
               "session/new still works after unknown methods and a prompt for an unknown session",
-              f"session/new failed after the errors: {response!r}")
+              f"session/new failed after the errors: {json.dumps(response)}")
 
 
 def _check_new_session(run: _CheckRun) -> None:
@@ -685,9 +682,12 @@ def _check_prompt(run: _CheckRun) -> None:
     session_id = agent.open_session(run.directory("prompt"))
     _, response = agent.prompt(session_id, _text("Say hello."))
     _judge_turn_end(run, response, "a text prompt")
-    run.judge("ACP-V1-CONTENT-TEXT-SUPPORT", "result" in response, "a text prompt ran", "")
+    run.judge("ACP-V1-CONTENT-TEXT-SUPPORT", "result" in response, "a text prompt ran", "a text prompt failed")
     _judge_update_sessions(run, agent, session_id)
-    link = [{"type": "resource_link", "uri": "file://" + run.directory("prompt") + "/notes.txt", "name": "notes.txt"}]
+    notes = os.path.join(run.directory("prompt"), "notes.txt")
+    with open(notes, "w", encoding="utf-8") as out:
+        out.write("Buy milk.\n")
+    link = [{"type": "resource_link", "uri": "file://" + notes, "name": "notes.txt"}]
     _, response = agent.prompt(session_id, _text("What is in this file?") + link)
     run.judge("ACP-V1-INIT-PROMPT-BASELINE", "result" in response, "a prompt with a resource_link ran",
               f"a prompt with a resource_link failed: {json.dumps(response.get('error'))}")
