@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
-from acp_harness import WAIT, RawPeer, background, client_with_raw_agent, initialized
+from acp_harness import RawPeer, background, client_with_raw_agent, initialized
 
 from acp_lite.agent import Agent, serve
 from acp_lite.client import RemoteAgent
@@ -25,6 +25,9 @@ from acp_lite.workspace import WorkspaceClient
 
 pytestmark = pytest.mark.timeout(30)
 
+# Answers that wait for a child process get longer than the harness's WAIT: on a loaded machine
+# starting Python alone can take seconds. A hang still fails, within the test's timeout.
+PATIENCE = 20.0
 SESSION = "sess_1"
 NOT_FOUND = -32002
 INVALID_PARAMS = -32602
@@ -53,15 +56,15 @@ class Editor:
             pending = background(self.remote.new_session, str(cwd), additional_directories=additional)
         else:
             pending = background(self.remote.resume_session, session_id, str(cwd), additional_directories=additional)
-        request = self.raw.recv()
+        request = self.raw.recv(PATIENCE)
         assert request["method"] == f"session/{method}"
         result = {"sessionId": session_id} if method == "new" else {}
         self.raw.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
-        pending.result(WAIT)
+        pending.result(PATIENCE)
 
     def call(self, method: str, **params: Any) -> Dict[str, Any]:
         params.setdefault("sessionId", SESSION)
-        return self.raw.call(method, params)
+        return self.raw.call(method, params, timeout=PATIENCE)
 
     def result(self, method: str, **params: Any) -> Any:
         response = self.call(method, **params)
@@ -86,6 +89,7 @@ class Editor:
             output = self.result("terminal/output", terminalId=terminal_id)
             if text in output["output"]:
                 return output
+            time.sleep(0.01)  # leave the CPU to the command being waited for
 
 
 @contextlib.contextmanager
@@ -362,7 +366,7 @@ def test_concurrent_readers_see_the_old_or_the_new_content_never_a_mix(editor):
     for n in range(40):
         editor.raw.request("fs/write_text_file", {"sessionId": SESSION, "path": path, "content": versions[n % 2]})
         reads.append(editor.raw.request("fs/read_text_file", {"sessionId": SESSION, "path": path}))
-    answers = {message["id"]: message for message in (editor.raw.recv() for _ in range(80))}
+    answers = {message["id"]: message for message in (editor.raw.recv(PATIENCE) for _ in range(80))}
     assert all("result" in answer for answer in answers.values()), answers
     assert {answers[id]["result"]["content"] for id in reads} <= set(versions)
     assert sorted(os.listdir(editor.root)) == ["data.txt", "src"]  # no temporary file left behind
@@ -431,7 +435,7 @@ def test_output_has_an_exit_status_only_once_the_command_exited_and_wait_blocks_
     editor.raw.expect_silence(0.3)
     with open(gate, "w") as writer:
         writer.write("go")
-    assert editor.raw.recv() == {"jsonrpc": "2.0", "id": wait_id, "result": {"exitCode": 3}}
+    assert editor.raw.recv(PATIENCE) == {"jsonrpc": "2.0", "id": wait_id, "result": {"exitCode": 3}}
     # Everything printed before the exit is there as soon as the exit is known.
     assert editor.result("terminal/output", terminalId=terminal) == {
         "output": "waiting\ndone\n",
@@ -524,7 +528,7 @@ def test_a_wait_pending_when_the_terminal_is_released_gets_the_exit_status(edito
     terminal = editor.run("import time; time.sleep(60)")
     wait_id = editor.raw.request("terminal/wait_for_exit", {"sessionId": SESSION, "terminalId": terminal})
     release_id = editor.raw.request("terminal/release", {"sessionId": SESSION, "terminalId": terminal})
-    answers = {message["id"]: message for message in (editor.raw.recv(), editor.raw.recv())}
+    answers = {message["id"]: message for message in (editor.raw.recv(PATIENCE), editor.raw.recv(PATIENCE))}
     assert answers[wait_id]["result"] == {"signal": "SIGKILL"}
     assert answers[release_id]["result"] == {}
 
@@ -533,7 +537,7 @@ def test_a_cancelled_wait_answers_request_cancelled_and_the_terminal_goes_on(edi
     terminal = editor.run("import time; print('up', flush=True); time.sleep(60)")
     wait_id = editor.raw.request("terminal/wait_for_exit", {"sessionId": SESSION, "terminalId": terminal})
     editor.raw.notify("$/cancel_request", {"requestId": wait_id})
-    assert editor.raw.recv()["error"]["code"] == -32800
+    assert editor.raw.recv(PATIENCE)["error"]["code"] == -32800
     assert editor.output_containing(terminal, "up\n")["output"] == "up\n"
     editor.result("terminal/release", terminalId=terminal)
 
@@ -577,7 +581,7 @@ def test_a_pending_wait_leaves_the_host_thread_free(root, tmp_path):
     theirs_read, ours_write = os.pipe()
     raw = RawPeer(theirs_read, theirs_write)
     workspace = RecordingWorkspace()
-    remote = RemoteAgent.connect(Transport(ours_read, ours_write, name="host-editor"), workspace, delivery=ready.result(WAIT))
+    remote = RemoteAgent.connect(Transport(ours_read, ours_write, name="host-editor"), workspace, delivery=ready.result(PATIENCE))
     try:
         initialized(remote, raw)
         editor = Editor(remote, raw, workspace, root)
@@ -590,7 +594,7 @@ def test_a_pending_wait_leaves_the_host_thread_free(root, tmp_path):
         assert editor.result("fs/read_text_file", path=str(root / "a.txt")) == {"content": "still answering"}
         with open(gate, "w") as writer:
             writer.write("go")
-        assert raw.recv() == {"jsonrpc": "2.0", "id": wait_id, "result": {"exitCode": 0}}
+        assert raw.recv(PATIENCE) == {"jsonrpc": "2.0", "id": wait_id, "result": {"exitCode": 0}}
         editor.result("terminal/release", terminalId=terminal)
     finally:
         raw.close_writing()
@@ -599,7 +603,7 @@ def test_a_pending_wait_leaves_the_host_thread_free(root, tmp_path):
         workspace.close()
         stop.set()
         work.set()
-        host.join(WAIT)
+        host.join(PATIENCE)
 
 
 # -- the whole stack ----------------------------------------------------------------------------------
@@ -637,7 +641,7 @@ def test_an_agents_tools_use_the_workspace_from_a_prompt_handler(root):
     try:
         remote.initialize()
         session = remote.new_session(str(root))
-        assert remote.prompt(session.session_id, "go", timeout=WAIT).stop_reason == "end_turn"
+        assert remote.prompt(session.session_id, "go", timeout=PATIENCE).stop_reason == "end_turn"
     finally:
         remote.close()
         handle.connection.close()
