@@ -538,6 +538,18 @@ def _union_decoder(envelopes: Tuple[type, ...]) -> msgspec.json.Decoder:
     return strict_decoder(Union[envelopes + (_Unmatchable,)])  # type: ignore[valid-type]
 
 
+def _fast_decodable(frame: Any) -> bool:
+    """False for a line with invalid UTF-8, which the typed decoders must leave to the general
+    path: msgspec checks the UTF-8 of the values it decodes, not of the fields it skips."""
+    if type(frame) is not bytes or frame.isascii():
+        return True
+    try:
+        frame.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _valid_id(value: Any) -> bool:
     return value is None or type(value) in (int, str, float)
 
@@ -978,7 +990,7 @@ class Connection:
         solo_decode, solo_handler = fast.solos.get(self._last_notification, _NO_SOLO)
         items: List[Callback] = []
         for frame in frames:
-            if solo_decode is not None:
+            if solo_decode is not None and _fast_decodable(frame):
                 try:
                     params = solo_decode(frame).params
                 except Exception:  # not this method, not valid, or an oversized-frame report
@@ -1001,6 +1013,9 @@ class Connection:
         assert fast is not None
         decode_envelope, handlers, requests = fast.decoder.decode, fast.handlers, fast.requests
         for frame in frames:
+            if not _fast_decodable(frame):
+                self._route_slowly(frame, items)
+                continue
             try:
                 envelope = decode_envelope(frame)
             except Exception:  # anything unusual: the general path sorts it out
@@ -1041,7 +1056,7 @@ class Connection:
         except msgspec.ValidationError:
             self._reject(None, "not a JSON-RPC message", None)
             return
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested deeper than the stack allows
             self._on_undecodable(frame, exc)
             return
         if isinstance(message, list):
