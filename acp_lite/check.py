@@ -173,6 +173,8 @@ _QUIET_WINDOW = 0.3
 # A turn that ends without `cancelled` this long after the cancel ignored it; sooner, it may
 # have finished before the cancel arrived, and the probe cannot tell.
 _IGNORED_CANCEL_AFTER = 1.0
+# How long a stopped agent gets between each rung of the stop ladder (stdin closed, SIGTERM, SIGKILL).
+_STOP_GRACE = 1.0
 _DEFAULT_CANCEL_PROMPT = "Take your time: look through every file in the working directory and describe each one."
 _TRANSCRIPT_LIMIT = 400  # characters of one transcript line in the text report
 
@@ -269,7 +271,7 @@ class _ProbedAgent:
     def stop(self) -> None:
         """End the agent (stdin closed, then the process.stop ladder) and the reader thread, which
         sees end-of-file once the agent's process group is gone."""
-        self.process.stop(timeout=min(2.0, self.timeout))
+        self.process.stop(timeout=_STOP_GRACE)
         self._reader.join(self.timeout)
 
     # -- sending ------------------------------------------------------------------------------
