@@ -402,14 +402,15 @@ class _Terminal:
         os.write(self._wake_write, b"x")
         for thread in self._threads:
             thread.join(_KILL_WAIT_SECONDS)
-        if self._exited.is_set():
-            self._process.wait()  # reaps it now; an exit not seen means SIGKILL did not take
         final = self.output()
         with self._lock:
-            # A command stuck in the kernel keeps the exit thread alive; _pump checks this flag
-            # so that thread never reads a descriptor closed here.
+            # If the kill has not taken yet (a starved or stuck process), the exit thread lives
+            # on: it then reaps the command itself, and _pump never reads the pipe closed here.
             self._closed = True
+            exited = self._status is not None
             self._pipe.close()
+        if exited:
+            self._process.wait()  # reaps it
         os.close(self._wake_read)
         os.close(self._wake_write)
         return final
@@ -432,7 +433,10 @@ class _Terminal:
             self._pump(_READS_AFTER_EXIT)
             self._status = status
             waiters, self._waiters = self._waiters, []
+            closed = self._closed
         self._exited.set()
+        if closed:  # close() could not wait for this exit any longer
+            self._process.wait()
         response = _exit_response(status)
         for future in waiters:
             if future.set_running_or_notify_cancel():  # False once the agent cancelled its wait

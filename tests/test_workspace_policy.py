@@ -281,3 +281,13 @@ def test_close_kills_and_reaps_every_terminal_and_returns_their_final_output(tmp
     with pytest.raises(ResourceNotFound):
         manager.output("s1", first)
     assert manager.close() == []
+
+
+def test_a_command_that_outlives_the_kill_wait_is_reaped_when_it_finally_exits(tmp_path, monkeypatch):
+    # As if SIGKILL took longer than close() waits (a starved or stuck process): close() returns
+    # at once, and the exit thread reaps the command later; no_leaks checks nothing is left.
+    monkeypatch.setattr(workspace, "_KILL_WAIT_SECONDS", 0)
+    manager = TerminalManager()
+    manager.create("s", _python("import time; time.sleep(60)"), dict(os.environ), str(tmp_path), None)
+    [(_, _, final)] = manager.close()
+    assert final.output == ""
