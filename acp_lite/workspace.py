@@ -4,7 +4,20 @@ An editor can use ``WorkspaceClient`` as it is (adding ``session_update`` and
 ``request_permission``) or subclass it, e.g. to serve reads from unsaved buffers. It offers
 ``fs.readTextFile``, ``fs.writeTextFile`` and ``terminal``, and keeps every request inside the
 session's root set, which ``RemoteAgent`` reports through ``on_session`` (``cwd`` plus
-``additionalDirectories``; a later load or resume replaces it).
+``additionalDirectories``; a later load or resume replaces it)::
+
+    class Editor(WorkspaceClient):
+        def session_update(self, params): ...
+        def request_permission(self, params): ...
+
+    editor = Editor()
+    try:
+        with RemoteAgent.spawn(["my-agent"], editor) as agent:
+            agent.initialize()
+            session = agent.new_session("/home/me/project")
+            agent.prompt(session.session_id, "Fix the failing test")
+    finally:
+        editor.close()  # kills whatever terminals the agent left running
 
 Rules this module keeps:
 
