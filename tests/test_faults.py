@@ -1,0 +1,364 @@
+"""Faults: a peer that dies, goes half-deaf or mute, never answers; handlers and callbacks that
+raise, block or call back; many thousands of calls in flight at once.
+
+The misbehaving agents are small inline Python scripts run as real subprocesses: they speak raw
+JSON lines, so each fault happens exactly where the test wants it. Whatever the fault, pending
+calls settle with a precise error, the reader and writer never wait for each other, and
+``close()`` returns; the autouse fixture then checks that no thread, descriptor or child is left.
+"""
+import logging
+import random
+import sys
+import textwrap
+import threading
+from concurrent.futures import Future
+from typing import Any, List
+
+import pytest
+
+from acp_harness import WAIT, agent_with_raw_client, background, client_with_raw_agent, initialized
+from acp_lite import updates
+from acp_lite.agent import Agent, serve
+from acp_lite.client import Client, RemoteAgent
+from acp_lite.errors import CallTimeout, ConnectionClosed, ResourceNotFound
+from acp_lite.wire import memory_pair
+
+pytestmark = pytest.mark.timeout(30)
+
+# A raw agent: answers initialize, session/new and _acme/echo; its behaviour on session/prompt,
+# and what it does right after initialize, is chosen by its first argument.
+RAW_AGENT = textwrap.dedent(
+    r"""
+    import json, os, sys, time
+
+    behaviour = sys.argv[1]
+    out = sys.stdout.buffer
+
+    def send(message):
+        out.write(json.dumps(message).encode() + b"\n")
+        out.flush()
+
+    def update(text):
+        send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s",
+              "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}})
+
+    slow = []
+    while True:
+        line = sys.stdin.buffer.readline()
+        if not line:
+            break
+        message = json.loads(line)
+        method, id = message.get("method"), message.get("id")
+        if method == "initialize":
+            send({"jsonrpc": "2.0", "id": id, "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+            if behaviour == "stop-reading":
+                for i in range(50):
+                    send({"jsonrpc": "2.0", "method": "_acme/tick", "params": {"i": i}})
+                    time.sleep(0.002)
+                time.sleep(3600)  # never reads again: our writes fill its stdin pipe
+        elif method == "session/new":
+            send({"jsonrpc": "2.0", "id": id, "result": {"sessionId": "s"}})
+        elif method == "_acme/echo":
+            send({"jsonrpc": "2.0", "id": id, "result": message["params"]})
+        elif method == "_acme/slow":
+            slow.append(id)  # never answered in time
+        elif method == "$/cancel_request" and message["params"]["requestId"] in slow:
+            # Too late: the caller gave up, this answer must be dropped.
+            send({"jsonrpc": "2.0", "id": message["params"]["requestId"], "result": {"late": True}})
+        elif method == "session/prompt":
+            for i in range(3):
+                update(str(i))
+            if behaviour == "exit-mid-line":
+                out.write(b'{"jsonrpc":"2.0","method":"session/upd')
+                out.flush()
+                sys.stderr.write("dying in the middle of a line\n")
+                sys.stderr.flush()
+                os._exit(3)
+            if behaviour == "close-stdout":
+                out.close()
+                os.close(1)
+                sys.stderr.write("stdout closed, still reading\n")
+                sys.stderr.flush()
+    """
+)
+
+
+class Recorder(Client):
+    def __init__(self):
+        self.texts: List[str] = []
+        self.ticks: List[int] = []
+
+    def session_update(self, params):
+        self.texts.append(params.update.content.text)
+
+    def ext_notification(self, method, params):
+        self.ticks.append(params["i"])
+
+
+def spawn(behaviour: str, client: Any = None) -> RemoteAgent:
+    remote = RemoteAgent.spawn([sys.executable, "-c", RAW_AGENT, behaviour], client or Recorder())
+    remote.initialize(timeout=WAIT)
+    return remote
+
+
+# -- the peer process misbehaves --------------------------------------------------------------------
+def test_an_agent_exiting_in_the_middle_of_a_line_fails_every_pending_call_with_its_exit_code_and_stderr():
+    editor = Recorder()
+    remote = spawn("exit-mid-line", editor)
+    try:
+        session = remote.new_session("/w").session_id
+        slow = background(remote.ext_method, "_acme/slow", {})
+        with pytest.raises(ConnectionClosed) as caught:
+            remote.prompt(session, "go", timeout=WAIT)
+        for error in (caught.value, slow.exception(WAIT)):
+            assert isinstance(error, ConnectionClosed)
+            assert error.exit_code == 3 and "dying in the middle of a line" in error.stderr_tail
+        # Everything before the cut arrived, in order; the cut line is one parse error, no more.
+        assert editor.texts == ["0", "1", "2"]
+        assert remote.connection.stats.parse_errors == 1
+        with pytest.raises(ConnectionClosed):
+            remote.ext_method("_acme/echo", {}, timeout=WAIT)
+    finally:
+        remote.close()
+    assert remote.process.returncode() == 3
+
+
+def test_an_agent_closing_its_stdout_but_running_on_ends_the_connection_and_close_still_returns():
+    editor = Recorder()
+    remote = spawn("close-stdout", editor)
+    try:
+        session = remote.new_session("/w").session_id
+        with pytest.raises(ConnectionClosed) as caught:
+            remote.prompt(session, "go", timeout=WAIT)
+        # No exit code: the agent still runs (it only closed its stdout).
+        assert caught.value.exit_code is None and "stdout closed, still reading" in caught.value.stderr_tail
+        assert remote.process.returncode() is None
+        assert editor.texts == ["0", "1", "2"]
+    finally:
+        remote.close()  # closes its stdin: it reads end-of-file and exits on its own
+    assert remote.process.returncode() == 0
+
+
+def test_an_agent_that_stops_reading_blocks_only_our_writers_and_close_still_returns():
+    editor = Recorder()
+    remote = spawn("stop-reading", editor)
+    chunk = {"data": "x" * (1 << 20)}
+
+    def flood() -> int:
+        sent = 0
+        while True:  # ends with ConnectionClosed once close() gives up on the full pipe
+            remote.ext_notification("_acme/flood", chunk)
+            sent += 1
+
+    try:
+        writer = background(flood)
+        # The writer is stuck on the full pipe, yet the reader delivers everything the agent says.
+        for _ in range(int(WAIT / 0.01)):
+            if len(editor.ticks) == 50:
+                break
+            threading.Event().wait(0.01)
+        assert editor.ticks == list(range(50))
+        assert not writer.done()
+    finally:
+        remote.close(timeout=1.0)  # flush gives up after 1 s; stop() then ends the agent
+    assert isinstance(writer.exception(WAIT), ConnectionClosed)
+    assert remote.process.returncode() is not None
+
+
+@pytest.mark.req("ACP-V1-CANCEL-REQUEST-MUST-RESPOND", "ACP-V1-CANCEL-CALLER-MAY-WAIT")
+def test_a_call_the_agent_never_answers_times_out_and_the_late_answer_is_dropped():
+    remote = spawn("never-answer")
+    try:
+        with pytest.raises(CallTimeout):
+            remote.ext_method("_acme/slow", {}, timeout=0.2)
+        # The agent saw $/cancel_request and answered late; that answer went nowhere, and the
+        # next call gets its own answer.
+        assert remote.ext_method("_acme/echo", {"n": 1}, timeout=WAIT) == {"n": 1}
+        assert remote.connection.stats.dropped_responses == 1
+    finally:
+        remote.close()
+
+
+# -- handlers misbehave (agent side, raw editor) ------------------------------------------------------
+class Misbehaving(Agent):
+    def __init__(self):
+        self.release = threading.Event()
+
+    def new_session(self, params):
+        return {"sessionId": params.cwd}
+
+    def prompt(self, params, turn):
+        text = params.prompt[0].text
+        if text == "block":
+            turn.wait_cancelled()  # until session/cancel or $/cancel_request
+            return "cancelled"
+        if text == "raise":
+            turn.send(updates.text_chunk("before the failure"))
+            raise RuntimeError("secret detail")
+        if text == "read":
+            content = self.client.read_text_file(turn.session_id, "/w/a.py").content
+            turn.send(updates.text_chunk(content))
+        return "end_turn"
+
+    def ext_method(self, method, params):
+        if method == "_acme/missing":
+            raise ResourceNotFound("no such thing", data={"uri": "file:///nope"})
+        return params
+
+
+INIT_WITH_FS = {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}}}
+
+
+def _prompt(raw, session, text):
+    return raw.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]})
+
+
+def test_a_raising_handler_answers_once_after_its_updates_and_the_next_request_works():
+    with agent_with_raw_client(Misbehaving()) as (_, raw):
+        turn = _prompt(raw, "/a", "raise")
+        before, response = raw.recv_until_response(turn)
+        assert [m["params"]["update"]["content"]["text"] for m in before] == ["before the failure"]
+        assert response == {"jsonrpc": "2.0", "id": turn, "error": {"code": -32603, "message": "Internal error"}}
+        missing = raw.call("_acme/missing", {})
+        assert missing["error"] == {"code": -32002, "message": "no such thing", "data": {"uri": "file:///nope"}}
+        assert raw.call("_acme/echo", {"ok": 1})["result"] == {"ok": 1}
+
+
+@pytest.mark.req(
+    "ACP-V1-CANCEL-REQUEST-MUST-RESPOND",
+    "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
+    "ACP-V1-PROMPT-CLIENT-CANCEL-MAY",
+)
+def test_blocked_handlers_are_cancelled_one_by_one_while_the_connection_keeps_answering():
+    with agent_with_raw_client(Misbehaving()) as (client, raw):
+        turns = {session: _prompt(raw, session, "block") for session in ("/a", "/b", "/c")}
+        for i in range(20):  # three workers are blocked; everything else still flows
+            assert raw.call("_acme/echo", {"i": i})["result"] == {"i": i}
+        raw.notify("$/cancel_request", {"requestId": turns["/a"]})
+        assert raw.recv() == {"jsonrpc": "2.0", "id": turns["/a"], "result": {"stopReason": "cancelled"}}
+        raw.notify("session/cancel", {"sessionId": "/b"})
+        assert raw.recv() == {"jsonrpc": "2.0", "id": turns["/b"], "result": {"stopReason": "cancelled"}}
+        raw.expect_silence()  # /c runs on
+        assert raw.call("_acme/echo", {"after": True})["result"] == {"after": True}
+        # Closing the connection cancels the last one; its answer is the last thing written.
+        client.connection.close()
+        assert raw.recv() == {"jsonrpc": "2.0", "id": turns["/c"], "result": {"stopReason": "cancelled"}}
+        assert raw.recv_line() is None
+
+
+@pytest.mark.req("ACP-V1-PROMPT-TOOLS-MAY-USE-CLIENT-CAPABILITIES")
+def test_a_handler_calling_back_waits_without_holding_up_the_connection():
+    with agent_with_raw_client(Misbehaving(), INIT_WITH_FS) as (_, raw):
+        turn = _prompt(raw, "/a", "read")
+        read = raw.recv()
+        assert read["method"] == "fs/read_text_file" and read["params"] == {"sessionId": "/a", "path": "/w/a.py"}
+        # The handler waits for our answer; meanwhile the agent still answers us.
+        assert raw.call("_acme/echo", {"while": "waiting"})["result"] == {"while": "waiting"}
+        raw.send({"jsonrpc": "2.0", "id": read["id"], "result": {"content": "print(1)"}})
+        before, response = raw.recv_until_response(turn)
+        assert [m["params"]["update"]["content"]["text"] for m in before] == ["print(1)"]
+        assert response == {"jsonrpc": "2.0", "id": turn, "result": {"stopReason": "end_turn"}}
+
+
+# -- callbacks misbehave (client side, raw agent) -----------------------------------------------------
+def test_a_session_update_callback_that_raises_is_logged_and_the_stream_goes_on_in_order(caplog):
+    class Flaky(Client):
+        def __init__(self):
+            self.seen: List[int] = []
+
+        def session_update(self, params):
+            n = int(params.update.content.text)
+            self.seen.append(n)
+            if n % 3 == 0:
+                raise RuntimeError(f"callback failed on {n}")
+
+        def read_text_file(self, params):
+            raise OSError("disk on fire")
+
+    editor = Flaky()
+    with client_with_raw_agent(editor) as (remote, raw):
+        initialized(remote, raw)
+        pending = background(remote.new_session, "/w")
+        request = raw.recv()
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"sessionId": "s"}})
+        session = pending.result(WAIT).session_id
+        with caplog.at_level(logging.ERROR):
+            turn = remote.prompt_future(session, "go")
+            prompt = raw.recv()
+            for n in range(100):
+                raw.notify("session/update", {"sessionId": "s", "update": updates_text(str(n))})
+            raw.send({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}})
+            assert turn.result(WAIT).stop_reason == "end_turn"
+        assert editor.seen == list(range(100))
+        failures = [r for r in caplog.records if r.exc_info and "callback failed" in str(r.exc_info[1])]
+        assert len(failures) == 34
+        # A request handler raising a foreign exception answers -32603 and the client goes on.
+        raw.send({"jsonrpc": "2.0", "id": 9, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": "/w/a"}})
+        assert raw.recv() == {"jsonrpc": "2.0", "id": 9, "error": {"code": -32603, "message": "Internal error"}}
+        pending = background(remote.ext_method, "_acme/echo", {"n": 1})
+        request = raw.recv()
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"n": 1}})
+        assert pending.result(WAIT) == {"n": 1}
+
+
+def updates_text(text: str) -> Any:
+    return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+
+
+# -- load ------------------------------------------------------------------------------------------------
+CALLS = 10_000
+THREADS = 16
+
+
+class ShuffledAnswers(Agent):
+    """Holds every extension call until CALLS are pending at once, then answers them all in a
+    random order, from another thread."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.held: List[Any] = []
+        self.answering: "Future[None]" = Future()
+
+    def ext_method(self, method, params):
+        future: Future = Future()
+        with self.lock:
+            self.held.append((future, params))
+            complete = len(self.held) == CALLS
+        if complete:
+            self.answering = background(self._answer_all)
+        return future
+
+    def _answer_all(self) -> None:
+        random.Random(7).shuffle(self.held)
+        for future, params in self.held:
+            future.set_result({"echo": params})
+
+
+def test_ten_thousand_calls_pending_at_once_from_sixteen_threads_each_get_their_own_answer():
+    agent_end, client_end = memory_pair()
+    agent = ShuffledAnswers()
+    served = serve(agent, agent_end)
+    remote = RemoteAgent.connect(client_end)
+    try:
+        futures: List[List[Any]] = [[] for _ in range(THREADS)]
+
+        def issue(t: int) -> None:
+            for i in range(t, CALLS, THREADS):
+                futures[t].append((i, remote.connection.call_future("_acme/echo", {"t": t, "i": i})))
+
+        callers = [threading.Thread(target=issue, args=(t,), name=f"caller-{t}") for t in range(THREADS)]
+        for thread in callers:
+            thread.start()
+        for thread in callers:
+            thread.join(WAIT)
+        answered = 0
+        for t, issued in enumerate(futures):
+            for i, future in issued:
+                assert future.result(WAIT) == {"echo": {"t": t, "i": i}}
+                answered += 1
+        assert answered == CALLS
+        agent.answering.result(WAIT)
+        assert remote.connection.stats.dropped_responses == 0
+    finally:
+        remote.close()
+        served.connection.close()
