@@ -1138,7 +1138,7 @@ def _wire_findings(results: List[CheckResult], wire_seen: Dict[str, int]) -> Lis
         elif requirement == "ACP-V1-CONFIG-NO-BOOLEAN-WITHOUT-CAPABILITY":
             findings.append(_finding(requirement, SKIP, "the agent sent no configOptions"))
         else:
-            findings.append(_finding(requirement, SKIP, "no message of the agent's exercised it"))
+            findings.append(_finding(requirement, SKIP, "none of the agent's messages exercised it"))
     return findings
 
 
@@ -1207,7 +1207,8 @@ def configure_check_command(parser: argparse.ArgumentParser) -> None:
                         help="authenticate with this method after initialize (and exercise authenticate/logout)")
     parser.add_argument("--json", metavar="FILE", help="write the full report, with the transcript of each failure, here")
     parser.add_argument("-k", metavar="PATTERN", dest="pattern",
-                        help="run only the checks whose name or a requirement id matches")
+                        help="run only the checks whose name or a requirement id contains PATTERN "
+                             "(or matches it as a shell pattern, e.g. 'ACP-V1-SETUP-*')")
 
 
 def check_command(args: argparse.Namespace) -> int:
@@ -1223,6 +1224,8 @@ def check_command(args: argparse.Namespace) -> int:
     except ConnectionClosed as exc:
         print(f"acp-lite: {exc}", file=sys.stderr, flush=True)
         return 127
+    except KeyboardInterrupt:  # the running check has stopped its agents on the way out
+        return 130
     print(format_summary(report), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:

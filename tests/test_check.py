@@ -8,8 +8,10 @@ command line to pin the exit statuses and the JSON report.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -218,6 +220,19 @@ def test_a_pattern_that_selects_nothing_is_a_usage_error():
     status, out, err = run_cli("-k", "no-such-check", "--", *RAW_AGENT)
     assert status == 2
     assert "no check matches -k 'no-such-check'" in err
+
+
+@pytest.mark.timeout(WAIT)
+def test_ctrl_c_stops_the_run_with_status_130():
+    command = [*CLI, "--timeout", "30", "-k", "stdin-eof", "--", *RAW_AGENT, "--defect", "ignores-stdin-eof"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO) as proc:
+        try:
+            assert proc.stdout.readline().startswith(b"acp-lite check: ")
+            time.sleep(0.5)  # into the check's wait for the agent to exit (it never does)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=WAIT) == 130
+        finally:
+            proc.kill()
 
 
 @pytest.mark.timeout(WAIT)
