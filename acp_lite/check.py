@@ -39,10 +39,11 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple, get_args
 
-from .errors import ConnectionClosed
+from .errors import AUTH_REQUIRED, METHOD_NOT_FOUND, ConnectionClosed
 from .process import AgentProcess
+from .schema import StopReason
 from .wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker, _advertised
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -163,9 +164,7 @@ _WIRE_REQUIREMENTS = (
 )
 
 _CLIENT_INFO = {"name": "acp-lite-check", "title": "acp-lite check", "version": "0.1.0"}
-_STOP_REASONS = ("end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled")
-_METHOD_NOT_FOUND = -32601
-_AUTH_REQUIRED = -32000
+_STOP_REASONS = get_args(StopReason)
 # How long the probe listens for messages that must not come (an update after a response, a
 # reply to a notification), and how long a turn must run before it counts as busy enough to
 # cancel. Long enough for a local process to answer, short enough to keep a run quick.
@@ -469,7 +468,7 @@ class _ProbedAgent:
                 self._answer(message["id"], {"outcome": _reject_outcome(message.get("params"))})
             return
         self.send({"jsonrpc": "2.0", "id": message["id"],
-                   "error": {"code": _METHOD_NOT_FOUND, "message": f"acp-lite check does not offer {method}"}})
+                   "error": {"code": METHOD_NOT_FOUND, "message": f"acp-lite check does not offer {method}"}})
 
     def _answer(self, request_id: Any, result: Any) -> None:
         self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
@@ -497,7 +496,7 @@ class _ProbedAgent:
         authentication first and no ``--auth-method`` was given."""
         _, response = self.call("session/new", {"cwd": cwd, "mcpServers": [], **extra})
         error = response.get("error")
-        if isinstance(error, dict) and error.get("code") == _AUTH_REQUIRED and self.options.auth_method is None:
+        if isinstance(error, dict) and error.get("code") == AUTH_REQUIRED and self.options.auth_method is None:
             raise _CheckSkipped("the agent requires authentication (error -32000): pass --auth-method ID")
         result = _result_or_fail(response, "ACP-V1-INIT-SESSION-BASELINE", "session/new")
         if not isinstance(result.get("sessionId"), str):
@@ -656,7 +655,7 @@ def _check_unknown_methods(run: _CheckRun) -> None:
     _, unknown = agent.call("acp_lite_check/unknown", {})
     for method, response in (("_acp_lite_check/unknown", custom), ("acp_lite_check/unknown", unknown)):
         code = response.get("error", {}).get("code") if isinstance(response.get("error"), dict) else None
-        run.judge("ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND", code == _METHOD_NOT_FOUND, f"{method}: -32601",
+        run.judge("ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND", code == METHOD_NOT_FOUND, f"{method}: -32601",
                   f"{method} answered {json.dumps(response.get('error', response.get('result')))}, not error -32601")
     # Only errors a conforming client can provoke: the probe never writes what ACP forbids it to
     # (malformed JSON, relative paths) to the agent's stdin.
@@ -803,7 +802,6 @@ def _check_load(run: _CheckRun) -> None:
     cwd = run.directory("load")
     session_id = agent.open_session(cwd)
     agent.prompt(session_id, _text("Remember the word 'heliotrope'."))
-    agent.updates.clear()
     before, response = agent.call("session/load", {"sessionId": session_id, "cwd": cwd, "mcpServers": []})
     _result_or_fail(response, "ACP-V1-SETUP-LOAD-REPLAY", "session/load")
     replayed = [m for m in before if m.get("method") == "session/update"]
