@@ -12,6 +12,10 @@ decode into the method's type is asked of ``codec.decode`` (whose own tests pin 
 and the connection must then answer -32602 or run the handler accordingly.
 """
 import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
@@ -631,3 +635,32 @@ def test_values_we_cannot_encode_never_reach_the_wire():
         with pytest.raises(UsageError):
             pending.result(WAIT)
         assert_reply(raw, None)
+
+
+# -- coverage-guided fuzzing ---------------------------------------------------------------------------
+FUZZ_DIR = Path(__file__).resolve().parent / "fuzz"
+FUZZ_RUNS = 3000
+
+
+@pytest.mark.timeout(120)
+def test_the_fuzz_target_survives_a_short_run(tmp_path):
+    pytest.importorskip("atheris", reason="atheris is not installed (it is only in the test extra on Linux, Python 3.11)")
+    corpus = tmp_path / "corpus"
+    shutil.copytree(FUZZ_DIR / "corpus", corpus)  # libFuzzer adds what it finds to this copy
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(FUZZ_DIR / "fuzz_agent_connection.py"),
+            f"-runs={FUZZ_RUNS}",
+            "-seed=1",
+            "-max_len=2048",
+            "-timeout=20",
+            f"-artifact_prefix={tmp_path}/",
+            str(corpus),
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=100,
+    )
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-3000:]
+    assert f"Done {FUZZ_RUNS} runs".encode() in run.stderr
