@@ -11,12 +11,13 @@ the reply must be follows from JSON-RPC 2.0 for the envelope; for the params, wh
 decode into the method's type is asked of ``codec.decode`` (whose own tests pin it to the schema),
 and the connection must then answer -32602 or run the handler accordingly.
 """
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,13 +28,14 @@ from acp_lite import codec
 from acp_lite.agent import Agent
 from acp_lite.client import Client
 from acp_lite.errors import SchemaError, UsageError
+from acp_lite.rpc import Connection
 from acp_lite.schema import AGENT_METHODS, CLIENT_METHODS, InitializeResponse, NewSessionResponse, PromptResponse
 
 pytestmark = pytest.mark.timeout(60)
 
 # Hypothesis examples per property: enough to touch every method many times, few enough that the
 # whole file runs in a few seconds.
-EXAMPLES = 150
+EXAMPLES = 300
 GENERATED = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # -- valid messages of every method each side handles ------------------------------------------------
@@ -429,39 +431,55 @@ def test_a_mutated_result_fails_only_its_own_call():
         exchange()
 
 
-# -- generated: broken bytes -------------------------------------------------------------------------
-ALL_AGENT_LINES = [json.dumps(m).encode() for m in AGENT_MESSAGES.values()]
-
-truncated_lines = st.sampled_from(ALL_AGENT_LINES).flatmap(
-    lambda line: st.integers(1, len(line) - 1).map(lambda cut: line[:cut])
-)
+# -- generated: broken bytes, on both sides -------------------------------------------------------------
+LINES = {
+    "agent": [json.dumps(m).encode() for m in AGENT_MESSAGES.values()],
+    "client": [json.dumps(m).encode() for m in CLIENT_MESSAGES.values()],
+}
 BAD_UTF8 = [b"\xff", b"\xc0\x80", b"\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82"]
+SIDES = pytest.mark.parametrize("side", ["agent", "client"])
+
+
+@contextlib.contextmanager
+def facing_raw_peer(side: str) -> Iterator[Tuple[Connection, RawPeer]]:
+    """The side under test served over pipes to a ``RawPeer``: (its connection, the raw peer)."""
+    if side == "agent":
+        with agent_with_raw_client(EveryMethodAgent()) as (client, raw):
+            yield client.connection, raw
+    else:
+        with client_with_raw_agent(EveryMethodClient()) as (remote, raw):
+            yield remote.connection, raw
+
+
+def truncated(lines: List[bytes]) -> Any:
+    return st.sampled_from(lines).flatmap(lambda line: st.integers(1, len(line) - 1).map(lambda cut: line[:cut]))
 
 
 @st.composite
-def with_invalid_utf8(draw: Any) -> bytes:
-    line = draw(st.sampled_from(ALL_AGENT_LINES))
+def with_invalid_utf8(draw: Any, lines: List[bytes]) -> bytes:
+    line = draw(st.sampled_from(lines))
     at = draw(st.integers(1, len(line) - 1))
     return line[:at] + draw(st.sampled_from(BAD_UTF8)) + line[at:]
 
 
 @st.composite
-def with_lone_surrogate(draw: Any) -> bytes:
-    """A valid message whose one string (a key or a value) carries an unpaired surrogate escape."""
-    message = draw(st.sampled_from(sorted(AGENT_MESSAGES.values(), key=lambda m: m["method"])))
-    text = json.dumps(message)
+def with_lone_surrogate(draw: Any, lines: List[bytes]) -> bytes:
+    """A valid line whose one string (a key or a value) carries an unpaired surrogate escape."""
+    text = draw(st.sampled_from(lines)).decode()
     quotes = [i for i, c in enumerate(text) if c == '"' and text[i - 1] != "\\"]
     at = draw(st.sampled_from(quotes[1::2]))  # a closing quote
     surrogate = draw(st.sampled_from(["\\ud800", "\\udfff", "\\ud83d", "x\\udc00y"]))
     return (text[:at] + surrogate + text[at:]).encode()
 
 
+@SIDES
 @pytest.mark.req("ACP-V1-TRANSPORT-UTF8", "ACP-V1-JSONRPC-RESPONSE-ID-ECHO")
-def test_broken_lines_get_a_parse_error_with_a_null_id_and_the_next_message_works():
-    with agent_with_raw_client(EveryMethodAgent()) as (_, raw):
+def test_broken_lines_get_a_parse_error_with_a_null_id_and_the_next_message_works(side):
+    lines = LINES[side]
+    with facing_raw_peer(side) as (_, raw):
 
         @GENERATED
-        @given(line=st.one_of(truncated_lines, with_invalid_utf8(), with_lone_surrogate()))
+        @given(line=st.one_of(truncated(lines), with_invalid_utf8(lines), with_lone_surrogate(lines)))
         def exchange(line):
             raw.send_bytes(line + b"\n")
             assert_reply(raw, (None, -32700))
@@ -469,12 +487,13 @@ def test_broken_lines_get_a_parse_error_with_a_null_id_and_the_next_message_work
         exchange()
 
 
+@SIDES
 @pytest.mark.req("ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
-def test_random_bytes_never_stop_the_agent():
+def test_random_bytes_never_stop_the_reader(side):
     # Random bytes have no one right answer (a banner is ignored, broken JSON is a parse error, a
     # bare number an invalid request); what holds for all: at most one reply, an error with a null
     # id (or a batch of them), and the next request is answered.
-    with agent_with_raw_client(EveryMethodAgent()) as (_, raw):
+    with facing_raw_peer(side) as (_, raw):
 
         @GENERATED
         @given(junk=st.binary(min_size=1, max_size=200).map(lambda b: b.replace(b"\n", b"")))
@@ -519,26 +538,26 @@ def test_batches_of_valid_and_mutated_messages_get_one_reply_per_request():
 
 # -- hand-picked hostile input ---------------------------------------------------------------------------
 DEPTH = 100_000
+DEEP_ARRAY = b"[" * DEPTH + b"]" * DEPTH
+NESTED_LINES = [
+    ("array", DEEP_ARRAY),
+    ("object", b'{"a":' * DEPTH + b"1" + b"}" * DEPTH),
+    ("agent-ext-params", b'{"jsonrpc":"2.0","id":1,"method":"_acme/echo","params":{"a":%s}}' % DEEP_ARRAY),
+    ("agent-meta", b'{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/w","mcpServers":[],"_meta":%s}}' % DEEP_ARRAY),
+    ("client-meta", b'{"jsonrpc":"2.0","id":3,"method":"fs/read_text_file","params":{"sessionId":"s","path":"/w/a","_meta":%s}}' % DEEP_ARRAY),
+    ("client-update", b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan","entries":%s}}}' % DEEP_ARRAY),
+]
 
 
-@pytest.mark.parametrize(
-    "line",
-    [
-        b"[" * DEPTH + b"]" * DEPTH,
-        b'{"a":' * DEPTH + b"1" + b"}" * DEPTH,
-        b'{"jsonrpc":"2.0","id":1,"method":"_acme/echo","params":{"a":' + b"[" * DEPTH + b"]" * DEPTH + b"}}",
-        b'{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/w","mcpServers":[],"_meta":{"a":'
-        + b"[" * DEPTH
-        + b"]" * DEPTH
-        + b"}}}",
-    ],
-    ids=["array", "object", "ext-params", "typed-params-meta"],
-)
-def test_nesting_beyond_any_stack_is_a_parse_error_not_a_dead_reader(line):
-    # A request nested deeper than we can decode cannot even have its id read: -32700, null id.
-    with agent_with_raw_client(EveryMethodAgent()) as (_, raw):
+@SIDES
+@pytest.mark.parametrize("line", [line for _, line in NESTED_LINES], ids=[name for name, _ in NESTED_LINES])
+def test_nesting_beyond_any_stack_is_a_parse_error_not_a_dead_reader(side, line):
+    # A line nested deeper than we can decode cannot even have its id read: -32700 with a null
+    # id, whatever it was meant to be (the same for a notification, which cannot be told apart).
+    with facing_raw_peer(side) as (connection, raw):
         raw.send_bytes(line + b"\n")
         assert_reply(raw, (None, -32700))
+        assert connection.stats.parse_errors == 1
 
 
 def test_moderate_nesting_is_echoed_whole():
