@@ -33,7 +33,9 @@ moves stdout lines into a queue.
 import argparse
 import fnmatch
 import json
+import ntpath
 import os
+import posixpath
 import queue
 import sys
 import tempfile
@@ -53,6 +55,8 @@ PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 REQUIREMENT_LEVELS: Dict[str, str] = {
     "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP": "MUST NOT",
     "ACP-V1-TRANSPORT-UTF8": "MUST",
+    "ACP-V1-JSONRPC-ID-TYPE": "MUST",
+    "ACP-V1-OVERVIEW-ABSOLUTE-PATHS": "MUST",
     "ACP-V1-JSONRPC-VERSION-MEMBER": "MUST",
     "ACP-V1-JSONRPC-RESULT-XOR-ERROR": "MUST",
     "ACP-V1-SCHEMA-ERROR-OBJECT": "MUST",
@@ -153,6 +157,7 @@ _WIRE_REQUIREMENTS = (
     "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",
     "ACP-V1-TRANSPORT-UTF8",
     "ACP-V1-JSONRPC-VERSION-MEMBER",
+    "ACP-V1-JSONRPC-ID-TYPE",
     "ACP-V1-JSONRPC-RESULT-XOR-ERROR",
     "ACP-V1-SCHEMA-ERROR-OBJECT",
     "ACP-V1-JSONRPC-RESPONSE-SAME-ID",
@@ -161,6 +166,7 @@ _WIRE_REQUIREMENTS = (
     "ACP-V1-FS-AGENT-NO-CALL-WITHOUT-CAPABILITY",
     "ACP-V1-TERM-AGENT-NO-CALL-WITHOUT-CAPABILITY",
     "ACP-V1-ELIC-AGENT-NO-UNADVERTISED-MODE",
+    "ACP-V1-OVERVIEW-ABSOLUTE-PATHS",
 )
 
 _CLIENT_INFO = {"name": "acp-lite-check", "title": "acp-lite check", "version": "0.1.0"}
@@ -169,6 +175,8 @@ _STOP_REASONS = get_args(StopReason)
 # reply to a notification), and how long a turn must run before it counts as busy enough to
 # cancel. Long enough for a local process to answer, short enough to keep a run quick.
 _QUIET_WINDOW = 0.3
+# How long the probe reads what an agent already wrote before deciding it waits for an answer.
+_DRAIN_WINDOW = 0.05
 # A turn that ends without `cancelled` this long after the cancel ignored it; sooner, it may
 # have finished before the cancel arrived, and the probe cannot tell.
 _IGNORED_CANCEL_AFTER = 1.0
@@ -392,6 +400,8 @@ class _ProbedAgent:
                             _SHAPE_REQUIREMENTS.get(verdict.method or "")):
             if requirement:
                 self._wire_pass(requirement)
+        if verdict.kind == "request":
+            self._wire_pass("ACP-V1-JSONRPC-ID-TYPE")
         if verdict.kind == "response":
             self._wire_pass("ACP-V1-JSONRPC-RESULT-XOR-ERROR")
             self._wire_pass("ACP-V1-JSONRPC-RESPONSE-SAME-ID")
@@ -403,6 +413,7 @@ class _ProbedAgent:
         if verdict.kind in ("request", "notification"):
             for requirement in _UNADVERTISED_CALL_REQUIREMENTS.values():
                 self._wire_pass(requirement)  # judged: the checker reports a call not advertised
+            self._judge_paths(message.get("params"))
         return message
 
     @staticmethod
@@ -417,6 +428,8 @@ class _ProbedAgent:
                 return "ACP-V1-SCHEMA-ERROR-OBJECT"
             if "null id" in detail:
                 return "ACP-V1-JSONRPC-RESPONSE-SAME-ID"
+            if "request id" in detail:
+                return "ACP-V1-JSONRPC-ID-TYPE"
         if code == "unknown-id":
             return "ACP-V1-JSONRPC-RESPONSE-SAME-ID"
         if code == "unknown-method":
@@ -438,6 +451,13 @@ class _ProbedAgent:
                     self._wire_fail("ACP-V1-CONFIG-NO-BOOLEAN-WITHOUT-CAPABILITY",
                                     f"boolean config option {option.get('id')!r}, but the client did not advertise "
                                     "session.configOptions.boolean")
+
+    def _judge_paths(self, params: Any) -> None:
+        """Every file path the agent names is absolute (POSIX or Windows style)."""
+        for path in _named_paths(params):
+            self._wire_pass("ACP-V1-OVERVIEW-ABSOLUTE-PATHS")
+            if not (posixpath.isabs(path) or ntpath.isabs(path)):
+                self._wire_fail("ACP-V1-OVERVIEW-ABSOLUTE-PATHS", f"a relative path: {path!r}")
 
     def _wire_pass(self, requirement: str) -> None:
         self.wire_seen[requirement] = self.wire_seen.get(requirement, 0) + 1
@@ -547,6 +567,25 @@ def _config_option_lists(message: Dict[str, Any]) -> Iterator[List[Any]]:
     update = params.get("update") if isinstance(params, dict) else None
     if isinstance(update, dict) and isinstance(update.get("configOptions"), list):
         yield update["configOptions"]
+
+
+def _named_paths(params: Any) -> Iterator[str]:
+    """The file paths in the params of an agent's call: an fs path, a terminal's cwd, and the
+    locations and diffs of a tool call (in an update or a permission request)."""
+    if not isinstance(params, dict):
+        return
+    for key in ("path", "cwd"):
+        if isinstance(params.get(key), str):
+            yield params[key]
+    for tool_call in (params.get("update"), params.get("toolCall")):
+        if not isinstance(tool_call, dict):
+            continue
+        for location in tool_call.get("locations") or ():
+            if isinstance(location, dict) and isinstance(location.get("path"), str):
+                yield location["path"]
+        for content in tool_call.get("content") if isinstance(tool_call.get("content"), list) else ():
+            if isinstance(content, dict) and content.get("type") == "diff" and isinstance(content.get("path"), str):
+                yield content["path"]
 
 
 def _text(text: str) -> List[Dict[str, Any]]:
@@ -753,13 +792,14 @@ def _cancel_busy_turn(run: _CheckRun, agent: _ProbedAgent, session_id: str, canc
 
 
 def _wait_until_busy(agent: _ProbedAgent, prompt_id: Any) -> None:
-    """Return once the turn is surely still running: a permission request is held unanswered,
-    the agent has been quiet for ``_QUIET_WINDOW`` without ending the turn, or it has kept
-    talking for the whole timeout. Skips the check when the turn ends first."""
+    """Return once the turn is surely still running: the agent has gone quiet without ending it
+    (for ``_QUIET_WINDOW``, or only ``_DRAIN_WINDOW`` once it waits for our answer to a permission
+    request, which is held), or it has kept talking for the whole timeout. Skips the check when
+    the turn ends first."""
     deadline = time.monotonic() + agent.timeout
-    while not agent.held and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         try:
-            message = agent.receive(_QUIET_WINDOW)
+            message = agent.receive(_DRAIN_WINDOW if agent.held else _QUIET_WINDOW)
         except TimeoutError:
             return
         if message is None:

@@ -111,6 +111,8 @@ CAUGHT_BY = {
     "same-session-id": ("new-session", "ACP-V1-SETUP-NEW-SESSION-ID"),
     "bad-stop-reason": ("prompt", "ACP-V1-SCHEMA-STOP-REASON-VALUES"),
     "fs-unadvertised": ("client-capabilities", "ACP-V1-FS-AGENT-NO-CALL-WITHOUT-CAPABILITY"),
+    "relative-path": ("prompt", "ACP-V1-OVERVIEW-ABSOLUTE-PATHS"),
+    "object-request-id": ("prompt", "ACP-V1-JSONRPC-ID-TYPE"),
     "ignores-cancel": ("cancel", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON"),
     "cancel-error": ("cancel", "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS"),
     "update-after-response": ("cancel", "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE"),

@@ -4,7 +4,7 @@ Without options it behaves and advertises every agent capability: load (replayin
 conversation), resume, list, close, delete, additional directories, image/audio/embedded prompts,
 logout, an ``agent`` auth method, modes and a select config option. A prompt starting with
 ``wait`` keeps the turn running (a minute at most) until it is cancelled or its session closed;
-any other prompt is echoed back at once. It announces each new session with an extension
+any other prompt asks permission to read a file and, once answered, is echoed back. It announces each new session with an extension
 notification.
 
 With ``--require-auth`` it refuses ``session/new`` (error -32000) until ``authenticate``.
@@ -31,6 +31,8 @@ DEFECTS = {
     "boolean-config": "offers a boolean config option to a client that did not advertise them",
     "same-session-id": "gives every new session the same id",
     "bad-stop-reason": 'ends turns with stopReason "done"',
+    "relative-path": "reports a tool call whose location is a relative path",
+    "object-request-id": "sends a request whose id is an object",
     "fs-unadvertised": "reads a file through fs/read_text_file though the client offered no fs",
     "ignores-cancel": "lets a cancelled turn run on to its natural end",
     "cancel-error": "answers a cancelled turn with an error",
@@ -57,6 +59,7 @@ class RawAgent:
         self.deadlines = {}  # session id -> when its running prompt ends by itself
         self.created = 0
         self.next_request = 0
+        self.permissions = {}  # JSON of our request id -> (session id, prompt text)
 
     # -- output -----------------------------------------------------------------------------
     def write(self, message):
@@ -89,7 +92,8 @@ class RawAgent:
     def handle(self, message):
         method, request_id, params = message.get("method"), message.get("id"), message.get("params") or {}
         if method is None:
-            return  # a response to one of our requests
+            self.permission_answered(message)
+            return
         if "id" not in message:
             self.notification(method, params)
             return
@@ -249,14 +253,35 @@ class RawAgent:
                                     + session_id.encode() + b'","update":{"sessionUpdate":"agent_message_chunk",'
                                     b'"content":{"type":"text","text":"caf\xe9"}}}}\n')
             sys.stdout.buffer.flush()
+        self.turns[session_id] = request_id
         if text.startswith("wait"):
             self.chunk(session_id, "agent_message_chunk", "Working on it...")
-            self.turns[session_id] = request_id
             self.deadlines[session_id] = time.monotonic() + BUSY_SECONDS
             return
-        history.append(("agent_message_chunk", f"You said: {text}"))
+        self.ask_permission(session_id, text)
+
+    def ask_permission(self, session_id, text):
+        """Report a tool call on a file and ask whether it may run; the turn ends once the
+        answer comes."""
+        cwd = self.sessions[session_id]["cwd"]
+        path = "notes.txt" if self.defect == "relative-path" else os.path.join(cwd, "notes.txt")
+        self.update(session_id, {"sessionUpdate": "tool_call", "toolCallId": "call-1", "title": "Read notes.txt",
+                                 "kind": "read", "status": "pending", "locations": [{"path": path}]})
+        self.next_request += 1
+        request_id = {"n": self.next_request} if self.defect == "object-request-id" else f"agent-{self.next_request}"
+        self.permissions[json.dumps(request_id)] = (session_id, text)
+        self.write({"jsonrpc": "2.0", "id": request_id, "method": "session/request_permission", "params": {
+            "sessionId": session_id, "toolCall": {"toolCallId": "call-1"},
+            "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                        {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]}})
+
+    def permission_answered(self, message):
+        session_id, text = self.permissions.pop(json.dumps(message.get("id")), (None, None))
+        if session_id not in self.turns:
+            return  # not ours, or the turn was cancelled in the meantime
+        self.sessions[session_id]["history"].append(("agent_message_chunk", f"You said: {text}"))
         self.chunk(session_id, "agent_message_chunk", f"You said: {text}")
-        self.end_turn(session_id, request_id, "end_turn")
+        self.finish_turn(session_id, cancelled=False)
 
 
 def main():
