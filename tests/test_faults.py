@@ -51,6 +51,10 @@ RAW_AGENT = textwrap.dedent(
         method, id = message.get("method"), message.get("id")
         if method == "initialize":
             send({"jsonrpc": "2.0", "id": id, "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+            if behaviour == "exit-after-initialize":
+                sys.stderr.write("leaving right after initialize\n")
+                sys.stderr.flush()
+                os._exit(4)
             if behaviour == "stop-reading":
                 for i in range(50):
                     send({"jsonrpc": "2.0", "method": "_acme/tick", "params": {"i": i}})
@@ -163,6 +167,20 @@ def test_an_agent_that_stops_reading_blocks_only_our_writers_and_close_still_ret
         remote.close(timeout=1.0)  # flush gives up after 1 s; stop() then ends the agent
     assert isinstance(writer.exception(WAIT), ConnectionClosed)
     assert remote.process.returncode() is not None
+
+
+def test_an_agent_exiting_while_we_write_a_large_message_fails_the_send_with_its_exit_code():
+    remote = spawn("exit-after-initialize")
+    try:
+        # 8 MiB cannot fit in the pipe: the write is under way (or refused) when the agent is gone.
+        with pytest.raises(ConnectionClosed) as caught:
+            remote.ext_notification("_acme/big", {"data": "x" * (8 << 20)})
+        assert caught.value.exit_code == 4 and "leaving right after initialize" in caught.value.stderr_tail
+        assert remote.connection.wait_closed(WAIT)
+        with pytest.raises(ConnectionClosed):
+            remote.ext_method("_acme/echo", {}, timeout=WAIT)
+    finally:
+        remote.close()
 
 
 @pytest.mark.req("ACP-V1-CANCEL-REQUEST-MUST-RESPOND", "ACP-V1-CANCEL-CALLER-MAY-WAIT")
@@ -303,6 +321,51 @@ def test_a_session_update_callback_that_raises_is_logged_and_the_stream_goes_on_
 
 def updates_text(text: str) -> Any:
     return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+
+
+@pytest.mark.req("ACP-V1-CANCEL-REQUEST-MUST-RESPOND", "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY")
+def test_client_handlers_that_never_answer_or_block_leave_the_connection_working():
+    dialog: "Future[Any]" = Future()  # the user never answers
+    unblock = threading.Event()
+
+    class Stuck(Recorder):
+        def request_permission(self, params):
+            return dialog
+
+        def read_text_file(self, params):
+            unblock.wait(WAIT)  # a handler blocking its worker thread
+            return {"content": "at last"}
+
+    editor = Stuck()
+    with client_with_raw_agent(editor) as (remote, raw):
+        initialized(remote, raw)
+        raw.send({"jsonrpc": "2.0", "id": "read", "method": "fs/read_text_file", "params": {"sessionId": "s", "path": "/w/a"}})
+        raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "ask",
+                "method": "session/request_permission",
+                "params": {
+                    "sessionId": "s",
+                    "toolCall": {"toolCallId": "t"},
+                    "options": [{"optionId": "y", "name": "Yes", "kind": "allow_once"}],
+                },
+            }
+        )
+        # Both wait; updates and other requests still go through.
+        raw.notify("session/update", {"sessionId": "s", "update": updates_text("streaming on")})
+        pending = background(remote.ext_method, "_acme/echo", {"n": 2})
+        request = raw.recv()
+        assert request["method"] == "_acme/echo"
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"n": 2}})
+        assert pending.result(WAIT) == {"n": 2} and editor.texts == ["streaming on"]
+        # The agent gives up on its permission question: the client answers it cancelled.
+        raw.notify("$/cancel_request", {"requestId": "ask"})
+        reply = raw.recv()
+        assert reply == {"jsonrpc": "2.0", "id": "ask", "error": {"code": -32800, "message": "Request cancelled"}}
+        assert dialog.cancelled()
+        unblock.set()
+        assert raw.recv() == {"jsonrpc": "2.0", "id": "read", "result": {"content": "at last"}}
 
 
 # -- load ------------------------------------------------------------------------------------------------
