@@ -72,6 +72,10 @@ CANCEL_REQUEST_METHOD = "$/cancel_request"
 # Idle worker threads wait this long for another request before they exit.
 _WORKER_IDLE_SECONDS = 30.0
 
+# What encoding a value the application gave us may raise: a type msgspec cannot write, a string
+# that is not valid Unicode (a lone surrogate), or nesting deeper than the stack allows.
+_ENCODE_FAILURES = (TypeError, ValueError, NotImplementedError, msgspec.EncodeError, RecursionError)
+
 # Repeated complaints about the peer's input (noise lines, parse errors, oversized frames) are
 # logged at most once per this many seconds, with a running count.
 _COMPLAINT_INTERVAL = 5.0
@@ -817,7 +821,7 @@ class Connection:
             raise UsageError(f"params must be an object or an array, not {type(message.params).__name__}")
         try:
             return ENCODER.encode(message)
-        except (TypeError, ValueError, NotImplementedError, msgspec.EncodeError) as exc:
+        except _ENCODE_FAILURES as exc:
             raise UsageError(f"cannot encode the params: {exc}") from exc
 
     def _forget(self, request_id: int) -> bool:
@@ -849,7 +853,7 @@ class Connection:
         if error is None:
             try:
                 frame = ENCODER.encode(_OutResult("2.0", ctx.id, result))
-            except (TypeError, ValueError, NotImplementedError, msgspec.EncodeError):
+            except _ENCODE_FAILURES:
                 self._log.exception("%s: the result of %s could not be encoded", self.name, ctx.method)
                 error = InternalError()
         if frame is None:
@@ -860,7 +864,7 @@ class Connection:
     def _encode_error(self, request_id: Any, error: Any) -> bytes:
         try:
             return ENCODER.encode(_OutError("2.0", request_id, error.to_wire()))
-        except (TypeError, ValueError, NotImplementedError, msgspec.EncodeError):
+        except _ENCODE_FAILURES:
             self._log.warning("%s: the data of error %r could not be encoded; sent without it", self.name, error)
             return ENCODER.encode(_OutError("2.0", request_id, {"code": error.code, "message": error.message}))
 

@@ -636,21 +636,33 @@ def test_malformed_notifications_are_never_answered(message):
         assert_reply(raw, None)
 
 
-def test_values_we_cannot_encode_never_reach_the_wire():
-    # A lone surrogate in a Python string cannot be UTF-8: refused before sending, or, in a
-    # handler's result, answered -32603 instead of a broken line.
-    class Surrogate(EveryMethodAgent):
-        def ext_method(self, method, params):
-            return {"text": "\ud800"} if method == "_acme/bad" else params
+def _too_deep() -> Any:
+    value: Any = []
+    for _ in range(DEPTH // 10):
+        value = [value]
+    return value
 
-    with agent_with_raw_client(Surrogate()) as (client, raw):
+
+@pytest.mark.parametrize(
+    "unencodable",
+    [{"text": "\ud800"}, {"deep": _too_deep()}],
+    ids=["lone-surrogate", "nested-beyond-the-stack"],
+)
+def test_values_we_cannot_encode_never_reach_the_wire(unencodable):
+    # A lone surrogate cannot be UTF-8 and a value nested past the stack cannot be written: sent
+    # by us, refused before sending; in a handler's result, answered -32603 instead.
+    class Unencodable(EveryMethodAgent):
+        def ext_method(self, method, params):
+            return unencodable if method == "_acme/bad" else params
+
+    with agent_with_raw_client(Unencodable()) as (client, raw):
         with pytest.raises(UsageError):
-            client.ext_notification("_acme/note", {"text": "\udfff"})
+            client.ext_notification("_acme/note", unencodable)
         response = raw.call("_acme/bad", {})
         assert response == {"jsonrpc": "2.0", "id": response["id"], "error": {"code": -32603, "message": "Internal error"}}
         assert_reply(raw, None)
     with client_with_raw_agent(EveryMethodClient()) as (remote, raw):
-        pending = background(remote.ext_method, "_acme/x", {"text": "\ud800"})
+        pending = background(remote.ext_method, "_acme/x", unencodable)
         with pytest.raises(UsageError):
             pending.result(WAIT)
         assert_reply(raw, None)
