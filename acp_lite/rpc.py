@@ -1237,21 +1237,26 @@ class Connection:
                 self._settle_ordered(call, None, InvalidRequest(f"response dropped: {reason}"), items)
 
     def _on_end_of_stream(self) -> None:
-        items: List[Callback] = []
         if not self._close_called:
             error = self._transport.closed_error()
             with self._lock:
                 self._closed = True
                 if self._close_error is None:
                     self._close_error = error
-                pending, self._pending = self._pending, {}
-            for call in pending.values():
-                self._settle_ordered(call, None, self._close_error, items)
-            items.append((self._run_closing, None))
-            self._queue.put(items)
+            # The calls still pending fail behind every line read before the end: a burst
+            # waiting in the queue, not yet decoded, may hold their answers.
+            self._queue.put([(self._fail_pending_at_end, None)])
             if self._host is None:
                 self._queue.finish()
         self._reader_done.set()
+
+    def _fail_pending_at_end(self, _: Any) -> None:
+        # Delivery (or host) thread, after every callback of the lines before the end.
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for call in pending.values():
+            _settle(call.future, None, self._close_error)
+        self._run_closing(None)
 
 
 def _check_method_name(method: str) -> None:

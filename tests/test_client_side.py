@@ -1,6 +1,7 @@
 """The client side over a real pipe pair: the test plays the agent with raw JSON lines."""
 import json
 import threading
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -373,3 +374,24 @@ def test_everything_the_client_writes_is_one_json_rpc_message_per_line_and_adds_
         assert message["jsonrpc"] == "2.0" and "method" in message
         assert "_meta" not in text
     assert json.loads(lines[2])["params"]["prompt"][0]["text"] == "multi\nline \u2028 text \U0001F600"
+
+
+def test_answers_read_just_before_the_agent_exits_are_not_lost():
+    class SlowUi(Recorder):
+        def session_update(self, params):
+            time.sleep(0.01)  # the burst below is still being delivered when the stream ends
+            super().session_update(params)
+
+    client = SlowUi()
+    with client_with_raw_agent(client) as (remote, raw):
+        initialized(remote, raw)
+        _new_session(remote, raw)
+        turn = remote.prompt_future("s1", "go")
+        prompt = raw.recv()
+        update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}}
+        burst = [{"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": update}}] * 20
+        burst.append({"jsonrpc": "2.0", "id": prompt["id"], "result": {"stopReason": "end_turn"}})
+        raw.send_bytes(b"".join(json.dumps(m).encode() + b"\n" for m in burst))
+        raw.close_writing()  # the agent exits right after its last line
+        assert turn.result(WAIT).stop_reason == "end_turn"
+    assert len(client.updates) == 20
