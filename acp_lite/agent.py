@@ -499,8 +499,14 @@ class _AgentService:
 def serve(agent: Agent, transport: Any, *, delivery: Optional[HostDelivery] = None, name: str = "client") -> RemoteClient:
     """Serve ``agent`` over ``transport`` in the background; returns the handle on the client.
 
-    Call from any thread. ``handle.connection.wait_closed()`` waits for the client to go away.
+    An ``Agent`` instance serves one connection (its ``self.client`` is that connection's
+    client, and state such as elicitations stays bound to it): serve each client with its own
+    instance. Call from any thread. ``handle.connection.wait_closed()`` waits for the client to
+    go away.
     """
+    current = getattr(agent, "client", None)
+    if current is not None and not current.connection.closed:
+        raise UsageError("this Agent instance already serves an open connection; create one per client")
     connection = Connection(transport, delivery=delivery, name=name)
     service = _AgentService(agent, connection)
     connection.on_closing(lambda: service.cancel_turns())

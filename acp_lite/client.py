@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
 
+from .codec import UnknownVariant
 from .errors import CapabilityError, InvalidParams, UsageError, VersionMismatch
 from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, bind_handlers, extension_name
 from .process import AgentProcess
@@ -59,6 +60,9 @@ from .schema import (
     ResumeSessionRequest,
     ResumeSessionResponse,
     SessionConfigOptionsCapabilities,
+    SessionConfigBoolean,
+    SessionConfigSelect,
+    SessionConfigSelectGroup,
     SetSessionConfigOptionRequestBoolean,
     SetSessionConfigOptionRequestValueId,
     SetSessionConfigOptionResponse,
@@ -191,6 +195,7 @@ class RemoteAgent:
         self.protocol_version: Optional[int] = None
         self._sessions: Set[str] = set()
         self._modes: Dict[str, Set[str]] = {}  # the mode ids each session advertised
+        self._config: Dict[str, Dict[str, Any]] = {}  # each session's config options, by id
         self._permissions: Dict[str, Set[RequestContext]] = {}
         self._lock = threading.Lock()
         bind_handlers(
@@ -294,7 +299,7 @@ class RemoteAgent:
         )
         response = self._call("session/new", params)
         self._remember(response.session_id, cwd, additional_directories)
-        self._note_modes(response.session_id, response.modes)
+        self._note_state(response.session_id, response)
         return response
 
     def load_session(
@@ -317,7 +322,7 @@ class RemoteAgent:
         # Remembered before the call: the replay arrives while it is still running.
         self._remember(session_id, cwd, additional_directories)
         response = self._call("session/load", params)
-        self._note_modes(session_id, response.modes)
+        self._note_state(session_id, response)
         return response
 
     def resume_session(
@@ -337,7 +342,7 @@ class RemoteAgent:
         )
         response = self._call("session/resume", params)
         self._remember(session_id, cwd, additional_directories)
-        self._note_modes(session_id, response.modes)
+        self._note_state(session_id, response)
         return response
 
     def list_sessions(self, cwd: Optional[str] = None, cursor: Optional[str] = None) -> ListSessionsResponse:
@@ -379,13 +384,17 @@ class RemoteAgent:
         return self._call("session/set_mode", SetSessionModeRequest(session_id=session_id, mode_id=mode_id))
 
     def set_config_option(self, session_id: str, config_id: str, value: Union[str, bool]) -> SetSessionConfigOptionResponse:
-        """Set a select option (``value`` is a value id) or a boolean one (``value`` is a bool)."""
+        """Set a select option (``value`` is one of its value ids) or a boolean one (``value`` is
+        a bool); checked against the options the agent last described for the session."""
         self._require_session(session_id)
+        self._check_config_value(session_id, config_id, value)
         if isinstance(value, bool):
             params: Any = SetSessionConfigOptionRequestBoolean(session_id=session_id, config_id=config_id, value=value)
         else:
             params = SetSessionConfigOptionRequestValueId(session_id=session_id, config_id=config_id, value=value)
-        return self._call("session/set_config_option", params)
+        response = self._call("session/set_config_option", params)
+        self._note_state(session_id, response)
+        return response
 
     # -- prompt turns -----------------------------------------------------------------------------
     def prompt(
@@ -457,11 +466,28 @@ class RemoteAgent:
         with self._lock:
             self._sessions.discard(session_id)
             self._modes.pop(session_id, None)
+            self._config.pop(session_id, None)
 
-    def _note_modes(self, session_id: str, modes: Any) -> None:
-        if modes is not None:
-            with self._lock:
+    def _note_state(self, session_id: str, response: Any) -> None:
+        # The modes and config options a session response describes, to check later calls by.
+        modes = getattr(response, "modes", None)
+        options = getattr(response, "config_options", None)
+        with self._lock:
+            if modes is not None:
                 self._modes[session_id] = {mode.id for mode in modes.available_modes}
+            if options is not None:
+                self._config[session_id] = {o.id: o for o in options if not isinstance(o, UnknownVariant)}
+
+    def _check_config_value(self, session_id: str, config_id: str, value: Union[str, bool]) -> None:
+        with self._lock:
+            option = self._config.get(session_id, {}).get(config_id)
+        if isinstance(option, SessionConfigBoolean):
+            if not isinstance(value, bool):
+                raise UsageError(f"config option {config_id!r} is boolean, not {value!r}")
+        elif isinstance(option, SessionConfigSelect):
+            allowed = {choice.value for choice in _select_choices(option.options)}
+            if isinstance(value, bool) or value not in allowed:
+                raise UsageError(f"{value!r} is not a value of config option {config_id!r} ({sorted(allowed)})")
 
     def _require_session(self, session_id: str) -> None:
         self._initialized()
@@ -521,6 +547,11 @@ class RemoteAgent:
         else:
             answered()
         return answer
+
+
+def _select_choices(options: Any) -> List[Any]:
+    # Select options come flat or in groups.
+    return [choice for item in options for choice in (item.options if isinstance(item, SessionConfigSelectGroup) else [item])]
 
 
 def _optional_list(items: Optional[Sequence[str]]) -> Optional[List[str]]:

@@ -1,0 +1,177 @@
+"""Remaining protocol rules, each over a real connection: method names, the session's cwd, plans,
+listed sessions, config option values, and one agent instance per connection."""
+import sys
+import textwrap
+
+import pytest
+
+from acp_lite import schema, updates
+from acp_lite.agent import Agent, serve
+from acp_lite.client import Client, RemoteAgent
+from acp_lite.errors import UsageError
+from acp_lite.rpc import Connection
+from acp_lite.wire import memory_pair
+from acp_harness import WAIT, background, client_with_raw_agent, initialized
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-RPC-PREFIX-RESERVED")
+def test_method_names_starting_with_rpc_dot_are_never_sent_or_served():
+    ours, theirs = memory_pair()
+    connection = Connection(ours)
+    try:
+        with pytest.raises(UsageError):
+            connection.on_request("rpc.discover", lambda params, ctx: None)
+        connection.start()
+        for send in (lambda: connection.call("rpc.discover", timeout=WAIT), lambda: connection.notify("rpc.ping")):
+            with pytest.raises(UsageError):
+                send()
+    finally:
+        connection.close()
+        theirs.close()
+
+
+CWD_AGENT = textwrap.dedent(
+    """
+    import os
+    from acp_lite import schema, updates
+    from acp_lite.agent import Agent, serve_stdio
+
+    class WhereAmI(Agent):
+        def new_session(self, params):
+            self.cwd = params.cwd
+            return schema.NewSessionResponse(session_id="s")
+
+        def prompt(self, params, turn):
+            # Relative paths resolve against the session's cwd, not the process's.
+            turn.send(updates.text_chunk(os.getcwd() + "|" + os.path.join(self.cwd, "src/main.py")))
+            return "end_turn"
+
+    serve_stdio(WhereAmI())
+    """
+)
+
+
+class Texts(Client):
+    def __init__(self):
+        self.texts = []
+
+    def session_update(self, params):
+        self.texts.append(params.update.content.text)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.req("ACP-V1-SETUP-CWD-USED-REGARDLESS-OF-SPAWN", "ACP-V1-SETUP-CWD-RELATIVE-BASE")
+def test_the_session_cwd_reaches_the_agent_whatever_the_process_cwd(tmp_path):
+    script = tmp_path / "where.py"
+    script.write_text(CWD_AGENT)
+    spawn_dir = tmp_path / "spawned-here"
+    spawn_dir.mkdir()
+    client = Texts()
+    with RemoteAgent.spawn([sys.executable, str(script)], client, cwd=str(spawn_dir)) as remote:
+        remote.initialize()
+        session = remote.new_session("/work/project").session_id
+        remote.prompt(session, "where?")
+    assert client.texts == [f"{spawn_dir}|/work/project/src/main.py"]
+
+
+class Plans(Client):
+    def __init__(self):
+        self.plans = []
+
+    def session_update(self, params):
+        self.plans.append([entry.content for entry in params.update.entries])
+
+
+@pytest.mark.req("ACP-V1-PLAN-CLIENT-REPLACE", "ACP-V1-PLAN-REPORT-UPDATES", "ACP-V1-PLAN-DYNAMIC-MAY")
+def test_each_plan_update_arrives_as_the_complete_plan_to_replace_the_last():
+    class Planner(Agent):
+        def new_session(self, params):
+            return schema.NewSessionResponse(session_id="s")
+
+        def prompt(self, params, turn):
+            turn.send(updates.plan([("read", "high", "in_progress"), ("fix", "high", "pending"), ("test", "low", "pending")]))
+            turn.send(updates.plan([("fix", "high", "in_progress"), ("ship", "medium", "pending")]))
+            return "end_turn"
+
+    agent_end, client_end = memory_pair()
+    served = serve(Planner(), agent_end)
+    client = Plans()
+    remote = RemoteAgent.connect(client_end, client)
+    try:
+        remote.initialize()
+        remote.prompt(remote.new_session("/w").session_id, "plan")
+    finally:
+        remote.close()
+        served.connection.close()
+    assert client.plans == [["read", "fix", "test"], ["fix", "ship"]]
+
+
+class Roots(Client):
+    def __init__(self):
+        self.roots = {}
+
+    def on_session(self, session_id, cwd, additional_directories):
+        self.roots[session_id] = [cwd, *additional_directories]
+
+
+@pytest.mark.req("ACP-V1-LIST-CLIENT-NO-MERGE-ADDITIONAL-DIRS", "ACP-V1-LIST-ADDITIONAL-DIRS-MAY")
+def test_listed_additional_directories_are_reported_as_sent_and_never_merged_into_roots():
+    caps = {"sessionCapabilities": {"list": {}, "additionalDirectories": {}, "resume": {}}}
+    client = Roots()
+    with client_with_raw_agent(client) as (remote, raw):
+        initialized(remote, raw, caps)
+        pending = background(remote.list_sessions)
+        request = raw.recv()
+        listed = {"sessionId": "old", "cwd": "/w", "additionalDirectories": ["/lib", "/docs"]}
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"sessions": [listed]}})
+        (info,) = pending.result(WAIT).sessions
+        assert info.additional_directories == ["/lib", "/docs"]
+        assert client.roots == {}  # listing a session does not make its directories ours
+        pending = background(remote.resume_session, "old", "/w", additional_directories=["/lib"])
+        request = raw.recv()
+        assert request["params"]["additionalDirectories"] == ["/lib"]  # only what we chose to send
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {}})
+        pending.result(WAIT)
+    assert client.roots == {"old": ["/w", "/lib"]}
+
+
+@pytest.mark.req("ACP-V1-CONFIG-SET-VALUE-VALID")
+def test_config_option_values_must_fit_the_option_the_agent_described():
+    model = {"type": "select", "id": "model", "name": "Model", "currentValue": "fast",
+             "options": [{"value": "fast", "name": "Fast"}, {"value": "deep", "name": "Deep"}]}
+    think = {"type": "boolean", "id": "think", "name": "Think", "currentValue": False}
+    with client_with_raw_agent(Client()) as (remote, raw):
+        initialized(remote, raw)
+        pending = background(remote.new_session, "/w")
+        request = raw.recv()
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"sessionId": "s", "configOptions": [model, think]}})
+        pending.result(WAIT)
+        for config_id, value in (("model", True), ("model", "turbo"), ("think", "yes")):
+            with pytest.raises(UsageError):
+                remote.set_config_option("s", config_id, value)
+        raw.expect_silence()
+        pending = background(remote.set_config_option, "s", "think", True)
+        request = raw.recv()
+        assert request["params"] == {"sessionId": "s", "configId": "think", "type": "boolean", "value": True}
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"configOptions": [model, dict(think, currentValue=True)]}})
+        pending.result(WAIT)
+
+
+@pytest.mark.req("ACP-V1-ELIC-AGENT-BIND-CONNECTION")
+def test_an_agent_instance_serves_one_connection_so_its_state_stays_bound_to_it():
+    class Single(Agent):
+        def new_session(self, params):
+            return schema.NewSessionResponse(session_id="s")
+
+    agent = Single()
+    first, first_peer = memory_pair()
+    served = serve(agent, first)
+    second, second_peer = memory_pair()
+    try:
+        with pytest.raises(UsageError, match="one per client"):
+            serve(agent, second)
+        assert agent.client is served
+    finally:
+        served.connection.close()
+        for transport in (first_peer, second, second_peer):
+            transport.close()
