@@ -143,6 +143,13 @@ class Client(Peer):
         """Called when a session was created, loaded or resumed: its root set is ``cwd`` plus
         ``additional_directories`` (file-system helpers keep requests inside it)."""
 
+    def on_session_end(self, session_id: str) -> None:
+        """Called after the session was closed or deleted: drop what it held."""
+
+    def close(self) -> None:
+        """Called by ``RemoteAgent.close()`` once the connection has ended: release what the
+        client holds (``WorkspaceClient`` kills its terminals). Must be idempotent."""
+
     def on_cancel(self, session_id: str) -> None:
         """Called right after ``session/cancel`` was sent: mark the turn's unfinished tool calls
         cancelled in the UI. Late updates for them still arrive at ``session_update``."""
@@ -234,10 +241,12 @@ class RemoteAgent:
         return cls(Connection(transport, delivery=delivery, name="agent"), client)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Close the connection and stop the agent process (stdin close, then TERM, then KILL)."""
+        """Close the connection, stop the agent process (stdin close, then TERM, then KILL), then
+        let the client release what it holds (``Client.close``). Idempotent."""
         self.connection.close(timeout)
         if self.process is not None:
             self.process.stop()
+        self.client.close()
 
     def __enter__(self) -> "RemoteAgent":
         return self
@@ -467,6 +476,7 @@ class RemoteAgent:
             self._sessions.discard(session_id)
             self._modes.pop(session_id, None)
             self._config.pop(session_id, None)
+        self.client.on_session_end(session_id)
 
     def _note_state(self, session_id: str, response: Any) -> None:
         # The modes and config options a session response describes, to check later calls by.

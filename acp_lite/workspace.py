@@ -10,14 +10,10 @@ session's root set, which ``RemoteAgent`` reports through ``on_session`` (``cwd`
         def session_update(self, params): ...
         def request_permission(self, params): ...
 
-    editor = Editor()
-    try:
-        with RemoteAgent.spawn(["my-agent"], editor) as agent:
-            agent.initialize()
-            session = agent.new_session("/home/me/project")
-            agent.prompt(session.session_id, "Fix the failing test")
-    finally:
-        editor.close()  # kills whatever terminals the agent left running
+    with RemoteAgent.spawn(["my-agent"], Editor()) as agent:  # on exit, kills leftover terminals
+        agent.initialize()
+        session = agent.new_session("/home/me/project")
+        agent.prompt(session.session_id, "Fix the failing test")
 
 Rules this module keeps:
 
@@ -532,6 +528,14 @@ class TerminalManager:
             del self._terminals[terminal_id]
         return terminal.close()
 
+    def release_session(self, session_id: str) -> List[Tuple[str, TerminalOutputResponse]]:
+        """Release every terminal of one session; returns ``(terminal id, final output)`` for each."""
+        with self._lock:
+            terminals = [t for t in self._terminals.values() if t.session_id == session_id]
+            for terminal in terminals:
+                del self._terminals[terminal.terminal_id]
+        return [(t.terminal_id, t.close()) for t in terminals]
+
     def close(self) -> List[Tuple[str, str, TerminalOutputResponse]]:
         """Release every terminal and refuse new ones; returns ``(session id, terminal id, final
         output)`` for each terminal released here. Idempotent."""
@@ -555,9 +559,9 @@ class TerminalManager:
 class WorkspaceClient(Client):
     """A ``Client`` that serves ``fs/*`` and ``terminal/*`` from the local disk and processes.
 
-    Subclasses that define ``__init__`` must call ``super().__init__()``. Call ``close()`` once
-    the connection has ended (after ``RemoteAgent.close()``): it kills and reaps every terminal
-    the agent left behind.
+    Subclasses that define ``__init__`` must call ``super().__init__()``. ``RemoteAgent.close()``
+    calls ``close()``, which kills and reaps every terminal the agent left behind; a session that
+    is closed or deleted releases its own terminals and root set.
 
     Threads: the handlers run on the connection's worker threads (or the host thread with
     host-thread delivery) and may run concurrently. None blocks for long: ``wait_for_terminal_exit``
@@ -580,6 +584,13 @@ class WorkspaceClient(Client):
         """Record (or, on load and resume, replace) the session's root set."""
         with self._sessions_lock:
             self._sessions[session_id] = RootSet(cwd, additional_directories)
+
+    def on_session_end(self, session_id: str) -> None:
+        """Forget the session's root set and release its terminals."""
+        with self._sessions_lock:
+            self._sessions.pop(session_id, None)
+        for terminal_id, final in self.terminals.release_session(session_id):
+            self.on_terminal_released(session_id, terminal_id, final)
 
     def root_set(self, session_id: str) -> RootSet:
         """The session's root set; ``ResourceNotFound`` for a session never reported."""

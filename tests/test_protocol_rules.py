@@ -175,3 +175,49 @@ def test_an_agent_instance_serves_one_connection_so_its_state_stays_bound_to_it(
         served.connection.close()
         for transport in (first_peer, second, second_peer):
             transport.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.req("ACP-V1-TERM-AGENT-RELEASE")
+def test_closing_a_session_or_the_connection_releases_the_terminals_it_left():
+    from acp_lite.workspace import WorkspaceClient
+
+    pids = []
+
+    class Sleeper(Agent):
+        def new_session(self, params):
+            return schema.NewSessionResponse(session_id=f"s{len(pids)}")
+
+        def close_session(self, params):
+            return None
+
+        def prompt(self, params, turn):
+            terminal = self.client.create_terminal(turn.session_id, sys.executable, ["-c", "import os,time; print(os.getpid(), flush=True); time.sleep(60)"])
+            while not self.client.terminal_output(turn.session_id, terminal.terminal_id).output:
+                turn.wait_cancelled(0.02)
+            pids.append(int(self.client.terminal_output(turn.session_id, terminal.terminal_id).output))
+            return "end_turn"
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    agent_end, client_end = memory_pair()
+    served = serve(Sleeper(), agent_end)
+    remote = RemoteAgent.connect(client_end, WorkspaceClient())
+    try:
+        remote.initialize()
+        first = remote.new_session("/tmp").session_id
+        remote.prompt(first, "run")
+        second = remote.new_session("/tmp").session_id
+        remote.prompt(second, "run")
+        assert all(alive(pid) for pid in pids)
+        remote.close_session(first)
+        assert not alive(pids[0]) and alive(pids[1])
+    finally:
+        remote.close()
+        served.connection.close()
+    assert not alive(pids[1])
