@@ -1,4 +1,4 @@
-"""The ``acp-lite`` command line (``python -m acp_lite``): ``run``, ``tap`` and ``validate``.
+"""The ``acp-lite`` command line (``python -m acp_lite``): ``run``, ``tap``, ``validate`` and ``check``.
 
 Commands that start an agent take its command after ``--`` (``acp-lite run -- my-agent --flag``):
 everything after the first ``--`` belongs to the agent and is never parsed here. A missing agent
