@@ -231,6 +231,25 @@ def _prompt(raw, session, text):
     return raw.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]})
 
 
+def test_a_peer_sending_a_burst_of_bad_requests_before_reading_any_reply_is_not_deadlocked():
+    # Its requests fill our stdin pipe while our replies fill its: unless our reader keeps
+    # reading while the replies wait to be written, each side waits for the other forever.
+    burst = b"".join(
+        b'{"jsonrpc":"2.0","id":%d,"method":"session/new","params":{"cwd":5,"mcpServers":[]}}\n' % i for i in range(5000)
+    )
+    assert len(burst) > 4 * 65536
+    with agent_with_raw_client(Misbehaving()) as (_, raw):
+        writing = background(raw.send_bytes, burst)
+        writing.result(WAIT)  # it could write everything before reading anything
+        ids = []
+        for _ in range(5000):
+            reply = raw.recv()
+            assert reply["error"]["code"] == -32602 and reply["error"]["data"]["path"] == "$.cwd", reply
+            ids.append(reply["id"])
+        assert sorted(ids) == list(range(5000))
+        assert raw.call("_acme/echo", {"after": "burst"})["result"] == {"after": "burst"}
+
+
 def test_a_raising_handler_answers_once_after_its_updates_and_the_next_request_works():
     with agent_with_raw_client(Misbehaving()) as (_, raw):
         turn = _prompt(raw, "/a", "raise")
