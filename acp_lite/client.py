@@ -495,7 +495,7 @@ class RemoteAgent:
             if not isinstance(value, bool):
                 raise UsageError(f"config option {config_id!r} is boolean, not {value!r}")
         elif isinstance(option, SessionConfigSelect):
-            allowed = {choice.value for choice in _select_choices(option.options)}
+            allowed = {choice.value for choice in _flat_select_choices(option.options)}
             if isinstance(value, bool) or value not in allowed:
                 raise UsageError(f"{value!r} is not a value of config option {config_id!r} ({sorted(allowed)})")
 
@@ -559,7 +559,7 @@ class RemoteAgent:
         return answer
 
 
-def _select_choices(options: Any) -> List[Any]:
+def _flat_select_choices(options: Any) -> List[Any]:
     # Select options come flat or in groups.
     return [choice for item in options for choice in (item.options if isinstance(item, SessionConfigSelectGroup) else [item])]
 
