@@ -28,7 +28,8 @@ Rules it keeps:
 - Every pending call settles exactly once: with its result, its error, ``CallTimeout`` (the id
   is then forgotten and a late answer dropped), ``ConnectionClosed`` on end of stream or
   ``close()``, or cancellation through its future (which sends ``$/cancel_request``).
-- Bad input never stops the reader. Invalid JSON: -32700 with a null id. Valid JSON that is not
+- Bad input never stops the reader. Invalid JSON: -32700 with a null id (and when its first bytes
+  show it answers one of our calls, that call fails with ``ParseError``). Valid JSON that is not
   a JSON-RPC message: -32600 (id echoed when readable). Responses never get a reply, valid or not,
   so two peers can never bounce error messages back and forth. Lines that do not even look like
   JSON (a banner on stdout) are counted and logged now and then, not answered.
@@ -504,8 +505,8 @@ class ConnectionStats:
         return "ConnectionStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__) + ")"
 
 
-# An oversized frame is dropped unread; if its first bytes show a top-level id (after nothing but
-# "jsonrpc"/"method" strings), the request can still be answered or the call failed.
+# An oversized or unreadable frame is dropped; if its first bytes show a top-level id (after
+# nothing but "jsonrpc"/"method" strings), the request can still be answered or the call failed.
 _OVERSIZED_ID = re.compile(
     rb'\s*\{(?P<before>(?:\s*"(?:jsonrpc|method)"\s*:\s*"[^"\\]*"\s*,)*)'
     rb'\s*"id"\s*:\s*(?P<id>-?\d+|"[^"\\]*")\s*,\s*"(?P<next>\w+)"'
@@ -1053,7 +1054,7 @@ class Connection:
             try:
                 frame.decode("utf-8")
             except UnicodeDecodeError as exc:
-                self._on_undecodable(frame, exc)
+                self._on_undecodable(frame, exc, items)
                 return
         try:
             message = _ANY_LINE.decode(frame)
@@ -1061,14 +1062,14 @@ class Connection:
             self._reject(None, "not a JSON-RPC message", None)
             return
         except (msgspec.DecodeError, RecursionError) as exc:  # nested deeper than the stack allows
-            self._on_undecodable(frame, exc)
+            self._on_undecodable(frame, exc, items)
             return
         if isinstance(message, list):
             self._route_batch(message, items)
         else:
             self._route_message(message, items, None)
 
-    def _on_undecodable(self, frame: bytes, exc: Exception) -> None:
+    def _on_undecodable(self, frame: bytes, exc: Exception, items: List[Callback]) -> None:
         text = frame.strip()
         if not text:
             return  # a blank line between messages
@@ -1076,6 +1077,8 @@ class Connection:
             self.stats.parse_errors += 1
             self._complain("parse", "%s: invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, exc)
             self._send_frame(self._encode_error(None, ParseError(f"Parse error: {exc}")))
+            # If it was the answer to one of our calls, its caller must not wait forever.
+            self._fail_call_answered_by(text, ParseError(f"the answer could not be read: {exc}"), items)
         else:
             self.stats.noise_lines += 1
             self._complain(
@@ -1230,11 +1233,22 @@ class Connection:
         reason = f"message of {frame.size} bytes exceeds the limit of {limit} bytes"
         if b'"method"' in match.group("before") or match.group("next") == b"method":
             self._send_frame(self._encode_error(request_id, InvalidRequest(f"Invalid request: {reason}")))
-        elif match.group("next") in (b"result", b"error"):
-            with self._lock:
-                call = self._pending.pop(request_id, None)
-            if call is not None:
-                self._settle_ordered(call, None, InvalidRequest(f"response dropped: {reason}"), items)
+        else:
+            self._fail_call_answered_by(frame.head, InvalidRequest(f"response dropped: {reason}"), items)
+
+    def _fail_call_answered_by(self, head: bytes, error: AcpError, items: List[Callback]) -> None:
+        """Fail the pending call whose answer a dropped line was, if its first bytes show that."""
+        match = _OVERSIZED_ID.match(head)
+        if match is None or match.group("next") not in (b"result", b"error") or b'"method"' in match.group("before"):
+            return
+        try:
+            request_id = msgspec.json.decode(match.group("id"))
+        except msgspec.DecodeError:
+            return
+        with self._lock:
+            call = self._pending.pop(request_id, None)
+        if call is not None:
+            self._settle_ordered(call, None, error, items)
 
     def _on_end_of_stream(self) -> None:
         if not self._close_called:

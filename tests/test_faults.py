@@ -20,7 +20,7 @@ from acp_harness import WAIT, agent_with_raw_client, background, client_with_raw
 from acp_lite import updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
-from acp_lite.errors import CallTimeout, ConnectionClosed, ResourceNotFound
+from acp_lite.errors import CallTimeout, ConnectionClosed, ParseError, ResourceNotFound
 from acp_lite.wire import memory_pair
 
 pytestmark = pytest.mark.timeout(30)
@@ -195,6 +195,46 @@ def test_a_call_the_agent_never_answers_times_out_and_the_late_answer_is_dropped
         assert remote.connection.stats.dropped_responses == 1
     finally:
         remote.close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b'{"jsonrpc":"2.0","id":%d,"result":{"stopReason":"end_turn","_meta":{"note":"\xff"}}}',
+        b'{"jsonrpc":"2.0","id":%d,"result":{"stopReason":"end_tu',
+        b'{"jsonrpc":"2.0","id":%d,"result":{"stopReason":"end_turn","_meta":' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+    ],
+    ids=["invalid-utf8", "cut-short", "nested-beyond-the-stack"],
+)
+def test_an_answer_we_cannot_read_fails_its_call_instead_of_leaving_it_pending(answer):
+    # A prompt has no timeout: an agent whose answer cannot be parsed must not leave it waiting.
+    with client_with_raw_agent() as (remote, raw):
+        initialized(remote, raw)
+        pending = background(remote.new_session, "/w")
+        request = raw.recv()
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"sessionId": "s"}})
+        session = pending.result(WAIT).session_id
+        turn = remote.prompt_future(session, "go")
+        prompt = raw.recv()
+        raw.send_bytes(answer % prompt["id"] + b"\n")
+        error = turn.exception(WAIT)
+        assert isinstance(error, ParseError) and "could not be read" in error.message, error
+        # Still, the line was not valid JSON: the peer hears about it like any other.
+        assert raw.recv() == {"jsonrpc": "2.0", "id": None, "error": raw_error(-32700)}
+        pending = background(remote.ext_method, "_acme/echo", {"n": 1})
+        request = raw.recv()
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"n": 1}})
+        assert pending.result(WAIT) == {"n": 1}
+
+
+def raw_error(code: int) -> Any:
+    """Matches any error object with ``code`` (its message is free text)."""
+
+    class AnyMessage(dict):
+        def __eq__(self, other):
+            return isinstance(other, dict) and other.get("code") == code and isinstance(other.get("message"), str)
+
+    return AnyMessage(code=code)
 
 
 # -- handlers misbehave (agent side, raw editor) ------------------------------------------------------
