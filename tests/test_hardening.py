@@ -29,7 +29,7 @@ from acp_lite.agent import Agent
 from acp_lite.client import Client
 from acp_lite.errors import SchemaError, UsageError
 from acp_lite.rpc import Connection
-from acp_lite.schema import AGENT_METHODS, CLIENT_METHODS, InitializeResponse, NewSessionResponse, PromptResponse
+from acp_lite.schema import AGENT_METHODS, CLIENT_METHODS, PROTOCOL_METHODS, InitializeResponse, NewSessionResponse, PromptResponse
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -65,6 +65,7 @@ TO_AGENT: Dict[str, Any] = {
         "_meta": {"trace": [1, 2]},
     },
     "session/cancel": {"sessionId": "s"},
+    "$/cancel_request": {"requestId": 12},
     "_acme/echo": {"list": [1, "two", None], "nested": {"deep": True}},
 }
 
@@ -109,6 +110,7 @@ TO_CLIENT: Dict[str, Any] = {
         "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
     },
     "elicitation/complete": {"elicitationId": "e1"},
+    "$/cancel_request": {"requestId": "r"},
     "_acme/echo": {"list": [1, "two", None], "nested": {"deep": True}},
 }
 
@@ -297,7 +299,7 @@ def _messages(table: Dict[str, Any], params_by_method: Dict[str, Any]) -> Dict[s
     messages = {}
     for method, params in params_by_method.items():
         message: Dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
-        spec = table.get(method)
+        spec = table.get(method) or PROTOCOL_METHODS.get(method)
         if spec is None or spec.result_type is not None:
             message["id"] = 7
         messages[method] = message
