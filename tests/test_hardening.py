@@ -513,6 +513,43 @@ def test_random_bytes_never_stop_the_reader(side):
         exchange()
 
 
+# -- generated: duplicate keys at any level -----------------------------------------------------------
+_SLOT = "\u0000duplicated\u0000"
+MESSAGES = {"agent": (AGENT_MESSAGES, AGENT_METHODS), "client": (CLIENT_MESSAGES, CLIENT_METHODS)}
+
+
+@st.composite
+def with_duplicate_key(draw: Any, valid: Dict[str, Dict[str, Any]]) -> bytes:
+    """A valid message in which one object (the envelope or any below it) repeats one of its
+    keys with a value of another type, before or after the original."""
+    message = draw(st.sampled_from(sorted(valid.values(), key=lambda m: m["method"])))
+    objects = [()] + [path for path in _paths(message) if isinstance(_node(message, path), dict) and _node(message, path)]
+    path = draw(st.sampled_from(objects))
+    node = _node(message, path)
+    key = draw(st.sampled_from(sorted(node)))
+    other = draw(_OF_KIND[draw(st.sampled_from(sorted(set(_OF_KIND) - {_kind(node[key])})))])
+    extra = json.dumps(key) + ": " + json.dumps(other)
+    text = json.dumps(node)
+    text = "{" + extra + ", " + text[1:] if draw(st.booleans()) else text[:-1] + ", " + extra + "}"
+    return json.dumps(_replaced(message, path, _SLOT)).replace(json.dumps(_SLOT), text).encode()
+
+
+@SIDES
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-SAME-ID", "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION")
+def test_the_last_of_duplicate_keys_wins_at_every_level(side):
+    valid, table = MESSAGES[side]
+    with facing_raw_peer(side) as (_, raw):
+
+        @GENERATED
+        @given(line=with_duplicate_key(valid))
+        def exchange(line):
+            raw.send_bytes(line + b"\n")
+            # Python's json keeps the last of duplicate keys too: the reply is that message's.
+            assert_reply(raw, expected_reply(json.loads(line), table))
+
+        exchange()
+
+
 # -- generated: batches --------------------------------------------------------------------------------
 batch_elements = st.one_of(st.sampled_from(sorted(AGENT_MESSAGES.values(), key=lambda m: m["method"])), mutated(AGENT_MESSAGES))
 
