@@ -314,6 +314,28 @@ def test_blocked_handlers_are_cancelled_one_by_one_while_the_connection_keeps_an
         assert raw.recv_line() is None
 
 
+def test_close_returns_even_while_a_handler_ignores_its_cancellation():
+    entered, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    class Deaf(Misbehaving):
+        def ext_method(self, method, params):
+            entered.set()
+            release.wait(WAIT)  # never looks at the cancel token
+            finished.set()
+            return params
+
+    with agent_with_raw_client(Deaf()) as (client, raw):
+        raw.request("_acme/deaf", {})
+        assert entered.wait(WAIT)
+        client.connection.close(timeout=0.3)  # gives the handler 0.3 s, then lets go
+        assert not finished.is_set()
+        # Nothing answered the request (its handler still owns it): the peer sees the stream
+        # end, and the handler's late answer is dropped.
+        assert raw.recv_line() is None
+        release.set()
+        assert finished.wait(WAIT)
+
+
 @pytest.mark.req("ACP-V1-PROMPT-TOOLS-MAY-USE-CLIENT-CAPABILITIES")
 def test_a_handler_calling_back_waits_without_holding_up_the_connection():
     with agent_with_raw_client(Misbehaving(), INIT_WITH_FS) as (_, raw):
