@@ -9,7 +9,7 @@ from acp_lite import schema, updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.codec import UnknownVariant, convert, encode
-from acp_lite.errors import UsageError
+from acp_lite.errors import CapabilityError, InvalidParams, UsageError
 from acp_lite.wire import memory_pair
 from acp_harness import INIT_PARAMS, WAIT, agent_with_raw_client, background, client_with_raw_agent, initialized
 
@@ -270,3 +270,132 @@ def _reply(raw, result):
     request = raw.recv()
     raw.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
     return request
+
+
+@pytest.mark.req("ACP-V1-INIT-PROMPT-RICHER-MAY", "ACP-V1-INIT-SUPPORT-ALL-COMBINATIONS")
+@pytest.mark.parametrize("image, audio, embedded", [(False, False, False), (True, False, True), (True, True, True)])
+def test_richer_prompt_content_flows_exactly_when_the_agent_advertises_it(image, audio, embedded):
+    received = []
+
+    class Rich(Featureful):
+        prompt_capabilities = schema.PromptCapabilities(image=image, audio=audio, embedded_context=embedded)
+
+        def prompt(self, params, turn):
+            received.extend(updates.variant_tag(block) for block in params.prompt)
+            return "end_turn"
+
+    blocks = {
+        "image": schema.ImageContent(data="AAAA", mime_type="image/png"),
+        "audio": schema.AudioContent(data="AAAA", mime_type="audio/wav"),
+        "resource": schema.EmbeddedResource(resource=schema.TextResourceContents(uri="file:///a", text="a")),
+    }
+    allowed = {"image": image, "audio": audio, "resource": embedded}
+    agent_end, client_end = memory_pair()
+    served = serve(Rich(), agent_end)
+    remote = RemoteAgent.connect(client_end, Collector())
+    try:
+        remote.initialize()
+        session = remote.new_session("/w").session_id
+        for kind, block in blocks.items():
+            if allowed[kind]:
+                assert remote.prompt(session, [updates.text_block("see"), block]).stop_reason == "end_turn"
+            else:
+                with pytest.raises(CapabilityError):
+                    remote.prompt(session, [block])
+    finally:
+        remote.close()
+        served.connection.close()
+    assert received == [tag for kind in blocks if allowed[kind] for tag in ("text", kind)]
+
+
+@pytest.mark.req("ACP-V1-LIST-AGENT-INVALID-CURSOR-ERROR")
+def test_a_list_handler_can_refuse_an_invalid_cursor_with_an_error():
+    class Lister(Featureful):
+        def list_sessions(self, params):
+            if params.cursor not in (None, "page-2"):
+                raise InvalidParams(f"invalid cursor {params.cursor!r}")
+            return schema.ListSessionsResponse(sessions=[])
+
+    with agent_with_raw_client(Lister()) as (_, raw):
+        error = raw.call("session/list", {"cursor": "forged"})["error"]
+        assert raw.call("session/list", {"cursor": "page-2"})["result"] == {"sessions": []}
+    assert error == {"code": -32602, "message": "invalid cursor 'forged'"}
+
+
+@pytest.mark.req("ACP-V1-TOOLS-NAME-STABLE", "ACP-V1-TOOLS-NAME-IN-FIRST-REPORT")
+def test_tool_call_names_travel_untouched_in_every_report():
+    class Named(Featureful):
+        def prompt(self, params, turn):
+            turn.send(updates.tool_call("c1", "Read", name="read_file", status="pending"))
+            turn.send(updates.tool_call_update("c1", status="completed"))
+            turn.send(updates.tool_call_update("c1", name="read_file_v2"))  # a metadata correction
+            return "end_turn"
+
+    with agent_with_raw_client(Named()) as (_, raw):
+        id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
+        before, _ = raw.recv_until_response(id)
+    assert [m["params"]["update"].get("name") for m in before] == ["read_file", None, "read_file_v2"]
+
+
+@pytest.mark.req("ACP-V1-ELIC-CLIENT-VALIDATE", "ACP-V1-ELIC-AGENT-REVALIDATE", "ACP-V1-ELIC-ACCEPT-CONTENT-SCHEMA")
+def test_both_sides_see_the_requested_schema_and_the_content_exactly():
+    seen = {}
+
+    class Validating(Asking):
+        def create_elicitation(self, params):
+            seen["client_schema"] = params.requested_schema
+            if "age" not in (params.requested_schema.properties or {}):
+                return schema.CreateElicitationResponseDecline()
+            return schema.ElicitationAcceptAction(content={"age": 41})
+
+    class Revalidating(Featureful):
+        def prompt(self, params, turn):
+            request = convert(
+                dict(FORM, requestedSchema={"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}, "required": ["age"]}),
+                schema.CreateElicitationRequest,
+            )
+            answer = self.client.create_elicitation(request)
+            seen["agent_content"] = answer.content
+            return "end_turn" if isinstance(answer.content.get("age"), int) else "refusal"
+
+    agent_end, client_end = memory_pair()
+    served = serve(Revalidating(), agent_end)
+    remote = RemoteAgent.connect(client_end, Validating())
+    try:
+        remote.initialize()
+        assert remote.prompt(remote.new_session("/w").session_id, "ask").stop_reason == "end_turn"
+    finally:
+        remote.close()
+        served.connection.close()
+    assert seen["client_schema"].required == ["age"]
+    assert seen["agent_content"] == {"age": 41}
+
+
+@pytest.mark.req("ACP-V1-EXT-META-FOR-CUSTOM-CAPABILITIES")
+def test_capability_objects_carry_meta_for_extensions_both_ways():
+    class Extended(Featureful):
+        prompt_capabilities = schema.PromptCapabilities(meta={"vendor.streaming_images": {"version": 2}})
+
+    class ExtendedClient(Collector):
+        def capabilities(self):
+            caps = super().capabilities()
+            caps.meta = {"vendor.diff_preview": True}
+            return caps
+
+    seen = {}
+
+    class Recording(Extended):
+        def initialize(self, params):
+            seen["client_meta"] = params.client_capabilities.meta
+            return super().initialize(params)
+
+    agent_end, client_end = memory_pair()
+    served = serve(Recording(), agent_end)
+    remote = RemoteAgent.connect(client_end, ExtendedClient())
+    try:
+        response = remote.initialize()
+    finally:
+        remote.close()
+        served.connection.close()
+    assert seen["client_meta"] == {"vendor.diff_preview": True}
+    assert response.agent_capabilities.prompt_capabilities.meta == {"vendor.streaming_images": {"version": 2}}
