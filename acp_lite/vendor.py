@@ -11,7 +11,7 @@ each module is also there as a module object of the same name holding its public
 
 How the file is made, and the rules it relies on (the package keeps them so this can stay dumb):
 
-* The modules are this package's ``*.py`` files, except this builder and ``__main__``. Their order
+* The modules are this package's ``*.py`` files, except this builder and the command-line tools. Their order
   comes from their own ``from .mod import Name`` statements, sorted topologically; a cycle fails
   the build.
 * Intra-package imports are removed (nested ones, e.g. inside a function or ``if TYPE_CHECKING:``,
@@ -40,7 +40,8 @@ from typing import Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PACKAGE_NAME = PACKAGE_DIR.name
-_NOT_VENDORED = {"vendor", "__main__"}
+# The builder and the command-line tools: a plugin embeds the runtime, not the terminal commands.
+NOT_VENDORED = {"vendor", "__main__", "cli", "check", "tap", "wirecheck"}
 # Names the generated footer adds; they must not collide with anything in the package.
 _FOOTER_NAMES = {"types", "_vendored_module"}
 
@@ -133,7 +134,7 @@ def _module_paths() -> List[Path]:
     subpackages = sorted(p.parent.name for p in PACKAGE_DIR.glob("*/__init__.py"))
     if subpackages:
         raise VendorError(f"{PACKAGE_NAME}: subpackages cannot be vendored: {subpackages}")
-    return sorted(p for p in PACKAGE_DIR.glob("*.py") if p.stem not in _NOT_VENDORED)
+    return sorted(p for p in PACKAGE_DIR.glob("*.py") if p.stem not in NOT_VENDORED)
 
 
 def _parse_module(path: Path) -> _ParsedModule:
