@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from acp_lite.agent import Agent, RemoteClient, serve
 from acp_lite.client import Client, RemoteAgent
-from acp_lite.wire import Transport
+from acp_lite.wire import Transport, memory_pair
 
 WAIT = 5.0
 
@@ -180,3 +180,17 @@ def initialized(remote: RemoteAgent, raw: RawPeer, agent_capabilities: Optional[
     request = answer_initialize(raw, agent_capabilities, **extra)
     pending.result(WAIT)
     return request
+
+
+@contextlib.contextmanager
+def agent_and_client(agent: Agent, client: Client) -> Iterator[RemoteAgent]:
+    """Both sides of acp_lite over an in-memory pair: yields the client's ``RemoteAgent``
+    (not yet initialized) and closes both ends afterwards."""
+    agent_end, client_end = memory_pair()
+    served = serve(agent, agent_end)
+    remote = RemoteAgent.connect(client_end, client)
+    try:
+        yield remote
+    finally:
+        remote.close()
+        served.connection.close()

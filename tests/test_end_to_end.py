@@ -9,6 +9,7 @@ from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.errors import ConnectionClosed
 from acp_lite.wire import connect_tcp, listen_tcp, memory_pair
+from acp_harness import agent_and_client
 
 WAIT = 10.0
 
@@ -163,14 +164,8 @@ def test_meta_given_to_the_high_level_calls_reaches_the_other_side():
         def session_update(self, params):
             seen["update"] = params.meta
 
-    agent_end, client_end = memory_pair()
-    served = serve(MetaAgent(), agent_end)
-    remote = RemoteAgent.connect(client_end, MetaEditor())
-    try:
+    with agent_and_client(MetaAgent(), MetaEditor()) as remote:
         remote.initialize()
         session = remote.new_session("/w", meta={"vendor.origin": "test"}).session_id
         remote.prompt(session, "go", meta={"tracestate": "k=v"})
-    finally:
-        remote.close()
-        served.connection.close()
     assert seen == {"new": {"vendor.origin": "test"}, "prompt": {"tracestate": "k=v"}, "update": {"traceparent": "00-ab-cd-01"}}

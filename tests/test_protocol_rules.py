@@ -11,7 +11,7 @@ from acp_lite.client import Client, RemoteAgent
 from acp_lite.errors import UsageError
 from acp_lite.rpc import Connection
 from acp_lite.wire import memory_pair
-from acp_harness import WAIT, background, client_with_raw_agent, initialized
+from acp_harness import WAIT, agent_and_client, background, client_with_raw_agent, initialized
 
 
 @pytest.mark.req("ACP-V1-JSONRPC-RPC-PREFIX-RESERVED")
@@ -93,16 +93,10 @@ def test_each_plan_update_arrives_as_the_complete_plan_to_replace_the_last():
             turn.send(updates.plan([("fix", "high", "in_progress"), ("ship", "medium", "pending")]))
             return "end_turn"
 
-    agent_end, client_end = memory_pair()
-    served = serve(Planner(), agent_end)
     client = Plans()
-    remote = RemoteAgent.connect(client_end, client)
-    try:
+    with agent_and_client(Planner(), client) as remote:
         remote.initialize()
         remote.prompt(remote.new_session("/w").session_id, "plan")
-    finally:
-        remote.close()
-        served.connection.close()
     assert client.plans == [["read", "fix", "test"], ["fix", "ship"]]
 
 
@@ -205,10 +199,7 @@ def test_closing_a_session_or_the_connection_releases_the_terminals_it_left():
         except FileNotFoundError:
             return False
 
-    agent_end, client_end = memory_pair()
-    served = serve(Sleeper(), agent_end)
-    remote = RemoteAgent.connect(client_end, WorkspaceClient())
-    try:
+    with agent_and_client(Sleeper(), WorkspaceClient()) as remote:
         remote.initialize()
         first = remote.new_session("/tmp").session_id
         remote.prompt(first, "run")
@@ -217,7 +208,4 @@ def test_closing_a_session_or_the_connection_releases_the_terminals_it_left():
         assert all(alive(pid) for pid in pids)
         remote.close_session(first)
         assert not alive(pids[0]) and alive(pids[1])
-    finally:
-        remote.close()
-        served.connection.close()
     assert not alive(pids[1])

@@ -6,12 +6,11 @@ import msgspec
 import pytest
 
 from acp_lite import schema, updates
-from acp_lite.agent import Agent, serve
-from acp_lite.client import Client, RemoteAgent
+from acp_lite.agent import Agent
+from acp_lite.client import Client
 from acp_lite.codec import UnknownVariant, convert, encode
 from acp_lite.errors import CapabilityError, InvalidParams, UsageError
-from acp_lite.wire import memory_pair
-from acp_harness import INIT_PARAMS, WAIT, agent_with_raw_client, background, client_with_raw_agent, initialized
+from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, background, client_with_raw_agent, initialized
 
 MODEL = schema.SessionConfigSelect(
     id="model",
@@ -91,18 +90,12 @@ class Collector(Client):
     "ACP-V1-CONFIG-CATEGORY-MAY",
 )
 def test_every_update_variant_travels_typed_and_unchanged():
-    agent_end, client_end = memory_pair()
-    served = serve(Featureful(), agent_end)
     collector = Collector(boolean_config_options=True)
-    remote = RemoteAgent.connect(client_end, collector)
-    try:
+    with agent_and_client(Featureful(), collector) as remote:
         remote.initialize()
         session = remote.new_session("/w")
         assert session.modes == MODES and session.config_options == [MODEL, THINKING]
         assert remote.prompt(session.session_id, "go").stop_reason == "end_turn"
-    finally:
-        remote.close()
-        served.connection.close()
     sent = every_update()
     assert collector.received == sent
     assert [encode(u) for u in collector.received] == [encode(u) for u in sent]
@@ -236,16 +229,10 @@ def test_elicitation_round_trip_and_completion_between_both_sides():
         def complete_elicitation(self, params):
             completions.append(params.elicitation_id)
 
-    agent_end, client_end = memory_pair()
-    served = serve(Eliciting(), agent_end)
-    remote = RemoteAgent.connect(client_end, Answering())
-    try:
+    with agent_and_client(Eliciting(), Answering()) as remote:
         remote.initialize()
         session = remote.new_session("/w").session_id
         assert remote.prompt(session, "go").stop_reason == "end_turn"
-    finally:
-        remote.close()
-        served.connection.close()
     (answer,) = answers
     assert isinstance(answer, UnknownVariant) and answer.raw == {"action": "counter_offer", "terms": 1}
     assert completions == ["  opaque/ID==  "]
@@ -290,10 +277,7 @@ def test_richer_prompt_content_flows_exactly_when_the_agent_advertises_it(image,
         "resource": schema.EmbeddedResource(resource=schema.TextResourceContents(uri="file:///a", text="a")),
     }
     allowed = {"image": image, "audio": audio, "resource": embedded}
-    agent_end, client_end = memory_pair()
-    served = serve(Rich(), agent_end)
-    remote = RemoteAgent.connect(client_end, Collector())
-    try:
+    with agent_and_client(Rich(), Collector()) as remote:
         remote.initialize()
         session = remote.new_session("/w").session_id
         for kind, block in blocks.items():
@@ -302,9 +286,6 @@ def test_richer_prompt_content_flows_exactly_when_the_agent_advertises_it(image,
             else:
                 with pytest.raises(CapabilityError):
                     remote.prompt(session, [block])
-    finally:
-        remote.close()
-        served.connection.close()
     assert received == [tag for kind in blocks if allowed[kind] for tag in ("text", kind)]
 
 
@@ -358,15 +339,9 @@ def test_both_sides_see_the_requested_schema_and_the_content_exactly():
             seen["agent_content"] = answer.content
             return "end_turn" if isinstance(answer.content.get("age"), int) else "refusal"
 
-    agent_end, client_end = memory_pair()
-    served = serve(Revalidating(), agent_end)
-    remote = RemoteAgent.connect(client_end, Validating())
-    try:
+    with agent_and_client(Revalidating(), Validating()) as remote:
         remote.initialize()
         assert remote.prompt(remote.new_session("/w").session_id, "ask").stop_reason == "end_turn"
-    finally:
-        remote.close()
-        served.connection.close()
     assert seen["client_schema"].required == ["age"]
     assert seen["agent_content"] == {"age": 41}
 
@@ -389,13 +364,7 @@ def test_capability_objects_carry_meta_for_extensions_both_ways():
             seen["client_meta"] = params.client_capabilities.meta
             return super().initialize(params)
 
-    agent_end, client_end = memory_pair()
-    served = serve(Recording(), agent_end)
-    remote = RemoteAgent.connect(client_end, ExtendedClient())
-    try:
+    with agent_and_client(Recording(), ExtendedClient()) as remote:
         response = remote.initialize()
-    finally:
-        remote.close()
-        served.connection.close()
     assert seen["client_meta"] == {"vendor.diff_preview": True}
     assert response.agent_capabilities.prompt_capabilities.meta == {"vendor.streaming_images": {"version": 2}}
