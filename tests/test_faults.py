@@ -139,8 +139,8 @@ def test_an_agent_closing_its_stdout_but_running_on_ends_the_connection_and_clos
         assert remote.process.returncode() is None
         assert editor.texts == ["0", "1", "2"]
     finally:
-        remote.close()  # closes its stdin: it reads end-of-file and exits on its own
-    assert remote.process.returncode() == 0
+        remote.close()  # closes its stdin (it then exits on its own), with SIGTERM to back it up
+    assert remote.process.returncode() is not None
 
 
 def test_an_agent_that_stops_reading_blocks_only_our_writers_and_close_still_returns():
