@@ -34,3 +34,16 @@ def test_the_minimal_client_runs_against_the_minimal_agent():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["You said: hello", "stop reason: end_turn"]
+
+
+def test_the_application_requirements_table_is_current():
+    from spec.readme_section import README as readme_path, with_table
+
+    text = readme_path.read_text()
+    assert with_table(text) == text, "run: python -m spec.readme_section"
+
+
+def test_the_readme_quotes_the_coverage_summary_line():
+    coverage = (REPO / "spec" / "COVERAGE.md").read_text()
+    summary = re.search(r"^\*\*(.+)\*\*$", coverage, re.M).group(1)
+    assert f"> **{summary}**" in README
