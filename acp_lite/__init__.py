@@ -17,6 +17,7 @@ from .client import Client, RemoteAgent
 from .errors import AcpError
 from .rpc import HostDelivery
 from .wire import connect_tcp, connect_unix, listen_tcp, listen_unix, memory_pair, stdio_transport
+from .workspace import WorkspaceClient
 
 __all__ = [
     "AcpError",
@@ -34,4 +35,5 @@ __all__ = [
     "serve",
     "serve_stdio",
     "stdio_transport",
+    "WorkspaceClient",
 ]
