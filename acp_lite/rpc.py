@@ -62,7 +62,6 @@ from .errors import (
     ParseError,
     ProtocolError,
     RequestCancelled,
-    SchemaError,
     UsageError,
     error_from_wire,
 )
