@@ -162,8 +162,12 @@ class Transport:
         self._partial_size = 0
         self._discarding: Optional[OversizedFrame] = None
         self._eof = False
-        # Shared state, under one condition: the write backlog and the close protocol.
-        self._cond = threading.Condition(threading.Lock())
+        # Shared state, under one lock: the write backlog and the close protocol. The condition
+        # is notified only when a thread waits on it (``_waiting``): a lone send then costs two
+        # plain lock acquisitions around its write.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting = 0
         self._backlog: List[bytes] = []
         self._backlog_size = 0
         self._writing = False
@@ -196,7 +200,7 @@ class Transport:
 
     def _read_chunk(self) -> Optional[bytes]:
         """The next bytes; b"" at end of stream, None once ``close()`` has begun."""
-        with self._cond:
+        with self._lock:
             if self._closing:
                 return None
             self._active += 1
@@ -266,15 +270,15 @@ class Transport:
         """
         if b"\n" in frame:
             raise UsageError("a frame must not contain a newline byte")
-        with self._cond:
+        with self._lock:
             while self._backlog_size > _WRITE_BACKLOG_LIMIT and not (self._closing or self._write_failed):
-                self._cond.wait()
+                self._wait()
             refused = self._closing or self._write_failed
             if not refused:
-                self._backlog.append(frame)
-                self._backlog.append(b"\n")
-                self._backlog_size += len(frame) + 1
                 if self._writing:
+                    self._backlog.append(frame)
+                    self._backlog.append(b"\n")
+                    self._backlog_size += len(frame) + 1
                     return
                 self._writing = True
                 self._active += 1
@@ -282,36 +286,48 @@ class Transport:
             if self._closing:
                 raise ConnectionClosed(f"{self.name}: the transport was closed")
             raise self.closed_error()  # outside the lock: a process's hook waits for the exit
-        self._write_backlog()
+        self._write_backlog(frame + b"\n")
 
-    def _write_backlog(self) -> None:
-        # This thread holds the writer role until the backlog is empty.
+    def _write_backlog(self, data: bytes) -> None:
+        # This thread holds the writer role: it writes ``data``, then whatever other senders left
+        # meanwhile, until nothing is left.
         failure: Optional[Exception] = None
         while True:
-            with self._cond:
-                batch = self._backlog
-                if not batch or failure is not None:
-                    self._backlog = []
-                    self._backlog_size = 0
-                    self._writing = False
-                    self._write_failed = self._write_failed or failure is not None
-                    self._cond.notify_all()
-                    break
-                self._backlog = []
-                self._backlog_size = 0
-                self._cond.notify_all()
             try:
-                self._write(batch[0] + batch[1] if len(batch) == 2 else b"".join(batch))
+                self._write(data)
             except (OSError, ValueError) as exc:  # ValueError: a file object closed by its owner
                 failure = exc
-        self._leave_io()
+            with self._lock:
+                batch = self._backlog
+                self._backlog = []
+                self._backlog_size = 0
+                if self._waiting:
+                    self._cond.notify_all()  # senders held back by the backlog limit, flush()
+                if not batch or failure is not None:
+                    self._writing = False
+                    self._write_failed = self._write_failed or failure is not None
+                    self._active -= 1
+                    if self._closing and self._active == 0:
+                        self._release()
+                    break
+            data = b"".join(batch)
         if failure is not None:
             raise self.closed_error() from failure
 
+    def _wait(self, predicate: Optional[Callable[[], bool]] = None, timeout: Optional[float] = None) -> bool:
+        # Under the lock: wait on the condition, counted so that writers know to notify.
+        self._waiting += 1
+        try:
+            if predicate is None:
+                return self._cond.wait(timeout)
+            return self._cond.wait_for(predicate, timeout)
+        finally:
+            self._waiting -= 1
+
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Wait until every frame handed to ``send`` is written; True if so. Any thread."""
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._writing and not self._backlog, timeout)
+        with self._lock:
+            return self._wait(lambda: not self._writing and not self._backlog, timeout)
 
     # -- closing (any thread) -----------------------------------------------------------------
     @property
@@ -330,7 +346,7 @@ class Transport:
         streams. A blocked read returns at once; a write blocked on a peer that does not read
         keeps the stream open until it fails. Idempotent. Any thread."""
         self.flush(timeout)
-        with self._cond:
+        with self._lock:
             if self._closing:
                 return
             self._closing = True
@@ -347,7 +363,7 @@ class Transport:
                 pass
 
     def _leave_io(self) -> None:
-        with self._cond:
+        with self._lock:
             self._active -= 1
             if self._closing and self._active == 0:
                 self._release()
