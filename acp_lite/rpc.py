@@ -12,10 +12,12 @@ Rules it keeps:
 - Who decodes: a lone line that arrives while nothing waits for delivery is decoded and routed
   by the reader, so an answer reaches its caller without a thread hop. A burst (several lines
   at once, or lines arriving while callbacks are still queued) goes to the delivery thread as
-  raw lines, which decodes and delivers them one by one: a decoded value then lives only until
-  its callback returns, instead of waiting in the queue long enough to cost the garbage
-  collector passes over it. In host mode the reader decodes everything (the host's thread
-  should only run callbacks).
+  raw blocks of lines, which it decodes and delivers block by block, so the reader is back at
+  reading at once. A block made only of registered methods' messages is decoded in one call
+  (the lines as one JSON array, checked to hold exactly one message per line); any other block
+  line by line. The reader stops reading while a few megabytes wait for the delivery thread,
+  so a slow application makes a fast peer wait instead of filling memory. In host mode the
+  reader decodes everything (the host's thread should only run callbacks).
 - Incoming notifications and requests go through one ordered queue. Notification callbacks run
   in arrival order, on the connection's delivery thread or, in host mode, on the host's thread
   inside ``HostDelivery.pump()``. Requests are started in that same order: on worker threads
@@ -71,6 +73,9 @@ CANCEL_REQUEST_METHOD = "$/cancel_request"
 
 # Idle worker threads wait this long for another request before they exit.
 _WORKER_IDLE_SECONDS = 30.0
+
+# The reader stops reading while this many bytes it read wait for the delivery thread.
+_READ_AHEAD_LIMIT = 4 * 1024 * 1024
 
 # What encoding a value the application gave us may raise: a type msgspec cannot write, a string
 # that is not valid Unicode (a lone surrogate), or nesting deeper than the stack allows.
@@ -406,8 +411,12 @@ class _CancelRequestParams(Struct):
 
 
 class _Unmatchable(Struct, tag_field="method", tag="\x00"):
-    """Keeps the fast decoder a union even with one method: a lone tagged struct would also
-    accept a message without any ``method``."""
+    """Keeps the fast decoders unions even with one method: a lone tagged struct would also
+    accept a message without any ``method``. Never decodes: a line naming its tag goes the
+    general way like any other unknown method."""
+
+    def __post_init__(self) -> None:
+        raise ValueError("not a registered method")
 
 
 class _Route:
@@ -429,26 +438,21 @@ class _Route:
 
 
 class _FastPath:
-    """The one-pass decoder for registered methods with typed params; for each envelope type it
-    produces, the notification handler or the request route; and for each notification
-    envelope, its solo decoder (the same message as a plain struct) with the handler."""
+    """The one-pass decoders for registered methods with typed params (of a line, and of a block
+    of lines made into an array) and, for each envelope type they produce, the notification
+    handler or the request route."""
 
-    __slots__ = ("decoder", "handlers", "requests", "solos")
+    __slots__ = ("decoder", "block_decoder", "handlers", "requests")
 
     def __init__(
         self,
-        decoder: msgspec.json.Decoder,
+        decoders: Tuple[msgspec.json.Decoder, msgspec.json.Decoder],
         handlers: Dict[type, Callable[[Any], Any]],
         requests: Dict[type, _Route],
-        solos: Dict[type, Tuple[Callable[[Any], Any], Callable[[Any], Any]]],
     ):
-        self.decoder = decoder
+        self.decoder, self.block_decoder = decoders
         self.handlers = handlers
         self.requests = requests
-        self.solos = solos
-
-
-_NO_SOLO: Tuple[Any, Any] = (None, None)
 
 
 class _PendingCall:
@@ -513,9 +517,8 @@ _OVERSIZED_ID = re.compile(
 
 
 @functools.lru_cache(maxsize=None)
-def _envelope_types(method: str, params_type: Any, is_request: bool) -> Tuple[type, Any]:
-    """The envelope struct of ``method`` (tagged by it, for the union decoder) and, for a
-    notification, the decode function of its solo struct (the method as a literal field).
+def _envelope_type(method: str, params_type: Any, is_request: bool) -> type:
+    """The envelope struct of ``method``, tagged by it for the union decoders.
 
     Envelopes forbid other fields and require params, so that a line they accept needs no
     further check: anything unusual fails over to the general path, which knows how to
@@ -525,21 +528,20 @@ def _envelope_types(method: str, params_type: Any, is_request: bool) -> Tuple[ty
     fields = [("jsonrpc", Literal["2.0"]), ("params", params_type)]
     if is_request:
         fields.insert(1, ("id", Union[int, str, None]))
-    envelope = msgspec.defstruct("_Envelope", fields, tag_field="method", tag=method, forbid_unknown_fields=True)
-    if is_request:
-        strict_decoder(envelope)  # raises TypeError now, not in the union, for a type msgspec cannot decode
-        return envelope, None
-    solo = msgspec.defstruct(
-        "_SoloEnvelope",
-        [("jsonrpc", Literal["2.0"]), ("method", Literal[method]), ("params", params_type)],  # type: ignore[valid-type]
-        forbid_unknown_fields=True,
+    # gc=False as for the schema's structs: a block's envelopes live together for a moment, and
+    # tracked ones would cost the garbage collector passes over every one of them.
+    envelope = msgspec.defstruct(
+        "_Envelope", fields, tag_field="method", tag=method, forbid_unknown_fields=True, gc=False
     )
-    return envelope, strict_decoder(solo).decode
+    strict_decoder(envelope)  # raises TypeError now, not in the union, for a type msgspec cannot decode
+    return envelope
 
 
 @functools.lru_cache(maxsize=64)
-def _union_decoder(envelopes: Tuple[type, ...]) -> msgspec.json.Decoder:
-    return strict_decoder(Union[envelopes + (_Unmatchable,)])  # type: ignore[valid-type]
+def _union_decoders(envelopes: Tuple[type, ...]) -> Tuple[msgspec.json.Decoder, msgspec.json.Decoder]:
+    """Decoders of one message and of a JSON array of messages, into the envelopes."""
+    union = Union[envelopes + (_Unmatchable,)]  # type: ignore[valid-type]
+    return strict_decoder(union), strict_decoder(List[union])  # type: ignore[valid-type]
 
 
 def _fast_decodable(frame: Any) -> bool:
@@ -552,6 +554,14 @@ def _fast_decodable(frame: Any) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def _several_lines(block: Any) -> bool:
+    return type(block) is bytes and block.find(b"\n") >= 0
+
+
+def _burst_size(blocks: List[Any]) -> int:
+    return sum(len(block) for block in blocks if type(block) is bytes)
 
 
 def _valid_id(value: Any) -> bool:
@@ -594,7 +604,9 @@ class Connection:
         self._unknown_notification: Optional[Callable[[str, Any], Any]] = None
         self._closing_callbacks: List[Callable[[], Any]] = []
         self._fast: Optional[_FastPath] = None
-        self._last_notification: Optional[type] = None  # the envelope type of the latest one
+        # Bytes the reader has queued for the delivery thread and it has not routed yet.
+        self._read_ahead = 0
+        self._read_ahead_cond = threading.Condition(threading.Lock())
         self._complained_at: Dict[str, float] = {}
         self._reader: Optional[threading.Thread] = None
         self._deliverer: Optional[threading.Thread] = None
@@ -663,7 +675,6 @@ class Connection:
         # its typed request route.
         handlers: Dict[type, Callable[[Any], Any]] = {}
         requests: Dict[type, _Route] = {}
-        solos: Dict[type, Tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
         for method in sorted(set(self._notifications) | set(self._requests)):
             route = self._notifications.get(method)
             if route is None or route.params_type is Any:
@@ -671,16 +682,14 @@ class Connection:
             if route is None or route.params_type is Any:
                 continue
             try:
-                envelope, solo_decode = _envelope_types(method, route.params_type, route.is_request)
+                envelope = _envelope_type(method, route.params_type, route.is_request)
             except TypeError:  # an unhashable type annotation: the general path serves it
                 continue
             if route.is_request:
                 requests[envelope] = route
             else:
                 handlers[envelope] = route.handler
-                solos[envelope] = (solo_decode, route.handler)
-        decoder = _union_decoder(tuple(handlers) + tuple(requests))
-        self._fast = _FastPath(decoder, handlers, requests, solos)
+        self._fast = _FastPath(_union_decoders(tuple(handlers) + tuple(requests)), handlers, requests)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -726,6 +735,8 @@ class Connection:
                     self._close_error = ConnectionClosed(f"{self.name}: connection closed by close()")
                 pending, self._pending = self._pending, {}
         if first:
+            with self._read_ahead_cond:
+                self._read_ahead_cond.notify_all()  # a reader waiting for room stops
             for call in pending.values():
                 _settle(call.future, None, self._close_error)
             self._run_closing(None)
@@ -962,18 +973,20 @@ class Connection:
     def _read_loop(self) -> None:
         queue = self._queue
         try:
-            while True:
-                frames = self._transport.read_frames()
-                if frames is None:
+            while self._wait_for_read_ahead_room():
+                blocks = self._transport.read_blocks()
+                if blocks is None:
                     break
-                if self._host is None and (len(frames) > 1 or queue.unfinished):
-                    # A burst: the delivery thread decodes it line by line, so each value is
-                    # freed right after its callback instead of piling up (and costing garbage
-                    # collector passes) while it waits to be delivered.
-                    queue.put([(self._deliver_frames, frames)])
+                if self._host is None and (len(blocks) > 1 or queue.unfinished or _several_lines(blocks[0])):
+                    # A burst: the delivery thread decodes it, block by block, so that the reader
+                    # is back at reading at once and decoded values do not wait in the queue.
+                    with self._read_ahead_cond:
+                        self._read_ahead += _burst_size(blocks)
+                    queue.put([(self._deliver_blocks, blocks)])
                     continue
                 items: List[Callback] = []
-                self._route_frames(frames, items)
+                for block in blocks:
+                    self._route_block(block, items)
                 if items:
                     queue.put(items)
         except Exception:
@@ -981,34 +994,88 @@ class Connection:
         finally:
             self._on_end_of_stream()
 
-    def _deliver_frames(self, frames: List[Any]) -> None:
-        """Delivery thread: route a burst and run its callbacks as it goes, line by line.
+    def _wait_for_read_ahead_room(self) -> bool:
+        """Wait while the delivery thread is far behind (a slow callback, a fast peer), so that
+        memory stays bounded and the peer feels the back-pressure; False once closing."""
+        with self._read_ahead_cond:
+            while self._read_ahead > _READ_AHEAD_LIMIT and not self._close_called:
+                self._read_ahead_cond.wait()
+        return not self._close_called
 
-        A burst is mostly one notification method (a stream of updates). The solo decoder of
-        the last notification method seen, which checks the method as a plain literal field
-        instead of dispatching on it, runs first and leads straight to its handler; any line
-        it rejects takes the general route (which may switch the solo method).
+    def _deliver_blocks(self, blocks: List[Any]) -> None:
+        """Delivery thread: route a burst and run its callbacks as it goes, block by block."""
+        fast = self._fast
+        assert fast is not None
+        items: List[Callback] = []
+        try:
+            for block in blocks:
+                envelopes = self._decode_block(block)
+                if envelopes is None:
+                    self._route_lines(block, items)
+                    _run_callbacks(items, self._log)
+                    items.clear()
+                    continue
+                handlers = fast.handlers
+                for envelope in envelopes:
+                    handler = handlers.get(type(envelope))
+                    if handler is None:  # a request
+                        self._accept_envelope(envelope, items)
+                        _run_callbacks(items, self._log)
+                        items.clear()
+                        continue
+                    try:
+                        handler(envelope.params)
+                    except Exception:
+                        self._log.exception("%s: notification handler %r failed", self.name, handler)
+        finally:
+            with self._read_ahead_cond:
+                self._read_ahead -= _burst_size(blocks)
+                if self._read_ahead <= _READ_AHEAD_LIMIT:
+                    self._read_ahead_cond.notify()
+
+    def _route_block(self, block: Any, items: List[Callback]) -> None:
+        """Route a block's lines: append what they ask for to ``items``."""
+        envelopes = self._decode_block(block)
+        if envelopes is None:
+            self._route_lines(block, items)
+            return
+        fast = self._fast
+        assert fast is not None
+        for envelope in envelopes:
+            handler = fast.handlers.get(type(envelope))
+            if handler is None:
+                self._accept_envelope(envelope, items)
+            else:
+                items.append((handler, envelope.params))
+
+    def _route_lines(self, block: Any, items: List[Callback]) -> None:
+        self._route_frames(block.split(b"\n") if type(block) is bytes else (block,), items)
+
+    def _accept_envelope(self, envelope: Any, items: List[Callback]) -> None:
+        fast = self._fast
+        assert fast is not None
+        self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, None)
+
+    def _decode_block(self, block: Any) -> Optional[List[Any]]:
+        """The envelopes of a block's lines, or None when it must be read line by line.
+
+        The lines become one JSON array: each newline a comma. A message that is valid JSON
+        across several lines cannot survive that (a comma lands next to a bracket, colon or
+        another comma), and the count check catches two messages on one line, so the array
+        holds exactly one message per line, as line-by-line reading would have found them.
         """
         fast = self._fast
         assert fast is not None
-        solo_decode, solo_handler = fast.solos.get(self._last_notification, _NO_SOLO)
-        items: List[Callback] = []
-        for frame in frames:
-            if solo_decode is not None and _fast_decodable(frame):
-                try:
-                    params = solo_decode(frame).params
-                except Exception:  # not this method, not valid, or an oversized-frame report
-                    pass
-                else:
-                    try:
-                        solo_handler(params)
-                    except Exception:
-                        self._log.exception("%s: notification handler %r failed", self.name, solo_handler)
-                    continue
-            self._route_frames((frame,), items)
-            _run_callbacks(items, self._log)
-            items.clear()
-            solo_decode, solo_handler = fast.solos.get(self._last_notification, _NO_SOLO)
+        if not _several_lines(block) or not _fast_decodable(block):
+            return None
+        try:
+            envelopes = fast.block_decoder.decode(b"".join((b"[", block.replace(b"\n", b","), b"]")))
+        except Exception:  # a line of another kind (a response), or anything unusual
+            return None
+        # Counting newlines by deleting them is several times faster than bytes.count.
+        if len(envelopes) != len(block) - len(block.replace(b"\n", b"")) + 1:
+            return None
+        return envelopes
 
     def _route_frames(self, frames: Sequence[Any], items: List[Callback]) -> None:
         """Decode each line once, straight into the typed envelope of its method, and append
@@ -1027,7 +1094,6 @@ class Connection:
                 continue
             handler = handlers.get(type(envelope))
             if handler is not None:
-                self._last_notification = type(envelope)
                 items.append((handler, envelope.params))
                 continue
             route = requests.get(type(envelope))

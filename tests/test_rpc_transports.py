@@ -4,6 +4,7 @@ import os
 import sys
 import textwrap
 import threading
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -118,8 +119,9 @@ line_bytes = st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"."))
     cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=30),
     limit=st.integers(min_value=1, max_value=80),
     terminated=st.booleans(),
+    block_bytes=st.integers(min_value=1, max_value=200),
 )
-def test_any_chunking_yields_the_same_frames(lines, cuts, limit, terminated):
+def test_any_chunking_yields_the_same_frames(lines, cuts, limit, terminated, block_bytes):
     stream = b"\n".join(lines) + (b"\n" if terminated and lines else b"")
     expected = []
     for index, line in enumerate(lines):
@@ -129,14 +131,23 @@ def test_any_chunking_yields_the_same_frames(lines, cuts, limit, terminated):
         expected.append(("big", len(line)) if len(line) > limit else line)
     read_fd, write_fd = os.pipe()
     transport = Transport(read_fd, write_fd, max_message_size=limit)
-    frames = []
+    blocks = []
     bounds = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
-    for start, end in zip(bounds, bounds[1:]):
-        frames.extend(transport._split(stream[start:end]))
-        assert transport._partial_size <= limit
-    frames.extend(transport._frames_at_eof() or [])
+    with mock.patch.object(wire, "_BLOCK_BYTES", block_bytes):  # blocks are cut small, lines never
+        for start, end in zip(bounds, bounds[1:]):
+            # The transport reads into a buffer it reuses: what lies past the bytes read is stale.
+            buffer = bytearray(b'\n{"stale":1}' * 200)
+            buffer[: end - start] = stream[start:end]
+            blocks.extend(transport._blocks(buffer, end - start))
+            assert transport._partial_size <= limit
+    blocks.extend(transport._blocks_at_eof() or [])
     transport.close()
-    assert [("big", f.size) if isinstance(f, OversizedFrame) else f for f in frames] == expected
+    frames = [("big", b.size) if isinstance(b, OversizedFrame) else line for b in blocks for line in _lines(b)]
+    assert frames == expected
+
+
+def _lines(block):
+    return [block] if isinstance(block, OversizedFrame) else block.split(b"\n")
 
 
 def test_a_partial_line_is_not_a_message_when_the_transport_is_closed_locally():

@@ -158,11 +158,12 @@ class RecordingTransport(Transport):
         self.frames: List[tuple] = []
         self._frames_lock = threading.Lock()
 
-    def read_frames(self):
-        frames = super().read_frames()
+    def read_blocks(self):
+        blocks = super().read_blocks()
+        lines = [line for block in blocks or () if isinstance(block, bytes) for line in block.split(b"\n")]
         with self._frames_lock:
-            self.frames.extend((self.incoming, bytes(f)) for f in frames or () if isinstance(f, bytes))
-        return frames
+            self.frames.extend((self.incoming, line) for line in lines)
+        return blocks
 
     def send(self, frame: bytes) -> None:
         # Recorded before it is written, so a request is always logged before its response.

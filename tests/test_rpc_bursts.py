@@ -1,0 +1,239 @@
+"""Bursts: many lines arriving in one read, which the connection decodes a block at a time.
+
+The peer here writes raw bytes straight into the connection's pipe, so that a whole burst (and
+any malformed line inside it) reaches the reader in as few reads as the OS allows. Whatever the
+chunking, a burst must give exactly what reading it line by line gives: the same messages, in
+the same order, the same errors for the same bad lines.
+"""
+import json
+import os
+import threading
+import time
+from typing import Any, List
+
+import msgspec
+import pytest
+
+from acp_lite import rpc
+from acp_lite.rpc import Connection, HostDelivery
+from acp_lite.wire import Transport
+
+pytestmark = pytest.mark.timeout(30)
+
+WAIT = 10
+
+
+class Step(msgspec.Struct):
+    i: int
+
+
+class Sync(msgspec.Struct):
+    pass
+
+
+def line(message: Any) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def step(i: int) -> bytes:
+    return line({"jsonrpc": "2.0", "method": "x/step", "params": {"i": i}})
+
+
+class BurstPeer:
+    """The far end: writes raw bytes into the connection's input, reads what it answers."""
+
+    def __init__(self, delivery: Any = None):
+        to_us, self._feed = os.pipe()
+        self._replies, from_us = os.pipe()
+        self.connection = Connection(Transport(to_us, from_us), name="bursts", delivery=delivery)
+        # Typed params, so that a sync request may share a block with the lines before it.
+        self.connection.on_request("x/sync", lambda params, ctx: "synced", Sync)
+        self._reader = Transport(self._replies, os.dup(self._feed))
+        self._syncs = 0
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._feed, view):]
+
+    def replies(self, count: int) -> List[Any]:
+        frames: List[bytes] = []
+        while len(frames) < count:
+            batch = self._reader.read_frames()
+            assert batch is not None, "the connection closed its end"
+            frames.extend(batch)
+        return [json.loads(frame) for frame in frames]
+
+    def sync(self) -> List[Any]:
+        """Send a request and wait for its answer: every callback for the lines written before
+        it has then run. Returns the other replies read meanwhile."""
+        self._syncs += 1
+        sync_id = f"sync-{self._syncs}"
+        self.write(line({"jsonrpc": "2.0", "id": sync_id, "method": "x/sync", "params": {}}) + b"\n")
+        replies: List[Any] = []
+        while not replies or replies[-1].get("id") != sync_id:
+            replies += self.replies(1)
+        return replies[:-1]
+
+    def close(self) -> None:
+        os.close(self._feed)
+        self.connection.close()
+        self._reader.close()
+
+
+@pytest.fixture
+def peer():
+    peer = BurstPeer()
+    yield peer
+    peer.close()
+
+
+@pytest.mark.req("ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED", "ACP-V1-JSONRPC-RESPONSE-ID-ECHO")
+def test_a_burst_keeps_the_order_of_notifications_requests_and_answers(peer):
+    connection = peer.connection
+    seen: List[int] = []
+    started: List[Any] = []
+    connection.on_notification("x/step", lambda params: seen.append(params.i), Step)
+
+    def handler(params: Step, ctx: Any) -> Any:
+        started.append((params.i, len(seen)))
+        return {"i": params.i}
+
+    connection.on_request("x/req", handler, Step)
+    connection.start()
+    answer: List[Any] = []
+    caller = threading.Thread(target=lambda: answer.append((connection.call("x/op"), len(seen))))
+    caller.start()
+    request = peer.replies(1)[0]
+    lines = []
+    for i in range(20000):
+        lines.append(step(i))
+        if i % 1000 == 999:  # a request now and then, each right behind step i
+            lines.append(line({"jsonrpc": "2.0", "id": i, "method": "x/req", "params": {"i": i}}))
+    lines.append(line({"jsonrpc": "2.0", "id": request["id"], "result": "done"}))
+    peer.write(b"\n".join(lines) + b"\n")
+    caller.join(WAIT)
+    replies = peer.sync()
+    # The answer surfaces behind every notification before it; each request starts behind the
+    # notifications before it and is answered with its own id.
+    assert answer == [("done", 20000)]
+    assert seen == list(range(20000))
+    requested = [i for i in range(20000) if i % 1000 == 999]
+    assert sorted(i for i, _ in started) == requested
+    assert all(before >= i + 1 for i, before in started)
+    assert sorted(r["id"] for r in replies) == requested
+    assert all(r["result"] == {"i": r["id"]} for r in replies)
+
+
+BROKEN_LINES = {
+    # Valid JSON spread over two lines: each line alone is not a message.
+    "pretty-printed": b'{"jsonrpc":"2.0",\n"method":"x/step","params":{"i":-1}}',
+    # Two messages on one line, however they are separated.
+    "two-with-comma": step(-1) + b"," + step(-2),
+    "two-with-space": step(-1) + b" " + step(-2),
+    "two-touching": step(-1) + step(-2),
+    # An empty line and one of blanks are nothing at all.
+    "blank": b"\n  ",
+    # A line whose text is not UTF-8.
+    "bad-utf8": b'{"jsonrpc":"2.0","method":"x/step","params":{"i":-1,"note":"\xff"}}',
+}
+
+
+@pytest.mark.req("ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED", "ACP-V1-TRANSPORT-UTF8")
+@pytest.mark.parametrize("kind", sorted(BROKEN_LINES))
+def test_lines_that_are_not_one_message_are_refused_inside_a_burst_too(kind, monkeypatch):
+    burst = [step(i) for i in range(100)] + [BROKEN_LINES[kind]] + [step(i) for i in range(100, 200)]
+
+    def outcome() -> Any:
+        peer = BurstPeer()
+        seen: List[int] = []
+        peer.connection.on_notification("x/step", lambda params: seen.append(params.i), Step)
+        peer.connection.start()
+        try:
+            peer.write(b"\n".join(burst) + b"\n")  # one write, read in as few reads as the OS allows
+            errors = [reply["error"]["code"] for reply in peer.sync()]
+        finally:
+            peer.close()
+        return seen, errors
+
+    in_one_go = outcome()
+    monkeypatch.setattr(Connection, "_decode_block", lambda self, block: None)
+    line_by_line = outcome()
+    assert in_one_go == line_by_line
+    # The good lines are all delivered; a broken line that starts like JSON gets a parse error.
+    assert in_one_go[0] == list(range(200))
+    assert in_one_go[1][:1] == ([] if kind == "blank" else [-32700])
+
+
+@pytest.mark.req("ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
+def test_crlf_line_ends_are_read_like_lf(peer):
+    seen: List[int] = []
+    peer.connection.on_notification("x/step", lambda params: seen.append(params.i), Step)
+    peer.connection.start()
+    peer.write(b"\r\n".join(step(i) for i in range(500)) + b"\r\n")
+    peer.sync()
+    assert seen == list(range(500))
+
+
+def test_a_burst_in_host_mode_is_delivered_in_order_on_the_host_thread():
+    delivery = HostDelivery()
+    peer = BurstPeer(delivery)
+    seen: List[Any] = []
+    peer.connection.on_notification("x/step", lambda params: seen.append((params.i, threading.get_ident())), Step)
+    peer.connection.start()
+    try:
+        peer.write(b"\n".join(step(i) for i in range(5000)) + b"\n")
+        waiter = threading.Thread(target=peer.sync)
+        waiter.start()
+        while waiter.is_alive():
+            delivery.pump()
+            waiter.join(0.01)
+        assert [i for i, _ in seen] == list(range(5000))
+        assert {thread for _, thread in seen} == {threading.get_ident()}
+    finally:
+        peer.close()
+
+
+def test_a_slow_callback_stops_the_reader_and_close_still_returns(peer, monkeypatch):
+    monkeypatch.setattr(rpc, "_READ_AHEAD_LIMIT", 64 * 1024)
+    connection = peer.connection
+    release = threading.Event()
+    seen: List[int] = []
+
+    def slow(params: Step) -> None:
+        release.wait(WAIT)
+        seen.append(params.i)
+
+    connection.on_notification("x/step", slow, Step)
+    connection.start()
+    total = 100000  # about 4 MB: far more than the read-ahead allowed and the pipe together
+    writer = threading.Thread(target=lambda: peer.write(b"\n".join(step(i) for i in range(total)) + b"\n"))
+    writer.start()
+    writer.join(1.0)
+    # The reader stopped: the rest waits in the pipe, and the peer's write blocks.
+    assert writer.is_alive()
+    assert connection._read_ahead < 2 * 1024 * 1024
+    release.set()
+    writer.join(WAIT)
+    assert not writer.is_alive()
+    peer.sync()
+    assert seen == list(range(total))
+
+
+def test_close_wakes_a_reader_waiting_for_room(peer, monkeypatch):
+    monkeypatch.setattr(rpc, "_READ_AHEAD_LIMIT", 1024)
+    connection = peer.connection
+    release = threading.Event()
+    connection.on_notification("x/step", lambda params: release.wait(WAIT), Step)
+    connection.start()
+    peer.write(b"\n".join(step(i) for i in range(1000)) + b"\n")
+    deadline = time.monotonic() + WAIT
+    while connection._read_ahead <= 1024 and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the reader waits for room behind the blocked callback
+    closer = threading.Thread(target=connection.close, kwargs={"timeout": WAIT})
+    closer.start()
+    connection._reader.join(WAIT)  # the reader stops although the callback still blocks
+    assert not connection._reader.is_alive()
+    release.set()
+    closer.join(WAIT)
+    assert not closer.is_alive()
