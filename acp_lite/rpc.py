@@ -75,7 +75,7 @@ CANCEL_REQUEST_METHOD = "$/cancel_request"
 _WORKER_IDLE_SECONDS = 30.0
 
 # The reader stops reading while this many bytes it read wait for the delivery thread.
-_READ_AHEAD_LIMIT = 4 * 1024 * 1024
+_READ_AHEAD_LIMIT = 2 * 1024 * 1024
 
 # What encoding a value the application gave us may raise: a type msgspec cannot write, a string
 # that is not valid Unicode (a lone surrogate), or nesting deeper than the stack allows.
