@@ -1,7 +1,7 @@
 """Bare JSON-RPC clients with no ACP library: the ceilings (workload D), the reader that measures
 an agent under test (workload B) and the bare ping-pong (workload C).
 
-    python raw.py receive {split,json,msgspec,schema} -- AGENT_CMD...
+    python raw.py receive {split,json,msgspec,schema} [--pipe-size BYTES] -- AGENT_CMD...
     python raw.py pingpong --k K --inflight M -- AGENT_CMD...
 
 Each run prints one JSON object on stdout. ``receive`` does initialize, session/new and
@@ -9,7 +9,8 @@ session/prompt, then reads the turn's lines until the prompt result, doing per l
 mode names: nothing (``split``), ``json.loads``, a msgspec decode into Structs shaped like the ACP
 types (``msgspec``, the ceiling of issue 6), or the same into acp_lite's generated types
 (``schema``). It reports the agent's peak RSS and CPU time as well, since in workload B the agent
-is the subject.
+is the subject. ``--pipe-size`` asks the OS for a larger pipe from the agent (Linux), as
+acp_lite does for the pipes it reads: the ceiling with the same advantage.
 """
 import json
 import os
@@ -98,9 +99,12 @@ DECODERS = {
 class RawAgent:
     """An agent subprocess spoken to with hand-written JSON-RPC lines. Single-threaded."""
 
-    def __init__(self, argv: List[str]):
+    def __init__(self, argv: List[str], pipe_size: int = 0):
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         self.out_fd = self.proc.stdout.fileno()
+        if pipe_size:
+            import fcntl
+            fcntl.fcntl(self.out_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), pipe_size)
         self.buf = b""
         self.last_id = 0
 
@@ -163,9 +167,9 @@ class RawAgent:
         return peak
 
 
-def receive(mode: str, argv: List[str]) -> dict:
+def receive(mode: str, argv: List[str], pipe_size: int = 0) -> dict:
     decode = DECODERS[mode]()
-    agent = RawAgent(argv)
+    agent = RawAgent(argv, pipe_size)
     session_id = agent.open_session()
     lines = 0
     nbytes = len(agent.buf)
@@ -218,7 +222,8 @@ def main(args: List[str]) -> None:
     split = args.index("--")
     options, argv = args[:split], args[split + 1:]
     if options[0] == "receive":
-        result = receive(options[1], argv)
+        pipe_size = int(options[options.index("--pipe-size") + 1]) if "--pipe-size" in options else 0
+        result = receive(options[1], argv, pipe_size)
     else:
         opts = dict(zip(options[1::2], options[2::2]))
         result = pingpong(int(opts["--k"]), int(opts["--inflight"]), argv)

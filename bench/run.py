@@ -124,6 +124,9 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
                               ("msgspec", "ceiling: msgspec Structs"),
                               ("schema", "ceiling: msgspec into acp_lite.schema")):
             jobs.append(Job("D", subject, raw("receive", mode, "--", *replay_agent(mix)), on_mix, turn))
+        if sys.platform.startswith("linux"):  # the pipe size acp_lite asks for, for comparison
+            jobs.append(Job("D", "ceiling: msgspec Structs, 1 MiB pipe",
+                            raw("receive", "msgspec", "--pipe-size", str(1 << 20), "--", *replay_agent(mix)), on_mix, turn))
     if "A" in workloads:
         for peer in subjects:
             jobs.append(Job("A", peer.name, peer.client_a(replay_agent(mix)), on_mix, turn))
