@@ -11,13 +11,16 @@ Rules this module keeps:
   with the next line.
 - Reads take large chunks (one system call hands over many messages); the reader thread gets
   every complete frame of a chunk at once.
-- Writes from any number of threads never interleave and are never reordered. The first sender
-  writes its frame at once, in its own thread (no timer, no writer thread). Senders that arrive
-  while a write is under way leave their frames behind, and the thread already writing takes
-  them all in its next write (flat combining), so a busy connection makes few, large writes.
-  A sender waits only when the backlog grows past a few megabytes (the peer stopped reading).
-- ``close()`` flushes the backlog (in bounded time), then wakes a reader blocked in a read,
-  and releases the streams once no thread is inside a read or a write any more, so a descriptor
+- Writes from any number of threads never interleave and are never reordered: one thread at a
+  time holds the writer role, and once frames wait in the backlog every later frame goes behind
+  them. A lone message is written at once by its sender, in its own thread (no timer, no hop).
+  Frames sent while a write is under way, and frames a thread sends in quick succession (a
+  stream of updates), are left in the backlog for the transport's flusher thread (started on
+  first need), which writes all that piled up in one write, so a busy connection makes few,
+  large writes. A sender waits only when the backlog grows past a few megabytes (the peer
+  stopped reading).
+- ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
+  reader blocked in a read, and releases the streams once no thread is inside a read or a write any more, so a descriptor
   number is never closed under a thread still using it.
 
 Transports. ``Transport`` wraps any pair of binary streams: file descriptors, binary file objects
@@ -37,6 +40,7 @@ import select
 import socket
 import sys
 import threading
+import time
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 from .errors import CallTimeout, ConnectionClosed, UsageError
@@ -54,6 +58,13 @@ _OVERSIZED_HEAD = 512
 # A sender waits while more than this many bytes wait to be written: the peer is not reading,
 # and letting the backlog grow without bound would only move the problem into our memory.
 _WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
+
+# A send from the thread that last wrote, arriving less than this many seconds after the writer
+# role was given up, belongs to a stream (a loop sending updates leaves a few microseconds between
+# frames); it is left to the flusher thread, so that the stream goes out in large writes. Lone
+# messages, such as the turns of a request/response exchange (100+ microseconds apart), are still
+# written at once by their sender.
+_STREAM_GAP = 30e-6
 
 
 class OversizedFrame:
@@ -126,8 +137,10 @@ class Transport:
     ``closed_error``, when given, builds the ``ConnectionClosed`` the layer above raises once the
     stream has ended (a process transport puts the exit code and stderr tail in it).
 
-    Thread affinity: ``read_frames`` is for one reader thread; ``send``, ``close`` and
-    ``closed_error`` may be called from any thread.
+    Thread affinity: ``read_frames`` is for one reader thread; ``send``, ``flush``, ``close``
+    and ``closed_error`` may be called from any thread. The transport starts one thread of its
+    own, the flusher (``acp-flusher-<name>``), the first time a backlog is left to it; ``close``
+    stops it.
     """
 
     def __init__(
@@ -162,17 +175,22 @@ class Transport:
         self._partial_size = 0
         self._discarding: Optional[OversizedFrame] = None
         self._eof = False
-        # Shared state, under one lock: the write backlog and the close protocol. The condition
-        # is notified only when a thread waits on it (``_waiting``): a lone send then costs two
-        # plain lock acquisitions around its write.
+        # Shared state, under one lock: the write backlog, the writer role and the close protocol.
+        # ``_cond`` is notified only when a thread waits on it (``_waiting``): a lone send then
+        # costs two plain lock acquisitions around its write.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._waiting = 0
         self._backlog: List[bytes] = []
         self._backlog_size = 0
-        self._writing = False
+        self._writing = False  # a thread (a sender or the flusher) holds the writer role
+        self._last_writer: Optional[int] = None  # the thread that last took the role by sending
+        self._idle_since = float("-inf")  # when the writer role was last given up
+        self._flusher: Optional[threading.Thread] = None
+        self._flusher_cond = threading.Condition(self._lock)
+        self._flusher_has_role = False
         self._write_failed = False
-        self._active = 0  # threads inside a read or write system call
+        self._active = 0  # threads inside a read, or holding the writer role
         self._closing = False
         self._released = False
 
@@ -264,15 +282,16 @@ class Transport:
     def send(self, frame: bytes) -> None:
         """Write one frame (without its newline, which is added here). Any thread.
 
-        Returns once the frame is written or handed to the thread that is writing. Raises
-        ``ConnectionClosed`` when the transport is closed (at once) or a write failed (then the
-        ``closed_error`` of the stream), ``UsageError`` when the frame contains a newline.
+        Returns once the frame is written or queued behind the frames already waiting (which
+        the thread holding the writer role writes next). Raises ``ConnectionClosed`` when the
+        transport is closed (at once) or a write failed (then the ``closed_error`` of the
+        stream), ``UsageError`` when the frame contains a newline.
         """
-        if b"\n" in frame:
+        if 10 in frame:  # (faster than ``b"\\n" in frame``, which first tries b"\\n" as an int)
             raise UsageError("a frame must not contain a newline byte")
         with self._lock:
-            while self._backlog_size > _WRITE_BACKLOG_LIMIT and not (self._closing or self._write_failed):
-                self._wait()
+            if self._backlog_size > _WRITE_BACKLOG_LIMIT:
+                self._wait(lambda: self._backlog_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed)
             refused = self._closing or self._write_failed
             if not refused:
                 if self._writing:
@@ -280,46 +299,97 @@ class Transport:
                     self._backlog.append(b"\n")
                     self._backlog_size += len(frame) + 1
                     return
+                writer = threading.get_ident()
+                if writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP:
+                    # This thread is streaming: leave the frame to the flusher, which writes what
+                    # piles up meanwhile in one go.
+                    self._backlog.append(frame)
+                    self._backlog.append(b"\n")
+                    self._backlog_size += len(frame) + 1
+                    self._writing = True
+                    self._active += 1
+                    self._hand_to_flusher()
+                    return
+                self._last_writer = writer
                 self._writing = True
                 self._active += 1
         if refused:
             if self._closing:
                 raise ConnectionClosed(f"{self.name}: the transport was closed")
             raise self.closed_error()  # outside the lock: a process's hook waits for the exit
-        self._write_backlog(frame + b"\n")
-
-    def _write_backlog(self, data: bytes) -> None:
-        # This thread holds the writer role: it writes ``data``, then whatever other senders left
-        # meanwhile, until nothing is left.
-        failure: Optional[Exception] = None
-        while True:
-            try:
-                self._write(data)
-            except (OSError, ValueError) as exc:  # ValueError: a file object closed by its owner
-                failure = exc
+        try:
+            self._write(frame + b"\n")
+        except (OSError, ValueError) as exc:  # ValueError: a file object closed by its owner
             with self._lock:
+                self._end_write(failed=True)
+            raise self.closed_error() from exc
+        with self._lock:
+            if self._backlog:  # other threads' frames arrived during the write
+                self._hand_to_flusher()
+            else:
+                self._end_write(failed=False)
+
+    def _hand_to_flusher(self) -> None:
+        # Under the lock, with the writer role held: the flusher thread takes the role over.
+        self._flusher_has_role = True
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_loop, name=f"acp-flusher-{self.name}", daemon=True)
+            self._flusher.start()
+        else:
+            self._flusher_cond.notify()
+
+    def _end_write(self, failed: bool) -> None:
+        # Under the lock: the thread holding the writer role gives it up. After a failed write
+        # the backlog can never be written: it is dropped and every later send is refused.
+        if failed:
+            self._write_failed = True
+            self._backlog = []
+            self._backlog_size = 0
+        self._writing = False
+        self._flusher_has_role = False
+        self._idle_since = time.monotonic()
+        if self._waiting:
+            self._cond.notify_all()  # senders held back by the backlog limit, flush()
+        self._active -= 1
+        if self._closing and self._active == 0:
+            self._release()
+
+    def _flush_loop(self) -> None:
+        # The flusher thread: each time the writer role is handed to it, write the backlog in
+        # as few writes as it takes until nothing is left; exit once the transport closes.
+        while True:
+            with self._lock:
+                batch = self._next_flusher_batch()
+            if batch is None:
+                return
+            try:
+                self._write(b"".join(batch))
+            except (OSError, ValueError):  # later senders get the stream's closed_error
+                with self._lock:
+                    self._end_write(failed=True)
+
+    def _next_flusher_batch(self) -> Optional[List[bytes]]:
+        # Under the lock, in the flusher thread: the frames to write next, once the role is
+        # handed over; the role is given up when nothing is left. None once closing.
+        while True:
+            if not self._flusher_has_role:
+                if self._closing:
+                    return None
+                self._flusher_cond.wait()
+            elif self._backlog:
                 batch = self._backlog
                 self._backlog = []
                 self._backlog_size = 0
                 if self._waiting:
-                    self._cond.notify_all()  # senders held back by the backlog limit, flush()
-                if not batch or failure is not None:
-                    self._writing = False
-                    self._write_failed = self._write_failed or failure is not None
-                    self._active -= 1
-                    if self._closing and self._active == 0:
-                        self._release()
-                    break
-            data = b"".join(batch)
-        if failure is not None:
-            raise self.closed_error() from failure
+                    self._cond.notify_all()  # senders held back by the backlog limit
+                return batch
+            else:
+                self._end_write(failed=False)
 
-    def _wait(self, predicate: Optional[Callable[[], bool]] = None, timeout: Optional[float] = None) -> bool:
+    def _wait(self, predicate: Callable[[], bool], timeout: Optional[float] = None) -> bool:
         # Under the lock: wait on the condition, counted so that writers know to notify.
         self._waiting += 1
         try:
-            if predicate is None:
-                return self._cond.wait(timeout)
             return self._cond.wait_for(predicate, timeout)
         finally:
             self._waiting -= 1
@@ -327,7 +397,7 @@ class Transport:
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Wait until every frame handed to ``send`` is written; True if so. Any thread."""
         with self._lock:
-            return self._wait(lambda: not self._writing and not self._backlog, timeout)
+            return self._wait(lambda: not self._writing, timeout)
 
     # -- closing (any thread) -----------------------------------------------------------------
     @property
@@ -344,23 +414,29 @@ class Transport:
     def close(self, timeout: float = 5.0) -> None:
         """Flush what is waiting to be written (up to ``timeout`` seconds), then close both
         streams. A blocked read returns at once; a write blocked on a peer that does not read
-        keeps the stream open until it fails. Idempotent. Any thread."""
+        keeps the stream open (and the flusher thread alive) until it fails. Idempotent. Any
+        thread."""
+        deadline = time.monotonic() + timeout
         self.flush(timeout)
         with self._lock:
             if self._closing:
                 return
             self._closing = True
             self._cond.notify_all()  # senders waiting on the backlog limit
-            if self._active == 0:
+            self._flusher_cond.notify()
+            flusher = self._flusher
+            released = self._active == 0
+            if released:
                 self._release()
-                return
-            if self._wake is not None:
+            elif self._wake is not None:
                 os.write(self._wake[1], b"x")
-        for sock in self._sockets:
+        for sock in self._sockets if not released else ():
             try:
-                sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)  # fails a write blocked on a peer that does not read
             except OSError:
                 pass
+        if flusher is not None and flusher is not threading.current_thread():
+            flusher.join(max(0.0, deadline - time.monotonic()))
 
     def _leave_io(self) -> None:
         with self._lock:
