@@ -20,8 +20,8 @@ Rules this module keeps:
   large writes. A sender waits only when the backlog grows past a few megabytes (the peer
   stopped reading).
 - ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
-  reader blocked in a read, and releases the streams once no thread is inside a read or a write any more, so a descriptor
-  number is never closed under a thread still using it.
+  reader blocked in a read, and releases the streams once no thread is inside a read or a write
+  any more, so a descriptor number is never closed under a thread still using it.
 
 Transports. ``Transport`` wraps any pair of binary streams: file descriptors, binary file objects
 (subprocess pipes) or a connected socket. Helpers build the usual ones: ``stdio_transport()``
@@ -184,6 +184,8 @@ class Transport:
         self._backlog: List[bytes] = []
         self._backlog_size = 0
         self._writing = False  # a thread (a sender or the flusher) holds the writer role
+        self._batches_taken = 0  # writes begun and finished, so that flush() waits only for
+        self._batches_written = 0  # what was sent before it, not for a stream that goes on
         self._last_writer: Optional[int] = None  # the thread that last took the role by sending
         self._idle_since = float("-inf")  # when the writer role was last given up
         self._flusher: Optional[threading.Thread] = None
@@ -293,26 +295,11 @@ class Transport:
             if self._backlog_size > _WRITE_BACKLOG_LIMIT:
                 self._wait(lambda: self._backlog_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed)
             refused = self._closing or self._write_failed
-            if not refused:
-                if self._writing:
-                    self._backlog.append(frame)
-                    self._backlog.append(b"\n")
-                    self._backlog_size += len(frame) + 1
-                    return
-                writer = threading.get_ident()
-                if writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP:
-                    # This thread is streaming: leave the frame to the flusher, which writes what
-                    # piles up meanwhile in one go.
-                    self._backlog.append(frame)
-                    self._backlog.append(b"\n")
-                    self._backlog_size += len(frame) + 1
-                    self._writing = True
-                    self._active += 1
-                    self._hand_to_flusher()
-                    return
-                self._last_writer = writer
-                self._writing = True
-                self._active += 1
+            if not refused and (self._writing or not self._take_writer_role()):
+                self._backlog.append(frame)
+                self._backlog.append(b"\n")
+                self._backlog_size += len(frame) + 1
+                return
         if refused:
             if self._closing:
                 raise ConnectionClosed(f"{self.name}: the transport was closed")
@@ -324,10 +311,25 @@ class Transport:
                 self._end_write(failed=True)
             raise self.closed_error() from exc
         with self._lock:
+            self._batches_written += 1
             if self._backlog:  # other threads' frames arrived during the write
                 self._hand_to_flusher()
             else:
                 self._end_write(failed=False)
+
+    def _take_writer_role(self) -> bool:
+        # Under the lock, the role being free: take it. True when the sender is to write its
+        # frame at once; False when the frame continues a stream from the same thread, in which
+        # case the role goes to the flusher, which writes what piles up meanwhile in one go.
+        writer = threading.get_ident()
+        self._writing = True
+        self._active += 1
+        if writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP:
+            self._hand_to_flusher()
+            return False
+        self._last_writer = writer
+        self._batches_taken += 1
+        return True
 
     def _hand_to_flusher(self) -> None:
         # Under the lock, with the writer role held: the flusher thread takes the role over.
@@ -357,14 +359,19 @@ class Transport:
     def _flush_loop(self) -> None:
         # The flusher thread: each time the writer role is handed to it, write the backlog in
         # as few writes as it takes until nothing is left; exit once the transport closes.
+        written = False
         while True:
             with self._lock:
+                if written:
+                    self._batches_written += 1
                 batch = self._next_flusher_batch()
             if batch is None:
                 return
             try:
                 self._write(b"".join(batch))
+                written = True
             except (OSError, ValueError):  # later senders get the stream's closed_error
+                written = False
                 with self._lock:
                     self._end_write(failed=True)
 
@@ -380,8 +387,9 @@ class Transport:
                 batch = self._backlog
                 self._backlog = []
                 self._backlog_size = 0
+                self._batches_taken += 1
                 if self._waiting:
-                    self._cond.notify_all()  # senders held back by the backlog limit
+                    self._cond.notify_all()  # senders held back by the backlog limit, flush()
                 return batch
             else:
                 self._end_write(failed=False)
@@ -395,9 +403,12 @@ class Transport:
             self._waiting -= 1
 
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Wait until every frame handed to ``send`` is written; True if so. Any thread."""
+        """Wait until every frame handed to ``send`` before this call is written (frames sent
+        meanwhile are not waited for); True if so. Any thread."""
         with self._lock:
-            return self._wait(lambda: not self._writing, timeout)
+            # Frames in the backlog go out in the next batch the writer takes.
+            target = self._batches_taken + (1 if self._backlog else 0)
+            return self._wait(lambda: not self._writing or self._batches_written >= target, timeout)
 
     # -- closing (any thread) -----------------------------------------------------------------
     @property
