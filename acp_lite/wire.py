@@ -123,10 +123,11 @@ def _flushing_writer(stream: Any) -> Callable[[bytes], None]:
 
 
 def _write_all_fd(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    written = os.write(fd, data)
+    if written < len(data):  # a full pipe took part of it: the rest goes without copying
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view):]
 
 
 class Transport:
@@ -285,7 +286,8 @@ class Transport:
         """Write one frame (without its newline, which is added here). Any thread.
 
         Returns once the frame is written or queued behind the frames already waiting (which
-        the thread holding the writer role writes next). Raises ``ConnectionClosed`` when the
+        the thread holding the writer role, possibly the flusher, writes next): before the
+        process exits, ``close()`` or ``flush()`` makes sure the queue went out. Raises ``ConnectionClosed`` when the
         transport is closed (at once) or a write failed (then the ``closed_error`` of the
         stream), ``UsageError`` when the frame contains a newline.
         """

@@ -1,6 +1,5 @@
 """The write path of acp_lite.wire: ordering, coalescing of streams, flush, close and failures,
 over real pipes (and a counting file object where the number of writes is the point)."""
-import fcntl
 import io
 import json
 import os
@@ -208,7 +207,6 @@ def test_a_peer_that_stops_reading_holds_senders_at_the_limit_and_close_still_re
     read_fd, feed = os.pipe()
     drain, write_fd = os.pipe()
     # The peer never reads `drain`: the pipe fills, and so does the transport's backlog.
-    pipe_size = fcntl.fcntl(write_fd, getattr(fcntl, "F_GETPIPE_SZ", 1032))
     transport = Transport(read_fd, write_fd)
     outcomes = []
 
@@ -220,9 +218,9 @@ def test_a_peer_that_stops_reading_holds_senders_at_the_limit_and_close_still_re
         except ConnectionClosed as exc:
             outcomes.append(exc)
 
-    # The first sender takes the writer role and blocks inside its write, the second sends
-    # 16 MB behind it: it must stop at the backlog limit.
-    blocked_writer = background(send, [b"w" * (pipe_size * 4)])
+    # The first sender takes the writer role and blocks inside its write (4 MB is more than a
+    # pipe holds), the second sends 16 MB behind it: it must stop at the backlog limit.
+    blocked_writer = background(send, [b"w" * (4 << 20)])
     blocked_writer.join(0.2)
     assert blocked_writer.is_alive()
     held_back = background(send, [b"x" * (1 << 20)] * 16)
