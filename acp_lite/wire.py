@@ -185,8 +185,10 @@ class Transport:
         self._backlog: List[bytes] = []  # frames without their newlines
         self._backlog_size = 0
         self._writing = False  # a thread (a sender or the flusher) holds the writer role
-        self._batches_taken = 0  # writes begun and finished, so that flush() waits only for
-        self._batches_written = 0  # what was sent before it, not for a stream that goes on
+        # Writes begun and writes done, counted so that flush() waits for what was sent before
+        # it and not for a stream that goes on.
+        self._batches_taken = 0
+        self._batches_written = 0
         self._last_writer: Optional[int] = None  # the thread that last took the role by sending
         self._idle_since = float("-inf")  # when the writer role was last given up
         self._flusher: Optional[threading.Thread] = None
@@ -285,11 +287,11 @@ class Transport:
     def send(self, frame: bytes) -> None:
         """Write one frame (without its newline, which is added here). Any thread.
 
-        Returns once the frame is written or queued behind the frames already waiting (which
-        the thread holding the writer role, possibly the flusher, writes next): before the
-        process exits, ``close()`` or ``flush()`` makes sure the queue went out. Raises ``ConnectionClosed`` when the
-        transport is closed (at once) or a write failed (then the ``closed_error`` of the
-        stream), ``UsageError`` when the frame contains a newline.
+        Returns once the frame is written or queued behind the frames already waiting, which
+        the thread holding the writer role (possibly the flusher) writes next; ``close()`` or
+        ``flush()`` before the process exits makes sure the queue went out. Raises
+        ``ConnectionClosed`` when the transport is closed (at once) or a write failed (then the
+        ``closed_error`` of the stream), ``UsageError`` when the frame contains a newline.
         """
         if 10 in frame:  # (faster than ``b"\\n" in frame``, which first tries b"\\n" as an int)
             raise UsageError("a frame must not contain a newline byte")
