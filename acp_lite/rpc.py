@@ -81,6 +81,10 @@ _READ_AHEAD_LIMIT = 2 * 1024 * 1024
 # that is not valid Unicode (a lone surrogate), or nesting deeper than the stack allows.
 _ENCODE_FAILURES = (TypeError, ValueError, NotImplementedError, msgspec.EncodeError, RecursionError)
 
+# Params that JSON-RPC does not allow (it wants an object or an array); bool is an int. A module
+# constant, since building the tuple on every outgoing message shows in the cost of a send.
+_SCALAR_PARAMS = (str, bytes, int, float)
+
 # Repeated complaints about the peer's input (noise lines, parse errors, oversized frames) are
 # logged at most once per this many seconds, with a running count.
 _COMPLAINT_INTERVAL = 5.0
@@ -828,7 +832,7 @@ class Connection:
         return request_id
 
     def _encode_outgoing(self, message: Any) -> bytes:
-        if isinstance(message.params, (str, bytes, int, float)):  # bool is an int
+        if isinstance(message.params, _SCALAR_PARAMS):
             raise UsageError(f"params must be an object or an array, not {type(message.params).__name__}")
         try:
             return ENCODER.encode(message)

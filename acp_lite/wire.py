@@ -15,14 +15,17 @@ Rules this module keeps:
   above can decode a whole block in one call instead of splitting it first. On Linux a pipe the
   transport reads from is enlarged to 1 MiB (where the OS allows), so a streaming peer hands
   over up to that much per read instead of 64 KiB.
-- Writes from any number of threads never interleave and are never reordered. The first sender
-  writes its frame at once, in its own thread (no timer, no writer thread). Senders that arrive
-  while a write is under way leave their frames behind, and the thread already writing takes
-  them all in its next write (flat combining), so a busy connection makes few, large writes.
-  A sender waits only when the backlog grows past a few megabytes (the peer stopped reading).
-- ``close()`` flushes the backlog (in bounded time), then wakes a reader blocked in a read,
-  and releases the streams once no thread is inside a read or a write any more, so a descriptor
-  number is never closed under a thread still using it.
+- Writes from any number of threads never interleave and are never reordered: one thread at a
+  time holds the writer role, and once frames wait in the backlog every later frame goes behind
+  them. A lone message is written at once by its sender, in its own thread (no timer, no hop).
+  Frames sent while a write is under way, and frames a thread sends in quick succession (a
+  stream of updates), are left in the backlog for the transport's flusher thread (started on
+  first need), which writes all that piled up in one write, so a busy connection makes few,
+  large writes. A sender waits only when the backlog grows past a few megabytes (the peer
+  stopped reading).
+- ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
+  reader blocked in a read, and releases the streams once no thread is inside a read or a write
+  any more, so a descriptor number is never closed under a thread still using it.
 
 Transports. ``Transport`` wraps any pair of binary streams: file descriptors, binary file objects
 (subprocess pipes) or a connected socket. Helpers build the usual ones: ``stdio_transport()``
@@ -42,6 +45,7 @@ import socket
 import stat
 import sys
 import threading
+import time
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 try:
@@ -75,6 +79,13 @@ _OVERSIZED_HEAD = 512
 # A sender waits while more than this many bytes wait to be written: the peer is not reading,
 # and letting the backlog grow without bound would only move the problem into our memory.
 _WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
+
+# A send from the thread that last wrote, arriving less than this many seconds after the writer
+# role was given up, belongs to a stream (a loop sending updates leaves a few microseconds between
+# frames); it is left to the flusher thread, so that the stream goes out in large writes. Lone
+# messages, such as the turns of a request/response exchange (100+ microseconds apart), are still
+# written at once by their sender.
+_STREAM_GAP = 30e-6
 
 
 class OversizedFrame:
@@ -157,10 +168,11 @@ def _flushing_writer(stream: Any) -> Callable[[bytes], None]:
 
 
 def _write_all_fd(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    written = os.write(fd, data)
+    if written < len(data):  # a full pipe took part of it: the rest goes without copying
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view):]
 
 
 class Transport:
@@ -171,8 +183,10 @@ class Transport:
     ``closed_error``, when given, builds the ``ConnectionClosed`` the layer above raises once the
     stream has ended (a process transport puts the exit code and stderr tail in it).
 
-    Thread affinity: ``read_blocks``/``read_frames`` are for one reader thread; ``send``, ``close`` and
-    ``closed_error`` may be called from any thread.
+    Thread affinity: ``read_blocks``/``read_frames`` are for one reader thread; ``send``,
+    ``flush``, ``close`` and ``closed_error`` may be called from any thread. The transport starts
+    one thread of its own, the flusher (``acp-flusher-<name>``), the first time a backlog is left
+    to it; ``close`` stops it.
     """
 
     def __init__(
@@ -209,17 +223,26 @@ class Transport:
         self._partial_size = 0
         self._discarding: Optional[OversizedFrame] = None
         self._eof = False
-        # Shared state, under one lock: the write backlog and the close protocol. The condition
-        # is notified only when a thread waits on it (``_waiting``): a lone send then costs two
-        # plain lock acquisitions around its write.
+        # Shared state, under one lock: the write backlog, the writer role and the close protocol.
+        # ``_cond`` is notified only when a thread waits on it (``_waiting``): a lone send then
+        # costs two plain lock acquisitions around its write.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._waiting = 0
-        self._backlog: List[bytes] = []
+        self._backlog: List[bytes] = []  # frames without their newlines
         self._backlog_size = 0
-        self._writing = False
+        self._writing = False  # a thread (a sender or the flusher) holds the writer role
+        # Writes begun and writes done, counted so that flush() waits for what was sent before
+        # it and not for a stream that goes on.
+        self._batches_taken = 0
+        self._batches_written = 0
+        self._last_writer: Optional[int] = None  # the thread that last took the role by sending
+        self._idle_since = float("-inf")  # when the writer role was last given up
+        self._flusher: Optional[threading.Thread] = None
+        self._flusher_cond = threading.Condition(self._lock)
+        self._flusher_has_role = False
         self._write_failed = False
-        self._active = 0  # threads inside a read or write system call
+        self._active = 0  # threads inside a read, or holding the writer role
         self._closing = False
         self._released = False
 
@@ -339,70 +362,137 @@ class Transport:
     def send(self, frame: bytes) -> None:
         """Write one frame (without its newline, which is added here). Any thread.
 
-        Returns once the frame is written or handed to the thread that is writing. Raises
+        Returns once the frame is written or queued behind the frames already waiting, which
+        the thread holding the writer role (possibly the flusher) writes next; ``close()`` or
+        ``flush()`` before the process exits makes sure the queue went out. Raises
         ``ConnectionClosed`` when the transport is closed (at once) or a write failed (then the
         ``closed_error`` of the stream), ``UsageError`` when the frame contains a newline.
         """
-        if b"\n" in frame:
+        if 10 in frame:  # (faster than ``b"\\n" in frame``, which first tries b"\\n" as an int)
             raise UsageError("a frame must not contain a newline byte")
-        with self._lock:
-            while self._backlog_size > _WRITE_BACKLOG_LIMIT and not (self._closing or self._write_failed):
-                self._wait()
+        # The lock is taken explicitly: on CPython 3.11 ``with`` costs a good part of what the
+        # rest of a queued send does.
+        self._lock.acquire()
+        try:
+            if self._backlog_size > _WRITE_BACKLOG_LIMIT:
+                self._wait(lambda: self._backlog_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed)
             refused = self._closing or self._write_failed
-            if not refused:
-                if self._writing:
-                    self._backlog.append(frame)
-                    self._backlog.append(b"\n")
-                    self._backlog_size += len(frame) + 1
-                    return
-                self._writing = True
-                self._active += 1
+            if not refused and (self._writing or not self._take_writer_role()):
+                self._backlog.append(frame)
+                self._backlog_size += len(frame) + 1
+                return
+        finally:
+            self._lock.release()
         if refused:
             if self._closing:
                 raise ConnectionClosed(f"{self.name}: the transport was closed")
             raise self.closed_error()  # outside the lock: a process's hook waits for the exit
-        self._write_backlog(frame + b"\n")
-
-    def _write_backlog(self, data: bytes) -> None:
-        # This thread holds the writer role: it writes ``data``, then whatever other senders left
-        # meanwhile, until nothing is left.
-        failure: Optional[Exception] = None
-        while True:
-            try:
-                self._write(data)
-            except (OSError, ValueError) as exc:  # ValueError: a file object closed by its owner
-                failure = exc
+        try:
+            self._write(frame + b"\n")
+        except (OSError, ValueError) as exc:  # ValueError: a file object closed by its owner
             with self._lock:
+                self._end_write(failed=True)
+            raise self.closed_error() from exc
+        with self._lock:
+            self._batches_written += 1
+            if self._backlog:  # other threads' frames arrived during the write
+                self._hand_to_flusher()
+            else:
+                self._end_write(failed=False)
+
+    def _take_writer_role(self) -> bool:
+        # Under the lock, the role being free: take it. True when the sender is to write its
+        # frame at once; False when the frame continues a stream from the same thread, in which
+        # case the role goes to the flusher, which writes what piles up meanwhile in one go.
+        writer = threading.get_ident()
+        self._writing = True
+        self._active += 1
+        if writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP:
+            self._hand_to_flusher()
+            return False
+        self._last_writer = writer
+        self._batches_taken += 1
+        return True
+
+    def _hand_to_flusher(self) -> None:
+        # Under the lock, with the writer role held: the flusher thread takes the role over.
+        self._flusher_has_role = True
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_loop, name=f"acp-flusher-{self.name}", daemon=True)
+            self._flusher.start()
+        else:
+            self._flusher_cond.notify()
+
+    def _end_write(self, failed: bool) -> None:
+        # Under the lock: the thread holding the writer role gives it up. After a failed write
+        # the backlog can never be written: it is dropped and every later send is refused.
+        if failed:
+            self._write_failed = True
+            self._backlog = []
+            self._backlog_size = 0
+        self._writing = False
+        self._flusher_has_role = False
+        self._idle_since = time.monotonic()
+        if self._waiting:
+            self._cond.notify_all()  # senders held back by the backlog limit, flush()
+        self._active -= 1
+        if self._closing and self._active == 0:
+            self._release()
+
+    def _flush_loop(self) -> None:
+        # The flusher thread: each time the writer role is handed to it, write the backlog in
+        # as few writes as it takes until nothing is left; exit once the transport closes.
+        written = False
+        while True:
+            with self._lock:
+                if written:
+                    self._batches_written += 1
+                batch = self._next_flusher_batch()
+            if batch is None:
+                return
+            batch.append(b"")  # so that the last frame gets its newline too
+            try:
+                self._write(b"\n".join(batch))
+                written = True
+            except (OSError, ValueError):  # later senders get the stream's closed_error
+                written = False
+                with self._lock:
+                    self._end_write(failed=True)
+
+    def _next_flusher_batch(self) -> Optional[List[bytes]]:
+        # Under the lock, in the flusher thread: the frames to write next, once the role is
+        # handed over; the role is given up when nothing is left. None once closing.
+        while True:
+            if not self._flusher_has_role:
+                if self._closing:
+                    return None
+                self._flusher_cond.wait()
+            elif self._backlog:
                 batch = self._backlog
                 self._backlog = []
                 self._backlog_size = 0
+                self._batches_taken += 1
                 if self._waiting:
                     self._cond.notify_all()  # senders held back by the backlog limit, flush()
-                if not batch or failure is not None:
-                    self._writing = False
-                    self._write_failed = self._write_failed or failure is not None
-                    self._active -= 1
-                    if self._closing and self._active == 0:
-                        self._release()
-                    break
-            data = b"".join(batch)
-        if failure is not None:
-            raise self.closed_error() from failure
+                return batch
+            else:
+                self._end_write(failed=False)
 
-    def _wait(self, predicate: Optional[Callable[[], bool]] = None, timeout: Optional[float] = None) -> bool:
+    def _wait(self, predicate: Callable[[], bool], timeout: Optional[float] = None) -> bool:
         # Under the lock: wait on the condition, counted so that writers know to notify.
         self._waiting += 1
         try:
-            if predicate is None:
-                return self._cond.wait(timeout)
             return self._cond.wait_for(predicate, timeout)
         finally:
             self._waiting -= 1
 
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Wait until every frame handed to ``send`` is written; True if so. Any thread."""
+        """Wait until every frame handed to ``send`` before this call is written (frames sent
+        meanwhile are not waited for); True if so. Any thread."""
         with self._lock:
-            return self._wait(lambda: not self._writing and not self._backlog, timeout)
+            # Frames in the backlog go out in the next batch the writer takes.
+            target = self._batches_taken + (1 if self._backlog else 0)
+            return self._wait(lambda: not self._writing or self._batches_written >= target, timeout)
 
     # -- closing (any thread) -----------------------------------------------------------------
     @property
@@ -419,23 +509,29 @@ class Transport:
     def close(self, timeout: float = 5.0) -> None:
         """Flush what is waiting to be written (up to ``timeout`` seconds), then close both
         streams. A blocked read returns at once; a write blocked on a peer that does not read
-        keeps the stream open until it fails. Idempotent. Any thread."""
+        keeps the stream open (and the flusher thread alive) until it fails. Idempotent. Any
+        thread."""
+        deadline = time.monotonic() + timeout
         self.flush(timeout)
         with self._lock:
             if self._closing:
                 return
             self._closing = True
             self._cond.notify_all()  # senders waiting on the backlog limit
-            if self._active == 0:
+            self._flusher_cond.notify()
+            flusher = self._flusher
+            released = self._active == 0
+            if released:
                 self._release()
-                return
-            if self._wake is not None:
+            elif self._wake is not None:
                 os.write(self._wake[1], b"x")
-        for sock in self._sockets:
+        for sock in self._sockets if not released else ():
             try:
-                sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)  # fails a write blocked on a peer that does not read
             except OSError:
                 pass
+        if flusher is not None and flusher is not threading.current_thread():
+            flusher.join(max(0.0, deadline - time.monotonic()))
 
     def _leave_io(self) -> None:
         with self._lock:

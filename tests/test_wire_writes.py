@@ -1,0 +1,289 @@
+"""The write path of acp_lite.wire: ordering, coalescing of streams, flush, close and failures,
+over real pipes (and a counting file object where the number of writes is the point)."""
+import io
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from acp_lite.errors import ConnectionClosed
+from acp_lite.wire import Transport, memory_pair
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def read_all(transport):
+    frames = []
+    while True:
+        batch = transport.read_frames()
+        if batch is None:
+            return frames
+        frames.extend(batch)
+
+
+def background(target, *args):
+    thread = threading.Thread(target=target, args=args)
+    thread.start()
+    return thread
+
+
+def flushers():
+    return [t.name for t in threading.enumerate() if t.name.startswith("acp-flusher-")]
+
+
+class CountingSink:
+    """A binary file object without a descriptor: the transport writes through ``write``, one
+    call per system write it would make. Each write takes a little while, as a pipe to a busy
+    peer does, so that a sender can get ahead of the writer."""
+
+    def __init__(self, fail_after=None):
+        self.writes = []
+        self.fail_after = fail_after
+
+    def write(self, data):
+        if self.fail_after is not None and len(self.writes) >= self.fail_after:
+            raise BrokenPipeError("the peer went away")
+        time.sleep(0.0002)
+        self.writes.append(bytes(data))
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def sink_transport(**options):
+    sink = CountingSink(**options)
+    return Transport(io.BytesIO(b""), sink, name="sink"), sink
+
+
+@pytest.mark.req("ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
+def test_a_fast_single_sender_arrives_whole_and_in_order():
+    a, b = memory_pair()
+    received = []
+    reader = background(lambda: received.extend(read_all(b)))
+    frames = [b'{"i":%d,"pad":"%s"}' % (i, b"x" * (i % 700)) for i in range(20_000)]
+    for frame in frames:
+        a.send(frame)
+    a.close()
+    assert flushers() == []  # close() stops the flusher before it returns
+    reader.join()
+    assert received == frames
+    b.close()
+
+
+@pytest.mark.req("ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
+def test_several_streaming_threads_each_keep_their_order():
+    a, b = memory_pair()
+    threads, per_thread = 4, 5_000
+    received = []
+    reader = background(lambda: received.extend(read_all(b)))
+
+    def stream(k):
+        for i in range(per_thread):
+            a.send(b'{"t":%d,"i":%d}' % (k, i))
+
+    senders = [background(stream, k) for k in range(threads)]
+    for sender in senders:
+        sender.join()
+    a.close()
+    reader.join()
+    assert len(received) == threads * per_thread
+    seen = {k: [] for k in range(threads)}
+    for frame in received:
+        message = json.loads(frame)
+        seen[message["t"]].append(message["i"])
+    assert seen == {k: list(range(per_thread)) for k in range(threads)}
+    b.close()
+
+
+def test_a_lone_send_is_on_the_wire_when_send_returns():
+    read_fd, feed = os.pipe()
+    drain, write_fd = os.pipe()
+    os.set_blocking(drain, False)
+    transport = Transport(read_fd, write_fd)
+    transport.send(b'{"first":1}')
+    assert os.read(drain, 1000) == b'{"first":1}\n'
+
+    # After a stream has gone out and the connection is quiet again, the next message is a
+    # lone one once more: written by its sender, not left to the flusher.
+    stream = b"".join(b'{"s":%d}\n' % i for i in range(2_000))
+    got = b""
+    for i in range(2_000):
+        transport.send(b'{"s":%d}' % i)
+        got += _read_available(drain)
+    assert transport.flush()
+    got += _read_available(drain)
+    assert got == stream
+    time.sleep(0.2)  # quiet: far longer than the gap between the frames of a stream
+    transport.send(b'{"lone":1}')
+    assert os.read(drain, 1000) == b'{"lone":1}\n'
+
+    lone_from_another_thread = background(transport.send, b'{"other":1}')
+    lone_from_another_thread.join()
+    assert os.read(drain, 1000) == b'{"other":1}\n'
+    transport.close()
+    os.close(feed)
+    os.close(drain)
+
+
+def _read_available(fd):
+    try:
+        return os.read(fd, 1 << 20)
+    except BlockingIOError:
+        return b""
+
+
+def test_a_stream_from_one_thread_goes_out_in_fewer_writes_than_frames():
+    transport, sink = sink_transport()
+    frames = [b'{"i":%d}' % i for i in range(3_000)]
+    for frame in frames:
+        transport.send(frame)
+    transport.close()
+    assert b"".join(sink.writes) == b"".join(frame + b"\n" for frame in frames)
+    assert len(sink.writes) < len(frames)
+    assert flushers() == []
+
+
+def test_flush_waits_for_what_was_sent_before_it_not_for_a_stream_that_goes_on():
+    a, b = memory_pair()
+    reader = background(read_all, b)
+    stop = threading.Event()
+    sent = []
+
+    def stream():
+        i = 0
+        while not stop.is_set():
+            a.send(b'{"i":%d}' % i)
+            i += 1
+            if i == 1_000:
+                sent.append(i)
+
+    sender = background(stream)
+    while not sent:
+        time.sleep(0.001)
+    assert a.flush()  # returns although the sender never pauses
+    stop.set()
+    sender.join()
+    a.close()
+    reader.join()
+    b.close()
+
+
+def test_close_during_a_stream_writes_every_accepted_frame_and_stops_the_flusher():
+    a, b = memory_pair()
+    received = []
+    reader = background(lambda: received.extend(read_all(b)))
+    accepted = []
+    started = threading.Event()
+
+    def stream():
+        i = 0
+        try:
+            while True:
+                frame = b'{"i":%d}' % i
+                a.send(frame)
+                accepted.append(frame)
+                i += 1
+                if i == 2_000:
+                    started.set()
+        except ConnectionClosed:
+            pass
+
+    sender = background(stream)
+    started.wait()
+    a.close()
+    assert flushers() == []
+    sender.join()
+    reader.join()
+    assert received == accepted
+    b.close()
+
+
+def test_a_peer_that_stops_reading_holds_senders_at_the_limit_and_close_still_returns():
+    read_fd, feed = os.pipe()
+    drain, write_fd = os.pipe()
+    # The peer never reads `drain`: the pipe fills, and so does the transport's backlog.
+    transport = Transport(read_fd, write_fd)
+    outcomes = []
+
+    def send(frames):
+        try:
+            for frame in frames:
+                transport.send(frame)
+            outcomes.append("all sent")
+        except ConnectionClosed as exc:
+            outcomes.append(exc)
+
+    # The first sender takes the writer role and blocks inside its write (4 MB is more than a
+    # pipe holds), the second sends 16 MB behind it: it must stop at the backlog limit.
+    blocked_writer = background(send, [b"w" * (4 << 20)])
+    blocked_writer.join(0.2)
+    assert blocked_writer.is_alive()
+    held_back = background(send, [b"x" * (1 << 20)] * 16)
+    held_back.join(0.2)
+    assert held_back.is_alive()
+
+    transport.close(timeout=0.5)
+    held_back.join()  # woken by close(), refused
+    assert len(outcomes) == 1 and isinstance(outcomes[0], ConnectionClosed)
+
+    os.close(drain)  # the peer goes away: the blocked write fails, the streams are released
+    blocked_writer.join()
+    assert len(outcomes) == 2 and isinstance(outcomes[1], ConnectionClosed)
+    os.close(feed)
+
+
+def test_a_stream_to_a_peer_that_stops_reading_ends_with_connection_closed():
+    read_fd, feed = os.pipe()
+    drain, write_fd = os.pipe()
+    transport = Transport(read_fd, write_fd)
+    outcome = []
+
+    def stream():
+        try:
+            for i in range(20_000):
+                transport.send(b'{"i":%d,"pad":"%s"}' % (i, b"p" * 1000))
+            outcome.append("all sent")
+        except ConnectionClosed as exc:
+            outcome.append(exc)
+
+    sender = background(stream)
+    sender.join(0.3)
+    assert sender.is_alive()  # 20 MB cannot fit in a pipe nobody reads plus the backlog
+    transport.close(timeout=0.3)
+    os.close(drain)
+    sender.join()
+    assert isinstance(outcome[0], ConnectionClosed)
+    os.close(feed)
+
+
+def test_a_failed_write_in_a_stream_fails_later_sends_with_the_closed_error():
+    sink = CountingSink(fail_after=3)
+    transport = Transport(io.BytesIO(b""), sink, closed_error=lambda: ConnectionClosed("the peer went away"))
+    with pytest.raises(ConnectionClosed, match="the peer went away"):
+        i = 0
+        while True:  # the failure reaches this thread whichever thread made the failed write
+            transport.send(b'{"i":%d}' % i)
+            i += 1
+    with pytest.raises(ConnectionClosed, match="the peer went away"):
+        transport.send(b"{}")
+    assert transport.flush()
+    transport.close()
+    assert flushers() == []
+
+
+def test_a_failed_lone_write_raises_in_its_sender():
+    read_fd, feed = os.pipe()
+    drain, write_fd = os.pipe()
+    os.close(drain)
+    transport = Transport(read_fd, write_fd, closed_error=lambda: ConnectionClosed("reader gone"))
+    with pytest.raises(ConnectionClosed, match="reader gone"):
+        transport.send(b"{}")
+    with pytest.raises(ConnectionClosed, match="reader gone"):
+        transport.send(b"{}")
+    transport.close()
+    os.close(feed)
