@@ -1008,29 +1008,12 @@ class Connection:
 
     def _deliver_blocks(self, blocks: List[Any]) -> None:
         """Delivery thread: route a burst and run its callbacks as it goes, block by block."""
-        fast = self._fast
-        assert fast is not None
         items: List[Callback] = []
         try:
             for block in blocks:
-                envelopes = self._decode_block(block)
-                if envelopes is None:
-                    self._route_lines(block, items)
-                    _run_callbacks(items, self._log)
-                    items.clear()
-                    continue
-                handlers = fast.handlers
-                for envelope in envelopes:
-                    handler = handlers.get(type(envelope))
-                    if handler is None:  # a request
-                        self._accept_envelope(envelope, items)
-                        _run_callbacks(items, self._log)
-                        items.clear()
-                        continue
-                    try:
-                        handler(envelope.params)
-                    except Exception:
-                        self._log.exception("%s: notification handler %r failed", self.name, handler)
+                self._route_block(block, items)
+                _run_callbacks(items, self._log)
+                items.clear()
         finally:
             with self._read_ahead_cond:
                 self._read_ahead -= _burst_size(blocks)
@@ -1038,29 +1021,35 @@ class Connection:
                     self._read_ahead_cond.notify()
 
     def _route_block(self, block: Any, items: List[Callback]) -> None:
-        """Route a block's lines: append what they ask for to ``items``."""
-        envelopes = self._decode_block(block)
-        if envelopes is None:
-            self._route_lines(block, items)
-            return
+        """Route a block's lines: append what they ask for to ``items``. A block decoded in one
+        call becomes one callback, which delivers its messages in order."""
         fast = self._fast
         assert fast is not None
+        envelopes = self._decode_block(block, fast)
+        if envelopes is None:
+            self._route_frames(block.split(b"\n") if type(block) is bytes else (block,), items)
+        else:
+            items.append((self._deliver_envelopes, (fast, envelopes)))
+
+    def _deliver_envelopes(self, decoded: Tuple[_FastPath, List[Any]]) -> None:
+        # Delivery (or host) thread: each notification's handler at once; a request is accepted
+        # and started in its turn.
+        fast, envelopes = decoded
+        items: List[Callback] = []
         for envelope in envelopes:
             handler = fast.handlers.get(type(envelope))
             if handler is None:
-                self._accept_envelope(envelope, items)
-            else:
-                items.append((handler, envelope.params))
+                route = fast.requests[type(envelope)]
+                self._accept_request(route, envelope.id, envelope.params, items, None)
+                _run_callbacks(items, self._log)
+                items.clear()
+                continue
+            try:
+                handler(envelope.params)
+            except Exception:
+                self._log.exception("%s: notification handler %r failed", self.name, handler)
 
-    def _route_lines(self, block: Any, items: List[Callback]) -> None:
-        self._route_frames(block.split(b"\n") if type(block) is bytes else (block,), items)
-
-    def _accept_envelope(self, envelope: Any, items: List[Callback]) -> None:
-        fast = self._fast
-        assert fast is not None
-        self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, None)
-
-    def _decode_block(self, block: Any) -> Optional[List[Any]]:
+    def _decode_block(self, block: Any, fast: _FastPath) -> Optional[List[Any]]:
         """The envelopes of a block's lines, or None when it must be read line by line.
 
         The lines become one JSON array: each newline a comma. A message that is valid JSON
@@ -1068,8 +1057,6 @@ class Connection:
         another comma), and the count check catches two messages on one line, so the array
         holds exactly one message per line, as line-by-line reading would have found them.
         """
-        fast = self._fast
-        assert fast is not None
         if not _several_lines(block) or not _fast_decodable(block):
             return None
         try:

@@ -157,7 +157,7 @@ def test_lines_that_are_not_one_message_are_refused_inside_a_burst_too(kind, mon
         return seen, errors
 
     in_one_go = outcome()
-    monkeypatch.setattr(Connection, "_decode_block", lambda self, block: None)
+    monkeypatch.setattr(Connection, "_decode_block", lambda self, block, fast: None)
     line_by_line = outcome()
     assert in_one_go == line_by_line
     # The good lines are all delivered; a broken line that starts like JSON gets a parse error.
@@ -179,15 +179,22 @@ def test_a_burst_in_host_mode_is_delivered_in_order_on_the_host_thread():
     delivery = HostDelivery()
     peer = BurstPeer(delivery)
     seen: List[Any] = []
+    started: List[Any] = []
     peer.connection.on_notification("x/step", lambda params: seen.append((params.i, threading.get_ident())), Step)
+    peer.connection.on_request("x/req", lambda params, ctx: started.append((params.i, len(seen))), Step)
     peer.connection.start()
     try:
-        peer.write(b"\n".join(step(i) for i in range(5000)) + b"\n")
-        waiter = threading.Thread(target=peer.sync)
+        lines = [step(i) for i in range(5000)]
+        lines.insert(2500, line({"jsonrpc": "2.0", "id": 7, "method": "x/req", "params": {"i": 2500}}))
+        peer.write(b"\n".join(lines) + b"\n")
+        replies: List[Any] = []
+        waiter = threading.Thread(target=lambda: replies.extend(peer.sync()))
         waiter.start()
         while waiter.is_alive():
             delivery.pump()
             waiter.join(0.01)
+        assert replies == [{"jsonrpc": "2.0", "id": 7, "result": None}]
+        assert started == [(2500, 2500)]  # on the host thread, between the notifications around it
         assert [i for i, _ in seen] == list(range(5000))
         assert {thread for _, thread in seen} == {threading.get_ident()}
     finally:
