@@ -235,7 +235,7 @@ def machine_meta(name: str, peer_list: List[peers.Peer]) -> dict:
     except (OSError, ValueError, IndexError):
         pass
     commit = _command_output(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
-    if _command_output(["git", "status", "--porcelain", "--", "../acp_lite", "."]):
+    if _command_output(["git", "status", "--porcelain", "--", "../acp_lite", ".", ":!results"]):
         commit += " + uncommitted changes"
     versions = {"acp_lite": acp_lite.__version__, "msgspec": msgspec.__version__}
     versions.update({peer.name: peer.version for peer in peer_list})
