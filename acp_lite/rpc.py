@@ -579,8 +579,9 @@ class Connection:
     Register handlers, then ``start()``. ``call``/``call_future``/``notify`` may be used from any
     thread (``call`` not from the thread that delivers callbacks, see ``HostDelivery``). Threads:
     ``acp-reader-<name>`` reads; ``acp-delivery-<name>`` runs notification callbacks in order
-    (default mode only); ``acp-worker-<name>-<n>`` run request handlers (default mode only). All
-    are daemon threads and ``close()`` joins them.
+    (default mode only); ``acp-worker-<name>-<n>`` run request handlers (default mode only); the
+    transport may add its flusher, which writes streams of frames. All are daemon threads and
+    ``close()`` joins them.
     """
 
     def __init__(
