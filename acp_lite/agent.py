@@ -12,8 +12,8 @@ and tells the handler when the turn is cancelled (by ``session/cancel``, ``sessi
 ``$/cancel_request`` or the connection closing). Once cancelled, whatever the handler raises, or a
 ``"cancelled"`` return, becomes the ``cancelled`` stop reason, never an error.
 
-Threads: handlers run on the connection's worker threads (or the host thread with host-thread
-delivery) and may block; ``RemoteClient`` methods may be called from any thread.
+Threads: handlers run on the connection's reader or worker threads (or the host thread with
+host-thread delivery) and may block; ``RemoteClient`` methods may be called from any thread.
 """
 import logging
 import threading

@@ -240,7 +240,7 @@ class _TerminalClient(WorkspaceClient):
     the main thread. File and terminal requests are served by ``WorkspaceClient`` (files only
     inside the session's roots) and shown on the screen as they are served.
 
-    ``session_update`` runs on the delivery thread, the requests on worker threads; they only
+    ``session_update`` runs on the delivery thread, the requests on the reader or workers; they only
     write to the screen or post to ``questions``."""
 
     client_info = _RUN_CLIENT_INFO

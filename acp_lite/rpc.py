@@ -3,8 +3,8 @@
 This layer knows nothing of ACP methods; the agent and client layers register handlers on it.
 Rules it keeps:
 
-- One reader thread per connection reads; neither it nor the decoding runs application code.
-  A line is decoded once: registered methods with typed params get an envelope struct each, and
+- One thread at a time reads a connection: its reader, or a blocking caller the reader lent the
+  reading to (below). Decoding runs no application code. A line is decoded once: registered methods with typed params get an envelope struct each, and
   one tagged-union decoder (tagged by ``method``) turns a line straight into the envelope of its
   method, params already typed. Anything else (responses, unknown or malformed messages, values
   only the lenient codec accepts) takes the general path: a generic envelope with the payload
@@ -18,6 +18,16 @@ Rules it keeps:
   line by line. The reader stops reading while a few megabytes wait for the delivery thread,
   so a slow application makes a fast peer wait instead of filling memory. In host mode the
   reader decodes everything (the host's thread should only run callbacks).
+- Who runs a request, who reads an answer: waking another thread costs more than a small
+  handler, so in default mode the work stays where it is. A lone request (nothing queued before
+  it) is run by the reader itself, while a standby worker looks every tick (2 ms): a reader still
+  in the same handler at two looks, or one whose handler makes a blocking call on this
+  connection, is replaced by a new reader thread at once, so a handler may block and call the
+  peer while reading goes on (after a few milliseconds at most). After the reader settles the
+  answer of a blocking ``call`` it leaves the reading free, and that caller's next ``call``
+  reads its own answer; the reader takes the reading back at the first tick it is free, or at
+  once when another answer is due. Calls with a timeout, and calls on the main thread (where a
+  signal handler may raise at any point), never read.
 - Incoming notifications and requests go through one ordered queue. Notification callbacks run
   in arrival order, on the connection's delivery thread or, in host mode, on the host's thread
   inside ``HostDelivery.pump()``. Requests are started in that same order: on worker threads
@@ -76,6 +86,14 @@ _WORKER_IDLE_SECONDS = 30.0
 
 # The reader stops reading while this many bytes it read wait for the delivery thread.
 _READ_AHEAD_LIMIT = 2 * 1024 * 1024
+
+# Waking a thread costs more than a small handler, so the reading moves to where the work is:
+# the reader runs a lone request itself while a standby worker looks every tick whether it is
+# still in the same one (then a new reader takes over), and after settling a blocking call's
+# answer it leaves the reading to that caller's next call, taking it back at a tick if nobody
+# did. The standby stops after this many ticks without such a request.
+_TICK_SECONDS = 0.002
+_STANDBY_QUIET_TICKS = 50
 
 # What encoding a value the application gave us may raise: a type msgspec cannot write, a string
 # that is not valid Unicode (a lone surrogate), or nesting deeper than the stack allows.
@@ -460,13 +478,15 @@ class _FastPath:
 
 
 class _PendingCall:
-    __slots__ = ("future", "result_type", "direct")
+    __slots__ = ("future", "result_type", "direct", "may_read")
 
-    def __init__(self, future: Future, result_type: Any, direct: bool):
+    def __init__(self, future: Future, result_type: Any, direct: bool, may_read: bool):
         self.future = future
         self.result_type = result_type
         # A future only call() waits on, with no done-callbacks: safe to settle on the reader.
         self.direct = direct
+        # Its caller may read its own answer (see Connection._read_own_answer).
+        self.may_read = may_read
 
 
 class _BatchReply:
@@ -497,7 +517,7 @@ class _BatchReply:
 
 
 class ConnectionStats:
-    """Counters of what the reader dropped or complained about. Written by the reader thread."""
+    """Counters of what the reader dropped or complained about. Written by the thread reading."""
 
     __slots__ = ("noise_lines", "parse_errors", "invalid_messages", "dropped_responses", "oversized_frames")
 
@@ -578,10 +598,11 @@ class Connection:
 
     Register handlers, then ``start()``. ``call``/``call_future``/``notify`` may be used from any
     thread (``call`` not from the thread that delivers callbacks, see ``HostDelivery``). Threads:
-    ``acp-reader-<name>`` reads; ``acp-delivery-<name>`` runs notification callbacks in order
-    (default mode only); ``acp-worker-<name>-<n>`` run request handlers (default mode only); the
-    transport may add its flusher, which writes streams of frames. All are daemon threads and
-    ``close()`` joins them.
+    ``acp-reader-<name>`` reads and runs lone requests (a new one takes over from a reader stuck in
+    a handler); ``acp-delivery-<name>`` runs notification callbacks in order (default mode only);
+    ``acp-worker-<name>-<n>`` run request handlers and the standby (default mode only); the
+    transport may add its flusher, which writes streams of frames. A thread blocked in ``call``
+    may read its own answer. All are daemon threads and ``close()`` joins them.
     """
 
     def __init__(
@@ -620,6 +641,18 @@ class Connection:
         self._close_called = False
         self._closing_ran = False
         self._reader_done = threading.Event()
+        # The reading lent to blocking callers (see _lend_reading), under _lock.
+        self._lent = False
+        self._borrower: Optional[int] = None
+        self._lend_over = threading.Event()  # wakes the reader that lent the reading
+        self._settled_lendable = False  # the reader settled a call whose caller may read
+        # Lone requests the reader runs itself (see _run_here), under _lock.
+        self._lone_request: Optional[RequestContext] = None
+        self._runs_here = 0  # how many the readers have run
+        self._running_here: Optional[int] = None  # the reader, while it runs one
+        self._former_readers: List[threading.Thread] = []  # replaced while running one
+        self._watching = False  # a standby watches
+        self._watch_stop = threading.Event()
         self._notifications[CANCEL_REQUEST_METHOD] = _Route(CANCEL_REQUEST_METHOD, self._on_cancel_request, _CancelRequestParams, False)
 
     # -- registration (any thread, usually before start) ---------------------------------------
@@ -635,8 +668,8 @@ class Connection:
         ``params`` is decoded into ``params_type``. The handler returns the result (a Struct,
         dict, None or anything encodable), raises (an ``AcpError`` is sent as it is, anything
         else as -32603), or returns a ``concurrent.futures.Future`` of the result to answer
-        later (the future is cancelled if the request is). Handlers run on worker threads, or on
-        the host thread in host mode.
+        later (the future is cancelled if the request is). Handlers run on the reader (a lone
+        request, see the module's rules) or on worker threads, or on the host thread in host mode.
 
         ``on_arrival(params, ctx)``, if given, runs on the delivery (or host) thread in arrival
         order, before any later notification is delivered and before the handler starts: the
@@ -742,12 +775,16 @@ class Connection:
         if first:
             with self._read_ahead_cond:
                 self._read_ahead_cond.notify_all()  # a reader waiting for room stops
+            self._lend_over.set()  # a reader that lent the reading takes it back, and stops
             for call in pending.values():
                 _settle(call.future, None, self._close_error)
             self._run_closing(None)
             if self._pool is not None:
                 self._pool.shutdown()
                 self._pool.join(deadline)
+                for thread in self._former_readers:  # final: no reader is replaced once closing
+                    if thread is not threading.current_thread():
+                        thread.join(max(0.0, deadline - time.monotonic()))
             self._transport.close(max(0.0, deadline - time.monotonic()))
             if self._host is None:
                 self._queue.finish()
@@ -764,6 +801,7 @@ class Connection:
                 return
             self._closing_ran = True
             contexts = list(self._incoming.values())
+        self._watch_stop.set()
         for fn in self._closing_callbacks:
             _run_logged(fn)
         for ctx in contexts:
@@ -781,7 +819,12 @@ class Connection:
         ``UsageError`` (use ``call_future``)."""
         self.refuse_blocking_here(method)
         future: Future = Future()
-        request_id = self._send_request(method, params, result_type, future, direct=True)
+        # A signal handler (Ctrl-C) may raise on the main thread anywhere, and must not do so in
+        # the middle of reading: only other threads read their own answers.
+        may_read = timeout is None and threading.current_thread() is not threading.main_thread()
+        request_id = self._send_request(method, params, result_type, future, True, may_read)
+        if may_read and self._borrow_reading():
+            self._read_own_answer(request_id)
         try:
             return future.result(timeout)
         except FutureTimeout:
@@ -799,6 +842,10 @@ class Connection:
                 f"blocking call({method!r}) on the thread that delivers callbacks would wait for itself; "
                 "use call_future()"
             )
+        if threading.get_ident() == self._running_here:
+            with self._lock:  # a reader in a handler: the answer needs another reader, now
+                if threading.get_ident() == self._running_here:
+                    self._replace_reader()
 
     def call_future(self, method: str, params: Any = None, result_type: Any = Any) -> Future:
         """Send a request; a ``Future`` of its result (or error). Cancelling the future while the
@@ -806,7 +853,7 @@ class Connection:
         settled, and its done-callbacks run, on the delivery thread (host thread in host mode);
         when the connection is closed, on the thread that closes it. Any thread."""
         future: Future = Future()
-        request_id = self._send_request(method, params, result_type, future, direct=False)
+        request_id = self._send_request(method, params, result_type, future, False, False)
         future.add_done_callback(lambda f: self._on_call_future_done(request_id, f))
         return future
 
@@ -817,19 +864,24 @@ class Connection:
             raise self._closed_error()
         self._transport.send(self._encode_outgoing(_OutNotification("2.0", method, UNSET if params is None else params)))
 
-    def _send_request(self, method: str, params: Any, result_type: Any, future: Future, direct: bool) -> int:
+    def _send_request(
+        self, method: str, params: Any, result_type: Any, future: Future, direct: bool, may_read: bool
+    ) -> int:
         _check_method_name(method)
         request_id = next(self._ids)
         frame = self._encode_outgoing(_OutRequest("2.0", request_id, method, UNSET if params is None else params))
         with self._lock:
             if self._closed:
                 raise self._closed_error()
-            self._pending[request_id] = _PendingCall(future, result_type, direct)
+            self._pending[request_id] = _PendingCall(future, result_type, direct, may_read)
+            wake_reader = self._lent and self._borrower is None and not may_read
         try:
             self._transport.send(frame)
         except ConnectionClosed:
             self._forget(request_id)
             raise
+        if wake_reader:
+            self._lend_over.set()  # this answer is not read by its caller: the reader must
         return request_id
 
     def _encode_outgoing(self, message: Any) -> bytes:
@@ -976,28 +1028,148 @@ class Connection:
 
     # -- reader thread ----------------------------------------------------------------------------
     def _read_loop(self) -> None:
-        queue = self._queue
         try:
             while self._wait_for_read_ahead_room():
-                blocks = self._transport.read_blocks()
-                if blocks is None:
+                self._settled_lendable = False
+                if self._read_and_route() is None:
                     break
-                if self._host is None and (len(blocks) > 1 or queue.unfinished or _several_lines(blocks[0])):
-                    # A burst: the delivery thread decodes it, block by block, so that the reader
-                    # is back at reading at once and decoded values do not wait in the queue.
-                    with self._read_ahead_cond:
-                        self._read_ahead += _burst_size(blocks)
-                    queue.put([(self._deliver_blocks, blocks)])
-                    continue
-                items: List[Callback] = []
-                for block in blocks:
-                    self._route_block(block, items)
-                if items:
-                    queue.put(items)
+                ctx, self._lone_request = self._lone_request, None
+                if ctx is not None and not self._run_here(ctx):
+                    return  # replaced while in the handler: the new reader reads on
+                if self._settled_lendable and not self._lend_reading():
+                    return  # the borrower met the end of the stream
         except Exception:
             self._log.exception("%s: reader failed; closing the connection", self.name)
-        finally:
+        self._on_end_of_stream()
+
+    def _read_and_route(self) -> Optional[bool]:
+        """Read what arrived and route it: True if it went to the delivery thread as a burst,
+        False if it was routed here, None at the end of the stream. The thread holding the
+        reading only (the reader, or a caller it lent the reading to)."""
+        blocks = self._transport.read_blocks()
+        if blocks is None:
+            return None
+        queue = self._queue
+        if self._host is None and (len(blocks) > 1 or queue.unfinished or _several_lines(blocks[0])):
+            # A burst: the delivery thread decodes it, block by block, so that the reader is back
+            # at reading at once and decoded values do not wait in the queue.
+            with self._read_ahead_cond:
+                self._read_ahead += _burst_size(blocks)
+            queue.put([(self._deliver_blocks, blocks)])
+            return True
+        items: List[Callback] = []
+        for block in blocks:
+            self._route_block(block, items)
+        if items:
+            queue.put(items)
+        return False
+
+    def _run_here(self, ctx: RequestContext) -> bool:
+        """Reader: run a lone request's handler on this thread, sparing a worker's wake-up,
+        while a standby watches (see _stand_by). True if this thread still reads afterwards."""
+        assert self._pool is not None
+        me = threading.current_thread()
+        with self._lock:
+            closing = self._close_called
+            if not closing:
+                self._runs_here += 1
+                self._running_here = me.ident
+                start_standby = not self._watching
+                self._watching = True
+        if closing:
+            self._start_request(ctx)  # answers it the way closing does
+            return True
+        if start_standby and not self._pool.submit(self._stand_by, None):
+            with self._lock:
+                self._watching = False
+        try:
+            self._run_handler(ctx)
+        except BaseException:  # SystemExit in a handler: it ends a worker, never the reading
+            self._log.exception("%s: handler for %s raised", self.name, ctx.method)
+        with self._lock:
+            if self._running_here == me.ident:
+                self._running_here = None
+            return self._reader is me
+
+    def _stand_by(self, _: Any) -> None:
+        """Worker: while readers run lone requests, look every tick whether the reader is still in
+        the one it was in at the last look; then its handler blocks or runs long, and a new
+        reader takes over. Stops after a while without such requests, or once closing."""
+        seen: Optional[int] = None
+        last_runs, quiet = -1, 0
+        while True:
+            stopping = self._watch_stop.wait(_TICK_SECONDS)
+            with self._lock:
+                running = self._runs_here if self._running_here is not None else None
+                if running is not None and running == seen:
+                    self._replace_reader()
+                    stopping = True
+                seen = running
+                quiet = quiet + 1 if self._runs_here == last_runs else 0
+                last_runs = self._runs_here
+                if stopping or quiet >= _STANDBY_QUIET_TICKS:
+                    self._watching = False
+                    return
+
+    def _replace_reader(self) -> None:
+        # Under _lock: the reader is stuck in a handler; a new reader thread reads in its place.
+        # Not once closing: the stuck one reads on when its handler returns.
+        self._running_here = None
+        if self._close_called:
+            return
+        self._former_readers = [t for t in self._former_readers if t.is_alive()]
+        assert self._reader is not None
+        self._former_readers.append(self._reader)
+        self._reader = threading.Thread(target=self._read_loop, name=f"acp-reader-{self.name}", daemon=True)
+        self._reader.start()
+
+    def _lend_reading(self) -> bool:
+        """Reader, having just settled a blocking call: that caller will likely call again at
+        once, so leave it the reading, to read its own answer (a thread wake-up saved on either
+        side); take it back at the first tick it is free. False if the end of the stream came
+        meanwhile (the borrower met it)."""
+        with self._lock:
+            if self._pending or self._close_called:
+                return True  # other answers are due: keep reading
+            self._lent = True
+        while True:
+            self._lend_over.wait(_TICK_SECONDS)
+            with self._lock:
+                self._lend_over.clear()
+                if self._reader_done.is_set() or self._borrower is None:
+                    self._lent = False
+                    return not self._reader_done.is_set()
+
+    def _borrow_reading(self) -> bool:
+        with self._lock:
+            if not self._lent or self._borrower is not None:
+                return False
+            self._borrower = threading.get_ident()
+            return True
+
+    def _read_own_answer(self, request_id: int) -> None:
+        """A caller holding the lent reading: read and route, as the reader would, until its
+        answer has come (or a burst that may hold it went to the delivery thread); then leave
+        the reading free for its next call, or wake the reader if others wait for answers."""
+        handed_on = False
+        try:
+            while request_id in self._pending:
+                routed = self._read_and_route()
+                if routed is None:
+                    self._on_end_of_stream()
+                    break
+                if routed:
+                    handed_on = True
+                    break
+        except Exception:
+            self._log.exception("%s: reading failed; closing the connection", self.name)
             self._on_end_of_stream()
+        finally:
+            with self._lock:
+                self._borrower = None
+                wake_reader = handed_on or bool(self._pending) or self._reader_done.is_set()
+            if wake_reader:
+                self._lend_over.set()
 
     def _wait_for_read_ahead_room(self) -> bool:
         """Wait while the delivery thread is far behind (a slow callback, a fast peer), so that
@@ -1241,7 +1413,12 @@ class Connection:
         if duplicate:
             self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch)
         elif self._pool is not None and route.on_arrival is None and not items and self._queue.unfinished == 0:
-            self._start_request(ctx)  # nothing to wait behind: skip the delivery thread's hop
+            # Nothing to wait behind: skip the delivery thread's hop. The reader runs a lone
+            # request itself (see _run_here); a caller reading its own answer hands it on.
+            if batch is None and self._lone_request is None and threading.current_thread() is self._reader:
+                self._lone_request = ctx
+            else:
+                self._start_request(ctx)
         else:
             items.append((self._start_request, ctx))
         return 1
@@ -1274,6 +1451,7 @@ class Connection:
         # Behind every callback that came before it: directly only when nothing is waiting.
         if call.direct and not items and self._queue.unfinished == 0:
             _settle(call.future, value, error)
+            self._settled_lendable = call.may_read
         else:
             items.append((_settle_item, (call.future, value, error)))
 

@@ -183,7 +183,8 @@ class Transport:
     ``closed_error``, when given, builds the ``ConnectionClosed`` the layer above raises once the
     stream has ended (a process transport puts the exit code and stderr tail in it).
 
-    Thread affinity: ``read_blocks``/``read_frames`` are for one reader thread; ``send``,
+    Thread affinity: ``read_blocks``/``read_frames`` are for one reader thread at a time (the
+    caller hands the reading from one thread to another under a lock of its own); ``send``,
     ``flush``, ``close`` and ``closed_error`` may be called from any thread. The transport starts
     one thread of its own, the flusher (``acp-flusher-<name>``), the first time a backlog is left
     to it; ``close`` stops it.

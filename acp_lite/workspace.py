@@ -563,8 +563,8 @@ class WorkspaceClient(Client):
     calls ``close()``, which kills and reaps every terminal the agent left behind; a session that
     is closed or deleted releases its own terminals and root set.
 
-    Threads: the handlers run on the connection's worker threads (or the host thread with
-    host-thread delivery) and may run concurrently. None blocks for long: ``wait_for_terminal_exit``
+    Threads: the handlers run on the connection's reader or worker threads (or the host thread
+    with host-thread delivery) and may run concurrently. None blocks for long: ``wait_for_terminal_exit``
     answers with a Future while the command runs (settled on the terminal's exit thread), and
     ``kill_terminal`` waits only for the killed command's exit. Every other method may be called
     from any thread. Each live terminal has two threads of its own.
