@@ -4,11 +4,12 @@ This layer knows nothing of ACP methods; the agent and client layers register ha
 Rules it keeps:
 
 - One thread at a time reads a connection: its reader, or a blocking caller the reader lent the
-  reading to (below). Decoding runs no application code. A line is decoded once: registered methods with typed params get an envelope struct each, and
-  one tagged-union decoder (tagged by ``method``) turns a line straight into the envelope of its
-  method, params already typed. Anything else (responses, unknown or malformed messages, values
-  only the lenient codec accepts) takes the general path: a generic envelope with the payload
-  kept raw, then ``codec.decode`` once the type is known.
+  reading to (below). Decoding runs no application code. A line is decoded once: registered
+  methods with typed params get an envelope struct each, and one tagged-union decoder (tagged by
+  ``method``) turns a line straight into the envelope of its method, params already typed.
+  Anything else (responses, unknown or malformed messages, values only the lenient codec
+  accepts) takes the general path: a generic envelope with the payload kept raw, then
+  ``codec.decode`` once the type is known.
 - Who decodes: a lone line that arrives while nothing waits for delivery is decoded and routed
   by the reader, so an answer reaches its caller without a thread hop. A burst (several lines
   at once, or lines arriving while callbacks are still queued) goes to the delivery thread as
@@ -18,21 +19,22 @@ Rules it keeps:
   line by line. The reader stops reading while a few megabytes wait for the delivery thread,
   so a slow application makes a fast peer wait instead of filling memory. In host mode the
   reader decodes everything (the host's thread should only run callbacks).
-- Who runs a request, who reads an answer: waking another thread costs more than a small
-  handler, so in default mode the work stays where it is. A lone request (nothing queued before
-  it) is run by the reader itself, while a standby worker looks every tick (2 ms): a reader still
-  in the same handler at two looks, or one whose handler makes a blocking call on this
-  connection, is replaced by a new reader thread at once, so a handler may block and call the
-  peer while reading goes on (after a few milliseconds at most). After the reader settles the
-  answer of a blocking ``call`` it leaves the reading free, and that caller's next ``call``
-  reads its own answer; the reader takes the reading back at the first tick it is free, or at
-  once when another answer is due. Calls with a timeout, and calls on the main thread (where a
-  signal handler may raise at any point), never read.
 - Incoming notifications and requests go through one ordered queue. Notification callbacks run
   in arrival order, on the connection's delivery thread or, in host mode, on the host's thread
-  inside ``HostDelivery.pump()``. Requests are started in that same order: on worker threads
-  (so a handler may block and call the peer while the reader keeps going) or, in host mode, on
-  the host thread.
+  inside ``HostDelivery.pump()``. Requests are started in that same order (in default mode by
+  the reader or the runner, next rule), in host mode on the host thread.
+- Who runs a request, who reads an answer: waking another thread costs more than a small
+  handler, so in default mode the work stays where it is. A lone request (nothing queued before
+  it) is run by the reader itself; the others are run one after another, in the order they were
+  started, by one worker, the runner. A standby worker looks every tick (2 ms): a reader or
+  runner still in the same handler at two looks, or one whose handler makes a blocking call on
+  this connection, is replaced at once (a new reader reads on, a new runner takes the requests
+  behind it), so a handler may block and call the peer while the rest goes on, after a few
+  milliseconds at most. After the reader settles the answer of a blocking ``call`` it leaves
+  the reading free, and that caller's next ``call`` reads its own answer; the reader takes the
+  reading back at the first tick it is free, or at once when another answer is due. Calls with
+  a timeout, and calls on the main thread (where a signal handler may raise at any point), never
+  read.
 - A response is never surfaced before a callback for a message that arrived before it: while
   callbacks are still queued or running, the response's outcome is queued behind them. Futures
   handed to the application are always settled on the delivery (or host) thread, so their
@@ -87,11 +89,12 @@ _WORKER_IDLE_SECONDS = 30.0
 # The reader stops reading while this many bytes it read wait for the delivery thread.
 _READ_AHEAD_LIMIT = 2 * 1024 * 1024
 
-# Waking a thread costs more than a small handler, so the reading moves to where the work is:
-# the reader runs a lone request itself while a standby worker looks every tick whether it is
-# still in the same one (then a new reader takes over), and after settling a blocking call's
-# answer it leaves the reading to that caller's next call, taking it back at a tick if nobody
-# did. The standby stops after this many ticks without such a request.
+# Waking a thread costs more than a small handler, so work stays where it is: the reader runs a
+# lone request itself, one worker (the runner) runs the others one after another, and a standby
+# worker looks every tick whether either is still in the same handler (then another thread takes
+# over what it was doing); after settling a blocking call's answer the reader leaves the reading
+# to that caller's next call, taking it back at a tick if nobody did. The standby stops after
+# this many ticks without a request started.
 _TICK_SECONDS = 0.002
 _STANDBY_QUIET_TICKS = 50
 
@@ -600,9 +603,10 @@ class Connection:
     thread (``call`` not from the thread that delivers callbacks, see ``HostDelivery``). Threads:
     ``acp-reader-<name>`` reads and runs lone requests (a new one takes over from a reader stuck in
     a handler); ``acp-delivery-<name>`` runs notification callbacks in order (default mode only);
-    ``acp-worker-<name>-<n>`` run request handlers and the standby (default mode only); the
-    transport may add its flusher, which writes streams of frames. A thread blocked in ``call``
-    may read its own answer. All are daemon threads and ``close()`` joins them.
+    ``acp-worker-<name>-<n>`` are the runner of requests, runners replaced while in a handler,
+    and the standby (default mode only); the transport may add its flusher, which writes streams
+    of frames. A thread blocked in ``call`` may read its own answer. All are daemon threads and
+    ``close()`` joins them.
     """
 
     def __init__(
@@ -646,11 +650,17 @@ class Connection:
         self._borrower: Optional[int] = None
         self._lend_over = threading.Event()  # wakes the reader that lent the reading
         self._settled_lendable = False  # the reader settled a call whose caller may read
-        # Lone requests the reader runs itself (see _run_here), under _lock.
+        # Requests run by the reader (see _run_here) and the runner (see _run_queued), and the
+        # standby watching them (see _stand_by), under _lock. A busy slot is (thread ident, run
+        # number) while that thread is inside a handler.
         self._lone_request: Optional[RequestContext] = None
-        self._runs_here = 0  # how many the readers have run
-        self._running_here: Optional[int] = None  # the reader, while it runs one
-        self._former_readers: List[threading.Thread] = []  # replaced while running one
+        self._runs = 0  # how many requests the reader and runners have started
+        self._reader_busy: Optional[Tuple[int, int]] = None
+        self._reader_idle = threading.Condition(self._lock)  # notified when the reader's handler ends
+        self._former_readers: List[threading.Thread] = []  # replaced while in a handler
+        self._run_queue: List[RequestContext] = []
+        self._runner: Optional[object] = None  # the current runner's token
+        self._runner_busy: Optional[Tuple[int, int]] = None
         self._watching = False  # a standby watches
         self._watch_stop = threading.Event()
         self._notifications[CANCEL_REQUEST_METHOD] = _Route(CANCEL_REQUEST_METHOD, self._on_cancel_request, _CancelRequestParams, False)
@@ -669,7 +679,8 @@ class Connection:
         dict, None or anything encodable), raises (an ``AcpError`` is sent as it is, anything
         else as -32603), or returns a ``concurrent.futures.Future`` of the result to answer
         later (the future is cancelled if the request is). Handlers run on the reader (a lone
-        request, see the module's rules) or on worker threads, or on the host thread in host mode.
+        request) or on worker threads (see the module's rules), or on the host thread in host
+        mode.
 
         ``on_arrival(params, ctx)``, if given, runs on the delivery (or host) thread in arrival
         order, before any later notification is delivered and before the handler starts: the
@@ -785,6 +796,7 @@ class Connection:
                 for thread in self._former_readers:  # final: no reader is replaced once closing
                     if thread is not threading.current_thread():
                         thread.join(max(0.0, deadline - time.monotonic()))
+                self._wait_for_reader_handler(deadline)
             self._transport.close(max(0.0, deadline - time.monotonic()))
             if self._host is None:
                 self._queue.finish()
@@ -794,6 +806,14 @@ class Connection:
                 thread.join(max(0.0, deadline - time.monotonic()))
         if self._pool is not None:
             self._pool.join(deadline)
+
+    def _wait_for_reader_handler(self, deadline: float) -> None:
+        # close(): the reader may be in a handler that will still answer; it reads on after.
+        me = threading.get_ident()
+        with self._lock:
+            while self._reader_busy is not None and self._reader_busy[0] != me:
+                if not self._reader_idle.wait(max(0.0, deadline - time.monotonic())):
+                    return
 
     def _run_closing(self, _: Any) -> None:
         with self._lock:
@@ -842,10 +862,14 @@ class Connection:
                 f"blocking call({method!r}) on the thread that delivers callbacks would wait for itself; "
                 "use call_future()"
             )
-        if threading.get_ident() == self._running_here:
-            with self._lock:  # a reader in a handler: the answer needs another reader, now
-                if threading.get_ident() == self._running_here:
+        if self._reader_busy is not None or self._runner_busy is not None:
+            # A reader or runner about to wait: what it was doing goes on elsewhere, now.
+            me = threading.get_ident()
+            with self._lock:
+                if self._reader_busy is not None and self._reader_busy[0] == me:
                     self._replace_reader()
+                elif self._runner_busy is not None and self._runner_busy[0] == me:
+                    self._replace_runner()
 
     def call_future(self, method: str, params: Any = None, result_type: Any = Any) -> Future:
         """Send a request; a ``Future`` of its result (or error). Cancelling the future while the
@@ -960,12 +984,75 @@ class Connection:
             if self._pool is None:
                 self._run_handler(ctx)
                 return
-            if self._pool.submit(self._run_handler, ctx):
+            if self._queue_for_runner(ctx):
                 return
+        self._refuse_to_start(ctx)
+
+    def _refuse_to_start(self, ctx: RequestContext) -> None:
         # Closing: cancel it the way every other cancellation goes, so that the layer above may
         # still answer it its own way (a prompt turn answers "cancelled"); else -32800.
         ctx.cancel_token.cancel()
         self._answer(ctx, None, RequestCancelled("the connection is closing"))
+
+    def _queue_for_runner(self, ctx: RequestContext) -> bool:
+        """Queue a request for the runner, started if there is none; False once closing."""
+        with self._lock:
+            if self._close_called:
+                return False
+            self._run_queue.append(ctx)
+            if self._runner is not None or self._start_runner():
+                return True
+            self._run_queue.remove(ctx)
+            return False
+
+    def _start_runner(self) -> bool:
+        # Under _lock, with requests queued: False once the pool is shut down (closing).
+        assert self._pool is not None
+        token = object()
+        if not self._pool.submit(self._run_queued, token):
+            return False
+        self._runner = token  # before the runner can look: it waits for _lock
+        self._start_standby()
+        return True
+
+    def _start_standby(self) -> None:
+        # Under _lock: a standby watches while the reader or a runner runs requests.
+        assert self._pool is not None
+        if not self._watching and self._pool.submit(self._stand_by, None):
+            self._watching = True
+
+    def _run_queued(self, token: object) -> None:
+        """Worker, the runner: run the queued requests one after another until none is left, or
+        until it is replaced (its handler blocked): the next runner then takes the rest."""
+        me = threading.get_ident()
+        while True:
+            with self._lock:
+                if self._runner is not token:
+                    return
+                if not self._run_queue:
+                    self._runner = None
+                    return
+                ctx = self._run_queue.pop(0)
+                closing = self._close_called
+                if not closing:
+                    self._runs += 1
+                    self._runner_busy = (me, self._runs)
+            if closing:
+                self._refuse_to_start(ctx)
+                continue
+            self._run_handler(ctx)
+            with self._lock:
+                if self._runner is token:
+                    self._runner_busy = None
+
+    def _replace_runner(self) -> None:
+        # Under _lock: the runner is stuck in a handler; a new one takes the requests behind it.
+        # Not once closing: the stuck one refuses them when its handler returns.
+        self._runner_busy = None
+        if not self._run_queue:
+            self._runner = None
+        else:
+            self._start_runner()
 
     def _run_handler(self, ctx: RequestContext) -> None:
         route, params = ctx._route, ctx._params
@@ -1072,41 +1159,41 @@ class Connection:
         with self._lock:
             closing = self._close_called
             if not closing:
-                self._runs_here += 1
-                self._running_here = me.ident
-                start_standby = not self._watching
-                self._watching = True
+                self._runs += 1
+                self._reader_busy = (me.ident, self._runs)
+                self._start_standby()
         if closing:
-            self._start_request(ctx)  # answers it the way closing does
+            self._refuse_to_start(ctx)
             return True
-        if start_standby and not self._pool.submit(self._stand_by, None):
-            with self._lock:
-                self._watching = False
         try:
             self._run_handler(ctx)
         except BaseException:  # SystemExit in a handler: it ends a worker, never the reading
             self._log.exception("%s: handler for %s raised", self.name, ctx.method)
         with self._lock:
-            if self._running_here == me.ident:
-                self._running_here = None
-            return self._reader is me
+            if self._reader is not me:
+                return False
+            self._reader_busy = None
+            self._reader_idle.notify_all()
+            return True
 
     def _stand_by(self, _: Any) -> None:
-        """Worker: while readers run lone requests, look every tick whether the reader is still in
-        the one it was in at the last look; then its handler blocks or runs long, and a new
-        reader takes over. Stops after a while without such requests, or once closing."""
-        seen: Optional[int] = None
+        """Worker: look every tick whether the reader or the runner is still in the handler it was
+        in at the last look; then that handler blocks or runs long, and another thread takes
+        over the reading or the queued requests. Stops after a while without a request
+        started, or once closing."""
+        seen_reader: Optional[Tuple[int, int]] = None
+        seen_runner: Optional[Tuple[int, int]] = None
         last_runs, quiet = -1, 0
         while True:
             stopping = self._watch_stop.wait(_TICK_SECONDS)
             with self._lock:
-                running = self._runs_here if self._running_here is not None else None
-                if running is not None and running == seen:
+                if self._reader_busy is not None and self._reader_busy == seen_reader:
                     self._replace_reader()
-                    stopping = True
-                seen = running
-                quiet = quiet + 1 if self._runs_here == last_runs else 0
-                last_runs = self._runs_here
+                if self._runner_busy is not None and self._runner_busy == seen_runner:
+                    self._replace_runner()
+                seen_reader, seen_runner = self._reader_busy, self._runner_busy
+                quiet = quiet + 1 if self._runs == last_runs else 0
+                last_runs = self._runs
                 if stopping or quiet >= _STANDBY_QUIET_TICKS:
                     self._watching = False
                     return
@@ -1114,7 +1201,7 @@ class Connection:
     def _replace_reader(self) -> None:
         # Under _lock: the reader is stuck in a handler; a new reader thread reads in its place.
         # Not once closing: the stuck one reads on when its handler returns.
-        self._running_here = None
+        self._reader_busy = None
         if self._close_called:
             return
         self._former_readers = [t for t in self._former_readers if t.is_alive()]
@@ -1414,8 +1501,14 @@ class Connection:
             self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch)
         elif self._pool is not None and route.on_arrival is None and not items and self._queue.unfinished == 0:
             # Nothing to wait behind: skip the delivery thread's hop. The reader runs a lone
-            # request itself (see _run_here); a caller reading its own answer hands it on.
-            if batch is None and self._lone_request is None and threading.current_thread() is self._reader:
+            # request itself (see _run_here) unless it would overtake requests queued for the
+            # runner; a caller reading its own answer hands it on.
+            if (
+                batch is None
+                and self._lone_request is None
+                and not self._run_queue
+                and threading.current_thread() is self._reader
+            ):
                 self._lone_request = ctx
             else:
                 self._start_request(ctx)
