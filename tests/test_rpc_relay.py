@@ -365,13 +365,9 @@ def test_close_cancels_a_handler_left_on_a_former_reader_and_sends_its_answer_fi
     assert readers() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="close() closes the transport before joining the current reader, so a handler still "
-    "running on it (not yet replaced by the standby) cannot send its answer after the cancel",
-)
 def test_close_cancels_a_handler_still_on_the_current_reader_and_sends_its_answer_first(pair, no_ticks):
-    # Without ticks the standby never replaces the reader: close() meets the handler on it.
+    # Without ticks the standby never replaces the reader: close() meets the handler on it, and
+    # must wait for it as it waits for handlers on workers.
     connection, peer = pair
     started = threading.Event()
 
@@ -387,6 +383,79 @@ def test_close_cancels_a_handler_still_on_the_current_reader_and_sends_its_answe
     assert started.wait(WAIT)
     connection.close()
     assert peer.recv_bytes() == b'{"jsonrpc":"2.0","id":1,"result":"partial"}'
+    assert peer.recv_bytes() is None
+    assert readers() == []
+
+
+# -- the runner runs the others, one after another -------------------------------------------------
+def request(request_id: Any, method: str) -> Any:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method}
+
+
+def test_requests_that_arrive_together_run_one_after_another_on_one_worker(pair, no_ticks):
+    # Without ticks the standby never replaces the runner, however slow the machine.
+    connection, peer = pair
+    started: List[Any] = []
+    connection.on_request("x/rec", lambda params, ctx: started.append((ctx.id, threading.current_thread().name)))
+    connection.start()
+    peer.send(*(request(i, "x/rec") for i in range(1, 6)))  # a burst: the delivery thread starts them
+    assert [peer.recv() for _ in range(5)] == [{"jsonrpc": "2.0", "id": i, "result": None} for i in range(1, 6)]
+    assert [request_id for request_id, _ in started] == [1, 2, 3, 4, 5]
+    assert len({name for _, name in started}) == 1 and started[0][1].startswith("acp-worker-under-test-")
+
+
+def test_a_handler_blocking_on_the_runner_is_left_behind(pair):
+    connection, peer = pair
+    release = threading.Event()
+    connection.on_request("x/hold", lambda params, ctx: release.wait(WAIT))
+    connection.on_request("x/quick", lambda params, ctx: "quick")
+    connection.start()
+    peer.send(request("hold", "x/hold"), request(1, "x/quick"), request(2, "x/quick"))
+    answers = sorted((peer.recv() for _ in range(2)), key=lambda a: a["id"])
+    assert answers == [{"jsonrpc": "2.0", "id": i, "result": "quick"} for i in (1, 2)]
+    assert not release.is_set()
+    release.set()
+    assert peer.recv() == {"jsonrpc": "2.0", "id": "hold", "result": True}
+
+
+def test_a_blocking_call_from_the_runner_hands_the_queue_on_at_once(pair, no_ticks):
+    connection, peer = pair
+    connection.on_request("x/ask", lambda params, ctx: {"got": connection.call("x/up")})
+    connection.on_request("x/quick", lambda params, ctx: "quick")
+    connection.start()
+    peer.send(request("ask", "x/ask"), request("quick", "x/quick"))
+    first, second = peer.recv(), peer.recv()  # x/quick ran while x/ask waits: either comes first
+    up = first if first.get("method") == "x/up" else second
+    assert up == {"jsonrpc": "2.0", "id": up["id"], "method": "x/up"}
+    assert (first if up is second else second) == {"jsonrpc": "2.0", "id": "quick", "result": "quick"}
+    peer.send(answer_to(up, "up"))
+    assert peer.recv() == {"jsonrpc": "2.0", "id": "ask", "result": {"got": "up"}}
+
+
+def test_a_lone_request_does_not_overtake_requests_queued_for_the_runner(pair, no_ticks):
+    # Without ticks the runner stays in x/hold: x/first waits behind it, and x/lone behind that.
+    connection, peer = pair
+    holding, release, noted = threading.Event(), threading.Event(), threading.Event()
+    started: List[Any] = []
+
+    def hold(params, ctx):
+        started.append(ctx.id)
+        holding.set()
+        release.wait(WAIT)
+
+    connection.on_request("x/hold", hold)
+    connection.on_request("x/rec", lambda params, ctx: started.append(ctx.id))
+    connection.on_notification("x/note", lambda params: noted.set())
+    connection.start()
+    peer.send(request("hold", "x/hold"), request("first", "x/rec"))
+    assert holding.wait(WAIT)
+    peer.send(request("lone", "x/rec"))
+    peer.send({"jsonrpc": "2.0", "method": "x/note"})
+    assert noted.wait(WAIT)  # x/lone has been read and routed
+    assert started == ["hold"]
+    release.set()
+    assert [peer.recv()["id"] for _ in range(3)] == ["hold", "first", "lone"]
+    assert started == ["hold", "first", "lone"]
 
 
 # -- a blocking caller reads its own answer ------------------------------------------------------
