@@ -227,21 +227,6 @@ def test_a_lone_request_runs_on_the_reader_and_is_answered_with_its_id(pair):
     assert ran_on == [READER] * 3
 
 
-def test_a_request_with_an_arrival_hook_runs_on_a_worker(pair):
-    connection, peer = pair
-    ran_on: List[str] = []
-    connection.on_request(
-        "x/hooked",
-        lambda params, ctx: ran_on.append(threading.current_thread().name) or "ok",
-        on_arrival=lambda params, ctx: ran_on.append(threading.current_thread().name),
-    )
-    connection.start()
-    peer.send({"jsonrpc": "2.0", "id": 1, "method": "x/hooked"})
-    assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": "ok"}
-    assert ran_on[0] == "acp-delivery-under-test"
-    assert ran_on[1].startswith("acp-worker-under-test-")
-
-
 def test_while_a_lone_handler_blocks_a_new_reader_reads_on(pair):
     connection, peer = pair
     started, release, noted = threading.Event(), threading.Event(), threading.Event()
@@ -385,77 +370,6 @@ def test_close_cancels_a_handler_still_on_the_current_reader_and_sends_its_answe
     assert peer.recv_bytes() == b'{"jsonrpc":"2.0","id":1,"result":"partial"}'
     assert peer.recv_bytes() is None
     assert readers() == []
-
-
-# -- the runner runs the others, one after another -------------------------------------------------
-def request(request_id: Any, method: str) -> Any:
-    return {"jsonrpc": "2.0", "id": request_id, "method": method}
-
-
-def test_requests_that_arrive_together_run_one_after_another_on_one_worker(pair, no_ticks):
-    # Without ticks the standby never replaces the runner, however slow the machine.
-    connection, peer = pair
-    started: List[Any] = []
-    connection.on_request("x/rec", lambda params, ctx: started.append((ctx.id, threading.current_thread().name)))
-    connection.start()
-    peer.send(*(request(i, "x/rec") for i in range(1, 6)))  # a burst: the delivery thread starts them
-    assert [peer.recv() for _ in range(5)] == [{"jsonrpc": "2.0", "id": i, "result": None} for i in range(1, 6)]
-    assert [request_id for request_id, _ in started] == [1, 2, 3, 4, 5]
-    assert len({name for _, name in started}) == 1 and started[0][1].startswith("acp-worker-under-test-")
-
-
-def test_a_handler_blocking_on_the_runner_is_left_behind(pair):
-    connection, peer = pair
-    release = threading.Event()
-    connection.on_request("x/hold", lambda params, ctx: release.wait(WAIT))
-    connection.on_request("x/quick", lambda params, ctx: "quick")
-    connection.start()
-    peer.send(request("hold", "x/hold"), request(1, "x/quick"), request(2, "x/quick"))
-    answers = sorted((peer.recv() for _ in range(2)), key=lambda a: a["id"])
-    assert answers == [{"jsonrpc": "2.0", "id": i, "result": "quick"} for i in (1, 2)]
-    assert not release.is_set()
-    release.set()
-    assert peer.recv() == {"jsonrpc": "2.0", "id": "hold", "result": True}
-
-
-def test_a_blocking_call_from_the_runner_hands_the_queue_on_at_once(pair, no_ticks):
-    connection, peer = pair
-    connection.on_request("x/ask", lambda params, ctx: {"got": connection.call("x/up")})
-    connection.on_request("x/quick", lambda params, ctx: "quick")
-    connection.start()
-    peer.send(request("ask", "x/ask"), request("quick", "x/quick"))
-    first, second = peer.recv(), peer.recv()  # x/quick ran while x/ask waits: either comes first
-    up = first if first.get("method") == "x/up" else second
-    assert up == {"jsonrpc": "2.0", "id": up["id"], "method": "x/up"}
-    assert (first if up is second else second) == {"jsonrpc": "2.0", "id": "quick", "result": "quick"}
-    peer.send(answer_to(up, "up"))
-    assert peer.recv() == {"jsonrpc": "2.0", "id": "ask", "result": {"got": "up"}}
-
-
-def test_a_lone_request_does_not_overtake_requests_queued_for_the_runner(pair, no_ticks):
-    # Without ticks the runner stays in x/hold: x/first waits behind it, and x/lone behind that.
-    connection, peer = pair
-    holding, release, noted = threading.Event(), threading.Event(), threading.Event()
-    started: List[Any] = []
-
-    def hold(params, ctx):
-        started.append(ctx.id)
-        holding.set()
-        release.wait(WAIT)
-
-    connection.on_request("x/hold", hold)
-    connection.on_request("x/rec", lambda params, ctx: started.append(ctx.id))
-    connection.on_notification("x/note", lambda params: noted.set())
-    connection.start()
-    peer.send(request("hold", "x/hold"), request("first", "x/rec"))
-    assert holding.wait(WAIT)
-    peer.send(request("lone", "x/rec"))
-    peer.send({"jsonrpc": "2.0", "method": "x/note"})
-    assert noted.wait(WAIT)  # x/lone has been read and routed
-    assert started == ["hold"]
-    release.set()
-    assert [peer.recv()["id"] for _ in range(3)] == ["hold", "first", "lone"]
-    assert started == ["hold", "first", "lone"]
 
 
 # -- a blocking caller reads its own answer ------------------------------------------------------
@@ -646,26 +560,20 @@ def test_a_borrower_reading_a_burst_hands_it_on_and_wakes_the_reader(pair, calle
     assert notes == [1, 2]
 
 
-def test_end_of_stream_met_by_a_borrower_fails_its_call_and_ends_the_connection(pair, caller, borrows, no_ticks):
+@pytest.mark.parametrize("ending", ["the peer ends the stream", "close() on another thread"])
+def test_the_end_met_by_a_borrower_fails_its_call_and_ends_the_connection(pair, caller, borrows, no_ticks, ending):
     connection, peer = pair
     connection.start()
     blocked, _ = borrow_a_read(connection, peer, caller, borrows)
-    peer.end_stream()
+    if ending == "the peer ends the stream":
+        peer.end_stream()
+    else:
+        connection.close()
     assert isinstance(blocked.exception(WAIT), ConnectionClosed)
     assert connection.wait_closed(WAIT) and connection.closed
     with pytest.raises(ConnectionClosed):
         connection.call("x/after")
     connection.close()
-    assert readers() == []
-
-
-def test_close_while_a_borrower_blocks_fails_its_call(pair, caller, borrows, no_ticks):
-    connection, peer = pair
-    connection.start()
-    blocked, _ = borrow_a_read(connection, peer, caller, borrows)
-    connection.close()
-    assert isinstance(blocked.exception(WAIT), ConnectionClosed)
-    assert connection.wait_closed(WAIT)
     assert peer.recv_bytes() is None
     assert readers() == []
 
