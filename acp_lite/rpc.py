@@ -1040,7 +1040,7 @@ class Connection:
             if closing:
                 self._refuse_to_start(ctx)
                 continue
-            self._run_handler(ctx)
+            self._run_handler_outliving_it(ctx)
             with self._lock:
                 if self._runner is token:
                     self._runner_busy = None
@@ -1072,6 +1072,14 @@ class Connection:
             result.add_done_callback(lambda f: self._answer_future(ctx, f))
         else:
             self._answer(ctx, result, None)
+
+    def _run_handler_outliving_it(self, ctx: RequestContext) -> None:
+        # The reader and the runner go on after any handler: a SystemExit (sys.exit() in a
+        # handler) is answered -32603 like any failure, logged, and ends nothing.
+        try:
+            self._run_handler(ctx)
+        except BaseException:
+            self._log.exception("%s: handler for %s raised", self.name, ctx.method)
 
     def _answer_future(self, ctx: RequestContext, future: Future) -> None:
         if future.cancelled():
@@ -1165,10 +1173,7 @@ class Connection:
         if closing:
             self._refuse_to_start(ctx)
             return True
-        try:
-            self._run_handler(ctx)
-        except BaseException:  # SystemExit in a handler: it ends a worker, never the reading
-            self._log.exception("%s: handler for %s raised", self.name, ctx.method)
+        self._run_handler_outliving_it(ctx)
         with self._lock:
             if self._reader is not me:
                 return False
