@@ -497,25 +497,36 @@ def test_a_handler_raising_on_the_runner_is_answered_and_the_runner_goes_on(pair
 
 @pytest.mark.timeout(30)
 @pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-REQUIRED", "ACP-V1-JSONRPC-ERROR-RESPONSE-CONTAINS-ERROR")
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_system_exit_in_a_handler_on_the_runner_is_answered_and_the_queue_goes_on(pair):
-    # SystemExit ends the runner's thread; the standby (real ticks) hands the queue on.
+def test_system_exit_in_a_handler_on_the_runner_is_answered_and_the_runner_goes_on(pair, no_ticks, caplog):
+    # SystemExit is answered -32603 and ends neither the runner nor the queue: without ticks no
+    # standby would hand the queue on if it did.
     connection, peer = pair
     started = Started()
+    release = threading.Event()
 
     def work(params, ctx):
         started.note(ctx)
+        if ctx.id == 1:
+            release.wait(WAIT)
         if ctx.id in (1, 3):
             raise SystemExit(3)
         return ctx.id
 
     connection.on_request("x/work", work)
     connection.start()
-    for burst in ((1, 2), (3, 4)):
-        peer.send(*(request(request_id, "x/work") for request_id in burst))
-        assert [peer.recv() for _ in burst] == [error(burst[0], -32603, "Internal error"), result(burst[1], burst[1])]
+    with caplog.at_level(logging.ERROR, logger="acp_lite.rpc"):
+        peer.send(*(request(request_id, "x/work") for request_id in (1, 2, 3, 4)))
+        wait_for(queued_for_runner(connection, 3))
+        release.set()
+        assert [peer.recv() for _ in range(4)] == [
+            error(1, -32603, "Internal error"),
+            result(2, 2),
+            error(3, -32603, "Internal error"),
+            result(4, 4),
+        ]
     assert started.ids == [1, 2, 3, 4]
-    assert all(thread.startswith(WORKER) for thread in started.threads)
+    assert len(set(started.threads)) == 1 and started.threads[0].startswith(WORKER)
+    assert any(record.exc_info and record.exc_info[0] is SystemExit for record in caplog.records)
     assert not connection.closed
 
 
