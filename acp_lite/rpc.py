@@ -1075,11 +1075,11 @@ class Connection:
 
     def _run_handler_outliving_it(self, ctx: RequestContext) -> None:
         # The reader and the runner go on after any handler: a SystemExit (sys.exit() in a
-        # handler) is answered -32603 like any failure, logged, and ends nothing.
+        # handler) has been answered -32603 and logged like any failure, and ends nothing.
         try:
             self._run_handler(ctx)
         except BaseException:
-            self._log.exception("%s: handler for %s raised", self.name, ctx.method)
+            pass
 
     def _answer_future(self, ctx: RequestContext, future: Future) -> None:
         if future.cancelled():
