@@ -797,6 +797,7 @@ class Connection:
                     if thread is not threading.current_thread():
                         thread.join(max(0.0, deadline - time.monotonic()))
                 self._wait_for_reader_handler(deadline)
+            self._refuse_unstarted()
             self._transport.close(max(0.0, deadline - time.monotonic()))
             if self._host is None:
                 self._queue.finish()
@@ -806,6 +807,14 @@ class Connection:
                 thread.join(max(0.0, deadline - time.monotonic()))
         if self._pool is not None:
             self._pool.join(deadline)
+
+    def _refuse_unstarted(self) -> None:
+        # close(), just before the transport closes: requests still queued behind a callback
+        # (the delivery thread has not started them) are answered now, while an answer can go out.
+        with self._lock:
+            waiting = [ctx for ctx in self._incoming.values() if ctx._route is not None]
+        for ctx in waiting:
+            self._refuse_to_start(ctx)
 
     def _wait_for_reader_handler(self, deadline: float) -> None:
         # close(): the reader may be in a handler that will still answer; it reads on after.
@@ -975,6 +984,8 @@ class Connection:
     def _start_request(self, ctx: RequestContext) -> None:
         # Delivery (or host) thread, in arrival order.
         route = ctx._route
+        if ctx._answered:
+            return  # refused by close() while it waited in the queue
         if route is not None and route.on_arrival is not None:
             try:
                 route.on_arrival(ctx._params, ctx)

@@ -611,12 +611,6 @@ def test_end_of_stream_cancels_the_runners_handler_and_the_queued_requests_run_c
 
 @pytest.mark.timeout(30)
 @pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-REQUIRED", "ACP-V1-CANCEL-INTERNAL-SHOULD")
-@pytest.mark.xfail(
-    strict=True,
-    reason="close() closes the transport without waiting for the delivery thread, so a request "
-    "still behind a running callback is refused (-32800) only after the transport is closed, "
-    "and the refusal is dropped: the peer never gets an answer",
-)
 def test_close_refuses_a_request_still_behind_a_running_callback_before_the_stream_ends(pair):
     connection, peer = pair
     in_callback = threading.Event()
