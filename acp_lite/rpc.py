@@ -845,7 +845,9 @@ class Connection:
         ``CallTimeout`` after ``timeout`` seconds (the peer is sent ``$/cancel_request`` and a
         late answer is dropped), or ``ConnectionClosed``. Any thread except the one delivering
         callbacks (the delivery thread, or the host thread in host mode): there it raises
-        ``UsageError`` (use ``call_future``)."""
+        ``UsageError`` (use ``call_future``). Without a timeout and off the main thread, the
+        waiting thread may read the connection itself (its own answer, and whatever comes before
+        it, routed as the reader would: no application code runs on it)."""
         self.refuse_blocking_here(method)
         future: Future = Future()
         # A signal handler (Ctrl-C) may raise on the main thread anywhere, and must not do so in
