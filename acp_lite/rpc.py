@@ -1233,6 +1233,8 @@ class Connection:
         once, so leave it the reading, to read its own answer (a thread wake-up saved on either
         side); take it back at the first tick it is free. False if the end of the stream came
         meanwhile (the borrower met it)."""
+        if self._pending:
+            return True  # other answers are due: keep reading
         with self._lock:
             if self._pending or self._close_called:
                 return True  # other answers are due: keep reading
@@ -1246,6 +1248,8 @@ class Connection:
                     return not self._reader_done.is_set()
 
     def _borrow_reading(self) -> bool:
+        if not self._lent:
+            return False  # the usual case, known without the lock that other callers contend for
         with self._lock:
             if not self._lent or self._borrower is not None:
                 return False
