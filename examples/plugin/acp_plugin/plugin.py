@@ -111,7 +111,8 @@ class AgentSession:
                 self._agent.initialize()
                 session_id = self._agent.new_session(cwd=self._cwd).session_id
             except Exception as error:
-                self._host.post(lambda: on_ready(error))
+                failure = error  # the name ``error`` is unbound once the except block ends
+                self._host.post(lambda: on_ready(failure))
                 return
             self._host.post(lambda: self._ready(session_id, on_ready))
 
