@@ -1,17 +1,16 @@
 """The JSON-RPC 2.0 connection (acp_lite.rpc) over real pipes.
 
-Most tests put a ``Connection`` on one end of an in-memory pipe pair and a ``RawPeer`` on the
-other: the test writes the peer's bytes itself and asserts the exact messages that come back.
-The method names are made up; this layer knows no ACP method.
+Most tests put a ``Connection`` on one end of a pipe pair and a ``RawPeer`` (tests/raw_peer.py)
+on the other: the test writes the peer's bytes itself and asserts the exact messages that come
+back. The method names are made up; this layer knows no ACP method.
 """
 import json
 import logging
-import os
 import queue
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, List, Optional
+from typing import Any, List
 
 import msgspec
 import pytest
@@ -27,7 +26,9 @@ from acp_lite.errors import (
     UsageError,
 )
 from acp_lite.rpc import CancelToken, Connection, HostDelivery, RequestContext
-from acp_lite.wire import Transport, memory_pair
+from acp_lite.wire import memory_pair
+
+from raw_peer import RawPeer
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -39,56 +40,13 @@ class Item(msgspec.Struct):
     text: str
 
 
-class RawPeer:
-    """The far end of a connection, driven byte by byte by the test."""
-
-    def __init__(self, transport: Transport):
-        self.transport = transport
-        self.frames: "queue.Queue[Optional[bytes]]" = queue.Queue()
-        self._reader = threading.Thread(target=self._read, name="raw-peer-reader", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        while True:
-            batch = self.transport.read_frames()
-            if batch is None:
-                self.frames.put(None)
-                return
-            for frame in batch:
-                self.frames.put(frame)
-
-    def send_bytes(self, data: bytes) -> None:
-        self.transport.send(data)
-
-    def send(self, message: Any) -> None:
-        self.transport.send(json.dumps(message, separators=(",", ":")).encode())
-
-    def recv_bytes(self) -> Optional[bytes]:
-        return self.frames.get(timeout=WAIT)
-
-    def recv(self) -> Any:
-        frame = self.recv_bytes()
-        assert frame is not None, "the connection closed its end"
-        return json.loads(frame)
-
-    def ping(self) -> None:
-        """Round-trip a request the test answers itself, proving nothing was sent before it."""
-        self.send({"jsonrpc": "2.0", "id": "ping", "method": "test/ping"})
-        assert self.recv() == {"jsonrpc": "2.0", "id": "ping", "result": "pong"}
-
-    def close(self) -> None:
-        self.transport.close()
-        self._reader.join(WAIT)
-
-
 @pytest.fixture
 def pair():
-    """(connection, raw peer), the connection started with a ``test/ping`` handler; both closed
-    at the end."""
-    ours, theirs = memory_pair()
-    connection = Connection(ours, name="under-test")
+    """(connection, raw peer), the connection not yet started, with a ``test/ping`` handler;
+    both closed at the end."""
+    peer = RawPeer()
+    connection = Connection(peer.transport_for_connection, name="under-test")
     connection.on_request("test/ping", lambda params, ctx: "pong")
-    peer = RawPeer(theirs)
     yield connection, peer
     connection.close()
     peer.close()
@@ -310,7 +268,7 @@ def test_invalid_json_and_invalid_utf8_get_parse_error_with_null_id(pair):
     connection, peer = pair
     connection.start()
     for garbage in (b'{"jsonrpc":"2.0","id":1,"method":', b'{"text":"\xff\xfe"}', b"[1,2"):
-        peer.send_bytes(garbage)
+        peer.write(garbage + b"\n")
         reply = peer.recv()
         assert reply["id"] is None and reply["error"]["code"] == -32700 and reply["jsonrpc"] == "2.0"
     peer.ping()
@@ -375,9 +333,9 @@ def test_noise_lines_are_counted_logged_now_and_then_and_skipped(pair, caplog):
     connection.start()
     with caplog.at_level(logging.WARNING, logger="acp_lite.rpc"):
         for i in range(50):
-            peer.send_bytes(b"Agent v1.2 starting up... line %d" % i)
-        peer.send_bytes(b"")
-        peer.send_bytes(b"   \r")
+            peer.write(b"Agent v1.2 starting up... line %d\n" % i)
+        peer.write(b"\n")
+        peer.write(b"   \r\n")
         peer.ping()  # no reply to any of it
     assert connection.stats.noise_lines == 50
     noise_logs = [r for r in caplog.records if "not JSON-RPC" in r.getMessage()]
@@ -418,11 +376,10 @@ def test_batches_are_answered_as_json_rpc_2_0_says(pair):
 
 
 def test_an_oversized_request_is_answered_and_the_stream_goes_on():
-    ours, theirs = memory_pair(max_message_size=4096)
-    connection = Connection(ours)
+    peer = RawPeer(max_message_size=4096)
+    connection = Connection(peer.transport_for_connection)
     connection.on_request("test/ping", lambda params, ctx: "pong")
     connection.start()
-    peer = RawPeer(theirs)
     peer.send({"jsonrpc": "2.0", "id": 41, "method": "x/big", "params": {"text": "x" * 100_000}})
     reply = peer.recv()
     assert reply["id"] == 41 and reply["error"]["code"] == -32600
@@ -564,12 +521,11 @@ def test_pump_max_items_leaves_the_rest_and_wakes_again():
     delivery = HostDelivery()
     wakeups: List[int] = []
     delivery.set_wakeup(lambda: wakeups.append(1))
-    ours, theirs = memory_pair()
-    host = Connection(ours, delivery=delivery)
+    peer = RawPeer()
+    host = Connection(peer.transport_for_connection, delivery=delivery)
     seen: List[int] = []
     host.on_notification("x/n", seen.append)
     host.start()
-    peer = RawPeer(theirs)
     for i in range(5):
         peer.send({"jsonrpc": "2.0", "method": "x/n", "params": [i]})
     wait_for(lambda: delivery._queue.unfinished == 5)
@@ -719,13 +675,8 @@ def test_cancel_token_basics():
 
 # -- closing ---------------------------------------------------------------------------------------
 def test_end_of_stream_fails_pending_calls_with_the_transports_error_and_cancels_handlers():
-    ours_read, theirs_write = os.pipe()
-    theirs_read, ours_write = os.pipe()
-    ours = Transport(
-        ours_read, ours_write, closed_error=lambda: ConnectionClosed("peer went away", exit_code=7, stderr_tail="last words")
-    )
-    theirs = Transport(theirs_read, theirs_write)
-    connection = Connection(ours, name="eof")
+    peer = RawPeer(closed_error=lambda: ConnectionClosed("peer went away", exit_code=7, stderr_tail="last words"))
+    connection = Connection(peer.transport_for_connection, name="eof")
     cancelled = threading.Event()
     closing: List[str] = []
     connection.on_closing(lambda: closing.append(threading.current_thread().name))
@@ -736,7 +687,6 @@ def test_end_of_stream_fails_pending_calls_with_the_transports_error_and_cancels
 
     connection.on_request("x/run", running)
     connection.start()
-    peer = RawPeer(theirs)
     peer.send({"jsonrpc": "2.0", "id": 1, "method": "x/run"})
     futures = [connection.call_future("x/pending") for _ in range(3)]
     for _ in futures:
@@ -871,8 +821,8 @@ def test_close_from_inside_a_handler_returns(linked):
 
 def test_a_pump_inside_a_callback_runs_nothing():
     delivery = HostDelivery()
-    ours, theirs = memory_pair()
-    host = Connection(ours, delivery=delivery)
+    peer = RawPeer()
+    host = Connection(peer.transport_for_connection, delivery=delivery)
     nested: List[int] = []
     seen: List[Any] = []
 
@@ -882,7 +832,6 @@ def test_a_pump_inside_a_callback_runs_nothing():
 
     host.on_notification("x/n", on_note)
     host.start()
-    peer = RawPeer(theirs)
     for i in range(3):
         peer.send({"jsonrpc": "2.0", "method": "x/n", "params": [i]})
     wait_for(lambda: delivery._queue.unfinished == 3)
@@ -893,11 +842,10 @@ def test_a_pump_inside_a_callback_runs_nothing():
 
 
 def test_an_oversized_request_with_the_method_first_is_answered_too():
-    ours, theirs = memory_pair(max_message_size=1024)
-    connection = Connection(ours)
+    peer = RawPeer(max_message_size=1024)
+    connection = Connection(peer.transport_for_connection)
     connection.start()
-    peer = RawPeer(theirs)
-    peer.send_bytes(b'{"method":"x/big","jsonrpc":"2.0","id":"big-1","params":{"t":"' + b"x" * 5000 + b'"}}')
+    peer.write(b'{"method":"x/big","jsonrpc":"2.0","id":"big-1","params":{"t":"' + b"x" * 5000 + b'"}}\n')
     reply = peer.recv()
     assert reply["id"] == "big-1" and reply["error"]["code"] == -32600 and "exceeds" in reply["error"]["message"]
     connection.close()

@@ -6,7 +6,6 @@ chunking, a burst must give exactly what reading it line by line gives: the same
 the same order, the same errors for the same bad lines.
 """
 import json
-import os
 import threading
 import time
 from typing import Any, List
@@ -16,7 +15,8 @@ import pytest
 
 from acp_lite import rpc
 from acp_lite.rpc import Connection, HostDelivery
-from acp_lite.wire import Transport
+
+from raw_peer import RawPeer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -39,46 +39,31 @@ def step(i: int) -> bytes:
     return line({"jsonrpc": "2.0", "method": "x/step", "params": {"i": i}})
 
 
-class BurstPeer:
-    """The far end: writes raw bytes into the connection's input, reads what it answers."""
+class BurstPeer(RawPeer):
+    """A raw peer and the connection it talks to, which answers ``x/sync`` requests."""
 
     def __init__(self, delivery: Any = None):
-        to_us, self._feed = os.pipe()
-        self._replies, from_us = os.pipe()
-        self.connection = Connection(Transport(to_us, from_us), name="bursts", delivery=delivery)
+        super().__init__()
+        self.connection = Connection(self.transport_for_connection, name="bursts", delivery=delivery)
         # Typed params, so that a sync request may share a block with the lines before it.
         self.connection.on_request("x/sync", lambda params, ctx: "synced", Sync)
-        self._reader = Transport(self._replies, os.dup(self._feed))
         self._syncs = 0
-
-    def write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._feed, view):]
-
-    def replies(self, count: int) -> List[Any]:
-        frames: List[bytes] = []
-        while len(frames) < count:
-            batch = self._reader.read_frames()
-            assert batch is not None, "the connection closed its end"
-            frames.extend(batch)
-        return [json.loads(frame) for frame in frames]
 
     def sync(self) -> List[Any]:
         """Send a request and wait for its answer: every callback for the lines written before
         it has then run. Returns the other replies read meanwhile."""
         self._syncs += 1
         sync_id = f"sync-{self._syncs}"
-        self.write(line({"jsonrpc": "2.0", "id": sync_id, "method": "x/sync", "params": {}}) + b"\n")
+        self.send({"jsonrpc": "2.0", "id": sync_id, "method": "x/sync", "params": {}})
         replies: List[Any] = []
         while not replies or replies[-1].get("id") != sync_id:
-            replies += self.replies(1)
+            replies.append(self.recv())
         return replies[:-1]
 
     def close(self) -> None:
-        os.close(self._feed)
+        self.end_stream()
         self.connection.close()
-        self._reader.close()
+        super().close()
 
 
 @pytest.fixture
@@ -104,7 +89,7 @@ def test_a_burst_keeps_the_order_of_notifications_requests_and_answers(peer):
     answer: List[Any] = []
     caller = threading.Thread(target=lambda: answer.append((connection.call("x/op"), len(seen))))
     caller.start()
-    request = peer.replies(1)[0]
+    request = peer.recv()
     lines = []
     for i in range(20000):
         lines.append(step(i))

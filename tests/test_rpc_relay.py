@@ -13,82 +13,26 @@ The ``no_ticks`` fixture makes the readers' periodic looks so rare that only the
 must happen at once (a blocking call from a handler, a call nobody reads for itself, close)
 move the reading: a missing wake-up then hangs the test instead of costing a tick.
 """
-import json
 import logging
-import os
 import queue
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List
 
 import pytest
 
 from acp_lite import rpc
 from acp_lite.errors import ConnectionClosed, RequestCancelled
 from acp_lite.rpc import Connection, HostDelivery
-from acp_lite.wire import Transport, memory_pair
+from acp_lite.wire import memory_pair
+
+from raw_peer import RawPeer
 
 pytestmark = pytest.mark.timeout(30)
 
 WAIT = 10  # seconds a test waits for something that should happen at once
 
 READER = "acp-reader-under-test"
-
-
-class RawPeer:
-    """The far end of a connection, driven byte by byte by the test.
-
-    The peer writes straight into the connection's input pipe, so that several lines written at
-    once reach the reader in one read (a burst)."""
-
-    def __init__(self) -> None:
-        to_connection, self._feed = os.pipe()
-        from_connection, replies = os.pipe()
-        self.transport_for_connection = Transport(to_connection, replies, name="raw-a")
-        self._replies = Transport(from_connection, os.open(os.devnull, os.O_WRONLY), name="raw-b")
-        self.frames: "queue.Queue[Optional[bytes]]" = queue.Queue()
-        self._reader = threading.Thread(target=self._read, name="raw-peer-reader", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        while True:
-            batch = self._replies.read_frames()
-            if batch is None:
-                self.frames.put(None)
-                return
-            for frame in batch:
-                self.frames.put(frame)
-
-    def send(self, *messages: Any) -> None:
-        """Write the messages' lines in one write: two or more arrive as one burst."""
-        data = b"".join(json.dumps(m, separators=(",", ":")).encode() + b"\n" for m in messages)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._feed, view):]
-
-    def recv_bytes(self) -> Optional[bytes]:
-        return self.frames.get(timeout=WAIT)
-
-    def recv(self) -> Any:
-        frame = self.recv_bytes()
-        assert frame is not None, "the connection closed its end"
-        return json.loads(frame)
-
-    def ping(self) -> None:
-        """Round-trip a request the connection answers at once: someone is reading."""
-        self.send({"jsonrpc": "2.0", "id": "ping", "method": "test/ping"})
-        assert self.recv() == {"jsonrpc": "2.0", "id": "ping", "result": "pong"}
-
-    def end_stream(self) -> None:
-        """Close the peer's writing end: the connection reads end of stream."""
-        if self._feed >= 0:
-            os.close(self._feed)
-            self._feed = -1
-
-    def close(self) -> None:
-        self.end_stream()
-        self._replies.close()
-        self._reader.join(WAIT)
 
 
 @pytest.fixture

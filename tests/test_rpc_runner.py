@@ -14,12 +14,9 @@ they fail if the runner silently stops being one thread. Most use ``no_ticks``: 
 never looks on its own, so only a blocking call replaces a runner, and a queue behind a blocked
 handler stays queued for as long as the test needs.
 """
-import json
 import logging
-import os
-import queue
 import threading
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Tuple
 
 import msgspec
 import pytest
@@ -27,64 +24,14 @@ import pytest
 from acp_lite import rpc
 from acp_lite.errors import ConnectionClosed, InvalidParams
 from acp_lite.rpc import Connection
-from acp_lite.wire import Transport
+
+from raw_peer import RawPeer
 
 WAIT = 10  # seconds a test waits for something that should happen at once
 
 READER = "acp-reader-under-test"
 DELIVERY = "acp-delivery-under-test"
 WORKER = "acp-worker-under-test-"
-
-
-class RawPeer:
-    """The far end of a connection, driven byte by byte by the test.
-
-    The peer writes straight into the connection's input pipe, so that several lines written at
-    once reach the reader in one read (a burst)."""
-
-    def __init__(self) -> None:
-        to_connection, self._feed = os.pipe()
-        from_connection, replies = os.pipe()
-        self.transport_for_connection = Transport(to_connection, replies, name="raw-a")
-        self._replies = Transport(from_connection, os.open(os.devnull, os.O_WRONLY), name="raw-b")
-        self.frames: "queue.Queue[Optional[bytes]]" = queue.Queue()
-        self._reader = threading.Thread(target=self._read, name="raw-peer-reader", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        while True:
-            batch = self._replies.read_frames()
-            if batch is None:
-                self.frames.put(None)
-                return
-            for frame in batch:
-                self.frames.put(frame)
-
-    def send(self, *messages: Any) -> None:
-        """Write the messages' lines in one write: two or more arrive as one burst."""
-        data = b"".join(json.dumps(m, separators=(",", ":")).encode() + b"\n" for m in messages)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._feed, view):]
-
-    def recv_bytes(self) -> Optional[bytes]:
-        return self.frames.get(timeout=WAIT)
-
-    def recv(self) -> Any:
-        frame = self.recv_bytes()
-        assert frame is not None, "the connection closed its end"
-        return json.loads(frame)
-
-    def end_stream(self) -> None:
-        """Close the peer's writing end: the connection reads end of stream."""
-        if self._feed >= 0:
-            os.close(self._feed)
-            self._feed = -1
-
-    def close(self) -> None:
-        self.end_stream()
-        self._replies.close()
-        self._reader.join(WAIT)
 
 
 @pytest.fixture
@@ -122,6 +69,11 @@ class Started:
     def finished(self) -> None:
         with self._lock:
             self._running -= 1
+
+    def echo(self, params: Any, ctx: Any) -> Any:
+        """A handler that notes its start and answers with its params."""
+        self.note(ctx)
+        return params
 
     @property
     def ids(self) -> List[Any]:
@@ -265,12 +217,8 @@ def test_requests_behind_a_handler_blocked_on_an_event_are_answered_by_a_new_run
         release.wait(WAIT)
         return "released"
 
-    def quick(params, ctx):
-        started.note(ctx)
-        return params
-
     connection.on_request("x/hold", hold)
-    connection.on_request("x/quick", quick)
+    connection.on_request("x/quick", started.echo)
     connection.start()
     peer.send(request(1, "x/hold"), request(2, "x/quick", [2]), request(3, "x/quick", [3]))
     # A later runner may be replaced in turn on a loaded machine, so the two answers may cross.
@@ -307,12 +255,8 @@ def test_a_runner_whose_handler_calls_the_peer_is_replaced_at_once(pair, no_tick
             got = connection.call_future("x/up", params).result(WAIT)
         return {"got": got}
 
-    def quick(params, ctx):
-        started.note(ctx)
-        return params
-
     connection.on_request("x/ask", ask_up)
-    connection.on_request("x/quick", quick)
+    connection.on_request("x/quick", started.echo)
     connection.start()
     peer.send(request("ask", "x/ask", {"n": 1}), request(2, "x/quick", [2]), request(3, "x/quick", [3]))
     frames = [peer.recv() for _ in range(3)]
