@@ -174,7 +174,7 @@ class RemoteClient:
             raise UsageError(f"session {session_id!r} is being resumed: session/resume must not replay history")
         if type(update) is ConfigOptionUpdate and not self.accepts_boolean_options():
             update = ConfigOptionUpdate(config_options=self.without_boolean_options(update.config_options), meta=update.meta)
-        self.connection.notify("session/update", SessionNotification(session_id=session_id, update=update, meta=meta))
+        self.connection._send_notification("session/update", SessionNotification(session_id=session_id, update=update, meta=meta))
 
     def accepts_boolean_options(self) -> bool:
         """True when the client advertised ``session.configOptions.boolean``."""

@@ -897,13 +897,23 @@ class Connection:
         _check_method_name(method)
         if self._closed:
             raise self._closed_error()
-        self._transport.send(self._encode_outgoing(_OutNotification("2.0", method, UNSET if params is None else params)))
+        _check_params(params)
+        self._send_notification(method, UNSET if params is None else params)
+
+    def _send_notification(self, method: str, params: Any) -> None:
+        # notify() without its checks of the arguments, for params the runtime built itself (a
+        # struct, sent under a method name that is not reserved): a stream of session/update
+        # would repeat them for every update, and they show in the agent's CPU per update.
+        if self._closed:
+            raise self._closed_error()
+        self._transport.send(self._encode_outgoing(_OutNotification("2.0", method, params)))
 
     def _send_request(
         self, method: str, params: Any, result_type: Any, future: Future, direct: bool, may_read: bool
     ) -> int:
         _check_method_name(method)
         request_id = next(self._ids)
+        _check_params(params)
         frame = self._encode_outgoing(_OutRequest("2.0", request_id, method, UNSET if params is None else params))
         with self._lock:
             if self._closed:
@@ -920,8 +930,6 @@ class Connection:
         return request_id
 
     def _encode_outgoing(self, message: Any) -> bytes:
-        if isinstance(message.params, _SCALAR_PARAMS):
-            raise UsageError(f"params must be an object or an array, not {type(message.params).__name__}")
         try:
             return ENCODER.encode(message)
         except _ENCODE_FAILURES as exc:
@@ -1626,6 +1634,11 @@ class Connection:
 def _check_method_name(method: str) -> None:
     if method.startswith("rpc."):
         raise UsageError(f"method names starting with 'rpc.' are reserved by JSON-RPC: {method!r}")
+
+
+def _check_params(params: Any) -> None:
+    if isinstance(params, _SCALAR_PARAMS):
+        raise UsageError(f"params must be an object or an array, not {type(params).__name__}")
 
 
 def _unknown_handler(fallback: Callable[[str, Any, RequestContext], Any], method: str) -> Callable[[Any, RequestContext], Any]:
