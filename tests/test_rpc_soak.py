@@ -4,8 +4,8 @@ Several threads on each side at once (the main thread among them, which never re
 answers) send a seeded random mix: blocking calls with and without timeouts, futures (some
 cancelled, which sends ``$/cancel_request``), notifications alone and in bursts. The handlers on
 the far side answer at once, sleep or wait a few milliseconds, raise, call back the other side
-(nested, a few levels deep, blocking or through a future), notify before answering, or wait for
-a notification the caller sends after the request. So requests run on the reader, the runner and
+(nested, a few levels deep, blocking or through a future), notify before answering, wait for
+a notification the caller sends after the request, or have an arrival hook. So requests run on the reader, the runner and
 the threads that replace them, and answers are read by the reader, the delivery thread and the
 callers the reading is lent to.
 
@@ -111,6 +111,7 @@ class Side:
         self.notes: Dict[str, List[int]] = {}  # sender -> sequence numbers, as delivered
         self.told: Set[str] = set()
         self.gates: Dict[str, threading.Event] = {}
+        self.arrived: Set[str] = set()  # tokens of soak/hooked requests whose arrival hook ran
         requests: Dict[str, Callable[[Any, Any], Any]] = {
             "soak/echo": self.echo,
             "soak/sleep": self.sleep,
@@ -123,6 +124,9 @@ class Side:
         }
         for method, handler in requests.items():
             connection.on_request(method, self.counted(handler))
+        # Like soak/slow, with an arrival hook (run on the delivery thread before the handler):
+        # such a request is never run by the reader, always queued for the runner.
+        connection.on_request("soak/hooked", self.counted(self.hooked), on_arrival=self.on_arrival)
         connection.on_notification("soak/note", self.on_note)
         connection.on_notification("soak/told", self.on_told)
         connection.on_notification("soak/open", lambda params: self.gate_event(params["token"]).set())
@@ -147,6 +151,17 @@ class Side:
         if ctx.cancel_token.wait(params["ms"] / 1000):
             raise RequestCancelled(data={"token": params["token"]})
         return {"token": params["token"]}
+
+    def on_arrival(self, params: Any, ctx: Any) -> None:
+        with self.lock:
+            self.arrived.add(params["token"])
+
+    def hooked(self, params: Any, ctx: Any) -> Any:
+        with self.lock:
+            arrived = params["token"] in self.arrived
+        if not arrived:
+            self.soak.problem(f"soak/hooked {params['token']}: the handler started before its arrival hook")
+        return self.slow(params, ctx)
 
     def fail(self, params: Any, ctx: Any) -> Any:
         if params["protocol"]:
@@ -323,10 +338,10 @@ class Driver:
         waiting = []
         for _ in range(self.rng.randint(1, 6)):
             token = next(self.tokens)
-            kind = self.rng.choice(["echo", "sleep", "raise"])
+            kind = self.rng.choice(["echo", "sleep", "raise", "hooked"])
             if kind == "echo":
                 params = self.params(token)
-            elif kind == "sleep":
+            elif kind in ("sleep", "hooked"):
                 params = self.params(token, ms=self.rng.randint(0, 4))
             else:
                 params = self.params(token, protocol=True)
@@ -404,20 +419,21 @@ class Driver:
     def cancelled_future(self) -> None:
         token = next(self.tokens)
         params = self.params(token, ms=self.rng.randint(2, 30))
-        future = self.watch(token, self.connection.call_future("soak/slow", params))
+        method = self.rng.choice(["soak/slow", "soak/hooked"])
+        future = self.watch(token, self.connection.call_future(method, params))
         pause = self.rng.choice([0, 0, 0.001, 0.003])
         if pause:
             time.sleep(pause)
         if future.cancel():
             if not future.cancelled():
-                self.soak.problem(f"future soak/slow {token}: cancel() returned True, not cancelled")
+                self.soak.problem(f"future {method} {token}: cancel() returned True, not cancelled")
             return
 
         def own(exc: AcpError) -> bool:
             return self.soak.closing and isinstance(exc, RequestCancelled)
 
         # Already settled: it must be its own answer.
-        self.check("future soak/slow", token, lambda: future.result(WAIT), {"token": token}, own)
+        self.check(f"future {method}", token, lambda: future.result(WAIT), {"token": token}, own)
 
     def burst(self) -> None:
         for _ in range(self.rng.randint(3, 12)):
