@@ -83,8 +83,8 @@ _WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
 # A send from the thread that last wrote, arriving less than this many seconds after the writer
 # role was given up, belongs to a stream (a loop sending updates leaves a few microseconds between
 # frames); it is left to the flusher thread, so that the stream goes out in large writes. Lone
-# messages, such as the turns of a request/response exchange (100+ microseconds apart), are still
-# written at once by their sender.
+# messages, and frames the peer waits for (requests and answers, even several in a row), are
+# still written at once by their sender.
 _STREAM_GAP = 30e-6
 
 
@@ -360,8 +360,13 @@ class Transport:
         return blocks or None
 
     # -- writing (any thread) -----------------------------------------------------------------
-    def send(self, frame: bytes) -> None:
+    def send(self, frame: bytes, awaited: bool = False) -> None:
         """Write one frame (without its newline, which is added here). Any thread.
+
+        ``awaited`` marks a frame the peer waits for (a request, an answer): its sender writes it
+        at once when nothing is queued, even right after its previous frame, instead of leaving
+        it to the flusher as part of a stream; a wake-up of the flusher costs the peer more than
+        the coalescing would save.
 
         Returns once the frame is written or queued behind the frames already waiting, which
         the thread holding the writer role (possibly the flusher) writes next; ``close()`` or
@@ -378,7 +383,7 @@ class Transport:
             if self._backlog_size > _WRITE_BACKLOG_LIMIT:
                 self._wait(lambda: self._backlog_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed)
             refused = self._closing or self._write_failed
-            if not refused and (self._writing or not self._take_writer_role()):
+            if not refused and (self._writing or not self._take_writer_role(awaited)):
                 self._backlog.append(frame)
                 self._backlog_size += len(frame) + 1
                 return
@@ -401,14 +406,15 @@ class Transport:
             else:
                 self._end_write(failed=False)
 
-    def _take_writer_role(self) -> bool:
+    def _take_writer_role(self, awaited: bool) -> bool:
         # Under the lock, the role being free: take it. True when the sender is to write its
-        # frame at once; False when the frame continues a stream from the same thread, in which
-        # case the role goes to the flusher, which writes what piles up meanwhile in one go.
+        # frame at once; False when the frame continues a stream from the same thread (and is
+        # not awaited), in which case the role goes to the flusher, which writes what piles up
+        # meanwhile in one go.
         writer = threading.get_ident()
         self._writing = True
         self._active += 1
-        if writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP:
+        if not awaited and writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP:
             self._hand_to_flusher()
             return False
         self._last_writer = writer

@@ -165,11 +165,11 @@ class RecordingTransport(Transport):
             self.frames.extend((self.incoming, line) for line in lines)
         return blocks
 
-    def send(self, frame: bytes) -> None:
+    def send(self, frame: bytes, awaited: bool = False) -> None:
         # Recorded before it is written, so a request is always logged before its response.
         with self._frames_lock:
             self.frames.append((self.outgoing, bytes(frame)))
-        super().send(frame)
+        super().send(frame, awaited)
 
     def messages(self, direction: str) -> List[Any]:
         """The messages recorded so far in ``direction``, parsed."""
