@@ -10,31 +10,33 @@ Rules it keeps:
   Anything else (responses, unknown or malformed messages, values only the lenient codec
   accepts) takes the general path: a generic envelope with the payload kept raw, then
   ``codec.decode`` once the type is known.
-- Who decodes: a lone line that arrives while nothing waits for delivery is decoded and routed
-  by the reader, so an answer reaches its caller without a thread hop. A burst (several lines
-  at once, or lines arriving while callbacks are still queued) goes to the delivery thread as
-  raw blocks of lines, which it decodes and delivers block by block, so the reader is back at
-  reading at once. A block made only of registered methods' messages is decoded in one call
-  (the lines as one JSON array, checked to hold exactly one message per line); any other block
-  line by line. The reader stops reading while a few megabytes wait for the delivery thread,
-  so a slow application makes a fast peer wait instead of filling memory. In host mode the
-  reader decodes everything (the host's thread should only run callbacks).
+- Who decodes: what one read brings while nothing waits for delivery, if it is one line or a few
+  short ones (pipelined requests, their answers), is decoded and routed by the reader, so an
+  answer reaches its caller without a thread hop. A burst (more lines at once, or lines arriving
+  while callbacks are still queued) goes to the delivery thread as raw blocks of lines, which it
+  decodes and delivers block by block, so the reader is back at reading at once. A block made
+  only of registered methods' messages is decoded in one call (the lines as one JSON array,
+  checked to hold exactly one message per line); any other block line by line. The reader stops
+  reading while a few megabytes wait for the delivery thread, so a slow application makes a fast
+  peer wait instead of filling memory. In host mode the reader decodes everything (the host's
+  thread should only run callbacks).
 - Incoming notifications and requests go through one ordered queue. Notification callbacks run
   in arrival order, on the connection's delivery thread or, in host mode, on the host's thread
   inside ``HostDelivery.pump()``. Requests are started in that same order (in default mode by
   the reader or the runner, next rule), in host mode on the host thread.
-- Who runs a request, who reads an answer: waking another thread costs more than a small
-  handler, so in default mode the work stays where it is. A lone request (nothing queued before
-  it) is run by the reader itself; the others are run one after another, in the order they were
-  started, by one worker, the runner. A standby worker looks every tick (2 ms): a reader or
-  runner still in the same handler at two looks, or one whose handler makes a blocking call on
-  this connection, is replaced at once (a new reader reads on, a new runner takes the requests
-  behind it), so a handler may block and call the peer while the rest goes on, after a few
-  milliseconds at most. After the reader settles the answer of a blocking ``call`` it leaves
-  the reading free, and that caller's next ``call`` reads its own answer; the reader takes the
-  reading back at the first tick it is free, or at once when another answer is due. Calls with
-  a timeout, and calls on the main thread (where a signal handler may raise at any point), never
-  read.
+- Who runs a request, who reads an answer: waking another thread costs more than a small handler,
+  so in default mode the work stays where it is. The requests the reader routed itself (nothing
+  queued before them) it runs itself, one after another, and then delivers what came after them
+  in the same read; the others are run one after another, in the order they were started, by one
+  worker, the runner. A standby worker looks every tick (2 ms): a reader or runner still in the
+  same handler at two looks, or one whose handler makes a blocking call on this connection, is
+  replaced at once (a new reader reads on once what the old one had yet to start is queued, in
+  order; a new runner takes the requests behind it), so a handler may block and call the peer
+  while the rest goes on, after a few milliseconds at most. After the reader settles the answer
+  of a blocking ``call`` it leaves the reading free, and that caller's next ``call`` reads its
+  own answer; the reader takes the reading back at the first tick it is free, or at once when
+  another answer is due. Calls with a timeout, and calls on the main thread (where a signal
+  handler may raise at any point), never read.
 - A response is never surfaced before a callback for a message that arrived before it: while
   callbacks are still queued or running, the response's outcome is queued behind them. Futures
   handed to the application are always settled on the delivery (or host) thread, so their
@@ -89,8 +91,13 @@ _WORKER_IDLE_SECONDS = 30.0
 # The reader stops reading while this many bytes it read wait for the delivery thread.
 _READ_AHEAD_LIMIT = 2 * 1024 * 1024
 
-# Waking a thread costs more than a small handler, so work stays where it is: the reader runs a
-# lone request itself, one worker (the runner) runs the others one after another, and a standby
+# What the reader routes itself when nothing waits for delivery: one line, or several in at most
+# this many bytes (a few messages, as pipelined requests and their answers come); more is a burst,
+# which the delivery thread decodes in blocks while the reader reads on.
+_ROUTE_HERE_BYTES = 4096
+
+# Waking a thread costs more than a small handler, so work stays where it is: the reader runs the
+# requests it routed itself, one worker (the runner) runs the others one after another, and a standby
 # worker looks every tick whether either is still in the same handler (then another thread takes
 # over what it was doing); after settling a blocking call's answer the reader leaves the reading
 # to that caller's next call, taking it back at a tick if nobody did. The standby stops after
@@ -653,7 +660,8 @@ class Connection:
         # Requests run by the reader (see _run_here) and the runner (see _run_queued), and the
         # standby watching them (see _stand_by), under _lock. A busy slot is (thread ident, run
         # number) while that thread is inside a handler.
-        self._lone_request: Optional[RequestContext] = None
+        self._here: List[RequestContext] = []  # requests the reader routed, to run itself in order
+        self._held: List[Callback] = []  # what the reader routed after them, queued once they started
         self._runs = 0  # how many requests the reader and runners have started
         self._reader_busy: Optional[Tuple[int, int]] = None
         self._reader_idle = threading.Condition(self._lock)  # notified when the reader's handler ends
@@ -798,6 +806,8 @@ class Connection:
                         thread.join(max(0.0, deadline - time.monotonic()))
                 self._wait_for_reader_handler(deadline)
             self._refuse_unstarted()
+            with self._lock:
+                self._queue_held()  # a reader still in a handler would queue it too late
             self._transport.close(max(0.0, deadline - time.monotonic()))
             if self._host is None:
                 self._queue.finish()
@@ -921,7 +931,7 @@ class Connection:
             self._pending[request_id] = _PendingCall(future, result_type, direct, may_read)
             wake_reader = self._lent and self._borrower is None and not may_read
         try:
-            self._transport.send(frame)
+            self._transport.send(frame, awaited=True)
         except ConnectionClosed:
             self._forget(request_id)
             raise
@@ -987,7 +997,7 @@ class Connection:
 
     def _send_frame(self, frame: bytes) -> None:
         try:
-            self._transport.send(frame)
+            self._transport.send(frame, awaited=True)
         except ConnectionClosed:
             self._log.debug("%s: reply dropped, the connection is closed", self.name)
 
@@ -1149,9 +1159,8 @@ class Connection:
                 self._settled_lendable = False
                 if self._read_and_route() is None:
                     break
-                ctx, self._lone_request = self._lone_request, None
-                if ctx is not None and not self._run_here(ctx):
-                    return  # replaced while in the handler: the new reader reads on
+                if self._here and not self._run_here():
+                    return  # replaced while in a handler: the new reader reads on
                 if self._settled_lendable and not self._lend_reading():
                     return  # the borrower met the end of the stream
         except Exception:
@@ -1166,41 +1175,61 @@ class Connection:
         if blocks is None:
             return None
         queue = self._queue
-        if self._host is None and (len(blocks) > 1 or queue.unfinished or _several_lines(blocks[0])):
+        if self._host is not None:
+            items: List[Callback] = []
+            for block in blocks:
+                self._route_block(block, items)
+        elif len(blocks) > 1 or queue.unfinished or (_several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
             # A burst: the delivery thread decodes it, block by block, so that the reader is back
             # at reading at once and decoded values do not wait in the queue.
             with self._read_ahead_cond:
                 self._read_ahead += _burst_size(blocks)
             queue.put([(self._deliver_blocks, blocks)])
             return True
-        items: List[Callback] = []
-        for block in blocks:
-            self._route_block(block, items)
+        else:
+            items = []
+            block = blocks[0]
+            self._route_frames(block.split(b"\n") if type(block) is bytes else (block,), items)
         if items:
-            queue.put(items)
+            if self._here:
+                self._held = items  # behind the requests the reader is about to start
+            else:
+                queue.put(items)
         return False
 
-    def _run_here(self, ctx: RequestContext) -> bool:
-        """Reader: run a lone request's handler on this thread, sparing a worker's wake-up,
-        while a standby watches (see _stand_by). True if this thread still reads afterwards."""
+    def _run_here(self) -> bool:
+        """Reader: run the requests it just routed, in order, on this thread, sparing a worker's
+        wake-up, while a standby watches (see _stand_by); then queue what it routed after them.
+        True if this thread still reads afterwards (False: it was replaced in a handler, and
+        the rest went on without it)."""
         assert self._pool is not None
         me = threading.current_thread()
-        with self._lock:
-            closing = self._close_called
-            if not closing:
-                self._runs += 1
-                self._reader_busy = (me.ident, self._runs)
-                self._start_standby()
-        if closing:
-            self._refuse_to_start(ctx)
-            return True
-        self._run_handler_outliving_it(ctx)
-        with self._lock:
-            if self._reader is not me:
-                return False
-            self._reader_busy = None
-            self._reader_idle.notify_all()
-            return True
+        while True:
+            with self._lock:
+                if self._reader is not me:
+                    return False
+                self._reader_busy = None
+                self._reader_idle.notify_all()
+                if not self._here:
+                    self._queue_held()
+                    return True
+                ctx = self._here.pop(0)
+                closing = self._close_called
+                if not closing:
+                    self._runs += 1
+                    self._reader_busy = (me.ident, self._runs)
+                    self._start_standby()
+            if closing:
+                self._refuse_to_start(ctx)
+            else:
+                self._run_handler_outliving_it(ctx)
+
+    def _queue_held(self) -> None:
+        # Under _lock (so that close() cannot finish the queue in between): what the reader routed
+        # behind requests it ran or refused goes to the delivery thread.
+        if self._held:
+            self._queue.put(self._held)
+            self._held = []
 
     def _stand_by(self, _: Any) -> None:
         """Worker: look every tick whether the reader or the runner is still in the handler it was
@@ -1225,11 +1254,17 @@ class Connection:
                     return
 
     def _replace_reader(self) -> None:
-        # Under _lock: the reader is stuck in a handler; a new reader thread reads in its place.
-        # Not once closing: the stuck one reads on when its handler returns.
+        # Under _lock: the reader is stuck in a handler; a new reader thread reads in its place,
+        # after the requests the stuck one was yet to run, and what came after them, were queued
+        # in order for the delivery thread. Not once closing: the stuck one reads on (and refuses
+        # those requests) when its handler returns.
         self._reader_busy = None
         if self._close_called:
             return
+        if self._here:
+            self._queue.put([(self._start_request, ctx) for ctx in self._here])
+            self._here = []
+        self._queue_held()
         self._former_readers = [t for t in self._former_readers if t.is_alive()]
         assert self._reader is not None
         self._former_readers.append(self._reader)
@@ -1530,16 +1565,13 @@ class Connection:
         if duplicate:
             self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch)
         elif self._pool is not None and route.on_arrival is None and not items and self._queue.unfinished == 0:
-            # Nothing to wait behind: skip the delivery thread's hop. The reader runs a lone
-            # request itself (see _run_here) unless it would overtake requests queued for the
-            # runner; a caller reading its own answer hands it on.
-            if (
-                batch is None
-                and self._lone_request is None
-                and not self._run_queue
-                and threading.current_thread() is self._reader
-            ):
-                self._lone_request = ctx
+            # Nothing to wait behind: skip the delivery thread's hop. The reader runs the request
+            # itself (see _run_here) unless it would overtake requests queued for the runner; a
+            # caller reading its own answer hands it on.
+            if batch is None and not self._run_queue and threading.current_thread() is self._reader:
+                self._here.append(ctx)
+            elif self._here:
+                items.append((self._start_request, ctx))
             else:
                 self._start_request(ctx)
         else:
@@ -1572,7 +1604,7 @@ class Connection:
 
     def _settle_ordered(self, call: _PendingCall, value: Any, error: Optional[BaseException], items: List[Callback]) -> None:
         # Behind every callback that came before it: directly only when nothing is waiting.
-        if call.direct and not items and self._queue.unfinished == 0:
+        if call.direct and not items and not self._here and self._queue.unfinished == 0:
             _settle(call.future, value, error)
             self._settled_lendable = call.may_read
         else:

@@ -494,7 +494,8 @@ def test_a_borrower_reading_a_burst_hands_it_on_and_wakes_the_reader(pair, calle
     connection.on_request("x/ask", lambda params, ctx: asked.set() or "asked")
     connection.start()
     blocked, request = borrow_a_read(connection, peer, caller, borrows)
-    peer.send({"jsonrpc": "2.0", "method": "x/note", "params": {"i": 1}}, answer_to(request, "blocked"))
+    # More than a few messages' worth of bytes: a burst, for the delivery thread.
+    peer.send({"jsonrpc": "2.0", "method": "x/note", "params": {"i": 1, "pad": "x" * 8192}}, answer_to(request, "blocked"))
     assert blocked.result(WAIT) == "blocked"
     assert notes == [1]  # delivered before the answer that followed it
     # The reader has the reading again: a notification and a request are read without any call.

@@ -44,6 +44,14 @@ def pair():
     peer.close()
 
 
+@pytest.fixture(autouse=True)
+def bursts_of_any_size(monkeypatch):
+    """Several lines read at once go to the delivery thread, which starts their requests for the
+    runner, however few bytes they take: the reader runs a few small requests itself otherwise
+    (``test_rpc_relay.py``), and these tests need bursts of a few short lines."""
+    monkeypatch.setattr(rpc, "_ROUTE_HERE_BYTES", 0)
+
+
 @pytest.fixture
 def no_ticks(monkeypatch):
     """The standby (and readers) look only when woken, never on their own."""
