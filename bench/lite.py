@@ -2,17 +2,20 @@
 
     python lite.py client-a [--sessions K] [--host-delivery] -- AGENT_CMD...   workloads A and E
     python lite.py agent --n N --updates STREAM_FILE                         workload B's agent, C's peer
-    python lite.py client-c --k K --inflight M -- AGENT_CMD...               workload C
+    python lite.py client-c --k K --inflight M [--futures] -- AGENT_CMD...   workload C
 
 Each client prints one JSON object on stdout, with the same keys as ``raw.py``. ``client-a`` with
 ``--sessions K`` opens K sessions and prompts them all at once (the replay agent interleaves their
 streams); with ``--host-delivery`` the updates are delivered on the main thread, which pumps them,
-instead of the connection's delivery thread.
+instead of the connection's delivery thread. ``client-c`` keeps M requests in flight from M threads
+making blocking calls; with ``--futures``, from one thread with ``call_future``, each answer's
+done-callback sending the next request.
 """
 import json
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from typing import Callable, List
 
 from acp_lite import Agent, Client, HostDelivery, RemoteAgent, serve_stdio
@@ -109,6 +112,36 @@ def client_c(k: int, inflight: int, argv: List[str]) -> dict:
     return round_trips(latencies, seconds)
 
 
+def client_c_futures(k: int, inflight: int, argv: List[str]) -> dict:
+    latencies: List[float] = []
+    all_answered = threading.Event()
+    sent_count = 0
+
+    def send() -> None:
+        nonlocal sent_count
+        sent_count += 1
+        sent = time.perf_counter()
+        agent.connection.call_future(PING, {}).add_done_callback(lambda future: answered(future, sent))
+
+    def answered(future: Future, sent: float) -> None:
+        # The delivery thread, one answer after another: the counters need no lock.
+        future.result()
+        latencies.append(time.perf_counter() - sent)
+        if len(latencies) == k:
+            all_answered.set()
+        elif sent_count < k:
+            send()
+
+    with RemoteAgent.spawn(argv) as agent:
+        agent.initialize()
+        started = time.perf_counter()
+        for _ in range(min(inflight, k)):
+            send()
+        all_answered.wait()
+        seconds = time.perf_counter() - started
+    return round_trips(latencies, seconds)
+
+
 def main(args: List[str]) -> None:
     mode = args[0]
     split = args.index("--") if "--" in args else len(args)
@@ -121,8 +154,9 @@ def main(args: List[str]) -> None:
         sessions = int(options[options.index("--sessions") + 1]) if "--sessions" in options else 1
         result = client_a(argv, sessions, "--host-delivery" in options)
     else:
-        opts = dict(zip(options[::2], options[1::2]))
-        result = client_c(int(opts["--k"]), int(opts["--inflight"]), argv)
+        futures = "--futures" in options
+        opts = dict(zip(*[iter(option for option in options if option != "--futures")] * 2))
+        result = (client_c_futures if futures else client_c)(int(opts["--k"]), int(opts["--inflight"]), argv)
     print(json.dumps(result), flush=True)
 
 

@@ -37,8 +37,8 @@ class Peer:
     def agent(self, n: int, stream_file: Path) -> List[str]:
         return self.launcher + ["agent", "--n", str(n), "--updates", str(stream_file)]
 
-    def client_c(self, k: int, inflight: int, agent_argv: List[str]) -> List[str]:
-        return self.launcher + ["client-c", "--k", str(k), "--inflight", str(inflight), "--"] + agent_argv
+    def client_c(self, k: int, inflight: int, agent_argv: List[str], options: Sequence[str] = ()) -> List[str]:
+        return self.launcher + ["client-c", "--k", str(k), "--inflight", str(inflight), *options, "--"] + agent_argv
 
 
 def _run(argv: List[str], what: str) -> bool:
