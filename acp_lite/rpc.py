@@ -608,8 +608,8 @@ class Connection:
 
     Register handlers, then ``start()``. ``call``/``call_future``/``notify`` may be used from any
     thread (``call`` not from the thread that delivers callbacks, see ``HostDelivery``). Threads:
-    ``acp-reader-<name>`` reads and runs lone requests (a new one takes over from a reader stuck in
-    a handler); ``acp-delivery-<name>`` runs notification callbacks in order (default mode only);
+    ``acp-reader-<name>`` reads, and runs the requests that arrive alone or a few at once (a new
+    one takes over from a reader stuck in a handler); ``acp-delivery-<name>`` runs notification callbacks in order (default mode only);
     ``acp-worker-<name>-<n>`` are the runner of requests, runners replaced while in a handler,
     and the standby (default mode only); the transport may add its flusher, which writes streams
     of frames. A thread blocked in ``call`` may read its own answer. All are daemon threads and

@@ -18,11 +18,11 @@ Rules this module keeps:
 - Writes from any number of threads never interleave and are never reordered: one thread at a
   time holds the writer role, and once frames wait in the backlog every later frame goes behind
   them. A lone message is written at once by its sender, in its own thread (no timer, no hop).
-  Frames sent while a write is under way, and frames a thread sends in quick succession (a
-  stream of updates), are left in the backlog for the transport's flusher thread (started on
-  first need), which writes all that piled up in one write, so a busy connection makes few,
-  large writes. A sender waits only when the backlog grows past a few megabytes (the peer
-  stopped reading).
+  Frames sent while a write is under way, and frames a thread sends in quick succession (a stream
+  of updates, unless the sender marks them awaited), are left in the backlog for the transport's
+  flusher thread (started on first need), which writes all that piled up in one write, so a busy
+  connection makes few, large writes. A sender waits only when the backlog grows past a few
+  megabytes (the peer stopped reading).
 - ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
   reader blocked in a read, and releases the streams once no thread is inside a read or a write
   any more, so a descriptor number is never closed under a thread still using it.
