@@ -13,10 +13,12 @@ The ``no_ticks`` fixture makes the readers' periodic looks so rare that only the
 must happen at once (a blocking call from a handler, a call nobody reads for itself, close)
 move the reading: a missing wake-up then hangs the test instead of costing a tick.
 """
+import json
 import logging
 import queue
 import threading
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, List
 
 import pytest
@@ -561,3 +563,242 @@ def test_a_cancel_request_reaches_a_handler_on_the_reader(pair):
     assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "error": {"code": -32800, "message": "Request cancelled"}}
     peer.ping()
     assert not connection.closed
+
+
+# -- the reader runs the requests of a small read ------------------------------------------------
+# One write of the raw peer is one read of the connection: a few short lines arrive together, as
+# pipelined requests and their answers do. The reader routes such a read itself and runs its
+# requests one after another; what came behind the first of them waits until they have started.
+WORKER = "acp-worker-under-test-"
+
+
+def request(request_id: Any, method: str, **params: Any) -> Any:
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params:
+        message["params"] = params
+    return message
+
+
+def note(i: int) -> Any:
+    return {"jsonrpc": "2.0", "method": "x/note", "params": {"i": i}}
+
+
+def refused_at_close(request_id: Any) -> Any:
+    """The answer to a request close() refused to start."""
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32800, "message": "the connection is closing"}}
+
+
+def next_frame(peer: RawPeer, what: str) -> Any:
+    try:
+        return peer.recv()
+    except queue.Empty:
+        raise AssertionError(f"nothing came from the connection: expected {what}") from None
+
+
+def by_id(answers: List[Any]) -> Any:
+    return {str(answer["id"]): answer for answer in answers}
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-SAME-ID", "ACP-V1-JSONRPC-RESPONSE-ID-ECHO")
+def test_the_requests_of_a_small_read_run_on_the_reader_in_arrival_order(pair, no_ticks):
+    # Without ticks the standby never takes the reading over, however slowly a handler runs on a
+    # busy machine: every request of the read is the reader's to run.
+    connection, peer = pair
+    ran: List[Any] = []
+    connection.on_request("x/echo", lambda params, ctx: ran.append((threading.current_thread().name, params["n"])) or params)
+    connection.start()
+    ids = [1, "two", 3, "four", 5]
+    for _ in range(10):
+        ran.clear()
+        peer.send(*[request(request_id, "x/echo", n=n) for n, request_id in enumerate(ids)])
+        answers = [next_frame(peer, f"the answer to request {request_id!r}") for request_id in ids]
+        assert answers == [{"jsonrpc": "2.0", "id": request_id, "result": {"n": n}} for n, request_id in enumerate(ids)]
+        assert ran == [(READER, n) for n in range(len(ids))], "the requests of one small read ran elsewhere or out of order"
+
+
+def test_a_notification_behind_a_request_of_a_small_read_waits_until_that_request_started(pair):
+    connection, peer = pair
+    log: List[str] = []
+    threads: List[str] = []
+
+    def logged(name: str) -> Callable[[Any, Any], Any]:
+        def handler(params: Any, ctx: Any) -> Any:
+            log.append(name)
+            threads.append(threading.current_thread().name)
+            return name
+
+        return handler
+
+    connection.on_request("x/first", logged("first"))
+    connection.on_request("x/second", logged("second"))
+    connection.on_notification("x/note", lambda params: log.append("note"))
+    connection.start()
+    for round_ in range(20):
+        log.clear()
+        threads.clear()
+        peer.send(request(1, "x/first"), note(round_), request(2, "x/second"))
+        answers = by_id([next_frame(peer, "the answers to x/first and x/second") for _ in range(2)])
+        assert answers == {"1": {"jsonrpc": "2.0", "id": 1, "result": "first"}, "2": {"jsonrpc": "2.0", "id": 2, "result": "second"}}
+        assert log == ["first", "note", "second"], f"round {round_}: the notification overtook a request before it, or was overtaken"
+        assert threads[0] == READER
+        assert threads[1].startswith(WORKER)  # behind the notification: for the runner
+
+
+def test_an_answer_behind_a_request_of_a_small_read_is_not_surfaced_before_that_request_started(pair, caller):
+    connection, peer = pair
+    log: List[str] = []
+    connection.on_request("x/first", lambda params, ctx: log.append("handler") or "first")
+    connection.start()
+
+    def call_and_log() -> Any:
+        got = connection.call("x/up")
+        log.append("result")
+        return got
+
+    for round_ in range(20):
+        log.clear()
+        outcome = caller.submit(call_and_log)
+        up = next_frame(peer, "the request of the call")
+        assert up == {"jsonrpc": "2.0", "id": up["id"], "method": "x/up"}
+        peer.send(request("first", "x/first"), answer_to(up, round_))
+        assert outcome.result(WAIT) == round_
+        assert next_frame(peer, "the answer to x/first") == {"jsonrpc": "2.0", "id": "first", "result": "first"}
+        assert log == ["handler", "result"], f"round {round_}: the call returned before the request that came first started"
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-SAME-ID", "ACP-V1-JSONRPC-RESPONSE-REQUIRED")
+def test_a_handler_blocking_in_a_small_read_leaves_the_requests_behind_it_to_the_runner(pair):
+    connection, peer = pair
+    started, release, noted = threading.Event(), threading.Event(), threading.Event()
+    ran_on: List[Any] = []
+
+    def hold(params, ctx):
+        started.set()
+        release.wait(WAIT)
+        return "released"
+
+    connection.on_request("x/hold", hold)
+    connection.on_request("x/echo", lambda params, ctx: ran_on.append((params["n"], threading.current_thread().name)) or params)
+    connection.on_notification("x/note", lambda params: noted.set())
+    connection.start()
+    peer.send(
+        request(1, "x/echo", n=1), request(2, "x/hold"), request(3, "x/echo", n=3), request(4, "x/echo", n=4), note(1)
+    )
+    assert next_frame(peer, "the answer to request 1") == {"jsonrpc": "2.0", "id": 1, "result": {"n": 1}}
+    assert started.wait(WAIT)
+    # Taken over while x/hold blocks: the rest of the read goes on without it, in order.
+    assert next_frame(peer, "the answer to request 3, while x/hold blocks") == {"jsonrpc": "2.0", "id": 3, "result": {"n": 3}}
+    assert next_frame(peer, "the answer to request 4, while x/hold blocks") == {"jsonrpc": "2.0", "id": 4, "result": {"n": 4}}
+    assert noted.wait(WAIT), "the notification behind the requests was not delivered while x/hold blocks"
+    assert not release.is_set()
+    release.set()
+    assert next_frame(peer, "the answer to x/hold") == {"jsonrpc": "2.0", "id": 2, "result": "released"}
+    peer.ping()  # nothing else came: every id answered exactly once
+    assert ran_on[0] == (1, READER)
+    assert [n for n, _ in ran_on[1:]] == [3, 4] and all(name.startswith(WORKER) for _, name in ran_on[1:])
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-SAME-ID")
+def test_a_handler_in_a_small_read_calling_the_peer_leaves_the_requests_behind_it_at_once(pair, no_ticks):
+    # Without ticks only the blocking call can hand the rest of the read on: if it did not, the
+    # requests behind it would wait for an answer the peer sends only after seeing theirs.
+    connection, peer = pair
+
+    def ask_up(params, ctx):
+        return {"got": connection.call("x/up", params)}
+
+    connection.on_request("x/ask", ask_up)
+    connection.on_request("x/echo", lambda params, ctx: params)
+    connection.start()
+    peer.send(request("ask", "x/ask", n=1), request(2, "x/echo", n=2), request(3, "x/echo", n=3))
+    frames = [next_frame(peer, "the call to the peer and the answers to requests 2 and 3") for _ in range(3)]
+    ups = [frame for frame in frames if "method" in frame]
+    assert len(ups) == 1 and ups[0] == call_request("x/up", {"n": 1}, ups[0])
+    assert [frame for frame in frames if "method" not in frame] == [
+        {"jsonrpc": "2.0", "id": 2, "result": {"n": 2}},
+        {"jsonrpc": "2.0", "id": 3, "result": {"n": 3}},
+    ]
+    peer.send(answer_to(ups[0], 10))
+    # (No round after this one: without ticks the reader, having lent the reading to the handler's
+    # call, would not take it back.)
+    assert next_frame(peer, "the answer to x/ask") == {"jsonrpc": "2.0", "id": "ask", "result": {"got": 10}}
+
+
+@pytest.mark.req("ACP-V1-CANCEL-INTERNAL-SHOULD", "ACP-V1-JSONRPC-RESPONSE-REQUIRED")
+def test_close_while_the_reader_is_in_the_first_handler_of_a_small_read(pair, no_ticks):
+    # Without ticks the reader is never replaced: close() meets it in the first handler, with
+    # the rest of the read not yet started (the requests) or held (the notification).
+    connection, peer = pair
+    started = threading.Event()
+    notes: List[int] = []
+
+    def hold(params, ctx):
+        started.set()
+        ctx.cancel_token.wait(WAIT)
+        return "partial"
+
+    connection.on_request("x/hold", hold)
+    connection.on_request("x/echo", lambda params, ctx: params)
+    connection.on_notification("x/note", lambda params: notes.append(params["i"]))
+    connection.start()
+    peer.send(request(1, "x/hold"), request(2, "x/echo", n=2), request(3, "x/echo", n=3), note(7))
+    assert started.wait(WAIT)
+    connection.close()
+    assert next_frame(peer, "the answer of x/hold") == {"jsonrpc": "2.0", "id": 1, "result": "partial"}
+    refusals = [next_frame(peer, "the refusals of the requests behind x/hold") for _ in range(2)]
+    assert by_id(refusals) == {"2": refused_at_close(2), "3": refused_at_close(3)}
+    assert peer.recv_bytes() is None
+    assert notes == [7], "the notification held behind the unstarted requests was lost"
+    assert readers() == []
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-REQUIRED")
+def test_close_from_the_first_handler_of_a_small_read_delivers_what_it_held(pair, no_ticks):
+    connection, peer = pair
+    notes: List[int] = []
+    handler_saw: List[bool] = []
+
+    def close_here(params, ctx):
+        connection.close()
+        handler_saw.append(connection.closed)
+        return "closed"
+
+    connection.on_request("x/close", close_here)
+    connection.on_request("x/echo", lambda params, ctx: params)
+    connection.on_notification("x/note", lambda params: notes.append(params["i"]))
+    connection.start()
+    pending = connection.call_future("x/up")
+    up = next_frame(peer, "the request of call_future")
+    # One read: the closing request, a request behind it, then (held) a notification, the
+    # answer to our call and another request.
+    peer.send(request(1, "x/close"), request(2, "x/echo", n=2), note(5), answer_to(up, "up"), request(3, "x/echo", n=3))
+    # The answer came before close(): the call gets it, whichever thread settles it.
+    try:
+        assert pending.result(WAIT) == "up"
+    except FutureTimeout:
+        raise AssertionError("the answer held behind the handler that closed never settled the call") from None
+    refusals = [next_frame(peer, "the refusals of requests 2 and 3") for _ in range(2)]
+    assert by_id(refusals) == {"2": refused_at_close(2), "3": refused_at_close(3)}
+    # The handler that closed the connection answers into a closed transport: nothing is sent.
+    assert peer.recv_bytes() is None
+    assert connection.wait_closed(WAIT)
+    wait_for(lambda: readers() == [])
+    assert handler_saw == [True]
+    assert notes == [5]
+
+
+@pytest.mark.parametrize("block_size, runs_on", [(rpc._ROUTE_HERE_BYTES, READER), (rpc._ROUTE_HERE_BYTES + 1, WORKER)])
+def test_a_read_larger_than_route_here_bytes_goes_to_the_delivery_thread(pair, no_ticks, block_size, runs_on):
+    # The read's lines without the last newline make the block the size rule looks at.
+    connection, peer = pair
+    ran_on: List[str] = []
+    connection.on_request("x/echo", lambda params, ctx: ran_on.append(threading.current_thread().name) or params["n"])
+    connection.start()
+    second = request(2, "x/echo", n=2)
+    bare = [request(1, "x/echo", n=1, pad=""), second]
+    size = sum(len(json.dumps(m, separators=(",", ":"))) for m in bare) + len(bare) - 1
+    first = request(1, "x/echo", n=1, pad="p" * (block_size - size))
+    assert sum(len(json.dumps(m, separators=(",", ":"))) for m in (first, second)) + 1 == block_size
+    peer.send(first, second)
+    assert [next_frame(peer, f"answer {n}") for n in (1, 2)] == [{"jsonrpc": "2.0", "id": n, "result": n} for n in (1, 2)]
+    assert len(ran_on) == 2 and all(name.startswith(runs_on) for name in ran_on), ran_on
