@@ -127,25 +127,34 @@ class CancelToken:
     that raises is logged and the others still run.
     """
 
-    __slots__ = ("_event", "_lock", "_callbacks")
+    __slots__ = ("_cancelled", "_lock", "_callbacks", "_event")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._cancelled = False
         self._lock = threading.Lock()
         self._callbacks: List[Callable[[], Any]] = []
+        # Made by the first wait(): every request gets a token and few are waited on, while an
+        # Event costs more to make than the rest of a small request's handling.
+        self._event: Optional[threading.Event] = None
 
     @property
     def is_cancelled(self) -> bool:
-        return self._event.is_set()
+        return self._cancelled
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Block up to ``timeout`` seconds (forever if None) until cancelled; True if cancelled."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._cancelled:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def add_callback(self, fn: Callable[[], Any]) -> None:
         """Run ``fn()`` when the token is cancelled (now, if it already is)."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._cancelled:
                 self._callbacks.append(fn)
                 return
         _run_logged(fn)
@@ -153,16 +162,18 @@ class CancelToken:
     def cancel(self) -> None:
         """Cancel; the first call runs the callbacks, later ones do nothing."""
         with self._lock:
-            if self._event.is_set():
+            if self._cancelled:
                 return
-            self._event.set()
-            callbacks, self._callbacks = self._callbacks, []
+            self._cancelled = True
+            event, callbacks, self._callbacks = self._event, self._callbacks, []
+        if event is not None:
+            event.set()
         for fn in callbacks:
             _run_logged(fn)
 
     def raise_if_cancelled(self) -> None:
         """Raise ``RequestCancelled`` if cancelled (the runtime then answers -32800)."""
-        if self._event.is_set():
+        if self._cancelled:
             raise RequestCancelled()
 
 

@@ -673,6 +673,29 @@ def test_cancel_token_basics():
         token.raise_if_cancelled()
 
 
+def test_cancel_token_wakes_every_thread_waiting_on_it():
+    # Threads that began waiting before the cancel (the token's event made by the first of them)
+    # and a thread that waits after it: each learns of the cancel, none waits out its timeout.
+    token = CancelToken()
+    woken: List[bool] = []
+    started = threading.Barrier(4)
+
+    def waiter() -> None:
+        started.wait(WAIT)
+        woken.append(token.wait(WAIT))
+
+    waiters = [threading.Thread(target=waiter) for _ in range(3)]
+    for thread in waiters:
+        thread.start()
+    started.wait(WAIT)
+    assert token.wait(0.05) is False  # not cancelled yet: a wait with a timeout runs it out
+    token.cancel()
+    for thread in waiters:
+        thread.join(WAIT)
+    assert woken == [True, True, True]
+    assert token.wait(None) is True
+
+
 # -- closing ---------------------------------------------------------------------------------------
 def test_end_of_stream_fails_pending_calls_with_the_transports_error_and_cancels_handlers():
     peer = RawPeer(closed_error=lambda: ConnectionClosed("peer went away", exit_code=7, stderr_tail="last words"))
