@@ -666,6 +666,37 @@ def test_an_answer_behind_a_request_of_a_small_read_is_not_surfaced_before_that_
         assert log == ["handler", "result"], f"round {round_}: the call returned before the request that came first started"
 
 
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-SAME-ID", "ACP-V1-JSONRPC-RESPONSE-ID-ECHO")
+def test_a_hooked_request_and_a_batch_behind_a_request_of_a_small_read_start_after_it_on_the_runner(pair):
+    # Neither a request with an arrival hook nor a batch's request is the reader's to run; behind
+    # a request it does run, they wait until it started, and keep their order on the runner.
+    connection, peer = pair
+    log: List[str] = []
+    threads: List[str] = []
+
+    def logged(params, ctx):
+        log.append(ctx.method)
+        threads.append(threading.current_thread().name)
+        return ctx.method
+
+    connection.on_request("x/first", logged)
+    connection.on_request("x/hooked", logged, on_arrival=lambda params, ctx: log.append("hook"))
+    connection.on_request("x/batched", logged)
+    connection.on_request("x/last", logged)
+    connection.start()
+    for round_ in range(20):
+        log.clear()
+        threads.clear()
+        peer.send(request(1, "x/first"), request(2, "x/hooked"), [request(3, "x/batched")], request(4, "x/last"))
+        frames = [next_frame(peer, "the answers to the four requests") for _ in range(4)]
+        assert [{"jsonrpc": "2.0", "id": 3, "result": "x/batched"}] in frames  # the batch's reply is an array
+        assert by_id([frame for frame in frames if type(frame) is dict]) == {
+            str(n): {"jsonrpc": "2.0", "id": n, "result": method} for n, method in ((1, "x/first"), (2, "x/hooked"), (4, "x/last"))
+        }
+        assert log == ["x/first", "hook", "x/hooked", "x/batched", "x/last"], f"round {round_}: started out of order"
+        assert threads[0] == READER and all(name.startswith(WORKER) for name in threads[1:]), threads
+
+
 @pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-SAME-ID", "ACP-V1-JSONRPC-RESPONSE-REQUIRED")
 def test_a_handler_blocking_in_a_small_read_leaves_the_requests_behind_it_to_the_runner(pair):
     connection, peer = pair
