@@ -1,7 +1,7 @@
 """Who runs a request and who reads an answer (acp_lite.rpc), over real pipes.
 
-In default mode the reader runs a lone request itself and a standby hands the reading to a new
-reader when that handler blocks; after settling a blocking call's answer the reader lends the
+In default mode the reader runs the requests of a small read (one line, or a few short ones)
+itself, and a standby hands the reading to a new reader when one of those handlers blocks; after settling a blocking call's answer the reader lends the
 reading to that caller's next call. These tests check what the peer sees while the work and the
 reading move between threads: every request answered with its own id, every call given its own
 answer, notifications delivered in order, nothing lost or stuck when a handler blocks, the
