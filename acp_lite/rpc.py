@@ -697,9 +697,9 @@ class Connection:
         ``params`` is decoded into ``params_type``. The handler returns the result (a Struct,
         dict, None or anything encodable), raises (an ``AcpError`` is sent as it is, anything
         else as -32603), or returns a ``concurrent.futures.Future`` of the result to answer
-        later (the future is cancelled if the request is). Handlers run on the reader (a lone
-        request) or on worker threads (see the module's rules), or on the host thread in host
-        mode.
+        later (the future is cancelled if the request is). Handlers run on the reader (requests
+        arriving alone or a few at once) or on worker threads (see the module's rules), or on
+        the host thread in host mode.
 
         ``on_arrival(params, ctx)``, if given, runs on the delivery (or host) thread in arrival
         order, before any later notification is delivered and before the handler starts: the
@@ -791,7 +791,8 @@ class Connection:
         and running handlers' tokens are cancelled (both on this thread); handlers get until the
         deadline to finish and answer; what is waiting to be written is flushed. Callbacks for
         messages that arrived before still run; requests not yet started are answered -32800
-        without running. Idempotent; any thread, including a handler's.
+        without running. Idempotent; any thread, including a handler's (that handler's own
+        answer then finds the connection closed and is dropped).
         """
         deadline = time.monotonic() + timeout
         with self._lock:
