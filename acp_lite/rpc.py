@@ -16,10 +16,10 @@ Rules it keeps:
   while callbacks are still queued) goes to the delivery thread as raw blocks of lines, which it
   decodes and delivers block by block, so the reader is back at reading at once. A block made
   only of registered methods' messages is decoded in one call (the lines as one JSON array,
-  checked to hold exactly one message per line); any other block line by line. The reader stops
-  reading while a few megabytes wait for the delivery thread, so a slow application makes a fast
-  peer wait instead of filling memory. In host mode the reader decodes everything (the host's
-  thread should only run callbacks).
+  checked to hold exactly one message per line); any other block line by line. In host mode the
+  reader decodes everything (the host's thread should only run callbacks). The reader stops
+  reading while a few megabytes it read wait for the delivery thread or the host's pumps, so a
+  slow application makes a fast peer wait instead of filling memory.
 - Incoming notifications and requests go through one ordered queue. Notification callbacks run
   in arrival order, on the connection's delivery thread or, in host mode, on the host's thread
   inside ``HostDelivery.pump()``. Requests are started in that same order (in default mode by
@@ -1191,11 +1191,16 @@ class Connection:
             items: List[Callback] = []
             for block in blocks:
                 self._route_block(block, items)
+            if items:
+                # The host pumps when it can: what this read brought counts against the
+                # read-ahead until a pump has run its last callback.
+                size = _burst_size(blocks)
+                self._add_read_ahead(size)
+                items[-1] = (self._release_after, (items[-1], size))
         elif len(blocks) > 1 or queue.unfinished or (_several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
             # A burst: the delivery thread decodes it, block by block, so that the reader is back
             # at reading at once and decoded values do not wait in the queue.
-            with self._read_ahead_cond:
-                self._read_ahead += _burst_size(blocks)
+            self._add_read_ahead(_burst_size(blocks))
             queue.put([(self._deliver_blocks, blocks)])
             return True
         else:
@@ -1336,12 +1341,33 @@ class Connection:
                 self._lend_over.set()
 
     def _wait_for_read_ahead_room(self) -> bool:
-        """Wait while the delivery thread is far behind (a slow callback, a fast peer), so that
-        memory stays bounded and the peer feels the back-pressure; False once closing."""
+        """Wait while the delivery thread (or the host's pumps) is far behind (a slow callback, a
+        fast peer), so that memory stays bounded and the peer feels the back-pressure; False
+        once closing."""
         with self._read_ahead_cond:
             while self._read_ahead > _READ_AHEAD_LIMIT and not self._close_called:
                 self._read_ahead_cond.wait()
         return not self._close_called
+
+    def _add_read_ahead(self, size: int) -> None:
+        with self._read_ahead_cond:
+            self._read_ahead += size
+
+    def _release_after(self, job: Tuple[Callback, int]) -> None:
+        # Host thread: the last callback of a read, after which that read's bytes are released
+        # (as the same callback, so that what pump() counts is only the application's).
+        callback, size = job
+        try:
+            _run_callbacks([callback], self._log)
+        finally:
+            self._release_read_ahead(size)
+
+    def _release_read_ahead(self, size: int) -> None:
+        # The delivery (or host) thread, once it has routed and run what ``size`` bytes brought.
+        with self._read_ahead_cond:
+            self._read_ahead -= size
+            if self._read_ahead <= _READ_AHEAD_LIMIT:
+                self._read_ahead_cond.notify()
 
     def _deliver_blocks(self, blocks: List[Any]) -> None:
         """Delivery thread: route a burst and run its callbacks as it goes, block by block."""
@@ -1352,10 +1378,7 @@ class Connection:
                 _run_callbacks(items, self._log)
                 items.clear()
         finally:
-            with self._read_ahead_cond:
-                self._read_ahead -= _burst_size(blocks)
-                if self._read_ahead <= _READ_AHEAD_LIMIT:
-                    self._read_ahead_cond.notify()
+            self._release_read_ahead(_burst_size(blocks))
 
     def _route_block(self, block: Any, items: List[Callback]) -> None:
         """Route a block's lines: append what they ask for to ``items``. A block decoded in one

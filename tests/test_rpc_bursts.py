@@ -212,6 +212,48 @@ def test_a_slow_callback_stops_the_reader_and_close_still_returns(peer, monkeypa
     assert seen == list(range(total))
 
 
+def test_a_host_that_does_not_pump_stops_the_reader_and_close_still_returns(monkeypatch):
+    # An editor's UI thread busy elsewhere: what the reader decoded waits for pumps, so the reader
+    # must stop as it does behind a slow delivery thread, and everything arrives once pumped.
+    monkeypatch.setattr(rpc, "_READ_AHEAD_LIMIT", 64 * 1024)
+    delivery = HostDelivery()
+    peer = BurstPeer(delivery)
+    connection = peer.connection
+    seen: List[int] = []
+    connection.on_notification("x/step", lambda params: seen.append(params.i), Step)
+    connection.start()
+    total = 100000  # about 4 MB: far more than the read-ahead allowed and the pipe together
+    writer = threading.Thread(target=lambda: peer.write(b"\n".join(step(i) for i in range(total)) + b"\n"))
+    try:
+        writer.start()
+        writer.join(1.0)
+        # No pump yet: the reader stopped, the rest waits in the pipe, and the peer's write blocks.
+        assert writer.is_alive()
+        assert seen == []
+        assert 64 * 1024 < connection._read_ahead < 2 * 1024 * 1024
+        while writer.is_alive():  # (the sync below must not cut into the lines being written)
+            delivery.pump()
+            writer.join(0.001)
+        synced = threading.Thread(target=peer.sync)  # answered once every line before it ran
+        synced.start()
+        while synced.is_alive():
+            delivery.pump()
+            synced.join(0.001)
+        assert seen == list(range(total))
+        assert connection._read_ahead == 0
+
+        # Stopped again behind unpumped callbacks, close() still returns and stops the reader.
+        peer.write(b"\n".join(step(i) for i in range(total, total + 10000)) + b"\n")
+        deadline = time.monotonic() + WAIT
+        while connection._read_ahead <= 64 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        connection.close(timeout=WAIT)
+        assert not connection._reader.is_alive()
+    finally:
+        writer.join(WAIT)
+        peer.close()
+
+
 def test_close_wakes_a_reader_waiting_for_room(peer, monkeypatch):
     monkeypatch.setattr(rpc, "_READ_AHEAD_LIMIT", 1024)
     connection = peer.connection
