@@ -39,6 +39,7 @@ prefix or handshake. Either side may send first once the connection is accepted;
 dials plays whichever ACP role the application gives it (usually the client). Closing the socket
 (or shutting down its sending half) ends the session exactly as closing a stdio pipe does.
 """
+import atexit
 import os
 import select
 import socket
@@ -46,6 +47,7 @@ import stat
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 try:
@@ -86,6 +88,24 @@ _WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
 # messages, and frames the peer waits for (requests and answers, even several in a row), are
 # still written at once by their sender.
 _STREAM_GAP = 30e-6
+
+# The flusher is a daemon thread, which the interpreter stops dead at exit: a program that ends
+# without closing its connection would lose the frames still waiting for it. An exit hook
+# flushes every transport that has a flusher, for at most this many seconds in all (a peer
+# that stopped reading must not hold the exit).
+_EXIT_FLUSH_SECONDS = 2.0
+_TRANSPORTS_WITH_FLUSHERS: "weakref.WeakSet[Transport]" = weakref.WeakSet()
+
+
+def _flush_transports_at_exit() -> None:
+    deadline = time.monotonic() + _EXIT_FLUSH_SECONDS
+    for transport in list(_TRANSPORTS_WITH_FLUSHERS):
+        transport.flush(max(0.0, deadline - time.monotonic()))
+
+
+# Exit hooks run once the program's own (non-daemon) threads have ended, while daemon threads,
+# the flushers among them, still run.
+atexit.register(_flush_transports_at_exit)
 
 
 class OversizedFrame:
@@ -370,7 +390,8 @@ class Transport:
 
         Returns once the frame is written or queued behind the frames already waiting, which
         the thread holding the writer role (possibly the flusher) writes next; ``close()`` or
-        ``flush()`` before the process exits makes sure the queue went out. Raises
+        ``flush()`` before the process exits makes sure the queue went out (an exit hook
+        flushes too, for up to a couple of seconds). Raises
         ``ConnectionClosed`` when the transport is closed (at once) or a write failed (then the
         ``closed_error`` of the stream), ``UsageError`` when the frame contains a newline.
         """
@@ -426,6 +447,7 @@ class Transport:
         self._flusher_has_role = True
         if self._flusher is None:
             self._flusher = threading.Thread(target=self._flush_loop, name=f"acp-flusher-{self.name}", daemon=True)
+            _TRANSPORTS_WITH_FLUSHERS.add(self)
             self._flusher.start()
         else:
             self._flusher_cond.notify()

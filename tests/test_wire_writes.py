@@ -3,6 +3,8 @@ over real pipes (and a counting file object where the number of writes is the po
 import io
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -343,3 +345,44 @@ def test_an_awaited_frame_goes_behind_the_frames_waiting_in_the_backlog():
         sent.append(answer)
     transport.close()
     assert b"".join(sink.writes) == b"".join(frame + b"\n" for frame in sent)
+
+
+# -- a program that exits without closing ------------------------------------------------------------
+EXITS_WITHOUT_CLOSE = """
+import os, sys
+from acp_lite.wire import Transport
+transport = Transport(os.open(os.devnull, os.O_RDONLY), 1, name="exiting")
+for i in range(int(sys.argv[1])):
+    transport.send(b'{"i":%d}' % i)
+"""
+
+
+def _run_exiting_sender(count, stdout):
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo)
+    return subprocess.Popen([sys.executable, "-c", EXITS_WITHOUT_CLOSE, str(count)], stdout=stdout, env=env)
+
+
+@pytest.mark.req("ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
+def test_a_program_that_exits_without_closing_still_sends_every_frame():
+    # The stream goes through the flusher, a daemon thread the interpreter would stop dead at
+    # exit; the exit hook flushes first.
+    sender = _run_exiting_sender(200_000, subprocess.PIPE)
+    out, _ = sender.communicate(timeout=30)
+    assert sender.returncode == 0
+    assert out == b"".join(b'{"i":%d}\n' % i for i in range(200_000))
+
+
+def test_the_exit_flush_gives_up_on_a_peer_that_does_not_read():
+    # More than the pipe holds, nobody reading: the program still exits, after the hook's
+    # bounded wait, instead of hanging on the flush.
+    read_end, write_end = os.pipe()
+    sender = _run_exiting_sender(100_000, write_end)
+    os.close(write_end)
+    try:
+        assert sender.wait(timeout=20) == 0
+    finally:
+        if sender.poll() is None:
+            sender.kill()
+            sender.wait()
+        os.close(read_end)
