@@ -222,17 +222,22 @@ Callback = Tuple[Callable[[Any], Any], Any]
 class _CallbackQueue:
     """The ordered queue of ``(fn, arg)`` callbacks between the reader and whoever delivers.
 
-    ``unfinished`` counts callbacks put and not yet run to completion: the reader surfaces a
-    response directly only when it is zero. ``owner`` is the identity of the delivering thread,
-    on which a blocking call would wait for itself.
+    ``unfinished`` counts callbacks put (or claimed) and not yet run to completion: the reader
+    surfaces a response directly only when it is zero. One thread at a time runs callbacks (it
+    holds the delivery role while it runs what it took), so callbacks never overlap and keep
+    their order. ``owner`` is the identity of the delivering thread, and ``stand_in`` that of a
+    reader running a read's callbacks in its stead (see ``claim_if_idle``): on either, a blocking
+    call would wait for itself.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._items: List[Callback] = []
+        self._running = False
         self.unfinished = 0
         self._finished = False
         self.owner: Optional[int] = None
+        self.stand_in: Optional[int] = None
         self.wakeup: Optional[Callable[[], Any]] = None
 
     def put(self, items: List[Callback]) -> None:
@@ -246,21 +251,41 @@ class _CallbackQueue:
             _call_wakeup(self.wakeup)
 
     def take(self, max_items: Optional[int], block: bool) -> Optional[List[Callback]]:
-        """The next callbacks to run (empty list if none and not blocking); None once finished."""
+        """The next callbacks to run, with the delivery role until ``done`` (empty list if none
+        and not blocking); None once finished."""
         with self._cond:
-            while block and not self._items and not self._finished:
+            while block and (not self._items or self._running) and not self._finished:
                 self._cond.wait()
             if not self._items and self._finished:
                 return None
+            if self._running:
+                return []
             if max_items is None or max_items >= len(self._items):
                 items, self._items = self._items, []
             else:
                 items, self._items = self._items[:max_items], self._items[max_items:]
+            self._running = bool(items)
             return items
+
+    def claim_if_idle(self, count: int) -> bool:
+        """For the reader: take the delivery role to run ``count`` callbacks it has not queued,
+        if nothing is queued or running (so they keep their place in the order). ``done``
+        gives the role back."""
+        with self._cond:
+            if self._items or self._running or self._finished:
+                return False
+            self._running = True
+            self.unfinished += count
+            self.stand_in = threading.get_ident()
+            return True
 
     def done(self, count: int) -> None:
         with self._cond:
             self.unfinished -= count
+            self._running = False
+            self.stand_in = None
+            if self._items:
+                self._cond.notify()  # a delivering thread waiting for the role
 
     def has_items(self) -> bool:
         return bool(self._items)
@@ -887,17 +912,17 @@ class Connection:
         raise CallTimeout(f"{method}: no answer within {timeout} s")
 
     def refuse_blocking_here(self, method: str) -> None:
-        """Raise ``UsageError`` when called on the thread that delivers callbacks (the delivery
-        thread, or the host thread in host mode): a blocking wait there would wait for itself.
-        For layers above that block on a ``call_future``. Any thread."""
-        if threading.get_ident() == self._queue.owner:
+        """Raise ``UsageError`` when called from a callback (on the delivery thread, the reader
+        delivering in its stead, or the host thread in host mode): a blocking wait there would
+        wait for itself. For layers above that block on a ``call_future``. Any thread."""
+        me = threading.get_ident()
+        if me == self._queue.owner or me == self._queue.stand_in:
             raise UsageError(
                 f"blocking call({method!r}) on the thread that delivers callbacks would wait for itself; "
                 "use call_future()"
             )
         if self._reader_busy is not None or self._runner_busy is not None:
             # A reader or runner about to wait: what it was doing goes on elsewhere, now.
-            me = threading.get_ident()
             with self._lock:
                 if self._reader_busy is not None and self._reader_busy[0] == me:
                     self._replace_reader()
@@ -1171,7 +1196,7 @@ class Connection:
                 self._settled_lendable = False
                 if self._read_and_route() is None:
                     break
-                if self._here and not self._run_here():
+                if (self._here or self._held) and not self._run_here():
                     return  # replaced while in a handler: the new reader reads on
                 if self._settled_lendable and not self._lend_reading():
                     return  # the borrower met the end of the stream
@@ -1208,38 +1233,56 @@ class Connection:
             block = blocks[0]
             self._route_frames(block.split(b"\n") if type(block) is bytes else (block,), items)
         if items:
-            if self._here:
-                self._held = items  # behind the requests the reader is about to start
+            if self._host is None and threading.current_thread() is self._reader:
+                self._held = items  # delivered once its requests started (see _run_here)
             else:
                 queue.put(items)
         return False
 
     def _run_here(self) -> bool:
         """Reader: run the requests it just routed, in order, on this thread, sparing a worker's
-        wake-up, while a standby watches (see _stand_by); then queue what it routed after them.
-        True if this thread still reads afterwards (False: it was replaced in a handler, and
-        the rest went on without it)."""
+        wake-up, while a standby watches (see _stand_by); then the callbacks it routed after
+        them, here too when nothing else waits to be delivered (the delivery role makes sure the
+        delivery thread runs nothing meanwhile), else queued for it. True if this thread still
+        reads afterwards (False: it was replaced in a handler or callback, and the rest went on
+        without it)."""
         assert self._pool is not None
         me = threading.current_thread()
         while True:
+            callbacks: Optional[List[Callback]] = None
             with self._lock:
                 if self._reader is not me:
                     return False
                 self._reader_busy = None
                 self._reader_idle.notify_all()
-                if not self._here:
+                if self._here:
+                    ctx = self._here.pop(0)
+                elif self._held and self._queue.claim_if_idle(len(self._held)):
+                    callbacks, self._held = self._held, []
+                else:
                     self._queue_held()
                     return True
-                ctx = self._here.pop(0)
                 closing = self._close_called
-                if not closing:
+                if callbacks is not None or not closing:
                     self._runs += 1
                     self._reader_busy = (me.ident, self._runs)
                     self._start_standby()
-            if closing:
+            if callbacks is not None:
+                self._deliver_here(callbacks)
+            elif closing:
                 self._refuse_to_start(ctx)
             else:
                 self._run_handler_outliving_it(ctx)
+
+    def _deliver_here(self, callbacks: List[Callback]) -> None:
+        # Reader, holding the delivery role: the reader reads on after any callback (a
+        # SystemExit in one is logged, as a handler's would be).
+        try:
+            _run_callbacks(callbacks, self._log)
+        except BaseException:
+            self._log.exception("%s: a callback raised on the reader; reading goes on", self.name)
+        finally:
+            self._queue.done(len(callbacks))
 
     def _queue_held(self) -> None:
         # Under _lock (so that close() cannot finish the queue in between): what the reader routed
