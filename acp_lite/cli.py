@@ -240,8 +240,8 @@ class _TerminalClient(WorkspaceClient):
     the main thread. File and terminal requests are served by ``WorkspaceClient`` (files only
     inside the session's roots) and shown on the screen as they are served.
 
-    ``session_update`` runs on the delivery thread, the requests on the reader or workers; they only
-    write to the screen or post to ``questions``."""
+    ``session_update`` runs where callbacks run (the delivery thread or the reader), the requests on
+    the reader or workers; they only write to the screen or post to ``questions``."""
 
     client_info = _RUN_CLIENT_INFO
 

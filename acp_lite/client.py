@@ -12,8 +12,9 @@ refused with ``CapabilityError`` or ``UsageError`` before anything is sent.
 
 Threads: ``RemoteAgent`` methods may be called from any thread, except that with host-thread
 delivery the blocking ones must not be called on the host thread (they raise ``UsageError``; use
-the ``*_future`` forms). ``Client`` callbacks run on the connection's delivery thread, or on the
-host thread when it pumps.
+the ``*_future`` forms). ``Client`` callbacks run one at a time, in order, on the connection's
+delivery thread (or its reader, delivering in its stead when nothing else waits), or on the host
+thread when it pumps.
 """
 import threading
 from concurrent.futures import Future

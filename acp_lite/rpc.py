@@ -20,10 +20,12 @@ Rules it keeps:
   reader decodes everything (the host's thread should only run callbacks). The reader stops
   reading while a few megabytes it read wait for the delivery thread or the host's pumps, so a
   slow application makes a fast peer wait instead of filling memory.
-- Incoming notifications and requests go through one ordered queue. Notification callbacks run
-  in arrival order, on the connection's delivery thread or, in host mode, on the host's thread
-  inside ``HostDelivery.pump()``. Requests are started in that same order (in default mode by
-  the reader or the runner, next rule), in host mode on the host thread.
+- Incoming notifications and requests go through one ordered queue. Callbacks (notification
+  handlers, futures' done-callbacks, arrival hooks) run one at a time, in arrival order: on the
+  connection's delivery thread or, when nothing else waits to be delivered, on the reader that
+  read them (it then holds the delivery role, and the delivery thread waits for it); in host mode
+  on the host's thread inside ``HostDelivery.pump()``. Requests are started in that same order
+  (in default mode by the reader or the runner, next rule), in host mode on the host thread.
 - Who runs a request, who reads an answer: waking another thread costs more than a small handler,
   so in default mode the work stays where it is. The requests the reader routed itself (nothing
   queued before them) it runs itself, one after another, and then delivers what came after them
@@ -39,8 +41,8 @@ Rules it keeps:
   handler may raise at any point), never read.
 - A response is never surfaced before a callback for a message that arrived before it: while
   callbacks are still queued or running, the response's outcome is queued behind them. Futures
-  handed to the application are always settled on the delivery (or host) thread, so their
-  done-callbacks run there and never on the reader.
+  handed to the application are settled where callbacks run, so their done-callbacks run one at a
+  time with the other callbacks, in order.
 - Every pending call settles exactly once: with its result, its error, ``CallTimeout`` (the id
   is then forgotten and a late answer dropped), ``ConnectionClosed`` on end of stream or
   ``close()``, or cancellation through its future (which sends ``$/cancel_request``).
@@ -643,9 +645,10 @@ class Connection:
     """A JSON-RPC 2.0 peer over a transport.
 
     Register handlers, then ``start()``. ``call``/``call_future``/``notify`` may be used from any
-    thread (``call`` not from the thread that delivers callbacks, see ``HostDelivery``). Threads:
-    ``acp-reader-<name>`` reads, and runs the requests that arrive alone or a few at once (a new
-    one takes over from a reader stuck in a handler); ``acp-delivery-<name>`` runs notification callbacks in order (default mode only);
+    thread (``call`` not from a callback, see ``HostDelivery``). Threads: ``acp-reader-<name>``
+    reads, runs the requests that arrive alone or a few at once, and delivers their callbacks when
+    nothing else waits (a new one takes over from a reader stuck in a handler or callback);
+    ``acp-delivery-<name>`` runs the other callbacks, in order (default mode only);
     ``acp-worker-<name>-<n>`` are the runner of requests, runners replaced while in a handler,
     and the standby (default mode only); the transport may add its flusher, which writes streams
     of frames. A thread blocked in ``call`` may read its own answer. All are daemon threads and
@@ -734,8 +737,9 @@ class Connection:
         self._register(self._requests, method, _Route(method, handler, params_type, True, on_arrival))
 
     def on_notification(self, method: str, handler: Callable[[Any], Any], params_type: Any = Any) -> None:
-        """Call ``handler(params)`` for each ``method`` notification, in arrival order, on the
-        delivery thread (or the host thread in host mode). Exceptions are logged."""
+        """Call ``handler(params)`` for each ``method`` notification, in arrival order, one
+        callback at a time, on the delivery thread or the reader in its stead (see the module's
+        rules), or the host thread in host mode. Exceptions are logged."""
         self._register(self._notifications, method, _Route(method, handler, params_type, False))
 
     def on_unknown_request(self, handler: Callable[[str, Any, RequestContext], Any]) -> None:
@@ -890,9 +894,9 @@ class Connection:
         """Send a request and block until its answer; return the result decoded into
         ``result_type``. Raises the peer's error (an ``acp_lite`` ``ProtocolError``),
         ``CallTimeout`` after ``timeout`` seconds (the peer is sent ``$/cancel_request`` and a
-        late answer is dropped), or ``ConnectionClosed``. Any thread except the one delivering
-        callbacks (the delivery thread, or the host thread in host mode): there it raises
-        ``UsageError`` (use ``call_future``). Without a timeout and off the main thread, the
+        late answer is dropped), or ``ConnectionClosed``. Any thread, but not from a callback
+        (on the delivery thread, the reader delivering in its stead, or the host thread in host
+        mode): there it raises ``UsageError`` (use ``call_future``). Without a timeout and off the main thread, the
         waiting thread may read the connection itself (its own answer, and whatever comes before
         it, routed as the reader would: no application code runs on it)."""
         self.refuse_blocking_here(method)
@@ -932,8 +936,9 @@ class Connection:
     def call_future(self, method: str, params: Any = None, result_type: Any = Any) -> Future:
         """Send a request; a ``Future`` of its result (or error). Cancelling the future while the
         call is pending sends ``$/cancel_request`` and drops the eventual answer. The future is
-        settled, and its done-callbacks run, on the delivery thread (host thread in host mode);
-        when the connection is closed, on the thread that closes it. Any thread."""
+        settled, and its done-callbacks run, where callbacks run (the delivery thread or the
+        reader in its stead; the host thread in host mode), one at a time with them and in
+        order; when the connection is closed, on the thread that closes it. Any thread."""
         future: Future = Future()
         request_id = self._send_request(method, params, result_type, future, False, False)
         future.add_done_callback(lambda f: self._on_call_future_done(request_id, f))
