@@ -256,12 +256,12 @@ class _CallbackQueue:
         """The next callbacks to run, with the delivery role until ``done`` (empty list if none
         and not blocking); None once finished."""
         with self._cond:
-            while block and (not self._items or self._running) and not self._finished:
+            while block and (self._running or (not self._items and not self._finished)):
                 self._cond.wait()
             if not self._items and self._finished:
                 return None
             if self._running:
-                return []
+                return []  # (not blocking) a reader delivers in its stead
             if max_items is None or max_items >= len(self._items):
                 items, self._items = self._items, []
             else:
@@ -286,8 +286,7 @@ class _CallbackQueue:
             self.unfinished -= count
             self._running = False
             self.stand_in = None
-            if self._items:
-                self._cond.notify()  # a delivering thread waiting for the role
+            self._cond.notify()  # a delivering thread waiting for the role
 
     def has_items(self) -> bool:
         return bool(self._items)
@@ -853,7 +852,10 @@ class Connection:
             if self._host is None:
                 self._queue.finish()
         me = threading.current_thread()
-        for thread in (self._reader, self._deliverer):
+        # The delivery thread waits for the delivery role when this is a callback a reader
+        # delivers in its stead: it ends by itself once that returns.
+        deliverer = None if self._queue.stand_in == me.ident else self._deliverer
+        for thread in (self._reader, deliverer):
             if thread is not None and thread is not me:
                 thread.join(max(0.0, deadline - time.monotonic()))
         if self._pool is not None:
