@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -82,7 +82,7 @@ class Runs:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.events: List[Tuple[str, str, str, Optional[int]]] = []  # (start|end, label, thread name, ident)
-        self._ended: "dict[str, threading.Event]" = {}
+        self._ended: Dict[str, threading.Event] = {}
 
     def _ended_event(self, label: str) -> threading.Event:
         with self._lock:
