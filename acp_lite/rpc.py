@@ -1282,12 +1282,14 @@ class Connection:
                 self._run_handler_outliving_it(ctx)
 
     def _deliver_here(self, callbacks: List[Callback]) -> None:
-        # Reader, holding the delivery role: the reader reads on after any callback (a
-        # SystemExit in one is logged, as a handler's would be).
+        # Reader, holding the delivery role: every callback runs, and the reader reads on after
+        # any of them (a SystemExit in one is logged, as a handler's would be).
         try:
-            _run_callbacks(callbacks, self._log)
-        except BaseException:
-            self._log.exception("%s: a callback raised on the reader; reading goes on", self.name)
+            for fn, arg in callbacks:
+                try:
+                    fn(arg)
+                except BaseException:
+                    self._log.exception("%s: callback %r failed", self.name, fn)
         finally:
             self._queue.done(len(callbacks))
 

@@ -223,10 +223,14 @@ def test_a_host_that_does_not_pump_stops_the_reader_and_close_still_returns(monk
     connection.on_notification("x/step", lambda params: seen.append(params.i), Step)
     connection.start()
     total = 100000  # about 4 MB: far more than the read-ahead allowed and the pipe together
-    writer = threading.Thread(target=lambda: peer.write(b"\n".join(step(i) for i in range(total)) + b"\n"))
+    lines = b"\n".join(step(i) for i in range(total)) + b"\n"
+    writer = threading.Thread(target=lambda: peer.write(lines))
     try:
         writer.start()
-        writer.join(1.0)
+        deadline = time.monotonic() + WAIT
+        while connection._read_ahead <= 64 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        writer.join(0.5)
         # No pump yet: the reader stopped, the rest waits in the pipe, and the peer's write blocks.
         assert writer.is_alive()
         assert seen == []

@@ -285,6 +285,26 @@ def test_a_callback_raising_system_exit_on_the_reader_is_logged_and_reading_goes
     assert not connection.closed
 
 
+def test_what_follows_a_system_exit_in_the_same_read_still_runs(pair, no_ticks, caplog):
+    # The callbacks after the one that raised, in the same read: a notification, the settling
+    # of a future, and a request behind them, none of them lost.
+    connection, peer = pair
+    runs = Runs()
+    connection.on_notification("x/exit", lambda params: (_ for _ in ()).throw(SystemExit(3)))
+    connection.on_notification("x/note", by_label(runs))
+    connection.start()
+    asked = connection.call_future("x/ask")
+    request = peer.recv()
+    with caplog.at_level(logging.ERROR, logger="acp_lite.rpc"):
+        peer.send(note("x/exit"), note("x/note", label="behind"), answer_to(request, 1),
+                  {"jsonrpc": "2.0", "id": "p", "method": "x/ping"})
+        assert peer.recv() == {"jsonrpc": "2.0", "id": "p", "result": "pong"}
+        assert asked.result(WAIT) == 1
+        runs.wait_ended("behind")
+    assert runs.labels() == ["behind"]
+    assert not connection.closed
+
+
 def test_close_from_a_callback_on_the_reader_returns_and_fails_pending_calls(pair, no_ticks):
     connection, peer = pair
     closed_from: "Future[str]" = Future()
