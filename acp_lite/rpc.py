@@ -247,7 +247,7 @@ class _CallbackQueue:
             was_empty = not self._items
             self._items.extend(items)
             self.unfinished += len(items)
-            if was_empty:
+            if was_empty and not self._running:  # else done() wakes the delivering thread
                 self._cond.notify()
         if was_empty and self.wakeup is not None:
             _call_wakeup(self.wakeup)
@@ -286,7 +286,8 @@ class _CallbackQueue:
             self.unfinished -= count
             self._running = False
             self.stand_in = None
-            self._cond.notify()  # a delivering thread waiting for the role
+            if self._items:
+                self._cond.notify()  # the delivering thread, waiting for the role to take them
 
     def has_items(self) -> bool:
         return bool(self._items)
