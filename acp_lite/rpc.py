@@ -628,6 +628,20 @@ def _fast_decodable(frame: Any) -> bool:
     return True
 
 
+def _typed_decoder_may_read(frame: Any) -> bool:
+    """False for a line the typed decoders would reject, where that look is cheaper than their
+    exception: an answer (no ``"method"`` key), an extension method (its name begins with ``_``;
+    the typed decoders know the protocol's methods only), invalid UTF-8 (see _fast_decodable),
+    an oversized frame. A wrong True costs only the failed attempt, a wrong False (a nested
+    ``"method"`` key first) only the general path's slower decoding."""
+    if type(frame) is not bytes:
+        return False
+    at = frame.find(b'"method"')
+    if at < 0 or b'"_' in frame[at + 8 : at + 13]:  # ':"_' with up to two spaces around the colon
+        return False
+    return _fast_decodable(frame)
+
+
 def _several_lines(block: Any) -> bool:
     return type(block) is bytes and block.find(b"\n") >= 0
 
@@ -1488,7 +1502,7 @@ class Connection:
         assert fast is not None
         decode_envelope, handlers, requests = fast.decoder.decode, fast.handlers, fast.requests
         for frame in frames:
-            if not _fast_decodable(frame):
+            if not _typed_decoder_may_read(frame):
                 self._route_slowly(frame, items)
                 continue
             try:

@@ -890,3 +890,37 @@ def test_params_types_msgspec_cannot_decode_still_work_through_the_general_path(
     peer.send({"jsonrpc": "2.0", "method": "x/note", "params": {"ok": 1}})
     peer.ping()
     assert seen == [{"ok": 1}]
+
+
+def test_lines_the_typed_decoders_are_spared_are_routed_all_the_same(pair):
+    # The reader skips the typed decoders for lines that look like answers or extension methods
+    # (see _typed_decoder_may_read); a look that is wrong must cost time only, never a message.
+    connection, peer = pair
+    connection.on_request("x/echo", lambda params, ctx: params.text, Item)
+    connection.on_unknown_request(lambda method, params, ctx: [method, params])
+    connection.start()
+    lines = [
+        b'{"jsonrpc":"2.0","id":1,"method":"x/echo","params":{"sessionId":"s","text":"compact"}}',
+        b'{"jsonrpc": "2.0", "id": 2, "method" : "x/echo", "params": {"sessionId": "s", "text": "spaced"}}',
+        # a nested "method" key naming an extension comes first: the look says "extension"
+        b'{"jsonrpc":"2.0","id":3,"params":{"text":"nested","method":"_x","sessionId":"s"},"method":"x/echo"}',
+        b'{"jsonrpc": "2.0", "id": 4, "method":  "_vendor/op", "params": {"a": 1}}',
+        b'{"id":5,"method":"_vendor/op","jsonrpc":"2.0"}',
+    ]
+    peer.write(b"\n".join(lines) + b"\n")
+    answers = {answer["id"]: answer for answer in (peer.recv() for _ in lines)}
+    assert answers == {
+        1: {"jsonrpc": "2.0", "id": 1, "result": "compact"},
+        2: {"jsonrpc": "2.0", "id": 2, "result": "spaced"},
+        3: {"jsonrpc": "2.0", "id": 3, "result": "nested"},
+        4: {"jsonrpc": "2.0", "id": 4, "result": ["_vendor/op", {"a": 1}]},
+        5: {"jsonrpc": "2.0", "id": 5, "result": ["_vendor/op", None]},
+    }
+    # An answer whose result holds a "method" key settles its call.
+    caller: List[Any] = []
+    thread = threading.Thread(target=lambda: caller.append(connection.call("x/get")))
+    thread.start()
+    request = peer.recv()
+    peer.write(b'{"jsonrpc":"2.0","id":%d,"result":{"method":"x/echo","params":{}}}\n' % request["id"])
+    thread.join(WAIT)
+    assert caller == [{"method": "x/echo", "params": {}}]
