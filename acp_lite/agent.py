@@ -126,14 +126,19 @@ class PromptTurn:
         """Send one ``session/update`` for this turn's session."""
         self.client.session_update(self.session_id, update, meta=meta)
 
-    def _track(self, future: Future) -> None:
+    def _track(self, future: Future) -> bool:
         # Requests the handler makes to the client during the turn are cancelled with it, so a
-        # handler blocked on, say, a permission question wakes up when the user cancels.
+        # handler blocked on, say, a permission question wakes up when the user cancels. True
+        # when the turn is already cancelled: the call is then cancelled too, even if its answer
+        # was settled first (the client answers "cancelled" right after its session/cancel, and
+        # a preempted handler thread may track the call only after both arrived).
         with self._lock:
             self._outgoing.add(future)
         future.add_done_callback(self._untrack)
         if self.cancelled:
             future.cancel()
+            return True
+        return False
 
     def _untrack(self, future: Future) -> None:
         with self._lock:
@@ -280,9 +285,9 @@ class RemoteClient:
         self.connection.refuse_blocking_here(method)
         future = self.connection.call_future(method, params, result_type)
         turn = getattr(_current_turn, "value", None)
-        if turn is not None:
-            turn._track(future)
         try:
+            if turn is not None and turn._track(future):
+                raise CancelledError
             return future.result()
         except CancelledError:
             raise RequestCancelled(f"{method} was cancelled with the prompt turn") from None

@@ -1,9 +1,11 @@
 """The agent side over a real pipe pair: the test plays the editor with raw JSON lines."""
 import threading
 import time
+from concurrent.futures import wait as futures_wait
 
 import pytest
 
+from acp_lite import agent as agent_module
 from acp_lite import schema, updates
 from acp_lite.agent import Agent
 from acp_lite.errors import CapabilityError, RequestCancelled, UsageError
@@ -246,6 +248,49 @@ def test_cancel_while_waiting_for_permission_cascades_a_cancel_request():
         raw.send({"jsonrpc": "2.0", "id": ask["id"], "error": {"code": -32800, "message": "Request cancelled"}})
         raw.expect_silence()
     assert response["result"] == {"stopReason": "cancelled"}
+    assert isinstance(outcome["error"], RequestCancelled)
+
+
+@pytest.mark.req("ACP-V1-PROMPT-AGENT-STOP-ON-CANCEL", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON")
+def test_a_call_whose_answer_beats_its_tracking_still_raises_request_cancelled(monkeypatch):
+    # The editor cancels the turn and answers the pending permission "cancelled" right away. If
+    # the handler's thread is preempted between sending the request and tracking it with the
+    # turn, both messages may be processed first: the handler must see RequestCancelled all the
+    # same, never the answer (the Python SDK's client against our agent hit this once under
+    # load). Tracking is made to wait for the answer, to play that preemption every time.
+    outcome = {}
+    track = agent_module.PromptTurn._track
+
+    def late_track(turn, future):
+        futures_wait([future], timeout=WAIT)
+        outcome["answer_settled_first"] = future.done() and not future.cancelled()
+        return track(turn, future)
+
+    monkeypatch.setattr(agent_module.PromptTurn, "_track", late_track)
+
+    class Asker(Minimal):
+        def prompt(self, params, turn):
+            try:
+                outcome["answer"] = self.client.request_permission(
+                    turn.session_id,
+                    updates.tool_call_ref("call_1"),
+                    updates.permission_options(("yes", "Allow", "allow_once")),
+                )
+            except RequestCancelled as exc:
+                outcome["error"] = exc
+                raise
+            return "end_turn"
+
+    with agent_with_raw_client(Asker()) as (_, raw):
+        id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
+        ask = raw.recv()
+        assert ask["method"] == "session/request_permission"
+        raw.notify("session/cancel", {"sessionId": "s"})
+        raw.send({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "cancelled"}}})
+        _, response = raw.recv_until_response(id)
+    assert outcome["answer_settled_first"] is True
+    assert response["result"] == {"stopReason": "cancelled"}
+    assert "answer" not in outcome
     assert isinstance(outcome["error"], RequestCancelled)
 
 
