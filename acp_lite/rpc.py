@@ -34,11 +34,13 @@ Rules it keeps:
   same handler at two looks, or one whose handler makes a blocking call on this connection, is
   replaced at once (a new reader reads on once what the old one had yet to start is queued, in
   order; a new runner takes the requests behind it), so a handler may block and call the peer
-  while the rest goes on, after a few milliseconds at most. After the reader settles the answer
-  of a blocking ``call`` it leaves the reading free, and that caller's next ``call`` reads its
-  own answer; the reader takes the reading back at the first tick it is free, or at once when
-  another answer is due. Calls with a timeout, and calls on the main thread (where a signal
-  handler may raise at any point), never read.
+  while the rest goes on, after a few milliseconds at most. Not while the peer has stopped
+  reading (senders wait for room in the transport's backlog): a new thread would block in its
+  reply like the old one, so the reading stops until the peer reads. After the reader settles
+  the answer of a blocking ``call`` it leaves the reading free, and that caller's next ``call``
+  reads its own answer; the reader takes the reading back at the first tick it is free, or at
+  once when another answer is due. Calls with a timeout, and calls on the main thread (where a
+  signal handler may raise at any point), never read.
 - A response is never surfaced before a callback for a message that arrived before it: while
   callbacks are still queued or running, the response's outcome is queued behind them. Futures
   handed to the application are settled where callbacks run, so their done-callbacks run one at a
@@ -1325,13 +1327,17 @@ class Connection:
         last_runs, quiet = -1, 0
         while True:
             stopping = self._watch_stop.wait(_TICK_SECONDS)
+            # While the peer is not reading, a replaced thread would block in send like the one
+            # it replaces: one new thread per request the peer sends. The reading stops instead
+            # (back-pressure), watched until the backlog drains.
+            backed_up = self._transport.backed_up
             with self._lock:
-                if self._reader_busy is not None and self._reader_busy == seen_reader:
+                if self._reader_busy is not None and self._reader_busy == seen_reader and not backed_up:
                     self._replace_reader()
-                if self._runner_busy is not None and self._runner_busy == seen_runner:
+                if self._runner_busy is not None and self._runner_busy == seen_runner and not backed_up:
                     self._replace_runner()
                 seen_reader, seen_runner = self._reader_busy, self._runner_busy
-                quiet = quiet + 1 if self._runs == last_runs else 0
+                quiet = quiet + 1 if self._runs == last_runs and not backed_up else 0
                 last_runs = self._runs
                 if stopping or quiet >= _STANDBY_QUIET_TICKS:
                     self._watching = False

@@ -250,6 +250,7 @@ class Transport:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._waiting = 0
+        self._senders_held = 0  # senders waiting for room in the backlog
         self._backlog: List[bytes] = []  # frames without their newlines
         self._backlog_size = 0
         self._writing = False  # a thread (a sender or the flusher) holds the writer role
@@ -402,7 +403,11 @@ class Transport:
         self._lock.acquire()
         try:
             if self._backlog_size > _WRITE_BACKLOG_LIMIT:
-                self._wait(lambda: self._backlog_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed)
+                self._senders_held += 1
+                try:
+                    self._wait(lambda: self._backlog_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed)
+                finally:
+                    self._senders_held -= 1
             refused = self._closing or self._write_failed
             if not refused and (self._writing or not self._take_writer_role(awaited)):
                 self._backlog.append(frame)
@@ -522,6 +527,12 @@ class Transport:
             # Frames in the backlog go out in the next batch the writer takes.
             target = self._batches_taken + (1 if self._backlog else 0)
             return self._wait(lambda: not self._writing or self._batches_written >= target, timeout)
+
+    @property
+    def backed_up(self) -> bool:
+        """True while a sender waits for room in the write backlog: the peer has stopped reading
+        what it was sent. Any thread."""
+        return self._senders_held > 0
 
     # -- closing (any thread) -----------------------------------------------------------------
     @property

@@ -6,6 +6,7 @@ chunking, a burst must give exactly what reading it line by line gives: the same
 the same order, the same errors for the same bad lines.
 """
 import json
+import os
 import threading
 import time
 from typing import Any, List
@@ -13,7 +14,7 @@ from typing import Any, List
 import msgspec
 import pytest
 
-from acp_lite import rpc
+from acp_lite import rpc, wire
 from acp_lite.rpc import Connection, HostDelivery
 
 from raw_peer import RawPeer
@@ -275,3 +276,44 @@ def test_close_wakes_a_reader_waiting_for_room(peer, monkeypatch):
     release.set()
     closer.join(WAIT)
     assert not closer.is_alive()
+
+
+def test_a_peer_that_stops_reading_our_answers_stops_our_reading_not_our_threads(monkeypatch):
+    # Handlers whose answers cannot be written block in send. Replacing each blocked reader (or
+    # runner) by a new thread would only add threads that block the same way, one per request
+    # the peer sends: while the write backlog is full, the reader stays stopped instead, and
+    # the peer feels the back-pressure. Nothing is lost once it reads again.
+    monkeypatch.setattr(wire, "_WRITE_BACKLOG_LIMIT", 64 * 1024)
+    to_connection, feed = os.pipe()
+    from_connection, replies = os.pipe()
+    connection = Connection(wire.Transport(to_connection, replies, name="not-read"), name="not-read")
+    answer = "x" * 60_000
+    connection.on_request("x/big", lambda params, ctx: answer)
+    connection.start()
+    threads_before = threading.active_count()
+    requests = 200  # 12 MB of answers: several times what the pipe and the backlog hold
+    writer = threading.Thread(
+        target=lambda: [os.write(feed, line({"jsonrpc": "2.0", "id": i, "method": "x/big"}) + b"\n") for i in range(requests)],
+        daemon=True,
+    )
+    writer.start()
+    try:
+        time.sleep(1.0)  # ample time for hundreds of standby ticks, which replaced a stuck reader each
+        assert threading.active_count() - threads_before <= 4
+        answered = set()
+        buffer = b""
+        deadline = time.monotonic() + WAIT
+        while len(answered) < requests:
+            assert time.monotonic() < deadline, f"{len(answered)} of {requests} answered"
+            buffer += os.read(from_connection, 1 << 20)
+            *lines, buffer = buffer.split(b"\n")
+            for frame in lines:
+                message = json.loads(frame)
+                assert message["result"] == answer
+                answered.add(message["id"])
+        assert answered == set(range(requests))
+        writer.join(WAIT)
+    finally:
+        connection.close()
+        os.close(feed)
+        os.close(from_connection)
