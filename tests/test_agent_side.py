@@ -219,24 +219,29 @@ def test_cancel_for_another_session_leaves_the_turn_running():
     assert response["result"] == {"stopReason": "cancelled"}
 
 
+class PermissionAsker(Minimal):
+    """Asks a permission in its turn; what came of it lands in ``outcome`` (answer or error)."""
+
+    def __init__(self, outcome):
+        self.outcome = outcome
+
+    def prompt(self, params, turn):
+        try:
+            self.outcome["answer"] = self.client.request_permission(
+                turn.session_id,
+                updates.tool_call_ref("call_1"),
+                updates.permission_options(("yes", "Allow", "allow_once")),
+            )
+        except RequestCancelled as exc:
+            self.outcome["error"] = exc
+            raise
+        return "end_turn"
+
+
 @pytest.mark.req("ACP-V1-PROMPT-PERMISSION-MAY", "ACP-V1-TOOLS-PERMISSION-MAY", "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY")
 def test_cancel_while_waiting_for_permission_cascades_a_cancel_request():
     outcome = {}
-
-    class Asker(Minimal):
-        def prompt(self, params, turn):
-            try:
-                self.client.request_permission(
-                    turn.session_id,
-                    updates.tool_call_ref("call_1"),
-                    updates.permission_options(("yes", "Allow", "allow_once")),
-                )
-            except RequestCancelled as exc:
-                outcome["error"] = exc
-                raise
-            return "end_turn"
-
-    with agent_with_raw_client(Asker()) as (_, raw):
+    with agent_with_raw_client(PermissionAsker(outcome)) as (_, raw):
         id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
         ask = raw.recv()
         assert ask["method"] == "session/request_permission"
@@ -267,21 +272,7 @@ def test_a_call_whose_answer_beats_its_tracking_still_raises_request_cancelled(m
         return track(turn, future)
 
     monkeypatch.setattr(agent_module.PromptTurn, "_track", late_track)
-
-    class Asker(Minimal):
-        def prompt(self, params, turn):
-            try:
-                outcome["answer"] = self.client.request_permission(
-                    turn.session_id,
-                    updates.tool_call_ref("call_1"),
-                    updates.permission_options(("yes", "Allow", "allow_once")),
-                )
-            except RequestCancelled as exc:
-                outcome["error"] = exc
-                raise
-            return "end_turn"
-
-    with agent_with_raw_client(Asker()) as (_, raw):
+    with agent_with_raw_client(PermissionAsker(outcome)) as (_, raw):
         id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
         ask = raw.recv()
         assert ask["method"] == "session/request_permission"
