@@ -205,6 +205,7 @@ class RemoteAgent:
         self._modes: Dict[str, Set[str]] = {}  # the mode ids each session advertised
         self._config: Dict[str, Dict[str, Any]] = {}  # each session's config options, by id
         self._permissions: Dict[str, Set[RequestContext]] = {}
+        self._cancelled_turns: Set[str] = set()  # sessions cancelled and not prompted since
         self._lock = threading.Lock()
         bind_handlers(
             connection,
@@ -423,10 +424,13 @@ class RemoteAgent:
 
     def cancel(self, session_id: str) -> None:
         """Cancel the session's running turn: send ``session/cancel``, answer its pending
-        permission requests with ``cancelled``, then call ``Client.on_cancel``. Any thread."""
+        permission requests with ``cancelled`` (those still waiting to reach
+        ``Client.request_permission`` too, and any other until the session's next prompt), then
+        call ``Client.on_cancel``. Any thread."""
         self.connection.notify("session/cancel", CancelNotification(session_id=session_id))
         with self._lock:
             pending = self._permissions.pop(session_id, set())
+            self._cancelled_turns.add(session_id)
         for ctx in pending:
             ctx.respond(cancelled_permission())
         self.client.on_cancel(session_id)
@@ -477,6 +481,7 @@ class RemoteAgent:
             self._sessions.discard(session_id)
             self._modes.pop(session_id, None)
             self._config.pop(session_id, None)
+            self._cancelled_turns.discard(session_id)
         self.client.on_session_end(session_id)
 
     def _note_state(self, session_id: str, response: Any) -> None:
@@ -521,6 +526,8 @@ class RemoteAgent:
             needed = _CONTENT_CAPABILITY.get(kind)
             if needed is None or not (prompt_caps and getattr(prompt_caps, needed)):
                 raise CapabilityError(f"the agent's prompt capabilities do not allow {kind!r} content")
+        with self._lock:
+            self._cancelled_turns.discard(session_id)  # a new turn: its permissions are asked
         return PromptRequest(session_id=session_id, prompt=blocks, meta=meta)
 
     def _wrappers(self) -> Dict[str, Any]:
@@ -540,8 +547,12 @@ class RemoteAgent:
 
     def _request_permission(self, params: RequestPermissionRequest, ctx: RequestContext) -> Any:
         # Tracked until answered, so that cancel() can answer it with the cancelled outcome; the
-        # application's own answer, if it comes later, is then dropped by the connection.
+        # application's own answer, if it comes later, is then dropped by the connection. One
+        # that starts after its turn was cancelled (it waited behind other callbacks, or for the
+        # host's pump) was pending then too: answered the same, without asking.
         with self._lock:
+            if params.session_id in self._cancelled_turns:
+                return cancelled_permission()
             self._permissions.setdefault(params.session_id, set()).add(ctx)
 
         def answered(_: Any = None) -> None:

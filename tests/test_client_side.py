@@ -252,6 +252,55 @@ def test_cancel_answers_pending_permissions_and_late_updates_still_arrive():
     assert [updates.variant_tag(n.update) for n in client.updates] == ["tool_call_update"]
 
 
+@pytest.mark.req("ACP-V1-PROMPT-CLIENT-RESPOND-PENDING-PERMISSIONS")
+def test_a_permission_request_still_queued_when_the_turn_is_cancelled_is_answered_cancelled():
+    # Pending includes a request that arrived but whose handler has not started: here it waits
+    # behind a slow session_update (with HostDelivery, behind the host's next pump). Its turn
+    # is cancelled meanwhile, so it is answered "cancelled" without the application being asked;
+    # the next prompt of the session asks again.
+    release = threading.Event()
+    asked = []
+
+    class SlowUi(Recorder):
+        def session_update(self, params):
+            release.wait(WAIT)
+            super().session_update(params)
+
+        def request_permission(self, params):
+            asked.append(params.tool_call.tool_call_id)
+            return updates.select_permission("ok")
+
+    def ask(raw, request_id, tool_call_id):
+        raw.send({
+            "jsonrpc": "2.0", "id": request_id, "method": "session/request_permission",
+            "params": {"sessionId": "s1", "toolCall": {"toolCallId": tool_call_id},
+                       "options": [{"optionId": "ok", "name": "OK", "kind": "allow_once"}]},
+        })
+
+    with client_with_raw_agent(SlowUi()) as (remote, raw):
+        initialized(remote, raw)
+        _new_session(remote, raw)
+        turn = remote.prompt_future("s1", "go")
+        prompt = raw.recv()
+        raw.send({"jsonrpc": "2.0", "method": "session/update", "params": {
+            "sessionId": "s1", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}})
+        ask(raw, 77, "c1")
+        raw.expect_silence()  # the update's callback holds the permission request back
+        remote.cancel("s1")
+        assert raw.recv() == {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}}
+        release.set()
+        assert raw.recv() == {"jsonrpc": "2.0", "id": 77, "result": {"outcome": {"outcome": "cancelled"}}}
+        _answer(raw, prompt, {"stopReason": "cancelled"})
+        assert turn.result(WAIT).stop_reason == "cancelled"
+        next_turn = remote.prompt_future("s1", "again")
+        prompt = raw.recv()
+        ask(raw, 78, "c2")
+        assert raw.recv() == {"jsonrpc": "2.0", "id": 78, "result": {"outcome": {"outcome": "selected", "optionId": "ok"}}}
+        _answer(raw, prompt, {"stopReason": "end_turn"})
+        assert next_turn.result(WAIT).stop_reason == "end_turn"
+    assert asked == ["c2"]
+
+
 @pytest.mark.req("ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE")
 def test_prompt_returns_only_after_every_earlier_update_was_delivered():
     release = threading.Event()
