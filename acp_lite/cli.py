@@ -1,4 +1,5 @@
-"""The ``acp-lite`` command line (``python -m acp_lite``): ``run``, ``tap``, ``validate`` and ``check``.
+"""The ``acp-lite`` command line (``python -m acp_lite``): ``run``, ``tap``, ``validate``, ``check``
+and ``bench``.
 
 Commands that start an agent take its command after ``--`` (``acp-lite run -- my-agent --flag``):
 everything after the first ``--`` belongs to the agent and is never parsed here. A missing agent
@@ -6,7 +7,13 @@ command is a usage error (exit status 2).
 
 Adding a subcommand: write ``configure(parser)`` and ``handler(args) -> exit status`` and add one
 ``CliCommand`` to ``_COMMANDS``; with ``agent_command=True`` the handler finds the agent's argv in
-``args.agent_command``.
+``args.agent_command`` (with ``command_optional=True`` it may be None: the handler decides).
+
+``bench`` measures an agent (``acp-lite bench -- AGENT_CMD...``: figures of its startup, round
+trips and prompt turns, see ``acp_lite.benchmark``), or with ``--client`` an editor: it then
+plays an agent replaying an update stream, on its own stdio (the editor starts
+``acp-lite bench --client`` as its agent) or to ``CLIENT_CMD`` after ``--``, and reports on stderr
+how fast each turn's stream was drained.
 
 ``run`` is a terminal client. On a terminal it shows a prompt line, the agent's text as it
 streams, tool calls, plans, file and terminal requests as they happen, and asks permission
@@ -33,9 +40,20 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from .agent import serve_stdio
+from .benchmark import (
+    ReplayAgent,
+    format_agent_report,
+    format_client_turn,
+    generated_updates,
+    measure_agent,
+    recorded_updates,
+    serve_replay,
+)
 from .check import check_command, configure_check_command
 from .client import RemoteAgent
 from .errors import AcpError, CallTimeout, ConnectionClosed
+from .process import AgentProcess
 from .schema import (
     AgentMessageChunk,
     AgentThoughtChunk,
@@ -52,6 +70,7 @@ from .schema import (
 )
 from .tap import run_tap
 from .updates import select_permission
+from .wire import process_transport
 from .wirecheck import DIRECTIONS, WireChecker, WireVerdict, parse_wire_line
 from .workspace import WorkspaceClient
 
@@ -67,6 +86,7 @@ class CliCommand(NamedTuple):
     configure: Callable[[argparse.ArgumentParser], None]
     handler: Callable[[argparse.Namespace], int]
     agent_command: bool = False
+    command_optional: bool = False
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -85,7 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = parser.parse_args(own)
         command = _COMMANDS[args.command]
-        if command.agent_command and not agent_command:
+        if command.agent_command and not command.command_optional and not agent_command:
             command_parsers[args.command].error("missing agent command: put it after '--'")
         if not command.agent_command and agent_command is not None:
             command_parsers[args.command].error("this command takes no agent command ('--')")
@@ -493,9 +513,126 @@ def _run_command(args: argparse.Namespace) -> int:
         run.client.close()  # the terminals the agent left behind
 
 
+# -- bench ----------------------------------------------------------------------------------------
+def _configure_bench(parser: argparse.ArgumentParser) -> None:
+    parser.usage = "acp-lite bench [options] -- AGENT_CMD...  |  acp-lite bench --client [options] [-- CLIENT_CMD...]"
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout, instead of the table)")
+    agent = parser.add_argument_group("measuring an agent")
+    agent.add_argument("--prompt", action="append", metavar="TEXT", help="a prompt to send (repeatable; default: 'Hello')")
+    agent.add_argument("--prompts", metavar="FILE", help="send each line of FILE as a prompt")
+    agent.add_argument("--rounds", type=int, default=1, metavar="N", help="send the prompts N times (default 1)")
+    agent.add_argument("--cwd", default=os.getcwd(), metavar="DIR", help="the session's working directory (default: here)")
+    agent.add_argument("--yes", action="store_true", help="allow what the agent asks (default: reject, or cancel)")
+    agent.add_argument("--pings", type=int, default=20, metavar="K", help="cheap round trips to time (default 20)")
+    agent.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds to wait for initialize (default 30)")
+    client = parser.add_argument_group("measuring a client (--client)")
+    client.add_argument("--client", action="store_true", help="play an agent that replays an update stream in each turn")
+    client.add_argument("--updates", type=int, metavar="N", help="updates per turn (default 10000; with --stream: all of it)")
+    client.add_argument("--rate", type=float, default=0.0, metavar="R", help="updates per second (default 0: as fast as the client reads)")
+    client.add_argument("--stream", metavar="FILE", help="replay the session/update messages of FILE (NDJSON or a tap log)")
+
+
+def _bench_command(args: argparse.Namespace) -> int:
+    if args.client:
+        return _bench_client(args)
+    if not args.agent_command:
+        _cli_error("bench: missing agent command: put it after '--' (or measure a client with --client)")
+        return 2
+    prompts = list(args.prompt or ())
+    if args.prompts:
+        try:
+            with open(args.prompts, encoding="utf-8") as f:
+                prompts += [line.rstrip("\n") for line in f if line.strip()]
+        except OSError as exc:
+            _cli_error(f"cannot read {args.prompts}: {exc}")
+            return 2
+    if args.rounds < 1 or args.pings < 0:
+        _cli_error("bench: --rounds must be at least 1 and --pings at least 0")
+        return 2
+    try:
+        report = measure_agent(
+            args.agent_command, prompts or ["Hello"], rounds=args.rounds, cwd=os.path.abspath(args.cwd),
+            pings=args.pings, allow=args.yes, init_timeout=args.timeout,
+            on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except ConnectionClosed as exc:
+        _cli_error(str(exc))
+        return _CANNOT_START
+    except AcpError as exc:
+        _cli_error(f"bench: the agent failed: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        return _INTERRUPTED
+    return _bench_output(args, report, format_agent_report(report))
+
+
+def _bench_output(args: argparse.Namespace, report: Dict[str, Any], table: str) -> int:
+    text = json.dumps(report, indent=2)
+    if args.json == "-":
+        print(text)
+        return 0
+    print(table, file=sys.stderr if args.client else sys.stdout, flush=True)
+    if args.json:
+        try:
+            with open(args.json, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        except OSError as exc:
+            _cli_error(f"cannot write {args.json}: {exc}")
+            return 1
+    return 0
+
+
+def _bench_client(args: argparse.Namespace) -> int:
+    if args.rate < 0 or (args.updates is not None and args.updates < 1):
+        _cli_error("bench: --rate must be at least 0 and --updates at least 1")
+        return 2
+    if args.json == "-" and not args.agent_command:
+        _cli_error("bench: --json - needs a CLIENT_CMD: on stdio, stdout belongs to the protocol")
+        return 2
+    if args.stream:
+        try:
+            with open(args.stream, "rb") as f:
+                updates = recorded_updates(f)
+        except (OSError, ValueError) as exc:
+            _cli_error(f"cannot read the stream {args.stream}: {exc}")
+            return 2
+        if not updates:
+            _cli_error(f"bench: {args.stream} holds no session/update message")
+            return 2
+        if args.updates is not None:
+            updates = [updates[i % len(updates)] for i in range(args.updates)]
+    else:
+        updates = generated_updates(args.updates or 10000)
+    turns: List[Dict[str, Any]] = []
+
+    def on_turn(turn: Dict[str, Any]) -> None:
+        turns.append(turn)
+        print(format_client_turn(len(turns), turn), file=sys.stderr, flush=True)
+
+    agent = ReplayAgent(updates, args.rate, on_turn)
+    if args.agent_command:
+        try:
+            process = AgentProcess(args.agent_command, on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True))
+        except ConnectionClosed as exc:
+            _cli_error(str(exc))
+            return _CANNOT_START
+        try:
+            serve_replay(agent, process_transport(process))
+        finally:
+            process.stop()
+    else:
+        serve_stdio(agent)
+    report = {"turns": turns}
+    return _bench_output(args, report, f"{len(turns)} turn(s) replayed")
+
+
 _COMMANDS: Dict[str, CliCommand] = {
     "run": CliCommand("talk to an agent from the terminal", _configure_run, _run_command, agent_command=True),
     "tap": CliCommand("sit between an editor and an agent, logging every message", _configure_tap, _tap_command, agent_command=True),
     "check": CliCommand("probe an agent's conformance to ACP v1", configure_check_command, check_command, agent_command=True),
     "validate": CliCommand("check JSON-RPC messages (NDJSON or a tap log) against the v1 types", _configure_validate, _validate_command),
+    "bench": CliCommand(
+        "measure an agent's startup, round trips and turns (or with --client, how fast an editor drains a stream)",
+        _configure_bench, _bench_command, agent_command=True, command_optional=True,
+    ),
 }

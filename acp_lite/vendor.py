@@ -41,7 +41,7 @@ from typing import Dict, List, NamedTuple, Optional, Set, Tuple, Union
 PACKAGE_DIR = Path(__file__).resolve().parent
 PACKAGE_NAME = PACKAGE_DIR.name
 # The builder and the command-line tools: a plugin embeds the runtime, not the terminal commands.
-NOT_VENDORED = {"vendor", "__main__", "cli", "check", "tap", "wirecheck"}
+NOT_VENDORED = {"vendor", "__main__", "cli", "check", "tap", "wirecheck", "benchmark"}
 # Names the generated footer adds; they must not collide with anything in the package.
 _FOOTER_NAMES = {"types", "_vendored_module"}
 

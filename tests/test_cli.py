@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.tap import _TapLog
-from acp_lite.updates import select_permission
+from acp_lite.updates import select_permission, variant_tag
 from acp_lite.wirecheck import CLIENT_TO_AGENT
 
 from conftest import REPO
@@ -602,3 +602,140 @@ def test_validate_notes_what_it_tolerates_without_failing():
 def test_validate_of_a_missing_file_is_a_usage_error(tmp_path):
     status, out, err = cli("validate", str(tmp_path / "absent.ndjson"))
     assert status == 2 and "cannot read" in err
+
+
+# -- bench ----------------------------------------------------------------------------------------
+
+BENCH_TARGET = inline_agent("""
+    from acp_lite import Agent, schema, serve_stdio, updates
+
+    class Target(Agent):
+        agent_info = schema.Implementation(name="bench-target", version="9")
+
+        def new_session(self, params):
+            return schema.NewSessionResponse(session_id="s")
+
+        def prompt(self, params, turn):
+            for _ in range(30):
+                turn.send(updates.text_chunk("x" * 100, message_id="m"))
+            turn.send(updates.text_chunk("y" * 5000, message_id="m"))  # the largest message
+            turn.send(updates.tool_call("c1", "Edit"))
+            options = updates.permission_options(("ok", "Allow", "allow_once"), ("no", "Reject", "reject_once"))
+            answer = self.client.request_permission(turn.session_id, updates.tool_call_ref("c1"), options)
+            return "end_turn" if updates.selected_option(answer) == "ok" else "refusal"
+
+    serve_stdio(Target())
+""")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("allow", [False, True])
+def test_bench_measures_an_agents_startup_round_trips_and_turns(tmp_path, allow):
+    report_path = tmp_path / "report.json"
+    status, out, err = cli("bench", "--prompt", "one", "--prompt", "two", "--rounds", "2", "--pings", "5",
+                           *(["--yes"] if allow else []), "--json", str(report_path), "--", *BENCH_TARGET)
+    assert status == 0, err
+    report = json.loads(report_path.read_text())
+    assert report["agent"] == {"name": "bench-target", "version": "9"} and report["protocol_version"] == 1
+    assert report["initialize_ms"] > 0 and report["new_session_ms"] > 0
+    assert report["round_trip_ms"]["count"] == 5 and 0 < report["round_trip_ms"]["min"] <= report["round_trip_ms"]["p50"]
+    assert report["largest_message"]["kind"] == "session/update:agent_message_chunk"
+    assert 5000 < report["largest_message"]["bytes"] < 5200
+    assert [turn["prompt"] for turn in report["turns"]] == ["one", "two", "one", "two"]
+    for turn in report["turns"]:
+        assert turn["stop_reason"] == ("end_turn" if allow else "refusal")
+        assert turn["updates"] == 32 and turn["kinds"] == {"agent_message_chunk": 31, "tool_call": 1}
+        assert 8000 < turn["bytes"] < 20000  # the updates, the permission request and the answer
+        assert 0 <= turn["first_update_ms"] <= turn["duration_ms"]
+        assert turn["updates_per_s"] > 0 and turn["bytes_per_s"] > 0
+    # The table, on stdout.
+    assert "bench-target 9, protocol v1" in out and "round trip          p50" in out
+    assert out.count("agent_message_chunk 31, tool_call 1") == 4
+
+
+def test_bench_json_on_stdout_replaces_the_table():
+    status, out, err = cli("bench", "--pings", "0", "--json", "-", "--", *MOCK_AGENT)
+    assert status == 0, err
+    report = json.loads(out)
+    assert report["round_trip_ms"] == {"count": 0, "p50": None, "min": None, "max": None}
+    assert [turn["prompt"] for turn in report["turns"]] == ["Hello"]
+
+
+def test_bench_of_an_agent_that_cannot_start_or_of_nothing_says_why():
+    status, out, err = cli("bench", "--", "/nonexistent/agent-binary")
+    assert status == 127 and "agent-binary" in err
+    status, out, err = cli("bench")
+    assert status == 2 and "missing agent command" in err
+
+
+@pytest.mark.timeout(60)
+def test_bench_client_plays_a_paced_replay_agent_on_its_stdio(tmp_path):
+    # The editor starts `acp-lite bench --client` as its agent: here, a RemoteAgent does.
+    report_path = tmp_path / "report.json"
+    received = []
+    stderr = []
+
+    class Counting(Client):
+        def session_update(self, params):
+            received.append(params.update)
+
+    argv = [*CLI, "bench", "--client", "--updates", "2000", "--rate", "40000", "--json", str(report_path)]
+    with RemoteAgent.spawn(argv, Counting(), on_stderr_line=stderr.append) as agent:
+        agent.initialize()
+        session_id = agent.new_session(str(tmp_path)).session_id
+        assert agent.prompt(session_id, "go").stop_reason == "end_turn"
+        assert agent.prompt(session_id, "again").stop_reason == "end_turn"
+    assert agent.process.returncode() == 0  # it ended when its stdin closed, without a signal
+    assert len(received) == 4000
+    assert [variant_tag(u) for u in received[:10]] == ["agent_message_chunk"] * 9 + ["tool_call_update"]
+    turns = json.loads(report_path.read_text())["turns"]
+    assert len(turns) == 2
+    for turn in turns:
+        assert turn["updates"] == 2000 and turn["target_rate"] == 40000
+        assert turn["send_ms"] >= 1999 / 40000 * 1000  # paced: the last update is not sent before it is due
+        assert turn["drained_ms"] >= turn["send_ms"] and turn["updates_per_s"] > 0
+    assert [line.split(":")[0] for line in stderr if line.startswith("turn ")] == ["turn 1", "turn 2"]
+
+
+BENCH_EDITOR = inline_agent("""
+    import json, sys
+    from acp_lite import Client, RemoteAgent
+    from acp_lite.wire import stdio_transport
+
+    seen = []
+
+    class Editor(Client):
+        def session_update(self, params):
+            seen.append(params.update.content.text)
+
+    with RemoteAgent.connect(stdio_transport(), Editor()) as agent:
+        agent.initialize()
+        agent.prompt(agent.new_session(sys.argv[2]).session_id, "go")
+    with open(sys.argv[1], "w") as f:
+        json.dump(seen, f)
+""")
+
+
+def test_bench_client_replays_a_recorded_stream_to_a_client_command(tmp_path):
+    def update(text):
+        return {"jsonrpc": "2.0", "method": "session/update",
+                "params": {"sessionId": "old", "update": {"sessionUpdate": "agent_message_chunk",
+                                                          "content": {"type": "text", "text": text}}}}
+
+    # A tap log: only the agent's session/update messages are replayed.
+    log = [
+        {"dir": "client->agent", "t": 1.0, "msg": {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}, "flags": []},
+        {"dir": "agent->client", "t": 1.1, "msg": update("first"), "flags": []},
+        {"dir": "agent->client", "t": 1.2, "msg": {"jsonrpc": "2.0", "id": 0, "result": {}}, "flags": []},
+        {"dir": "agent->client", "t": 1.3, "msg": update("second"), "flags": []},
+    ]
+    stream = tmp_path / "stream.log"
+    stream.write_text("".join(json.dumps(entry) + "\n" for entry in log))
+    seen_path = tmp_path / "seen.json"
+    status, out, err = cli("bench", "--client", "--stream", str(stream), "--updates", "5", "--json", "-",
+                           "--", *BENCH_EDITOR, str(seen_path), str(tmp_path))
+    assert status == 0, err
+    assert json.loads(seen_path.read_text()) == ["first", "second", "first", "second", "first"]
+    turns = json.loads(out)["turns"]
+    assert len(turns) == 1 and turns[0]["updates"] == 5 and turns[0]["target_rate"] is None
+    assert "turn 1: 5 updates" in err
