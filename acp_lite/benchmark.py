@@ -122,11 +122,13 @@ def measure_agent(
     pings: int = 20,
     allow: bool = False,
     init_timeout: float = 30.0,
+    auth_method: Optional[str] = None,
     on_stderr_line: Optional[Callable[[str], None]] = None,
 ) -> Dict[str, Any]:
-    """Start ``argv``, run each prompt ``rounds`` times in one session, and return the figures
-    (see ``format_agent_report`` for what they are). Raises ``ConnectionClosed`` when the agent
-    cannot be started, ``AcpError`` when it fails."""
+    """Start ``argv``, authenticate with ``auth_method`` if given, run each prompt ``rounds``
+    times in one session, and return the figures (see ``format_agent_report`` for what they
+    are). Raises ``ConnectionClosed`` when the agent cannot be started, ``AcpError`` when it
+    fails."""
     client = _MeasuringClient(allow)
     started = time.perf_counter()
     process = AgentProcess(argv, on_stderr_line=on_stderr_line)
@@ -138,6 +140,8 @@ def measure_agent(
         raise
     with agent:
         init = agent.initialize(timeout=init_timeout)
+        if auth_method is not None:
+            agent.authenticate(auth_method)
         initialized = time.perf_counter()
         session_id = agent.new_session(cwd).session_id
         session_ready = time.perf_counter()
@@ -273,15 +277,15 @@ class ReplayAgent(Agent):
 
     def prompt(self, params: Any, turn: PromptTurn) -> str:
         started = time.perf_counter()
-        self._stream(turn, started)
+        count = self._stream(turn, started)
         sent = time.perf_counter()
-        try:
-            self.client.ext_method(DRAINED_METHOD, {})
-        except AcpError:
-            pass  # -32601 is the expected answer: it came after every update
+        if count == len(self.updates):
+            try:
+                self.client.ext_method(DRAINED_METHOD, {})
+            except AcpError:
+                pass  # -32601 is the expected answer: it came after every update
         drained = time.perf_counter()
-        count = len(self.updates)
-        sent_bytes = self._wire_bytes(params.session_id)
+        sent_bytes = self._wire_bytes(params.session_id, count)
         self.on_turn({
             "updates": count,
             "bytes": sent_bytes,
@@ -290,34 +294,39 @@ class ReplayAgent(Agent):
             "updates_per_s": round(count / (drained - started), 1),
             "bytes_per_s": round(sent_bytes / (drained - started), 1),
             "target_rate": self.rate or None,
+            "cancelled": turn.cancelled,
         })
-        return "end_turn"
+        return "cancelled" if turn.cancelled else "end_turn"
 
-    def _wire_bytes(self, session_id: str) -> int:
-        # The session/update messages as written: each update inside the same envelope, plus
-        # its newline.
-        if not self.updates:
+    def _wire_bytes(self, session_id: str, count: int) -> int:
+        # The first ``count`` session/update messages as written: each update inside the same
+        # envelope, plus its newline.
+        if not count:
             return 0
         probe = self.updates[0]
         envelope = msgspec.json.encode(
             {"jsonrpc": "2.0", "method": "session/update", "params": SessionNotification(session_id=session_id, update=probe)}
         )
         per_message = len(envelope) - len(msgspec.json.encode(probe)) + 1
-        return self._update_bytes + per_message * len(self.updates)
+        updates_bytes = self._update_bytes if count == len(self.updates) else sum(
+            len(msgspec.json.encode(update)) for update in self.updates[:count]
+        )
+        return updates_bytes + per_message * count
 
-    def _stream(self, turn: PromptTurn, started: float) -> None:
+    def _stream(self, turn: PromptTurn, started: float) -> int:
+        """Send the updates, paced by the clock (a late sleep is caught up at once); stops early
+        when the turn is cancelled. Returns how many were sent."""
         send = turn.send
-        if not self.rate:
-            for update in self.updates:
-                send(update)
-            return
-        # Paced by the clock, not by sleeps per update: a late sleep is caught up at once.
         for i, update in enumerate(self.updates):
-            due = started + i / self.rate
-            now = time.perf_counter()
-            if due > now:
-                time.sleep(due - now)
+            if i % 256 == 0 and turn.cancelled:
+                return i
+            if self.rate:
+                due = started + i / self.rate
+                now = time.perf_counter()
+                if due > now and turn.wait_cancelled(due - now):
+                    return i
             send(update)
+        return len(self.updates)
 
 
 def format_client_turn(number: int, turn: Dict[str, Any]) -> str:

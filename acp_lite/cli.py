@@ -525,6 +525,7 @@ def _configure_bench(parser: argparse.ArgumentParser) -> None:
     agent.add_argument("--yes", action="store_true", help="allow what the agent asks (default: reject, or cancel)")
     agent.add_argument("--pings", type=int, default=20, metavar="K", help="cheap round trips to time (default 20)")
     agent.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds to wait for initialize (default 30)")
+    agent.add_argument("--auth-method", metavar="ID", help="authenticate with this method after initialize")
     client = parser.add_argument_group("measuring a client (--client)")
     client.add_argument("--client", action="store_true", help="play an agent that replays an update stream in each turn")
     client.add_argument("--updates", type=int, metavar="N", help="updates per turn (default 10000; with --stream: all of it)")
@@ -552,7 +553,7 @@ def _bench_command(args: argparse.Namespace) -> int:
     try:
         report = measure_agent(
             args.agent_command, prompts or ["Hello"], rounds=args.rounds, cwd=os.path.abspath(args.cwd),
-            pings=args.pings, allow=args.yes, init_timeout=args.timeout,
+            pings=args.pings, allow=args.yes, init_timeout=args.timeout, auth_method=args.auth_method,
             on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True),
         )
     except ConnectionClosed as exc:

@@ -668,6 +668,35 @@ def test_bench_of_an_agent_that_cannot_start_or_of_nothing_says_why():
     assert status == 2 and "missing agent command" in err
 
 
+def test_bench_authenticates_with_the_method_it_is_given():
+    gated = inline_agent("""
+        from acp_lite import Agent, schema, serve_stdio
+        from acp_lite.errors import AuthRequired
+
+        class Gated(Agent):
+            auth_methods = [schema.AuthMethodAgent(id="token", name="Token")]
+            authenticated = False
+
+            def authenticate(self, params):
+                self.authenticated = params.method_id == "token"
+
+            def new_session(self, params):
+                if not self.authenticated:
+                    raise AuthRequired("authenticate first")
+                return schema.NewSessionResponse(session_id="s")
+
+            def prompt(self, params, turn):
+                return "end_turn"
+
+        serve_stdio(Gated())
+    """)
+    status, out, err = cli("bench", "--pings", "0", "--", *gated)
+    assert status == 1 and "authenticate first" in err
+    status, out, err = cli("bench", "--pings", "0", "--auth-method", "token", "--json", "-", "--", *gated)
+    assert status == 0, err
+    assert [turn["stop_reason"] for turn in json.loads(out)["turns"]] == ["end_turn"]
+
+
 @pytest.mark.timeout(60)
 def test_bench_client_plays_a_paced_replay_agent_on_its_stdio(tmp_path):
     # The editor starts `acp-lite bench --client` as its agent: here, a RemoteAgent does.
@@ -693,8 +722,30 @@ def test_bench_client_plays_a_paced_replay_agent_on_its_stdio(tmp_path):
     for turn in turns:
         assert turn["updates"] == 2000 and turn["target_rate"] == 40000
         assert turn["send_ms"] >= 1999 / 40000 * 1000  # paced: the last update is not sent before it is due
-        assert turn["drained_ms"] >= turn["send_ms"] and turn["updates_per_s"] > 0
+        assert turn["drained_ms"] >= turn["send_ms"] and turn["updates_per_s"] > 0 and turn["cancelled"] is False
     assert [line.split(":")[0] for line in stderr if line.startswith("turn ")] == ["turn 1", "turn 2"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON")
+def test_bench_client_stops_a_cancelled_turns_stream_and_ends_it_cancelled(tmp_path):
+    report_path = tmp_path / "report.json"
+    first = threading.Event()
+
+    class Impatient(Client):
+        def session_update(self, params):
+            first.set()
+
+    argv = [*CLI, "bench", "--client", "--updates", "100000", "--rate", "2000", "--json", str(report_path)]
+    with RemoteAgent.spawn(argv, Impatient()) as agent:
+        agent.initialize()
+        session_id = agent.new_session(str(tmp_path)).session_id
+        turn = agent.prompt_future(session_id, "go")  # 50 s of updates, unless cancelled
+        assert first.wait(WAIT)
+        agent.cancel(session_id)
+        assert turn.result(WAIT).stop_reason == "cancelled"
+    (report,) = json.loads(report_path.read_text())["turns"]
+    assert report["cancelled"] is True and 0 < report["updates"] < 100000
 
 
 BENCH_EDITOR = inline_agent("""
