@@ -17,7 +17,8 @@ Rules it keeps:
   decodes and delivers block by block, so the reader is back at reading at once. A block made
   only of registered methods' messages is decoded in one call (the lines as one JSON array,
   checked to hold exactly one message per line); any other block line by line. In host mode the
-  reader decodes everything (the host's thread should only run callbacks). The reader stops
+  host's thread decodes bursts as it pumps, a block per item (on the reader, decoding would hold
+  the GIL, and so the host's thread, all the same, and cost more in hand-offs). The reader stops
   reading while a few megabytes it read wait for the delivery thread or the host's pumps, so a
   slow application makes a fast peer wait instead of filling memory.
 - Incoming notifications and requests go through one ordered queue. Callbacks (notification
@@ -1236,31 +1237,30 @@ class Connection:
         if blocks is None:
             return None
         queue = self._queue
-        if self._host is not None:
-            items: List[Callback] = []
-            for block in blocks:
-                self._route_block(block, items)
-            if items:
-                # The host pumps when it can: what this read brought counts against the
-                # read-ahead until a pump has run its last callback.
-                size = _burst_size(blocks)
-                self._add_read_ahead(size)
-                items[-1] = (self._release_after, (items[-1], size))
-        elif len(blocks) > 1 or queue.unfinished or (_several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
-            # A burst: the delivery thread decodes it, block by block, so that the reader is back
-            # at reading at once and decoded values do not wait in the queue.
+        if len(blocks) > 1 or queue.unfinished or (_several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
+            # A burst: whoever delivers (the delivery thread, or the host's thread as it pumps)
+            # decodes it block by block, so that the reader is back at reading at once and
+            # decoded values do not wait in the queue. In host mode too: decoding here would hold
+            # the GIL, and so the host's thread, all the same, and cost hand-offs besides.
             self._add_read_ahead(_burst_size(blocks))
-            queue.put([(self._deliver_blocks, blocks)])
+            queue.put([(self._deliver_blocks, [block]) for block in blocks])
             return True
+        items: List[Callback] = []
+        block = blocks[0]
+        self._route_frames(block.split(b"\n") if type(block) is bytes else (block,), items)
+        if not items:
+            return False
+        if self._host is not None:
+            # The host pumps when it can: what this read brought counts against the read-ahead
+            # until a pump has run its last callback.
+            size = _burst_size(blocks)
+            self._add_read_ahead(size)
+            items[-1] = (self._release_after, (items[-1], size))
+            queue.put(items)
+        elif threading.current_thread() is self._reader:
+            self._held = items  # delivered once its requests started (see _run_here)
         else:
-            items = []
-            block = blocks[0]
-            self._route_frames(block.split(b"\n") if type(block) is bytes else (block,), items)
-        if items:
-            if self._host is None and threading.current_thread() is self._reader:
-                self._held = items  # delivered once its requests started (see _run_here)
-            else:
-                queue.put(items)
+            queue.put(items)
         return False
 
     def _run_here(self) -> bool:
@@ -1443,7 +1443,8 @@ class Connection:
                 self._read_ahead_cond.notify()
 
     def _deliver_blocks(self, blocks: List[Any]) -> None:
-        """Delivery thread: route a burst and run its callbacks as it goes, block by block."""
+        """Delivery (or host) thread: route blocks of a burst and run their callbacks as it goes,
+        block by block."""
         items: List[Callback] = []
         try:
             for block in blocks:

@@ -317,3 +317,38 @@ def test_a_peer_that_stops_reading_our_answers_stops_our_reading_not_our_threads
         connection.close()
         os.close(feed)
         os.close(from_connection)
+
+
+def test_an_answer_inside_a_burst_in_host_mode_surfaces_after_the_lines_before_it():
+    # In host mode the host's thread decodes a burst as it pumps, a block per item: the answer to
+    # a blocking call made off the host thread is settled there, in its place in the stream.
+    delivery = HostDelivery()
+    peer = BurstPeer(delivery)
+    seen: List[int] = []
+    peer.connection.on_notification("x/step", lambda params: seen.append(params.i), Step)
+    peer.connection.start()
+    outcome: List[Any] = []
+
+    def caller() -> None:
+        result = peer.connection.call("x/get")
+        outcome.append((result, len(seen)))
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    try:
+        request = peer.recv()
+        lines = [step(i) for i in range(6000)]
+        lines.insert(3000, line({"jsonrpc": "2.0", "id": request["id"], "result": "got"}))
+        peer.write(b"\n".join(lines) + b"\n")
+        pumps = 0
+        deadline = time.monotonic() + WAIT
+        while len(seen) < 6000 or thread.is_alive():
+            assert time.monotonic() < deadline, f"{len(seen)} delivered after {pumps} pumps"
+            pumps += delivery.pump(max_items=1)
+            time.sleep(0.001)
+        assert outcome[0][0] == "got" and outcome[0][1] >= 3000
+        assert seen == list(range(6000))
+        assert pumps > 3  # a block per item: a pump of one item does not deliver the whole burst
+    finally:
+        thread.join(WAIT)
+        peer.close()
