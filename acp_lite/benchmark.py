@@ -2,7 +2,8 @@
 
 ``measure_agent`` is a client: it starts the agent, initializes it, opens a session, times a few
 cheap round trips (an extension request the agent does not know: its -32601 answer is the
-cheapest reply any conforming agent gives), then runs prompt turns and measures each one. Files
+cheapest reply any conforming agent gives; one that gets no answer within the timeout ends the
+timing), then runs prompt turns and measures each one. Files
 and terminals are served inside the session's root (``WorkspaceClient``); permission requests are
 answered with the first reject option, or the first allow option with ``allow=True``, or
 cancelled when there is none.
@@ -29,7 +30,7 @@ import msgspec
 from .agent import Agent, PromptTurn, serve
 from .client import RemoteAgent
 from .codec import convert
-from .errors import AcpError
+from .errors import AcpError, CallTimeout
 from .process import AgentProcess
 from .rpc import Connection
 from .schema import Implementation, NewSessionResponse, SessionNotification, SessionUpdate
@@ -146,10 +147,14 @@ def measure_agent(
         session_id = agent.new_session(cwd).session_id
         session_ready = time.perf_counter()
         round_trips = []
+        unanswered = False
         for _ in range(pings):
             sent = time.perf_counter()
             try:
-                agent.ext_method(PING_METHOD, {})
+                agent.ext_method(PING_METHOD, {}, timeout=init_timeout)
+            except CallTimeout:
+                unanswered = True  # an agent that ignores unknown requests: no round trip to time
+                break
             except AcpError:
                 pass  # -32601 is the expected answer
             round_trips.append(time.perf_counter() - sent)
@@ -167,6 +172,7 @@ def measure_agent(
             "p50": _milliseconds(statistics.median(round_trips)) if round_trips else None,
             "min": _milliseconds(min(round_trips)) if round_trips else None,
             "max": _milliseconds(max(round_trips)) if round_trips else None,
+            "unanswered": unanswered,
         },
         "largest_message": {"bytes": len(transport.longest_line), "kind": _message_kind(transport.longest_line)}
         if transport.longest_line
@@ -208,7 +214,9 @@ def format_agent_report(report: Dict[str, Any]) -> str:
         f"initialize          {report['initialize_ms']:.1f} ms (from the start of the process)",
         f"session/new         {report['new_session_ms']:.1f} ms",
     ]
-    if rtt["count"]:
+    if rtt["unanswered"]:
+        lines.append("round trip          none: the agent did not answer an unknown extension request")
+    elif rtt["count"]:
         lines.append(f"round trip          p50 {rtt['p50']:.3f} ms, min {rtt['min']:.3f}, max {rtt['max']:.3f} ({rtt['count']} requests)")
     if largest:
         lines.append(f"largest message     {largest['bytes']:,} bytes ({largest['kind']})")

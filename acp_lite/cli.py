@@ -524,7 +524,8 @@ def _configure_bench(parser: argparse.ArgumentParser) -> None:
     agent.add_argument("--cwd", default=os.getcwd(), metavar="DIR", help="the session's working directory (default: here)")
     agent.add_argument("--yes", action="store_true", help="allow what the agent asks (default: reject, or cancel)")
     agent.add_argument("--pings", type=int, default=20, metavar="K", help="cheap round trips to time (default 20)")
-    agent.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds to wait for initialize (default 30)")
+    agent.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                       help="seconds to wait for initialize, and for each round trip's answer (default 30)")
     agent.add_argument("--auth-method", metavar="ID", help="authenticate with this method after initialize")
     client = parser.add_argument_group("measuring a client (--client)")
     client.add_argument("--client", action="store_true", help="play an agent that replays an update stream in each turn")

@@ -657,7 +657,7 @@ def test_bench_json_on_stdout_replaces_the_table():
     status, out, err = cli("bench", "--pings", "0", "--json", "-", "--", *MOCK_AGENT)
     assert status == 0, err
     report = json.loads(out)
-    assert report["round_trip_ms"] == {"count": 0, "p50": None, "min": None, "max": None}
+    assert report["round_trip_ms"] == {"count": 0, "p50": None, "min": None, "max": None, "unanswered": False}
     assert [turn["prompt"] for turn in report["turns"]] == ["Hello"]
 
 
@@ -666,6 +666,23 @@ def test_bench_of_an_agent_that_cannot_start_or_of_nothing_says_why():
     assert status == 127 and "agent-binary" in err
     status, out, err = cli("bench")
     assert status == 2 and "missing agent command" in err
+
+
+def test_bench_of_an_agent_that_never_answers_unknown_requests_times_no_round_trip():
+    silent = inline_agent("""
+        import json, sys
+        for line in sys.stdin:
+            message = json.loads(line)
+            results = {"initialize": {"protocolVersion": 1}, "session/new": {"sessionId": "s"},
+                       "session/prompt": {"stopReason": "end_turn"}}
+            if message.get("method") in results:  # anything else is never answered
+                print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": results[message["method"]]}), flush=True)
+    """)
+    status, out, err = cli("bench", "--timeout", "0.5", "--json", "-", "--", *silent)
+    assert status == 0, err
+    report = json.loads(out)
+    assert report["round_trip_ms"]["unanswered"] is True and report["round_trip_ms"]["count"] == 0
+    assert [turn["stop_reason"] for turn in report["turns"]] == ["end_turn"]
 
 
 def test_bench_authenticates_with_the_method_it_is_given():
