@@ -76,6 +76,10 @@ from .workspace import WorkspaceClient
 
 _RUN_CLIENT_INFO = Implementation(name="acp-lite-run", title="acp-lite run", version="0.1.0")
 _INTERRUPTED = 130
+# A signal that arrives just before the main thread blocks on a lock (or on another thread) does
+# not wake it: Python runs handlers only between bytecodes. Waits on the main thread are cut into
+# slices this long, so that a Ctrl-C is handled within one.
+_SIGNAL_POLL_SECONDS = 0.1
 _CANNOT_START = 127
 
 
@@ -396,7 +400,10 @@ class _RunSession:
         """Answer the turn's permission questions and Ctrl-Cs until its response has come."""
         cancelled = False
         while True:
-            event = self.questions.get()
+            try:
+                event = self.questions.get(timeout=_SIGNAL_POLL_SECONDS)
+            except queue.Empty:
+                continue  # back in Python for a moment: a Ctrl-C that came meanwhile is handled
             if event is _TURN_DONE:
                 return
             if event is _TURN_INTERRUPTED:

@@ -352,8 +352,9 @@ class HostDelivery:
         return self._queue.has_items()
 
     def pump(self, max_items: Optional[int] = None) -> int:
-        """Run up to ``max_items`` waiting callbacks (all if None) in order; how many ran.
-        Host thread only. A pump from inside a callback returns 0 (running later callbacks
+        """Run up to ``max_items`` waiting callbacks (all if None) in order; how many ran. One
+        callback may deliver several messages that arrived together (a block of up to 64 KiB of a
+        burst, decoded here). Host thread only. A pump from inside a callback returns 0 (running later callbacks
         there would overtake the rest of the outer pump's)."""
         if threading.get_ident() != self._queue.owner:
             raise UsageError("HostDelivery.pump() must be called on the host thread")
