@@ -157,20 +157,6 @@ STUBBORN_AGENT = """
 """
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY")
-def test_run_second_ctrl_c_exits_when_the_agent_ignores_the_cancel(launched):
-    tool = launched("run", "--", *inline_agent(STUBBORN_AGENT))
-    tool.wait_for("stderr", "[session] s1")
-    tool.proc.stdin.write(b"do something\n")
-    tool.proc.stdin.flush()
-    tool.wait_for("stderr", "stubborn agent: got session/prompt")
-    tool.proc.send_signal(signal.SIGINT)
-    tool.wait_for("stderr", "^C cancelling the turn")
-    tool.proc.send_signal(signal.SIGINT)
-    assert tool.finish() == 130
-
-
 def _interrupt_another_thread(pid):
     """SIGINT to a thread of ``pid`` other than its main one (Linux tgkill): Python's C handler
     runs there, and the main thread, blocked waiting, is not woken by it."""
@@ -182,19 +168,28 @@ def _interrupt_another_thread(pid):
     assert libc.syscall(234, pid, tids[0], signal.SIGINT) == 0, os.strerror(ctypes.get_errno())  # 234: tgkill
 
 
+TGKILL = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.uname().machine != "x86_64", reason="tgkill by number on x86-64 Linux"
+)
+
+
 @pytest.mark.timeout(60)
-@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine != "x86_64", reason="tgkill by number on x86-64 Linux")
-def test_run_handles_a_ctrl_c_that_lands_on_another_thread(launched):
+@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY")
+@pytest.mark.parametrize("interrupt", [
+    pytest.param(lambda pid: os.kill(pid, signal.SIGINT), id="to-the-process"),
     # A process-wide signal may be delivered to any thread, or land just before the main thread
     # blocks: either way the main thread, waiting for the turn's events, must still see it.
+    pytest.param(_interrupt_another_thread, marks=TGKILL, id="on-another-thread"),
+])
+def test_run_second_ctrl_c_exits_when_the_agent_ignores_the_cancel(launched, interrupt):
     tool = launched("run", "--", *inline_agent(STUBBORN_AGENT))
     tool.wait_for("stderr", "[session] s1")
     tool.proc.stdin.write(b"do something\n")
     tool.proc.stdin.flush()
     tool.wait_for("stderr", "stubborn agent: got session/prompt")
-    _interrupt_another_thread(tool.proc.pid)
+    interrupt(tool.proc.pid)
     tool.wait_for("stderr", "^C cancelling the turn")
-    _interrupt_another_thread(tool.proc.pid)
+    interrupt(tool.proc.pid)
     assert tool.finish() == 130
 
 
