@@ -35,6 +35,9 @@ _TAP_READ_SIZE = 64 * 1024
 # hold the pipe open) before giving up on it.
 _TAP_DRAIN_SECONDS = 2.0
 
+# How long the main thread waits for the agent's exit before it looks at signals again.
+_TAP_SIGNAL_POLL_SECONDS = 0.1
+
 
 class _TapLog:
     """Splits each direction's bytes into lines, checks them and writes the log entries.
@@ -134,6 +137,16 @@ def _close_our_stdout() -> None:
     os.close(devnull)
 
 
+def _wait_handling_signals(agent: "subprocess.Popen[bytes]") -> int:
+    # A signal whose C handler ran on a pump thread, or just before the main thread blocked in
+    # waitpid, would not wake it: waiting in slices lets the handler run within one.
+    while True:
+        try:
+            return agent.wait(timeout=_TAP_SIGNAL_POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def run_tap(agent_argv: Sequence[str], log_path: str) -> int:
     """Proxy our stdin/stdout to the agent ``agent_argv``, logging to ``log_path``; returns the
     exit code. Main thread only (it installs signal handlers)."""
@@ -169,7 +182,7 @@ def run_tap(agent_argv: Sequence[str], log_path: str) -> int:
         threading.Thread(target=client_to_agent, name="tap-client->agent", daemon=True).start()
         downstream = threading.Thread(target=agent_to_client, name="tap-agent->client", daemon=True)
         downstream.start()
-        code = agent.wait()
+        code = _wait_handling_signals(agent)
         downstream.join(_TAP_DRAIN_SECONDS)
         log.close()
     return 128 - code if code < 0 else code

@@ -157,15 +157,19 @@ STUBBORN_AGENT = """
 """
 
 
-def _interrupt_another_thread(pid):
-    """SIGINT to a thread of ``pid`` other than its main one (Linux tgkill): Python's C handler
-    runs there, and the main thread, blocked waiting, is not woken by it."""
+def _signal_another_thread(pid, signum):
+    """``signum`` to a thread of ``pid`` other than its main one (Linux tgkill): Python's C
+    handler runs there, and the main thread, blocked waiting, is not woken by it."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     tids = sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid)
     assert tids, "the tool has no other thread"
-    assert libc.syscall(234, pid, tids[0], signal.SIGINT) == 0, os.strerror(ctypes.get_errno())  # 234: tgkill
+    assert libc.syscall(234, pid, tids[0], signum) == 0, os.strerror(ctypes.get_errno())  # 234: tgkill
+
+
+def _interrupt_another_thread(pid):
+    _signal_another_thread(pid, signal.SIGINT)
 
 
 TGKILL = pytest.mark.skipif(
@@ -499,10 +503,14 @@ def test_tap_flags_schema_errors_and_calls_of_capabilities_not_advertised(tmp_pa
 
 
 @pytest.mark.timeout(60)
-def test_tap_passes_sigterm_to_the_agent_and_reports_how_it_ended(tmp_path, launched):
+@pytest.mark.parametrize("terminate", [
+    pytest.param(lambda pid: os.kill(pid, signal.SIGTERM), id="to-the-process"),
+    pytest.param(lambda pid: _signal_another_thread(pid, signal.SIGTERM), marks=TGKILL, id="on-another-thread"),
+])
+def test_tap_passes_sigterm_to_the_agent_and_reports_how_it_ended(tmp_path, launched, terminate):
     tool = launched("tap", "--log", str(tmp_path / "tap.jsonl"), "--", *inline_agent(ECHO_AGENT))
     tool.wait_for("stdout", "Echo agent v0 starting")  # the agent runs
-    tool.proc.terminate()
+    terminate(tool.proc.pid)
     assert tool.finish() == 128 + signal.SIGTERM
 
 
