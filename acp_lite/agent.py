@@ -153,6 +153,9 @@ class PromptTurn:
 
 _current_turn = threading.local()
 
+# How often serve_stdio's main thread looks at signals while it waits for the client to go away.
+_STDIO_SIGNAL_POLL_SECONDS = 0.25
+
 
 class RemoteClient:
     """The agent's typed handle on the editor. Every method may be called from any thread.
@@ -528,6 +531,10 @@ def serve_stdio(agent: Agent) -> None:
     """
     client = serve(agent, stdio_transport())
     try:
-        client.connection.wait_closed()
+        # In slices: Python runs signal handlers on this thread between bytecodes, so a Ctrl-C
+        # whose C handler ran on another thread, or just before a wait without end, would never
+        # be seen.
+        while not client.connection.wait_closed(_STDIO_SIGNAL_POLL_SECONDS):
+            pass
     finally:
         client.connection.close()

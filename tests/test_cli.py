@@ -795,6 +795,19 @@ def test_bench_client_stops_a_cancelled_turns_stream_and_ends_it_cancelled(tmp_p
     assert report["cancelled"] is True and 0 < report["updates"] < 100000
 
 
+@pytest.mark.timeout(60)
+@TGKILL
+def test_an_agent_on_stdio_sees_a_ctrl_c_that_lands_on_another_thread(launched):
+    # serve_stdio's main thread waits for the client to go away; a Ctrl-C in the agent's
+    # terminal must end it even when another thread took the signal.
+    tool = launched("bench", "--client", "--updates", "10")
+    tool.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}).encode() + b"\n")
+    tool.proc.stdin.flush()
+    tool.wait_for("stdout", '"protocolVersion":1')
+    _interrupt_another_thread(tool.proc.pid)
+    assert tool.finish() == -signal.SIGINT  # KeyboardInterrupt, re-raised as the signal at exit
+
+
 BENCH_EDITOR = inline_agent("""
     import json, sys
     from acp_lite import Client, RemoteAgent
