@@ -108,6 +108,9 @@ _ROUTE_HERE_BYTES = 4096
 # to that caller's next call, taking it back at a tick if nobody did. The standby stops after
 # this many ticks without a request started.
 _TICK_SECONDS = 0.002
+
+# How long a blocking call on the main thread waits before it looks at signals again.
+_MAIN_THREAD_WAIT_SLICE = 0.25
 _STANDBY_QUIET_TICKS = 50
 
 # What encoding a value the application gave us may raise: a type msgspec cannot write, a string
@@ -917,22 +920,31 @@ class Connection:
         ``CallTimeout`` after ``timeout`` seconds (the peer is sent ``$/cancel_request`` and a
         late answer is dropped), or ``ConnectionClosed``. Any thread, but not from a callback
         (on the delivery thread, the reader delivering in its stead, or the host thread in host
-        mode): there it raises ``UsageError`` (use ``call_future``). Without a timeout and off the main thread, the
-        waiting thread may read the connection itself (its own answer, and whatever comes before
-        it, routed as the reader would: no application code runs on it)."""
+        mode): there it raises ``UsageError`` (use ``call_future``). Without a timeout and off
+        the main thread, the waiting thread may read the connection itself (its own answer, and
+        whatever comes before it, routed as the reader would: no application code runs on it).
+        On the main thread a Ctrl-C ends the wait (``KeyboardInterrupt``; the peer is sent
+        ``$/cancel_request``)."""
         self.refuse_blocking_here(method)
         future: Future = Future()
         # A signal handler (Ctrl-C) may raise on the main thread anywhere, and must not do so in
         # the middle of reading: only other threads read their own answers.
-        may_read = timeout is None and threading.current_thread() is not threading.main_thread()
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        may_read = timeout is None and not on_main_thread
         request_id = self._send_request(method, params, result_type, future, True, may_read)
         if may_read and self._borrow_reading():
             self._read_own_answer(request_id)
         try:
+            if timeout is None and on_main_thread:
+                return _wait_seeing_signals(future)
             return future.result(timeout)
         except FutureTimeout:
             if not self._forget(request_id):
                 return future.result()  # the answer arrived meanwhile and is being settled
+        except BaseException:  # KeyboardInterrupt, or another signal handler's exception
+            if self._forget(request_id):
+                self._send_cancel_request(request_id)
+            raise
         self._send_cancel_request(request_id)
         raise CallTimeout(f"{method}: no answer within {timeout} s")
 
@@ -1811,6 +1823,18 @@ def _error_from_object(error: Any) -> ProtocolError:
     if isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str):
         return error_from_wire(error["code"], error["message"], error.get("data"))
     return InvalidRequest(f"malformed error object from the peer: {error!r}")
+
+
+def _wait_seeing_signals(future: Future) -> Any:
+    """The main thread's ``future.result()``, in slices: Python runs signal handlers on the main
+    thread between bytecodes, so a Ctrl-C whose C handler ran on another thread, or just before
+    a wait without end, would otherwise never be seen."""
+    while True:
+        try:
+            return future.result(_MAIN_THREAD_WAIT_SLICE)
+        except FutureTimeout:
+            if future.done():
+                return future.result()  # the call's own error happened to be a TimeoutError
 
 
 def _settle(future: Future, value: Any, error: Optional[BaseException]) -> None:

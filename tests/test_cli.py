@@ -47,8 +47,8 @@ class Launched:
     """A running tool process whose stdout and stderr are collected by reader threads as they
     come (not line by line: the agent's text has no newline until its message ends)."""
 
-    def __init__(self, args, stdin=subprocess.PIPE, read=("stdout", "stderr")):
-        self.proc = subprocess.Popen([*CLI, *args], stdin=stdin, stdout=subprocess.PIPE,
+    def __init__(self, args, stdin=subprocess.PIPE, read=("stdout", "stderr"), command=tuple(CLI)):
+        self.proc = subprocess.Popen([*command, *args], stdin=stdin, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, cwd=REPO, env=ENV)
         self.seen = {"stdout": "", "stderr": ""}
         self.changed = threading.Condition()
@@ -793,6 +793,32 @@ def test_bench_client_stops_a_cancelled_turns_stream_and_ends_it_cancelled(tmp_p
         assert turn.result(WAIT).stop_reason == "cancelled"
     (report,) = json.loads(report_path.read_text())["turns"]
     assert report["cancelled"] is True and 0 < report["updates"] < 100000
+
+
+@pytest.mark.timeout(60)
+@TGKILL
+def test_a_blocking_call_on_the_main_thread_sees_a_ctrl_c_that_lands_on_another_thread(launched):
+    # An application's main thread blocked in prompt(): Ctrl-C raises KeyboardInterrupt there,
+    # and the request is cancelled at the agent.
+    script = inline_agent(f"""
+        import sys
+        from acp_lite import RemoteAgent
+
+        agent = RemoteAgent.spawn({inline_agent(STUBBORN_AGENT)!r}, on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True))
+        agent.initialize()
+        session_id = agent.new_session("/tmp").session_id
+        try:
+            agent.prompt(session_id, "go")
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        agent.close()
+    """)
+    tool = launched(*script, command=())
+    tool.wait_for("stderr", "stubborn agent: got session/prompt")
+    _interrupt_another_thread(tool.proc.pid)
+    tool.wait_for("stdout", "interrupted")
+    tool.wait_for("stderr", "stubborn agent: got $/cancel_request")
+    assert tool.finish() == 0
 
 
 @pytest.mark.timeout(60)
