@@ -181,7 +181,9 @@ def measure_agent(
     }
 
 
-def _measure_turn(agent: RemoteAgent, client: _MeasuringClient, transport: _CountingTransport, session_id: str, text: str) -> Dict[str, Any]:
+def _measure_turn(
+    agent: RemoteAgent, client: _MeasuringClient, transport: _CountingTransport, session_id: str, text: str
+) -> Dict[str, Any]:
     client.kinds = Counter()
     client.first_update_at = None
     bytes_before = transport.bytes_in
@@ -209,26 +211,34 @@ def format_agent_report(report: Dict[str, Any]) -> str:
     agent = report["agent"]
     rtt = report["round_trip_ms"]
     largest = report["largest_message"]
+    name = f"{agent['name']} {agent['version']}" if agent else "(no agentInfo)"
     lines = [
-        f"agent               {agent['name'] + ' ' + agent['version'] if agent else '(no agentInfo)'}, protocol v{report['protocol_version']}",
+        f"agent               {name}, protocol v{report['protocol_version']}",
         f"initialize          {report['initialize_ms']:.1f} ms (from the start of the process)",
         f"session/new         {report['new_session_ms']:.1f} ms",
     ]
     if rtt["unanswered"]:
         lines.append("round trip          none: the agent did not answer an unknown extension request")
     elif rtt["count"]:
-        lines.append(f"round trip          p50 {rtt['p50']:.3f} ms, min {rtt['min']:.3f}, max {rtt['max']:.3f} ({rtt['count']} requests)")
+        lines.append(
+            f"round trip          p50 {rtt['p50']:.3f} ms, min {rtt['min']:.3f}, max {rtt['max']:.3f}"
+            f" ({rtt['count']} requests)"
+        )
     if largest:
         lines.append(f"largest message     {largest['bytes']:,} bytes ({largest['kind']})")
     lines.append("")
-    lines.append(f"{'turn':>4}  {'stop reason':<16} {'duration ms':>12} {'first update ms':>16} {'updates':>8} {'updates/s':>11} {'MB/s':>8}  kinds")
+    lines.append(
+        f"{'turn':>4}  {'stop reason':<16} {'duration ms':>12} {'first update ms':>16} {'updates':>8}"
+        f" {'updates/s':>11} {'MB/s':>8}  kinds"
+    )
     for number, turn in enumerate(report["turns"], 1):
         first = "-" if turn["first_update_ms"] is None else f"{turn['first_update_ms']:.1f}"
         rate = "-" if turn["updates_per_s"] is None else f"{turn['updates_per_s']:,.0f}"
         megabytes = "-" if turn["bytes_per_s"] is None else f"{turn['bytes_per_s'] / 1e6:.2f}"
         kinds = ", ".join(f"{kind} {count}" for kind, count in turn["kinds"].items()) or "-"
         lines.append(
-            f"{number:>4}  {turn['stop_reason']:<16} {turn['duration_ms']:>12.1f} {first:>16} {turn['updates']:>8} {rate:>11} {megabytes:>8}  {kinds}"
+            f"{number:>4}  {turn['stop_reason']:<16} {turn['duration_ms']:>12.1f} {first:>16} {turn['updates']:>8}"
+            f" {rate:>11} {megabytes:>8}  {kinds}"
         )
     return "\n".join(lines)
 

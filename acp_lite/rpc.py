@@ -108,10 +108,10 @@ _ROUTE_HERE_BYTES = 4096
 # to that caller's next call, taking it back at a tick if nobody did. The standby stops after
 # this many ticks without a request started.
 _TICK_SECONDS = 0.002
+_STANDBY_QUIET_TICKS = 50
 
 # How long a blocking call on the main thread waits before it looks at signals again.
 _MAIN_THREAD_WAIT_SLICE = 0.25
-_STANDBY_QUIET_TICKS = 50
 
 # What encoding a value the application gave us may raise: a type msgspec cannot write, a string
 # that is not valid Unicode (a lone surrogate), or nesting deeper than the stack allows.
@@ -356,9 +356,9 @@ class HostDelivery:
 
     def pump(self, max_items: Optional[int] = None) -> int:
         """Run up to ``max_items`` waiting callbacks (all if None) in order; how many ran. One
-        callback may deliver several messages that arrived together (a block of up to 64 KiB of a
-        burst, decoded here). Host thread only. A pump from inside a callback returns 0 (running later callbacks
-        there would overtake the rest of the outer pump's)."""
+        callback may deliver several messages that arrived together (a block of up to 64 KiB of
+        a burst, decoded here). Host thread only. A pump from inside a callback returns 0
+        (running later callbacks there would overtake the rest of the outer pump's)."""
         if threading.get_ident() != self._queue.owner:
             raise UsageError("HostDelivery.pump() must be called on the host thread")
         if self._pumping:
