@@ -576,15 +576,14 @@ def _bench_command(args: argparse.Namespace) -> int:
 
 
 def _bench_output(args: argparse.Namespace, report: Dict[str, Any], table: str) -> int:
-    text = json.dumps(report, indent=2)
     if args.json == "-":
-        print(text)
+        print(json.dumps(report))  # one line, for pipes
         return 0
     print(table, file=sys.stderr if args.client else sys.stdout, flush=True)
     if args.json:
         try:
             with open(args.json, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
+                f.write(json.dumps(report, indent=2) + "\n")
         except OSError as exc:
             _cli_error(f"cannot write {args.json}: {exc}")
             return 1

@@ -82,6 +82,7 @@ WORKLOAD_TITLES = {
     "C": "C. Round trip (extension request client → agent of the same SDK)",
     "D": "D. Ceilings (bare readers of the same stream as A, same run)",
     "E": "E. Cost growth (acp_lite)",
+    "F": "F. Each SDK's agent measured by `acp-lite bench` (start-up, round trip, one turn)",
 }
 
 
@@ -98,8 +99,9 @@ def markdown(doc: dict) -> str:
              f"A, B, D: {plan['updates']:,} updates per turn; C: {plan['requests']:,} requests; E: "
              + ", ".join(f"{n:,} updates of {size} B" for size, n in plan["sizes"].items())
              + f", {plan['sessions']} sessions sharing {plan['updates']:,} updates, "
-             f"{plan['flat'][0]:,} vs {plan['flat'][1]:,} updates for memory.", ""]
-    for workload in "ADBCE":
+             f"{plan['flat'][0]:,} vs {plan['flat'][1]:,} updates for memory; F: a turn of "
+             f"{plan['requests']:,} updates.", ""]
+    for workload in "ADBCEF":
         rows = [f for f in doc["figures"] if f["workload"] == workload]
         if not rows:
             continue

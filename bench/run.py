@@ -1,6 +1,6 @@
 """The benchmark suite of issue 6: acp_lite against the official SDKs and the bare ceilings.
 
-    python -m bench [--quick] [--runs R] [--scale F] [--no-peers] [--only ABCDE] [--name NAME] [--out DIR]
+    python -m bench [--quick] [--runs R] [--scale F] [--no-peers] [--only ABCDEF] [--name NAME] [--out DIR]
 
 Every measurement is one subprocess (a client or reader adapter, which spawns its agent), so each
 reports its own peak RSS and no run inherits another's heap. Each run goes through every
@@ -97,6 +97,13 @@ def round_trip_metrics(label: str) -> Callable[[dict], Dict[str, float]]:
     return metrics
 
 
+def bench_tool_metrics(r: dict) -> Dict[str, float]:
+    # `acp-lite bench --json -` on an agent: its start-up, a cheap round trip, and one turn.
+    (turn,) = r["turns"]
+    return {"initialize ms": r["initialize_ms"], "round trip p50 µs": r["round_trip_ms"]["p50"] * 1000,
+            "first update ms": turn["first_update_ms"], "updates/s": turn["updates_per_s"]}
+
+
 def replay_agent(path: Path, sessions: int = 1) -> List[str]:
     return [PY, str(BENCH / "replay_agent.py"), str(path), "--sessions", str(sessions)]
 
@@ -152,6 +159,11 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
                         par, requests))
     if "E" in workloads:
         jobs += growth_jobs(plan, streams_dir, mix, subjects[0])
+    if "F" in workloads:
+        # The tool users point at their own agents, on the agents of B and C.
+        for peer in subjects:
+            tool = [PY, "-m", "acp_lite", "bench", "--pings", "100", "--json", "-", "--", *peer.agent(k, mix)]
+            jobs.append(Job("F", peer.name, tool, bench_tool_metrics))
     return jobs
 
 
@@ -273,7 +285,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--runs", type=int, help="runs per figure (default 5, or 3 with --quick)")
     parser.add_argument("--scale", type=float, help="multiply every count by this (default 1, or 0.1 with --quick)")
     parser.add_argument("--no-peers", action="store_true", help="acp_lite and the ceilings only")
-    parser.add_argument("--only", default="ABCDE", help="the workloads to run, e.g. AD")
+    parser.add_argument("--only", default="ABCDEF", help="the workloads to run, e.g. AD")
     parser.add_argument("--name", help="results file name (default: latest, or quick with --quick)")
     parser.add_argument("--out", type=Path, default=BENCH / "results", help="results folder")
     parser.add_argument("--no-chart", action="store_true", help="skip the PNG")

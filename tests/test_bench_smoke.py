@@ -36,6 +36,8 @@ def test_bench_runs_without_peers_and_writes_results(tmp_path):
         ("E", "acp_lite, 1 MB updates", "MB/s"),
         ("E", "acp_lite, 16 sessions at once", "updates/s"),
         ("E", "acp_lite, host-thread delivery", "updates/s"),
+        ("F", "acp_lite", "initialize ms"),
+        ("F", "acp_lite", "round trip p50 µs"),
     ]:
         figure = figures[(workload, subject, metric)]
         summary = figure["summary"]
