@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acp_lite.client import Client, RemoteAgent
-from acp_lite.tap import _TapLog
+from acp_lite.tools.tap import _TapLog
 from acp_lite.updates import select_permission, variant_tag
-from acp_lite.wirecheck import CLIENT_TO_AGENT
+from acp_lite.tools.wirecheck import CLIENT_TO_AGENT
 
 from conftest import REPO
 

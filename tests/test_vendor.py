@@ -1,4 +1,4 @@
-"""The single-file build (``acp_lite.vendor``).
+"""The single-file build (``acp_lite.tools.vendor``).
 
 The rules of the build are pinned on small throwaway packages, so each test shows the one rule it
 is about; the real package is then built once and imported under another name, inside a package,
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from acp_lite import __version__, vendor
+from acp_lite import __version__
+from acp_lite.tools import vendor
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -199,15 +200,23 @@ REFUSED = {
         {"a.py": "import os\nHERE = os.path.dirname(__file__)\n"},
         "toy/a.py:2: uses __file__",
     ),
-    "a subpackage": (
-        {"sub/__init__.py": "X = 1\n"},
-        "toy: subpackages cannot be vendored: ['sub']",
-    ),
     "__all__ naming nothing": (
         {"a.py": "X = 1\n__all__ = ['X', 'Y']\n"},
         "toy/a.py: __all__ lists names it does not bind: ['Y']",
     ),
 }
+
+
+@pytest.mark.timeout(10)
+def test_subpackages_and_the_entry_point_are_left_out_by_construction(toy):
+    text = toy({
+        "core.py": "X = 1\n",
+        "__main__.py": "from .tools.cli import main\n",
+        "tools/__init__.py": "",
+        "tools/cli.py": "from ..core import X\n",
+    })
+    assert "toy/core.py" in text
+    assert "tools" not in text and "__main__" not in text
 
 
 @pytest.mark.timeout(10)
@@ -233,7 +242,7 @@ def test_command_line_reports_a_refusal_and_writes_nothing(tmp_path, monkeypatch
 def test_output_does_not_depend_on_hash_randomization(tmp_path):
     package = make_package(tmp_path, TOY)
     script = (
-        "import sys; from pathlib import Path; from acp_lite import vendor\n"
+        "import sys; from pathlib import Path; from acp_lite.tools import vendor\n"
         "vendor.PACKAGE_DIR = Path(sys.argv[1]); vendor.PACKAGE_NAME = 'toy'\n"
         "sys.stdout.write(vendor.render())\n"
     )
@@ -260,7 +269,7 @@ def test_header_names_the_package_version_and_an_unknown_commit_outside_git(toy)
 @pytest.mark.timeout(60)
 def test_command_builds_the_real_package_with_version_and_head_commit(tmp_path):
     out = tmp_path / "my_plugin" / "_acp.py"
-    done = subprocess.run([sys.executable, "-m", "acp_lite.vendor", str(out)], capture_output=True, text=True, timeout=50)
+    done = subprocess.run([sys.executable, "-m", "acp_lite.tools.vendor", str(out)], capture_output=True, text=True, timeout=50)
     assert done.returncode == 0 and done.stdout == f"vendor: wrote {out}\n", done.stderr
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     first = out.read_text().splitlines()[0]

@@ -14,9 +14,8 @@ import msgspec
 import pytest
 
 import acp_lite
-from acp_lite.vendor import NOT_VENDORED
 import test_vendor_scenarios as scenarios
-from acp_lite import vendor
+from acp_lite.tools import vendor
 
 VENDORED_NAME = "my_plugin._acp"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -124,7 +123,7 @@ def test_single_file_offers_the_package_api(isolated):
         assert [name for name in acp_lite.__all__ if not hasattr(single, name)] == []
         assert single.Agent is single.agent.Agent and single.RemoteAgent is single.client.RemoteAgent
         module_objects = {n for n, v in vars(single).items() if isinstance(v, types.ModuleType) and v.__name__ == f"{spec.name}.{n}"}
-        package_modules = {p.stem for p in Path(acp_lite.__file__).parent.glob("*.py")} - {"__init__"} - NOT_VENDORED
+        package_modules = {p.stem for p in Path(acp_lite.__file__).parent.glob("*.py")} - {"__init__", "__main__"}
         assert module_objects == package_modules
         for module_name in module_objects:
             package_module = importlib.import_module(f"acp_lite.{module_name}")

@@ -1,6 +1,6 @@
 """A stand-in for a synchronous editor host, running the plugin against the example agent.
 
-    python -m acp_lite.vendor examples/plugin/acp_plugin/_acp.py   # once, and after each upgrade
+    python -m acp_lite.tools.vendor examples/plugin/acp_plugin/_acp.py   # once, and after each upgrade
     python examples/plugin/host.py [-- AGENT_COMMAND...]
 
 The "editor" has one main thread that runs whatever is posted to it, in order; its permission

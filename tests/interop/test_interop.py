@@ -54,7 +54,7 @@ from acp_lite.schema import (
     SetSessionConfigOptionResponse,
 )
 from acp_lite.wire import Transport
-from acp_lite.wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker
+from acp_lite.tools.wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker
 from acp_lite.workspace import WorkspaceClient
 
 HERE = Path(__file__).resolve().parent

@@ -27,16 +27,16 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import msgspec
 
-from .agent import Agent, PromptTurn, serve
-from .client import RemoteAgent
-from .codec import convert
-from .errors import AcpError, CallTimeout
-from .process import AgentProcess
-from .rpc import Connection
-from .schema import Implementation, NewSessionResponse, SessionNotification, SessionUpdate
-from .updates import cancelled_permission, select_permission, text_chunk, tool_call_update, tool_content, variant_tag
-from .wire import Transport
-from .workspace import WorkspaceClient
+from ..agent import Agent, PromptTurn, serve
+from ..client import RemoteAgent
+from ..codec import convert
+from ..errors import AcpError, CallTimeout
+from ..process import AgentProcess
+from ..rpc import Connection
+from ..schema import Implementation, NewSessionResponse, SessionNotification, SessionUpdate
+from ..updates import cancelled_permission, select_permission, text_chunk, tool_call_update, tool_content, variant_tag
+from ..wire import Transport
+from ..workspace import WorkspaceClient
 
 # The extension method whose -32601 answer times a round trip, and that asks a client whether it
 # read a replayed stream.

@@ -1,6 +1,6 @@
 """Build the single-file edition of acp_lite, for editor plugins that ship their dependencies.
 
-    python -m acp_lite.vendor my_plugin/_acp.py
+    python -m acp_lite.tools.vendor my_plugin/_acp.py
 
 writes one module holding the whole runtime and every ACP v1 type. It imports only the standard
 library and msgspec, and works under any module name, inside any package. Users of the file write
@@ -38,10 +38,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 PACKAGE_NAME = PACKAGE_DIR.name
 # The builder and the command-line tools: a plugin embeds the runtime, not the terminal commands.
-NOT_VENDORED = {"vendor", "__main__", "cli", "check", "tap", "wirecheck", "benchmark"}
 # Names the generated footer adds; they must not collide with anything in the package.
 _FOOTER_NAMES = {"types", "_vendored_module"}
 
@@ -131,10 +130,9 @@ def source_commit() -> str:
 
 
 def _module_paths() -> List[Path]:
-    subpackages = sorted(p.parent.name for p in PACKAGE_DIR.glob("*/__init__.py"))
-    if subpackages:
-        raise VendorError(f"{PACKAGE_NAME}: subpackages cannot be vendored: {subpackages}")
-    return sorted(p for p in PACKAGE_DIR.glob("*.py") if p.stem not in NOT_VENDORED)
+    """The runtime: every top-level module of the package but the ``python -m`` entry point.
+    Subpackages (the tools) are never vendored."""
+    return sorted(p for p in PACKAGE_DIR.glob("*.py") if p.stem != "__main__")
 
 
 def _parse_module(path: Path) -> _ParsedModule:

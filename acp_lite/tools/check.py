@@ -43,9 +43,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple, get_args
 
-from .errors import AUTH_REQUIRED, METHOD_NOT_FOUND, ConnectionClosed
-from .process import AgentProcess
-from .schema import StopReason
+from ..errors import AUTH_REQUIRED, METHOD_NOT_FOUND, ConnectionClosed
+from ..process import AgentProcess
+from ..schema import StopReason
 from .wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker, _advertised
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"

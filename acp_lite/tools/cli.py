@@ -10,7 +10,7 @@ Adding a subcommand: write ``configure(parser)`` and ``handler(args) -> exit sta
 ``args.agent_command`` (with ``command_optional=True`` it may be None: the handler decides).
 
 ``bench`` measures an agent (``acp-lite bench -- AGENT_CMD...``: figures of its startup, round
-trips and prompt turns, see ``acp_lite.benchmark``), or with ``--client`` an editor: it then
+trips and prompt turns, see ``acp_lite.tools.benchmark``), or with ``--client`` an editor: it then
 plays an agent replaying an update stream, on its own stdio (the editor starts
 ``acp-lite bench --client`` as its agent) or to ``CLIENT_CMD`` after ``--``, and reports on stderr
 how fast each turn's stream was drained.
@@ -40,7 +40,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .agent import serve_stdio
+from ..agent import serve_stdio
 from .benchmark import (
     ReplayAgent,
     format_agent_report,
@@ -51,10 +51,10 @@ from .benchmark import (
     serve_replay,
 )
 from .check import check_command, configure_check_command
-from .client import RemoteAgent
-from .errors import AcpError, CallTimeout, ConnectionClosed
-from .process import AgentProcess
-from .schema import (
+from ..client import RemoteAgent
+from ..errors import AcpError, CallTimeout, ConnectionClosed
+from ..process import AgentProcess
+from ..schema import (
     AgentMessageChunk,
     AgentThoughtChunk,
     CreateTerminalRequest,
@@ -69,10 +69,10 @@ from .schema import (
     WriteTextFileRequest,
 )
 from .tap import run_tap
-from .updates import select_permission
-from .wire import process_transport
+from ..updates import select_permission
+from ..wire import process_transport
 from .wirecheck import DIRECTIONS, WireChecker, WireVerdict, parse_wire_line
-from .workspace import WorkspaceClient
+from ..workspace import WorkspaceClient
 
 _RUN_CLIENT_INFO = Implementation(name="acp-lite-run", title="acp-lite run", version="0.1.0")
 _INTERRUPTED = 130

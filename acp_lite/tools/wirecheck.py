@@ -26,9 +26,9 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import msgspec
 
-from .codec import Fallback, convert, set_diagnostics_hook
-from .errors import SchemaError
-from .schema import AGENT_METHODS, CLIENT_METHODS, PROTOCOL_METHODS
+from ..codec import Fallback, convert, set_diagnostics_hook
+from ..errors import SchemaError
+from ..schema import AGENT_METHODS, CLIENT_METHODS, PROTOCOL_METHODS
 
 CLIENT_TO_AGENT = "client->agent"
 AGENT_TO_CLIENT = "agent->client"
