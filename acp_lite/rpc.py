@@ -292,8 +292,9 @@ class _CallbackQueue:
             self.unfinished -= count
             self._running = False
             self.stand_in = None
-            if self._items:
-                self._cond.notify()  # the delivering thread, waiting for the role to take them
+            if self._items or self._finished:
+                # The delivering thread, waiting for the role to take them, or (finished) to end.
+                self._cond.notify()
 
     def has_items(self) -> bool:
         return bool(self._items)
@@ -980,6 +981,10 @@ class Connection:
             if self._host is not None:
                 self._drop_host_items()
             self._run_closing(None)
+            with self._lock:
+                # What a reader routed behind the request it runs (this close() may be its
+                # handler) may answer a call a handler joined below waits on: queue it first.
+                self._queue_held()
             if self._pool is not None:
                 self._pool.shutdown()
                 self._pool.join(deadline)
