@@ -55,7 +55,9 @@ Rules it keeps:
   so two peers can never bounce error messages back and forth. Lines that do not even look like
   JSON (a banner on stdout) are counted and logged now and then, not answered.
 - A handler raising an ``acp_lite`` protocol error sends that error; any other exception sends
-  -32603 and is logged with its traceback. A handler whose request was cancelled (by
+  -32603 and is logged with its traceback. An error the peer answered to a call the handler made
+  stays the peer's: escaping the handler, it is answered -32603 with ``data`` naming that call's
+  method, code and message (a handler that wants to send a code raises a fresh error). A handler whose request was cancelled (by
   ``$/cancel_request`` or because the connection is closing) answers -32800 unless it returns a
   result anyway.
 """
@@ -650,9 +652,10 @@ class _FastPath:
 
 
 class _PendingCall:
-    __slots__ = ("future", "result_type", "direct", "may_read")
+    __slots__ = ("method", "future", "result_type", "direct", "may_read")
 
-    def __init__(self, future: Future, result_type: Any, direct: bool, may_read: bool):
+    def __init__(self, method: str, future: Future, result_type: Any, direct: bool, may_read: bool):
+        self.method = method
         self.future = future
         self.result_type = result_type
         # A future only call() waits on, with no done-callbacks: safe to settle on the reader.
@@ -1137,7 +1140,7 @@ class Connection:
         with self._lock:
             if self._closed:
                 raise self._closed_error()
-            self._pending[request_id] = _PendingCall(future, result_type, direct, may_read)
+            self._pending[request_id] = _PendingCall(method, future, result_type, direct, may_read)
             wake_reader = self._lent and self._borrower is None and not may_read
         try:
             self._transport.send(frame, awaited=True)
@@ -1332,8 +1335,18 @@ class Connection:
             self._answer(ctx, future.result(), None)
 
     def _answer_exception(self, ctx: RequestContext, exc: BaseException) -> None:
+        nested = getattr(exc, _ANSWER_TO, None)
         if ctx.cancel_token.is_cancelled:
-            error: AcpError = exc if isinstance(exc, RequestCancelled) else RequestCancelled()
+            error: AcpError = exc if isinstance(exc, RequestCancelled) and nested is None else RequestCancelled()
+        elif nested is not None:
+            # The peer's error to a call the handler made is not the handler's own answer: sent
+            # as it is, a -32601 for a nested call would read as "this method is not supported".
+            assert isinstance(exc, AcpError)
+            self._log.warning("%s: handler for %s let the error of its %s call escape: %s", self.name, ctx.method, nested, exc)
+            error = InternalError(
+                f"Internal error: {nested} failed with {exc.code}: {exc.message}",
+                data={"method": nested, "code": exc.code, "message": exc.message},
+            )
         elif isinstance(exc, ProtocolError):
             error = exc
         else:
@@ -1875,7 +1888,7 @@ class Connection:
                 value = _decode_payload(message.result, call.result_type)
             except AcpError as exc:
                 error = exc
-        self._settle_ordered(call, value, error, items)
+        self._settle_ordered(call, value, _received(error, call.method), items)
 
     def _settle_ordered(self, call: _PendingCall, value: Any, error: Optional[BaseException], items: List[Callback]) -> None:
         # Behind every callback that came before it: directly only when nothing is waiting.
@@ -1913,7 +1926,7 @@ class Connection:
         with self._lock:
             call = self._pending.pop(request_id, None)
         if call is not None:
-            self._settle_ordered(call, None, error, items)
+            self._settle_ordered(call, None, _received(error, call.method), items)
 
     def _on_end_of_stream(self) -> None:
         if not self._close_called:
@@ -1970,6 +1983,18 @@ def _decode_payload(data: Any, type_: Any) -> Any:
         raise
     except Exception as exc:
         raise InternalError(f"cannot decode a {getattr(type_, '__name__', type_)}: {exc}") from exc
+
+
+# The attribute that marks an error as the answer (received, or read from what the peer sent) to
+# one of our calls: the name of the call's method. Such an error escaping a handler is answered
+# -32603 naming it (see Connection._answer_exception), never passed off as the handler's own.
+_ANSWER_TO = "_acp_answer_to"
+
+
+def _received(error: Optional[BaseException], method: str) -> Optional[BaseException]:
+    if error is not None:
+        setattr(error, _ANSWER_TO, method)
+    return error
 
 
 def _error_from_object(error: Any) -> ProtocolError:
