@@ -50,7 +50,9 @@ Rules it keeps:
   is then forgotten and a late answer dropped), ``ConnectionClosed`` on end of stream or
   ``close()``, or cancellation through its future (which sends ``$/cancel_request``).
 - Bad input never stops the reader. Invalid JSON: -32700 with a null id (and when its first bytes
-  show it answers one of our calls, that call fails with ``ParseError``). Valid JSON that is not
+  show it answers one of our calls, that call fails with ``ParseError``). Valid JSON that cannot
+  be decoded (a lone surrogate in a string) and holds a request with a readable id: -32600 with
+  that id. Valid JSON that is not
   a JSON-RPC message: -32600 (id echoed when readable). Responses never get a reply, valid or not,
   so two peers can never bounce error messages back and forth. Lines that do not even look like
   JSON (a banner on stdout) are counted and logged now and then, not answered.
@@ -64,6 +66,7 @@ Rules it keeps:
 import collections
 import functools
 import itertools
+import json
 import logging
 import re
 import threading
@@ -1742,7 +1745,12 @@ class Connection:
         text = frame.strip()
         if not text:
             return  # a blank line between messages
-        if text[:1] in (b"{", b"["):
+        readable = _read_leniently(text) if text[:1] == b"{" else None
+        if isinstance(readable, dict) and isinstance(readable.get("method"), str) and _sendable_id(readable.get("id")):
+            # Valid JSON that msgspec cannot decode (a lone surrogate such as "\ud800" in a
+            # string): a request whose id is readable is answered with its id.
+            self._reject(readable["id"], f"valid JSON that cannot be decoded ({exc})", None)
+        elif text[:1] in (b"{", b"["):
             self.stats.parse_errors += 1
             self._complain("parse", "%s: invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, exc)
             self._send_frame(self._encode_error(None, ParseError(f"Parse error: {exc}")))
@@ -1949,6 +1957,25 @@ class Connection:
         for call in pending.values():
             _settle(call.future, None, self._close_error)
         self._run_closing(None)
+
+
+def _sendable_id(value: Any) -> bool:
+    # A valid id that can be written back (not a string holding a lone surrogate itself).
+    if type(value) is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    return _valid_id(value)
+
+
+def _read_leniently(text: bytes) -> Any:
+    """A line msgspec refused, as Python's json module reads it (it accepts lone surrogates), or
+    None if that fails too. Only for the rare lines that take this path."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _check_method_name(method: str) -> None:
