@@ -557,7 +557,11 @@ class RemoteAgent:
 
         def answered(_: Any = None) -> None:
             with self._lock:
-                self._permissions.get(params.session_id, set()).discard(ctx)
+                pending = self._permissions.get(params.session_id)
+                if pending is not None:
+                    pending.discard(ctx)
+                    if not pending:  # no empty set kept per session that ever asked
+                        del self._permissions[params.session_id]
 
         try:
             answer = self.client.request_permission(params)
