@@ -358,7 +358,13 @@ class Transport:
             self._partial.append(bytes(view[start:size]))
             self._partial_size += size - start
             if self._partial_size > self.max_message_size:
-                head = b"".join(self._partial)[:_OVERSIZED_HEAD]
+                # The head from the first pieces alone: joining all that was held (up to the
+                # limit) only to cut its start would cost the limit a second time.
+                head = b""
+                for piece in self._partial:
+                    head += piece[: _OVERSIZED_HEAD - len(head)]
+                    if len(head) >= _OVERSIZED_HEAD:
+                        break
                 self._discarding = OversizedFrame(self._partial_size, head)
                 self._partial = []
                 self._partial_size = 0
