@@ -1057,8 +1057,8 @@ class Connection:
     def call(self, method: str, params: Any = None, result_type: Any = Any, timeout: Optional[float] = None) -> Any:
         """Send a request and block until its answer; return the result decoded into
         ``result_type``. Raises the peer's error (an ``acp_lite`` ``ProtocolError``),
-        ``CallTimeout`` after ``timeout`` seconds (the peer is sent ``$/cancel_request`` and a
-        late answer is dropped), or ``ConnectionClosed``. Any thread, but not from a callback
+        ``CallTimeout`` after ``timeout`` seconds, sending included (the peer is sent
+        ``$/cancel_request`` and a late answer is dropped), or ``ConnectionClosed``. Any thread, but not from a callback
         (on the delivery thread, the reader delivering in its stead, or the host thread in host
         mode): there it raises ``UsageError`` (use ``call_future``). Without a timeout and off
         the main thread, the waiting thread may read the connection itself (its own answer, and
@@ -1071,13 +1071,14 @@ class Connection:
         # the middle of reading: only other threads read their own answers.
         on_main_thread = threading.current_thread() is threading.main_thread()
         may_read = timeout is None and not on_main_thread
-        request_id = self._send_request(method, params, result_type, future, True, may_read)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        request_id = self._send_request(method, params, result_type, future, True, may_read, timeout)
         if may_read and self._borrow_reading():
             self._read_own_answer(request_id)
         try:
-            if timeout is None and on_main_thread:
-                return _wait_seeing_signals(future)
-            return future.result(timeout)
+            if deadline is None:
+                return _wait_seeing_signals(future) if on_main_thread else future.result()
+            return future.result(max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             if not self._forget(request_id):
                 return future.result()  # the answer arrived meanwhile and is being settled
@@ -1134,7 +1135,14 @@ class Connection:
         self._transport.send(self._encode_outgoing(_OutNotification("2.0", method, params)))
 
     def _send_request(
-        self, method: str, params: Any, result_type: Any, future: Future, direct: bool, may_read: bool
+        self,
+        method: str,
+        params: Any,
+        result_type: Any,
+        future: Future,
+        direct: bool,
+        may_read: bool,
+        timeout: Optional[float] = None,
     ) -> int:
         _check_method_name(method)
         request_id = next(self._ids)
@@ -1146,7 +1154,10 @@ class Connection:
             self._pending[request_id] = _PendingCall(method, future, result_type, direct, may_read)
             wake_reader = self._lent and self._borrower is None and not may_read
         try:
-            self._transport.send(frame, awaited=True)
+            self._transport.send(frame, awaited=True, timeout=timeout)
+        except CallTimeout:  # no room to send: the request never went out
+            self._forget(request_id)
+            raise CallTimeout(f"{method}: could not be sent within {timeout} s (the peer is not reading)") from None
         except ConnectionClosed:
             self._forget(request_id)
             raise
@@ -1169,9 +1180,13 @@ class Connection:
             self._send_cancel_request(request_id)
 
     def _send_cancel_request(self, request_id: int) -> None:
+        # Never blocks: a peer too far behind to take it (no room to send) is not listening.
+        if self._closed:
+            return
         try:
-            self.notify(CANCEL_REQUEST_METHOD, {"requestId": request_id})
-        except ConnectionClosed:
+            frame = self._encode_outgoing(_OutNotification("2.0", CANCEL_REQUEST_METHOD, {"requestId": request_id}))
+            self._transport.send(frame, timeout=0)
+        except (ConnectionClosed, CallTimeout):
             pass
 
     def _closed_error(self) -> ConnectionClosed:
