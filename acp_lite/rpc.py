@@ -59,6 +59,7 @@ Rules it keeps:
   ``$/cancel_request`` or because the connection is closing) answers -32800 unless it returns a
   result anyway.
 """
+import collections
 import functools
 import itertools
 import logging
@@ -67,7 +68,7 @@ import threading
 import time
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import msgspec
 from msgspec import UNSET, Raw, Struct
@@ -124,6 +125,8 @@ _SCALAR_PARAMS = (str, bytes, int, float)
 # Repeated complaints about the peer's input (noise lines, parse errors, oversized frames) are
 # logged at most once per this many seconds, with a running count.
 _COMPLAINT_INTERVAL = 5.0
+
+_delivery_log = logging.getLogger("acp_lite.delivery")
 
 
 # -- cancellation and request context ------------------------------------------------------------
@@ -246,7 +249,6 @@ class _CallbackQueue:
         self._finished = False
         self.owner: Optional[int] = None
         self.stand_in: Optional[int] = None
-        self.wakeup: Optional[Callable[[], Any]] = None
 
     def put(self, items: List[Callback]) -> None:
         with self._cond:
@@ -255,8 +257,6 @@ class _CallbackQueue:
             self.unfinished += len(items)
             if was_empty and not self._running:  # else done() wakes the delivering thread
                 self._cond.notify()
-        if was_empty and self.wakeup is not None:
-            _call_wakeup(self.wakeup)
 
     def take(self, max_items: Optional[int], block: bool) -> Optional[List[Callback]]:
         """The next callbacks to run, with the delivery role until ``done`` (empty list if none
@@ -309,7 +309,7 @@ def _call_wakeup(wakeup: Callable[[], Any]) -> None:
     try:
         wakeup()
     except Exception:
-        logging.getLogger("acp_lite.rpc").exception("host wakeup function failed")
+        _delivery_log.exception("host wakeup function failed")
 
 
 def _run_callbacks(items: List[Callback], logger: logging.Logger) -> None:
@@ -318,6 +318,40 @@ def _run_callbacks(items: List[Callback], logger: logging.Logger) -> None:
             fn(arg)
         except Exception:
             logger.exception("callback %r failed", fn)
+
+
+class _Expand:
+    """Marks a host-queue item that is not an application callback but work that turns into
+    some (decoding a block of a burst, releasing read-ahead): ``fn(arg)`` returns the callbacks
+    that take its place at the front of the queue, and a pump does not count it."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[Any], List[Callback]]):
+        self.fn = fn
+
+
+class _HostLane:
+    """One connection's place in a ``HostDelivery``: what it puts there, what it has queued and
+    not yet run (``unfinished``), and whether it is closed (then nothing of it runs any more)."""
+
+    __slots__ = ("_delivery", "unfinished", "closed", "stand_in")
+
+    def __init__(self, delivery: "HostDelivery"):
+        self._delivery = delivery
+        self.unfinished = 0
+        self.closed = False
+        self.stand_in: Optional[int] = None  # (no reader delivers in the host's stead)
+
+    @property
+    def owner(self) -> Optional[int]:
+        return self._delivery._owner
+
+    def put(self, items: List[Callback]) -> None:
+        self._delivery._put(self, items)
+
+    def has_items(self) -> bool:
+        return self.unfinished > 0
 
 
 class HostDelivery:
@@ -335,47 +369,129 @@ class HostDelivery:
     The host thread is the thread that creates the object (or ``host_thread``). A blocking
     ``Connection.call`` on that thread raises ``UsageError`` (its answer would wait for a pump
     that cannot happen); use ``call_future`` there.
+
+    A callback that raises is reported to ``on_error(exc)`` on the host thread (default: logged
+    with its traceback to the ``acp_lite.delivery`` logger); the callbacks after it still run.
+    Once a connection is closed, nothing more of it is delivered: its waiting callbacks are
+    dropped (the answers among them fail their futures with ``ConnectionClosed``).
     """
 
-    def __init__(self, host_thread: Optional[threading.Thread] = None):
+    def __init__(
+        self,
+        host_thread: Optional[threading.Thread] = None,
+        *,
+        on_error: Optional[Callable[[BaseException], Any]] = None,
+    ):
+        self._owner = (host_thread or threading.current_thread()).ident
+        self._on_error = on_error
+        self._lock = threading.Lock()
+        self._items: Deque[Tuple[_HostLane, Any, Any]] = collections.deque()
         self._pumping = False
-        self._queue = _CallbackQueue()
-        self._queue.owner = (host_thread or threading.current_thread()).ident
-        self._logger = logging.getLogger("acp_lite.rpc")
+        self._wakeup: Optional[Callable[[], Any]] = None
 
     def set_wakeup(self, fn: Optional[Callable[[], Any]]) -> None:
         """Call ``fn()`` (from any thread; keep it quick) whenever work starts waiting. Any thread."""
-        self._queue.wakeup = fn
-        if fn is not None and self._queue.has_items():
+        self._wakeup = fn
+        if fn is not None and self._items:
             _call_wakeup(fn)
 
     @property
     def has_work(self) -> bool:
         """True while callbacks are waiting for a pump. Any thread."""
-        return self._queue.has_items()
+        return bool(self._items)
 
-    def pump(self, max_items: Optional[int] = None) -> int:
-        """Run up to ``max_items`` waiting callbacks (all if None) in order; how many ran. One
-        callback may deliver several messages that arrived together (a block of up to 64 KiB of
-        a burst, decoded here). Host thread only. A pump from inside a callback returns 0
-        (running later callbacks there would overtake the rest of the outer pump's)."""
-        if threading.get_ident() != self._queue.owner:
+    def pump(self, max_items: Optional[int] = None, budget: Optional[float] = None) -> int:
+        """Run waiting callbacks in order, on this (the host) thread; return how many ran.
+
+        One item is one callback: one notification's handler, one request's handler, or the
+        settling of one answered ``call_future`` (with its done-callbacks). ``max_items`` caps
+        how many run (all that wait if None); ``budget`` (seconds) stops the pump at the first
+        callback boundary once that much time has passed (at least one callback runs if any
+        waits), so a host loop can bound its pumps however fast the peer sends. A pump from
+        inside a callback returns 0 (running later callbacks there would overtake the rest of
+        the outer pump's). Host thread only.
+        """
+        if threading.get_ident() != self._owner:
             raise UsageError("HostDelivery.pump() must be called on the host thread")
+        if max_items is not None and (type(max_items) is not int or max_items < 0):
+            raise UsageError(f"max_items must be None or an int >= 0, not {max_items!r}")
+        if budget is not None and not budget >= 0:  # (also refuses NaN)
+            raise UsageError(f"budget must be None or a number of seconds >= 0, not {budget!r}")
         if self._pumping:
             return 0
-        items = self._queue.take(max_items, block=False)
-        if not items:
-            return 0
+        deadline = None if budget is None else time.monotonic() + budget
+        ran = 0
         self._pumping = True
         try:
-            _run_callbacks(items, self._logger)
+            while max_items is None or ran < max_items:
+                with self._lock:
+                    if not self._items:
+                        break
+                    lane, fn, arg = self._items.popleft()
+                if type(fn) is _Expand:
+                    self._expand(lane, fn, arg)
+                    continue
+                try:
+                    fn(arg)
+                except Exception as exc:
+                    self._report(exc)
+                finally:
+                    with self._lock:
+                        lane.unfinished -= 1
+                ran += 1
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
         finally:
             self._pumping = False
-            self._queue.done(len(items))
-        wakeup = self._queue.wakeup
-        if wakeup is not None and self._queue.has_items():
+        wakeup = self._wakeup
+        if wakeup is not None and self._items:
             _call_wakeup(wakeup)
-        return len(items)
+        return ran
+
+    def _expand(self, lane: _HostLane, marker: _Expand, arg: Any) -> None:
+        try:
+            items = marker.fn(arg)
+        except Exception:
+            _delivery_log.exception("routing a block of messages failed")
+            items = []
+        with self._lock:
+            lane.unfinished -= 1
+            if lane.closed or not items:
+                return
+            lane.unfinished += len(items)
+            self._items.extendleft((lane, fn, item_arg) for fn, item_arg in reversed(items))
+
+    def _report(self, exc: Exception) -> None:
+        if self._on_error is None:
+            _delivery_log.error("callback failed", exc_info=exc)
+            return
+        try:
+            self._on_error(exc)
+        except Exception:
+            _delivery_log.exception("the on_error hook failed on %r", exc)
+
+    def _lane(self) -> _HostLane:
+        return _HostLane(self)
+
+    def _put(self, lane: _HostLane, items: List[Callback]) -> None:
+        with self._lock:
+            if lane.closed:
+                return
+            was_empty = not self._items
+            lane.unfinished += len(items)
+            self._items.extend((lane, fn, arg) for fn, arg in items)
+        if was_empty and self._wakeup is not None:
+            _call_wakeup(self._wakeup)
+
+    def _close_lane(self, lane: _HostLane) -> List[Tuple[Any, Any]]:
+        """Drop what ``lane`` still has waiting; returns the dropped ``(fn, arg)`` pairs."""
+        with self._lock:
+            lane.closed = True
+            dropped = [(fn, arg) for owner, fn, arg in self._items if owner is lane]
+            if dropped:
+                self._items = collections.deque(item for item in self._items if item[0] is not lane)
+                lane.unfinished -= len(dropped)
+        return dropped
 
 
 # -- worker threads --------------------------------------------------------------------------------
@@ -689,7 +805,9 @@ class Connection:
         self._transport = transport
         self._log = logger or logging.getLogger("acp_lite.rpc")
         self._host = delivery
-        self._queue = delivery._queue if delivery is not None else _CallbackQueue()
+        self._queue = delivery._lane() if delivery is not None else _CallbackQueue()
+        self._expand_block_item = _Expand(self._expand_block)
+        self._release_item = _Expand(self._release_expanded)
         self._pool = None if delivery is not None else _WorkerPool(name, self._log)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -859,6 +977,8 @@ class Connection:
             self._lend_over.set()  # a reader that lent the reading takes it back, and stops
             for call in pending.values():
                 _settle(call.future, None, self._close_error)
+            if self._host is not None:
+                self._drop_host_items()
             self._run_closing(None)
             if self._pool is not None:
                 self._pool.shutdown()
@@ -882,6 +1002,15 @@ class Connection:
                 thread.join(max(0.0, deadline - time.monotonic()))
         if self._pool is not None:
             self._pool.join(deadline)
+
+    def _drop_host_items(self) -> None:
+        # close() in host mode: nothing more of this connection is delivered; answers that were
+        # waiting for a pump fail their futures instead (requests left unstarted are refused
+        # by _refuse_unstarted).
+        assert self._host is not None and isinstance(self._queue, _HostLane)
+        for fn, arg in self._host._close_lane(self._queue):
+            if fn is _settle_item:
+                _settle(arg[0], None, self._close_error)
 
     def _refuse_unstarted(self) -> None:
         # close(), just before the transport closes: requests still queued behind a callback
@@ -1255,8 +1384,13 @@ class Connection:
             # decodes it block by block, so that the reader is back at reading at once and
             # decoded values do not wait in the queue. In host mode too: decoding here would hold
             # the GIL, and so the host's thread, all the same, and cost hand-offs besides.
-            self._add_read_ahead(_burst_size(blocks))
-            queue.put([(self._deliver_blocks, [block]) for block in blocks])
+            size = _burst_size(blocks)
+            self._add_read_ahead(size)
+            if self._host is None:
+                queue.put([(self._deliver_blocks, [block]) for block in blocks])
+            else:
+                # Expanded into one item per message as the host pumps (see HostDelivery.pump).
+                queue.put([(self._expand_block_item, block) for block in blocks] + [(self._release_item, size)])
             return True
         items: List[Callback] = []
         block = blocks[0]
@@ -1268,7 +1402,7 @@ class Connection:
             # until a pump has run its last callback.
             size = _burst_size(blocks)
             self._add_read_ahead(size)
-            items[-1] = (self._release_after, (items[-1], size))
+            items.append((self._release_item, size))
             queue.put(items)
         elif threading.current_thread() is self._reader:
             self._held = items  # delivered once its requests started (see _run_here)
@@ -1439,14 +1573,28 @@ class Connection:
         with self._read_ahead_cond:
             self._read_ahead += size
 
-    def _release_after(self, job: Tuple[Callback, int]) -> None:
-        # Host thread: the last callback of a read, after which that read's bytes are released
-        # (as the same callback, so that what pump() counts is only the application's).
-        callback, size = job
-        try:
-            _run_callbacks([callback], self._log)
-        finally:
-            self._release_read_ahead(size)
+    def _release_expanded(self, size: int) -> List[Callback]:
+        # Host thread, as an item after the last callback of a read: that read's bytes are released.
+        self._release_read_ahead(size)
+        return []
+
+    def _expand_block(self, block: Any) -> List[Callback]:
+        """Host thread: a block of a burst becomes one callback per message, which take its place
+        in the queue (so that a pump counts, and stops between, messages)."""
+        items: List[Callback] = []
+        fast = self._fast
+        assert fast is not None
+        envelopes = self._decode_block(block, fast)
+        if envelopes is None:
+            self._route_frames(block.split(b"\n") if type(block) is bytes else (block,), items)
+            return items
+        for envelope in envelopes:
+            handler = fast.handlers.get(type(envelope))
+            if handler is not None:
+                items.append((handler, envelope.params))
+            else:
+                self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, None)
+        return items
 
     def _release_read_ahead(self, size: int) -> None:
         # The delivery (or host) thread, once it has routed and run what ``size`` bytes brought.

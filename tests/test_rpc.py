@@ -526,17 +526,128 @@ def test_pump_max_items_leaves_the_rest_and_wakes_again():
     seen: List[int] = []
     host.on_notification("x/n", seen.append)
     host.start()
-    for i in range(5):  # one at a time: lines read together may make one item (a block of a burst)
-        peer.send({"jsonrpc": "2.0", "method": "x/n", "params": [i]})
-        wait_for(lambda: delivery._queue.unfinished == i + 1)
-    assert delivery.has_work
+    peer.send(*({"jsonrpc": "2.0", "method": "x/n", "params": [i]} for i in range(5)))  # one read
+    wait_for(lambda: delivery.has_work)
     before = len(wakeups)
     assert delivery.pump(max_items=2) == 2
+    assert seen == [[0], [1]]
     assert len(wakeups) == before + 1  # work left behind: woken again
-    delivery.pump()
+    assert delivery.pump() == 3
     assert seen == [[0], [1], [2], [3], [4]] and not delivery.has_work
     host.close()
     peer.close()
+
+
+def host_with_notes(delivery: HostDelivery, record) -> "tuple[Connection, RawPeer]":
+    peer = RawPeer()
+    host = Connection(peer.transport_for_connection, delivery=delivery, name="host")
+    host.on_notification("x/n", record)
+    host.start()
+    return host, peer
+
+
+def notes(count: int, text: str = "") -> List[Any]:
+    return [{"jsonrpc": "2.0", "method": "x/n", "params": [i, text]} for i in range(count)]
+
+
+def test_pump_counts_messages_even_in_a_burst_decoded_in_blocks():
+    delivery = HostDelivery()
+    seen: List[Any] = []
+    host, peer = host_with_notes(delivery, lambda params: seen.append(params[0]))
+    peer.send(*notes(2000, "x" * 100))  # ~250 KB in one write: a burst of several blocks
+    wait_for(lambda: delivery.has_work)
+    for expected in range(10):
+        assert delivery.pump(max_items=1) == 1
+        assert len(seen) == expected + 1
+    while len(seen) < 2000:
+        delivery.pump()
+    assert seen == list(range(2000)) and not delivery.has_work
+    host.close()
+    peer.close()
+
+
+def test_pump_budget_stops_at_the_first_callback_boundary_past_it():
+    delivery = HostDelivery()
+    seen: List[Any] = []
+
+    def slow(params):
+        seen.append(params[0])
+        time.sleep(0.05)  # longer than the budget
+
+    host, peer = host_with_notes(delivery, slow)
+    peer.send(*notes(5))
+    wait_for(lambda: delivery.has_work)
+    assert delivery.pump(budget=0.01) == 1  # one callback runs, and the budget is spent
+    assert delivery.pump(budget=0) == 1  # a budget of zero still runs one
+    assert seen == [0, 1]
+    assert delivery.pump(budget=60) == 3  # quick enough: everything that waits
+    assert seen == [0, 1, 2, 3, 4] and not delivery.has_work
+    host.close()
+    peer.close()
+
+
+@pytest.mark.parametrize("bad", [{"max_items": -1}, {"max_items": 1.5}, {"budget": -0.1}, {"budget": float("nan")}])
+def test_pump_refuses_nonsense_limits(bad):
+    with pytest.raises(UsageError):
+        HostDelivery().pump(**bad)
+
+
+def test_a_failing_host_callback_goes_to_on_error_and_the_next_still_run(capfd):
+    errors: List[Any] = []
+    delivery = HostDelivery(on_error=lambda exc: errors.append((exc, threading.current_thread())))
+    seen: List[Any] = []
+
+    def record(params):
+        seen.append(params[0])
+        if params[0] == 1:
+            raise ValueError("boom")
+
+    host, peer = host_with_notes(delivery, record)
+    peer.send(*notes(3))
+    wait_for(lambda: delivery.has_work)
+    assert delivery.pump() == 3
+    assert seen == [0, 1, 2]
+    assert [(str(exc), thread) for exc, thread in errors] == [("boom", threading.current_thread())]
+    host.close()
+    peer.close()
+    assert capfd.readouterr().err == ""  # nothing written into the host
+
+
+def test_a_failing_host_callback_is_logged_to_acp_lite_delivery_by_default(caplog):
+    delivery = HostDelivery()
+    host, peer = host_with_notes(delivery, lambda params: 1 / 0)
+    peer.send(*notes(2))
+    wait_for(lambda: delivery.has_work)
+    with caplog.at_level(logging.ERROR, logger="acp_lite.delivery"):
+        assert delivery.pump() == 2
+    failures = [r for r in caplog.records if r.name == "acp_lite.delivery"]
+    assert len(failures) == 2 and all(r.exc_info[0] is ZeroDivisionError for r in failures)
+    host.close()
+    peer.close()
+
+
+def test_after_close_nothing_more_of_that_connection_is_delivered():
+    delivery = HostDelivery()
+    seen: List[Any] = []
+    closing, other = RawPeer(), RawPeer()
+    host = Connection(closing.transport_for_connection, delivery=delivery, name="closing")
+    kept = Connection(other.transport_for_connection, delivery=delivery, name="kept")
+    for connection in (host, kept):
+        connection.on_notification("x/n", lambda params, name=connection.name: seen.append((name, params[0])))
+        connection.start()
+    asked = host.call_future("x/ask")
+    request = closing.recv()
+    closing.send({"jsonrpc": "2.0", "id": request["id"], "result": 1}, *notes(2))  # answered: waits for a pump
+    wait_for(lambda: delivery.has_work)
+    host.close()
+    assert not delivery.has_work and delivery.pump() == 0 and seen == []
+    assert isinstance(asked.exception(WAIT), ConnectionClosed)
+    other.send(*notes(1))  # a connection sharing the delivery is not affected
+    wait_for(lambda: delivery.has_work)
+    assert delivery.pump() == 1 and seen == [("kept", 0)]
+    kept.close()
+    closing.close()
+    other.close()
 
 
 # -- cancellation ----------------------------------------------------------------------------------
@@ -855,9 +966,8 @@ def test_a_pump_inside_a_callback_runs_nothing():
 
     host.on_notification("x/n", on_note)
     host.start()
-    for i in range(3):
-        peer.send({"jsonrpc": "2.0", "method": "x/n", "params": [i]})
-    wait_for(lambda: delivery._queue.unfinished == 3)
+    peer.send(*({"jsonrpc": "2.0", "method": "x/n", "params": [i]} for i in range(3)))  # one read
+    wait_for(lambda: delivery.has_work)
     assert delivery.pump() == 3
     assert seen == [[0], [1], [2]] and nested == [0, 0, 0]
     host.close()
