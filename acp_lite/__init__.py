@@ -9,8 +9,17 @@ Layers, bottom up; each knows nothing of the ones above it:
 - ``rpc``     JSON-RPC 2.0 connection: reader thread, correlation table, handler dispatch,
               host-thread delivery, cancellation. Knows nothing of ACP methods.
 - ``agent`` / ``client``  the two sides of ACP v1 on top of ``rpc``.
+
+A library never prints: every module logs to a child of the ``acp_lite`` logger (``acp_lite.rpc``,
+``acp_lite.delivery``, ...), which holds a ``NullHandler``, so without logging configured by the
+application nothing reaches stderr (Python's last-resort handler would print warnings there,
+which an editor embedding us shows as errors).
 """
+import logging
+
 __version__ = "0.1.0"
+
+logging.getLogger("acp_lite").addHandler(logging.NullHandler())
 
 from .agent import Agent, PromptTurn, RemoteClient, serve, serve_stdio
 from .client import Client, RemoteAgent

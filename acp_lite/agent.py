@@ -5,9 +5,9 @@ never advertises it. Capabilities are derived from what you override (``load_ses
 ``loadSession``, ``list_sessions`` gives ``sessionCapabilities.list``, ``logout`` gives
 ``auth.logout``, ...), so the initialize response cannot claim a method the agent lacks.
 
-Inside a handler, ``self.client`` is a ``RemoteClient``: typed, blocking calls to the editor
-(permission, files, terminals, elicitation) that refuse, before anything is sent, a method the
-editor did not advertise. A prompt handler gets a ``PromptTurn``: it sends updates for its session
+Inside a handler, ``self.client`` is a ``RemoteClient``: typed calls to the editor (permission,
+files, terminals, elicitation), each blocking (with a ``timeout``) or as a ``<method>_future``,
+that refuse, before anything is sent, a method the editor did not advertise. A prompt handler gets a ``PromptTurn``: it sends updates for its session
 and tells the handler when the turn is cancelled (by ``session/cancel``, ``session/close``,
 ``$/cancel_request`` or the connection closing). Once cancelled, whatever the handler raises, or a
 ``"cancelled"`` return, becomes the ``cancelled`` stop reason, never an error.
@@ -18,10 +18,11 @@ host-thread delivery) and may block; ``RemoteClient`` methods may be called from
 import logging
 import threading
 from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Dict, List, Optional, Sequence, Set, Union
 
-from .errors import CapabilityError, MethodNotFound, RequestCancelled, UsageError
-from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, bind_handlers, extension_name
+from .errors import CallTimeout, CapabilityError, MethodNotFound, RequestCancelled, UsageError
+from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, Request, bind_handlers, extension_name
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
     AGENT_METHODS,
@@ -36,10 +37,12 @@ from .schema import (
     CreateElicitationResponse,
     CreateTerminalRequest,
     CreateTerminalResponse,
+    EnvVariable,
     Implementation,
     InitializeRequest,
     InitializeResponse,
     KillTerminalRequest,
+    KillTerminalResponse,
     LogoutCapabilities,
     McpCapabilities,
     PermissionOption,
@@ -49,6 +52,7 @@ from .schema import (
     ReadTextFileRequest,
     ReadTextFileResponse,
     ReleaseTerminalRequest,
+    ReleaseTerminalResponse,
     RequestPermissionRequest,
     RequestPermissionResponse,
     SessionAdditionalDirectoriesCapabilities,
@@ -64,6 +68,7 @@ from .schema import (
     WaitForTerminalExitRequest,
     WaitForTerminalExitResponse,
     WriteTextFileRequest,
+    WriteTextFileResponse,
     CompleteElicitationNotification,
 )
 from .updates import variant_tag
@@ -161,7 +166,8 @@ class RemoteClient:
     """The agent's typed handle on the editor. Every method may be called from any thread.
 
     Methods that need a capability the client did not advertise raise ``CapabilityError`` before
-    anything is sent. Blocking methods raise the client's error as an ``AcpError``.
+    anything is sent. Blocking methods raise the client's error as an ``AcpError``; their
+    ``_future`` twins settle with it.
     """
 
     def __init__(self, connection: Connection):
@@ -203,6 +209,10 @@ class RemoteClient:
         self.connection.notify(extension_name(method), params)
 
     # -- requests -----------------------------------------------------------------------------
+    # Every request comes twice (see ``peer``): ``x(..., timeout=None)`` blocks, raising
+    # ``CallTimeout`` after ``timeout`` seconds (the client is sent ``$/cancel_request``);
+    # ``x_future(...)`` does not. Made from a prompt handler's thread, either is cancelled with
+    # the turn (the blocking form then raises ``RequestCancelled``).
     def request_permission(
         self,
         session_id: str,
@@ -210,21 +220,41 @@ class RemoteClient:
         options: Sequence[PermissionOption],
         *,
         meta: Optional[Dict[str, Any]] = None,
+        timeout: Optional[float] = None,
     ) -> RequestPermissionResponse:
-        params = RequestPermissionRequest(session_id=session_id, tool_call=tool_call, options=list(options), meta=meta)
-        return self._call("session/request_permission", params)
+        return self._wait(self._permission_request(session_id, tool_call, options, meta), timeout)
+
+    def request_permission_future(
+        self,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: Sequence[PermissionOption],
+        *,
+        meta: Optional[Dict[str, Any]] = None,
+    ) -> "Future[RequestPermissionResponse]":
+        return self._start(self._permission_request(session_id, tool_call, options, meta))
 
     def read_text_file(
-        self, session_id: str, path: str, line: Optional[int] = None, limit: Optional[int] = None
+        self,
+        session_id: str,
+        path: str,
+        line: Optional[int] = None,
+        limit: Optional[int] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> ReadTextFileResponse:
-        if not (self.capabilities.fs and self.capabilities.fs.read_text_file):
-            raise CapabilityError("the client did not advertise fs.readTextFile")
-        return self._call("fs/read_text_file", ReadTextFileRequest(session_id=session_id, path=path, line=line, limit=limit))
+        return self._wait(self._read_request(session_id, path, line, limit), timeout)
 
-    def write_text_file(self, session_id: str, path: str, content: str) -> None:
-        if not (self.capabilities.fs and self.capabilities.fs.write_text_file):
-            raise CapabilityError("the client did not advertise fs.writeTextFile")
-        self._call("fs/write_text_file", WriteTextFileRequest(session_id=session_id, path=path, content=content))
+    def read_text_file_future(
+        self, session_id: str, path: str, line: Optional[int] = None, limit: Optional[int] = None
+    ) -> "Future[ReadTextFileResponse]":
+        return self._start(self._read_request(session_id, path, line, limit))
+
+    def write_text_file(self, session_id: str, path: str, content: str, *, timeout: Optional[float] = None) -> WriteTextFileResponse:
+        return self._wait(self._write_request(session_id, path, content), timeout)
+
+    def write_text_file_future(self, session_id: str, path: str, content: str) -> "Future[WriteTextFileResponse]":
+        return self._start(self._write_request(session_id, path, content))
 
     def create_terminal(
         self,
@@ -234,10 +264,116 @@ class RemoteClient:
         env: Optional[Dict[str, str]] = None,
         cwd: Optional[str] = None,
         output_byte_limit: Optional[int] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> CreateTerminalResponse:
-        self._require_terminal()
-        from .schema import EnvVariable
+        return self._wait(self._create_terminal_request(session_id, command, args, env, cwd, output_byte_limit), timeout)
 
+    def create_terminal_future(
+        self,
+        session_id: str,
+        command: str,
+        args: Sequence[str] = (),
+        env: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        output_byte_limit: Optional[int] = None,
+    ) -> "Future[CreateTerminalResponse]":
+        return self._start(self._create_terminal_request(session_id, command, args, env, cwd, output_byte_limit))
+
+    def terminal_output(self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None) -> TerminalOutputResponse:
+        return self._wait(self._terminal_request("terminal/output", TerminalOutputRequest, session_id, terminal_id), timeout)
+
+    def terminal_output_future(self, session_id: str, terminal_id: str) -> "Future[TerminalOutputResponse]":
+        return self._start(self._terminal_request("terminal/output", TerminalOutputRequest, session_id, terminal_id))
+
+    def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> WaitForTerminalExitResponse:
+        """Wait until the command exits; ``timeout`` bounds the wait (the terminal runs on)."""
+        request = self._terminal_request("terminal/wait_for_exit", WaitForTerminalExitRequest, session_id, terminal_id)
+        return self._wait(request, timeout)
+
+    def wait_for_terminal_exit_future(self, session_id: str, terminal_id: str) -> "Future[WaitForTerminalExitResponse]":
+        request = self._terminal_request("terminal/wait_for_exit", WaitForTerminalExitRequest, session_id, terminal_id)
+        return self._start(request)
+
+    def kill_terminal(self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None) -> KillTerminalResponse:
+        return self._wait(self._terminal_request("terminal/kill", KillTerminalRequest, session_id, terminal_id), timeout)
+
+    def kill_terminal_future(self, session_id: str, terminal_id: str) -> "Future[KillTerminalResponse]":
+        return self._start(self._terminal_request("terminal/kill", KillTerminalRequest, session_id, terminal_id))
+
+    def release_terminal(self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None) -> ReleaseTerminalResponse:
+        return self._wait(self._terminal_request("terminal/release", ReleaseTerminalRequest, session_id, terminal_id), timeout)
+
+    def release_terminal_future(self, session_id: str, terminal_id: str) -> "Future[ReleaseTerminalResponse]":
+        return self._start(self._terminal_request("terminal/release", ReleaseTerminalRequest, session_id, terminal_id))
+
+    def create_elicitation(self, params: CreateElicitationRequest, *, timeout: Optional[float] = None) -> CreateElicitationResponse:
+        """Ask the user for input in a mode (``form`` or ``url``) the client advertised."""
+        return self._wait(self._elicitation_request(params), timeout)
+
+    def create_elicitation_future(self, params: CreateElicitationRequest) -> "Future[CreateElicitationResponse]":
+        return self._start(self._elicitation_request(params))
+
+    def ext_method(self, method: str, params: Any = None, *, timeout: Optional[float] = None) -> Any:
+        """Call an extension (``_``-prefixed) method; returns its raw JSON result."""
+        return self._wait(Request(extension_name(method), params, Any), timeout)
+
+    def ext_method_future(self, method: str, params: Any = None) -> Future:
+        return self._start(Request(extension_name(method), params, Any))
+
+    # -- the requests, checked and built ------------------------------------------------------
+    def _wait(self, request: Request, timeout: Optional[float]) -> Any:
+        self.connection.refuse_blocking_here(request.method)
+        future = self._start(request)
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            if future.cancel():  # sends $/cancel_request; a late answer is dropped
+                raise CallTimeout(f"{request.method}: no answer within {timeout} s") from None
+            return future.result()  # the answer arrived meanwhile
+        except CancelledError:
+            raise RequestCancelled(f"{request.method} was cancelled with the prompt turn") from None
+
+    def _start(self, request: Request) -> Future:
+        future = self.connection.call_future(request.method, request.params, request.result_type)
+        turn = getattr(_current_turn, "value", None)
+        if turn is not None and turn._track(future) and not future.cancelled():
+            # The turn was cancelled and the answer had already come: cancelled all the same.
+            future = Future()
+            future.cancel()
+        return future
+
+    def _request(self, method: str, params: Any) -> Request:
+        return Request(method, params, CLIENT_METHODS[method].result_type)
+
+    def _permission_request(
+        self, session_id: str, tool_call: ToolCallUpdate, options: Sequence[PermissionOption], meta: Optional[Dict[str, Any]]
+    ) -> Request:
+        params = RequestPermissionRequest(session_id=session_id, tool_call=tool_call, options=list(options), meta=meta)
+        return self._request("session/request_permission", params)
+
+    def _read_request(self, session_id: str, path: str, line: Optional[int], limit: Optional[int]) -> Request:
+        if not (self.capabilities.fs and self.capabilities.fs.read_text_file):
+            raise CapabilityError("the client did not advertise fs.readTextFile")
+        return self._request("fs/read_text_file", ReadTextFileRequest(session_id=session_id, path=path, line=line, limit=limit))
+
+    def _write_request(self, session_id: str, path: str, content: str) -> Request:
+        if not (self.capabilities.fs and self.capabilities.fs.write_text_file):
+            raise CapabilityError("the client did not advertise fs.writeTextFile")
+        return self._request("fs/write_text_file", WriteTextFileRequest(session_id=session_id, path=path, content=content))
+
+    def _create_terminal_request(
+        self,
+        session_id: str,
+        command: str,
+        args: Sequence[str],
+        env: Optional[Dict[str, str]],
+        cwd: Optional[str],
+        output_byte_limit: Optional[int],
+    ) -> Request:
+        self._require_terminal()
         params = CreateTerminalRequest(
             session_id=session_id,
             command=command,
@@ -246,54 +382,23 @@ class RemoteClient:
             cwd=cwd,
             output_byte_limit=output_byte_limit,
         )
-        return self._call("terminal/create", params)
+        return self._request("terminal/create", params)
 
-    def terminal_output(self, session_id: str, terminal_id: str) -> TerminalOutputResponse:
+    def _terminal_request(self, method: str, params_type: Any, session_id: str, terminal_id: str) -> Request:
+        # The four requests about one terminal: their params are the session and the terminal.
         self._require_terminal()
-        return self._call("terminal/output", TerminalOutputRequest(session_id=session_id, terminal_id=terminal_id))
+        return self._request(method, params_type(session_id=session_id, terminal_id=terminal_id))
 
-    def wait_for_terminal_exit(self, session_id: str, terminal_id: str) -> WaitForTerminalExitResponse:
-        self._require_terminal()
-        return self._call(
-            "terminal/wait_for_exit", WaitForTerminalExitRequest(session_id=session_id, terminal_id=terminal_id)
-        )
-
-    def kill_terminal(self, session_id: str, terminal_id: str) -> None:
-        self._require_terminal()
-        self._call("terminal/kill", KillTerminalRequest(session_id=session_id, terminal_id=terminal_id))
-
-    def release_terminal(self, session_id: str, terminal_id: str) -> None:
-        self._require_terminal()
-        self._call("terminal/release", ReleaseTerminalRequest(session_id=session_id, terminal_id=terminal_id))
-
-    def create_elicitation(self, params: CreateElicitationRequest) -> CreateElicitationResponse:
-        """Ask the user for input in a mode (``form`` or ``url``) the client advertised."""
+    def _elicitation_request(self, params: CreateElicitationRequest) -> Request:
         modes = self.capabilities.elicitation
         mode = variant_tag(params)
         if modes is None or mode not in ("form", "url") or getattr(modes, mode) is None:
             raise CapabilityError(f"the client did not advertise elicitation mode {mode!r}")
-        return self._call("elicitation/create", params)
-
-    def ext_method(self, method: str, params: Any = None) -> Any:
-        """Call an extension (``_``-prefixed) method; returns its raw JSON result."""
-        return self._call(extension_name(method), params, result_type=Any)
+        return self._request("elicitation/create", params)
 
     def _require_terminal(self) -> None:
         if not self.capabilities.terminal:
             raise CapabilityError("the client did not advertise terminal")
-
-    def _call(self, method: str, params: Any, result_type: Any = None) -> Any:
-        if result_type is None:
-            result_type = CLIENT_METHODS[method].result_type
-        self.connection.refuse_blocking_here(method)
-        future = self.connection.call_future(method, params, result_type)
-        turn = getattr(_current_turn, "value", None)
-        try:
-            if turn is not None and turn._track(future):
-                raise CancelledError
-            return future.result()
-        except CancelledError:
-            raise RequestCancelled(f"{method} was cancelled with the prompt turn") from None
 
 
 class Agent(Peer):

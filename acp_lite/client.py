@@ -6,9 +6,11 @@ override is not advertised in ``initialize`` and answers -32601.
 
 ``RemoteAgent`` is the editor's typed handle on the agent: ``spawn`` a subprocess (or ``connect``
 any transport), ``initialize``, create sessions, ``prompt`` (blocks until the stop reason while
-updates stream to ``Client.session_update``), ``cancel``. Every call the agent did not advertise,
-and every argument the protocol forbids (relative paths, content the agent cannot take), is
-refused with ``CapabilityError`` or ``UsageError`` before anything is sent.
+updates stream to ``Client.session_update``), ``cancel``. Every request method blocks, for at
+most its ``timeout`` when given, and has a non-blocking twin, ``<method>_future``, returning a
+``concurrent.futures.Future``. Every call the agent did not advertise, and every argument the
+protocol forbids (relative paths, content the agent cannot take), is refused with
+``CapabilityError`` or ``UsageError`` before anything is sent.
 
 Threads: ``RemoteAgent`` methods may be called from any thread, except that with host-thread
 delivery the blocking ones must not be called on the host thread (they raise ``UsageError``; use
@@ -20,11 +22,11 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Union
 
 from .codec import UnknownVariant
 from .errors import CapabilityError, InvalidParams, UsageError, VersionMismatch
-from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, bind_handlers, extension_name
+from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, Request, bind_handlers, extension_name, future_then
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
@@ -228,20 +230,26 @@ class RemoteAgent:
         env: Optional[Dict[str, str]] = None,
         delivery: Optional[HostDelivery] = None,
         on_stderr_line: Any = None,
+        name: str = "agent",
     ) -> "RemoteAgent":
-        """Start the agent subprocess ``argv`` and connect to it over its stdio. Any thread."""
+        """Start the agent subprocess ``argv`` and connect to it over its stdio. ``name`` tells
+        this connection from others in its thread names (``acp-reader-<name>``, ...) and log
+        records. Any thread."""
         process = AgentProcess(argv, cwd=cwd, env=env, on_stderr_line=on_stderr_line)
         try:
-            connection = Connection(process_transport(process), delivery=delivery, name="agent")
+            connection = Connection(process_transport(process), delivery=delivery, name=name)
             return cls(connection, client, process)
         except BaseException:
             process.stop()
             raise
 
     @classmethod
-    def connect(cls, transport: Any, client: Optional[Client] = None, *, delivery: Optional[HostDelivery] = None) -> "RemoteAgent":
-        """Talk to an agent over an already open transport (socket, in-memory pair, ...)."""
-        return cls(Connection(transport, delivery=delivery, name="agent"), client)
+    def connect(
+        cls, transport: Any, client: Optional[Client] = None, *, delivery: Optional[HostDelivery] = None, name: str = "agent"
+    ) -> "RemoteAgent":
+        """Talk to an agent over an already open transport (socket, in-memory pair, ...);
+        ``name`` as for ``spawn``."""
+        return cls(Connection(transport, delivery=delivery, name=name), client)
 
     def close(self, timeout: float = 5.0) -> None:
         """Close the connection, stop the agent process (stdin close, then TERM, then KILL), then
@@ -263,39 +271,28 @@ class RemoteAgent:
         self.close()
 
     # -- initialization and authentication ------------------------------------------------------
+    # Every request comes twice (see ``peer``): ``x(..., timeout=None)`` blocks, raising
+    # ``CallTimeout`` after ``timeout`` seconds; ``x_future(...)`` does not, and its Future is
+    # settled where callbacks run. Both check their arguments at once, before anything is sent.
     def initialize(self, protocol_version: int = PROTOCOL_VERSION, timeout: Optional[float] = None) -> InitializeResponse:
         """Send ``initialize`` with our latest version and capabilities. If the agent answers with
         a version we do not speak, the connection is closed and ``VersionMismatch`` raised."""
-        params = InitializeRequest(
-            protocol_version=protocol_version,
-            client_capabilities=self.client.capabilities(),
-            client_info=self.client.client_info,
-        )
-        response = self.connection.call("initialize", params, InitializeResponse, timeout=timeout)
-        if response.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
-            self.close()
-            raise VersionMismatch(
-                f"the agent chose protocol version {response.protocol_version}; "
-                f"this client supports {list(SUPPORTED_PROTOCOL_VERSIONS)}"
-            )
-        self.protocol_version = response.protocol_version
-        self.capabilities = response.agent_capabilities or AgentCapabilities()
-        self.info = response.agent_info
-        self.auth_methods = list(response.auth_methods or ())
-        return response
+        return self._wait(self._initialize_request(protocol_version), timeout)
 
-    def authenticate(self, method_id: str) -> Any:
-        self._initialized()
-        for method in self.auth_methods:
-            if isinstance(method, AuthMethodTerminal) and method.id == method_id:
-                raise UsageError(f"{method_id!r} is a terminal method: run it in a terminal, do not authenticate with it")
-        return self._call("authenticate", AuthenticateRequest(method_id=method_id))
+    def initialize_future(self, protocol_version: int = PROTOCOL_VERSION) -> "Future[InitializeResponse]":
+        return self._start(self._initialize_request(protocol_version))
 
-    def logout(self) -> Any:
-        caps = self._initialized()
-        if not (caps.auth and caps.auth.logout is not None):
-            raise CapabilityError("the agent did not advertise auth.logout")
-        return self._call("logout", LogoutRequest())
+    def authenticate(self, method_id: str, *, timeout: Optional[float] = None) -> Any:
+        return self._wait(self._authenticate_request(method_id), timeout)
+
+    def authenticate_future(self, method_id: str) -> Future:
+        return self._start(self._authenticate_request(method_id))
+
+    def logout(self, *, timeout: Optional[float] = None) -> Any:
+        return self._wait(self._logout_request(), timeout)
+
+    def logout_future(self) -> Future:
+        return self._start(self._logout_request())
 
     # -- sessions ---------------------------------------------------------------------------------
     def new_session(
@@ -305,19 +302,20 @@ class RemoteAgent:
         additional_directories: Optional[Sequence[str]] = None,
         *,
         meta: Optional[Dict[str, Any]] = None,
+        timeout: Optional[float] = None,
     ) -> NewSessionResponse:
         """Create a session rooted at ``cwd``; ``meta`` becomes the request's ``_meta``."""
-        self._check_session_setup(cwd, mcp_servers, additional_directories)
-        params = NewSessionRequest(
-            cwd=cwd,
-            mcp_servers=list(mcp_servers),
-            additional_directories=_optional_list(additional_directories),
-            meta=meta,
-        )
-        response = self._call("session/new", params)
-        self._remember(response.session_id, cwd, additional_directories)
-        self._note_state(response.session_id, response)
-        return response
+        return self._wait(self._new_session_request(cwd, mcp_servers, additional_directories, meta), timeout)
+
+    def new_session_future(
+        self,
+        cwd: str,
+        mcp_servers: Sequence[Any] = (),
+        additional_directories: Optional[Sequence[str]] = None,
+        *,
+        meta: Optional[Dict[str, Any]] = None,
+    ) -> "Future[NewSessionResponse]":
+        return self._start(self._new_session_request(cwd, mcp_servers, additional_directories, meta))
 
     def load_session(
         self,
@@ -325,22 +323,21 @@ class RemoteAgent:
         cwd: str,
         mcp_servers: Sequence[Any] = (),
         additional_directories: Optional[Sequence[str]] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> LoadSessionResponse:
-        """Load a session; the agent replays it to ``Client.session_update`` before this returns."""
-        if not self._initialized().load_session:
-            raise CapabilityError("the agent did not advertise loadSession")
-        self._check_session_setup(cwd, mcp_servers, additional_directories)
-        params = LoadSessionRequest(
-            session_id=session_id,
-            cwd=cwd,
-            mcp_servers=list(mcp_servers),
-            additional_directories=_optional_list(additional_directories),
-        )
-        # Remembered before the call: the replay arrives while it is still running.
-        self._remember(session_id, cwd, additional_directories)
-        response = self._call("session/load", params)
-        self._note_state(session_id, response)
-        return response
+        """Load a session; the agent replays it to ``Client.session_update`` before this returns
+        (before the future form's Future is settled)."""
+        return self._wait(self._load_session_request(session_id, cwd, mcp_servers, additional_directories), timeout)
+
+    def load_session_future(
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: Sequence[Any] = (),
+        additional_directories: Optional[Sequence[str]] = None,
+    ) -> "Future[LoadSessionResponse]":
+        return self._start(self._load_session_request(session_id, cwd, mcp_servers, additional_directories))
 
     def resume_session(
         self,
@@ -348,85 +345,83 @@ class RemoteAgent:
         cwd: str,
         mcp_servers: Sequence[Any] = (),
         additional_directories: Optional[Sequence[str]] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> ResumeSessionResponse:
-        self._require_session_capability("resume")
-        self._check_session_setup(cwd, mcp_servers, additional_directories)
-        params = ResumeSessionRequest(
-            session_id=session_id,
-            cwd=cwd,
-            mcp_servers=list(mcp_servers),
-            additional_directories=_optional_list(additional_directories),
-        )
-        response = self._call("session/resume", params)
-        self._remember(session_id, cwd, additional_directories)
-        self._note_state(session_id, response)
-        return response
+        return self._wait(self._resume_session_request(session_id, cwd, mcp_servers, additional_directories), timeout)
 
-    def list_sessions(self, cwd: Optional[str] = None, cursor: Optional[str] = None) -> ListSessionsResponse:
+    def resume_session_future(
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: Sequence[Any] = (),
+        additional_directories: Optional[Sequence[str]] = None,
+    ) -> "Future[ResumeSessionResponse]":
+        return self._start(self._resume_session_request(session_id, cwd, mcp_servers, additional_directories))
+
+    def list_sessions(
+        self, cwd: Optional[str] = None, cursor: Optional[str] = None, *, timeout: Optional[float] = None
+    ) -> ListSessionsResponse:
         """One page of sessions; pass ``next_cursor`` back unchanged for the next one."""
-        self._require_session_capability("list")
-        if cwd is not None:
-            _require_absolute(cwd, "cwd")
-        return self._call("session/list", ListSessionsRequest(cwd=cwd, cursor=cursor))
+        return self._wait(self._list_sessions_request(cwd, cursor), timeout)
 
-    def iter_sessions(self, cwd: Optional[str] = None) -> Iterable[Any]:
-        """Every session, page by page, until a page comes without ``next_cursor``."""
+    def list_sessions_future(self, cwd: Optional[str] = None, cursor: Optional[str] = None) -> "Future[ListSessionsResponse]":
+        return self._start(self._list_sessions_request(cwd, cursor))
+
+    def iter_sessions(self, cwd: Optional[str] = None, *, timeout: Optional[float] = None) -> Iterable[Any]:
+        """Every session, page by page, until a page comes without ``next_cursor``; ``timeout``
+        applies to each page."""
         cursor = None
         while True:
-            page = self.list_sessions(cwd, cursor)
+            page = self.list_sessions(cwd, cursor, timeout=timeout)
             yield from page.sessions
             cursor = page.next_cursor
             if cursor is None:
                 return
 
-    def close_session(self, session_id: str) -> Any:
-        self._require_session_capability("close")
-        response = self._call("session/close", CloseSessionRequest(session_id=session_id))
-        self._forget(session_id)
-        return response
+    def close_session(self, session_id: str, *, timeout: Optional[float] = None) -> Any:
+        return self._wait(self._close_session_request(session_id), timeout)
 
-    def delete_session(self, session_id: str) -> Any:
-        self._require_session_capability("delete")
-        response = self._call("session/delete", DeleteSessionRequest(session_id=session_id))
-        self._forget(session_id)
-        return response
+    def close_session_future(self, session_id: str) -> Future:
+        return self._start(self._close_session_request(session_id))
 
-    def set_mode(self, session_id: str, mode_id: str) -> Any:
+    def delete_session(self, session_id: str, *, timeout: Optional[float] = None) -> Any:
+        return self._wait(self._delete_session_request(session_id), timeout)
+
+    def delete_session_future(self, session_id: str) -> Future:
+        return self._start(self._delete_session_request(session_id))
+
+    def set_mode(self, session_id: str, mode_id: str, *, timeout: Optional[float] = None) -> Any:
         """Switch to ``mode_id``, which must be one of the session's advertised modes."""
-        self._require_session(session_id)
-        with self._lock:
-            modes = self._modes.get(session_id)
-        if modes is not None and mode_id not in modes:
-            raise UsageError(f"mode {mode_id!r} is not among the session's modes {sorted(modes)}")
-        return self._call("session/set_mode", SetSessionModeRequest(session_id=session_id, mode_id=mode_id))
+        return self._wait(self._set_mode_request(session_id, mode_id), timeout)
 
-    def set_config_option(self, session_id: str, config_id: str, value: Union[str, bool]) -> SetSessionConfigOptionResponse:
+    def set_mode_future(self, session_id: str, mode_id: str) -> Future:
+        return self._start(self._set_mode_request(session_id, mode_id))
+
+    def set_config_option(
+        self, session_id: str, config_id: str, value: Union[str, bool], *, timeout: Optional[float] = None
+    ) -> SetSessionConfigOptionResponse:
         """Set a select option (``value`` is one of its value ids) or a boolean one (``value`` is
         a bool); checked against the options the agent last described for the session."""
-        self._require_session(session_id)
-        self._check_config_value(session_id, config_id, value)
-        if isinstance(value, bool):
-            params: Any = SetSessionConfigOptionRequestBoolean(session_id=session_id, config_id=config_id, value=value)
-        else:
-            params = SetSessionConfigOptionRequestValueId(session_id=session_id, config_id=config_id, value=value)
-        response = self._call("session/set_config_option", params)
-        self._note_state(session_id, response)
-        return response
+        return self._wait(self._set_config_option_request(session_id, config_id, value), timeout)
+
+    def set_config_option_future(
+        self, session_id: str, config_id: str, value: Union[str, bool]
+    ) -> "Future[SetSessionConfigOptionResponse]":
+        return self._start(self._set_config_option_request(session_id, config_id, value))
 
     # -- prompt turns -----------------------------------------------------------------------------
     def prompt(
         self, session_id: str, prompt: Any, timeout: Optional[float] = None, *, meta: Optional[Dict[str, Any]] = None
     ) -> PromptResponse:
         """Run one turn and return its response; updates stream to ``Client.session_update`` and
-        all of them have been delivered when this returns. ``prompt`` is text or content blocks;
-        ``meta`` becomes the request's ``_meta`` (trace context, say)."""
-        request = self._prompt_request(session_id, prompt, meta)
-        return self.connection.call("session/prompt", request, PromptResponse, timeout)
+        all of them have been delivered when this returns (when the future form's Future is
+        settled). ``prompt`` is text or content blocks; ``meta`` becomes the request's ``_meta``
+        (trace context, say)."""
+        return self._wait(self._prompt_request(session_id, prompt, meta), timeout)
 
     def prompt_future(self, session_id: str, prompt: Any, *, meta: Optional[Dict[str, Any]] = None) -> "Future[PromptResponse]":
-        """``prompt`` without blocking: a Future of the response."""
-        request = self._prompt_request(session_id, prompt, meta)
-        return self.connection.call_future("session/prompt", request, PromptResponse)
+        return self._start(self._prompt_request(session_id, prompt, meta))
 
     def cancel(self, session_id: str) -> None:
         """Cancel the session's running turn: send ``session/cancel``, answer its pending
@@ -443,15 +438,168 @@ class RemoteAgent:
 
     # -- extensions -------------------------------------------------------------------------------
     def ext_method(self, method: str, params: Any = None, timeout: Optional[float] = None) -> Any:
-        return self.connection.call(extension_name(method), params, Any, timeout)
+        """Call an extension (``_``-prefixed) method; returns its raw JSON result."""
+        return self._wait(Request(extension_name(method), params, Any), timeout)
+
+    def ext_method_future(self, method: str, params: Any = None) -> Future:
+        return self._start(Request(extension_name(method), params, Any))
 
     def ext_notification(self, method: str, params: Any = None) -> None:
         self.connection.notify(extension_name(method), params)
 
-    # -- internals --------------------------------------------------------------------------------
-    def _call(self, method: str, params: Any) -> Any:
-        return self.connection.call(method, params, AGENT_METHODS[method].result_type)
+    # -- the requests, checked and built ----------------------------------------------------------
+    def _wait(self, request: Request, timeout: Optional[float]) -> Any:
+        # Connection.call rather than a wait on call_future: the waiting thread may read its own
+        # answer, and on the main thread a Ctrl-C ends the wait.
+        result = self.connection.call(request.method, request.params, request.result_type, timeout)
+        return result if request.then is None else request.then(result)
 
+    def _start(self, request: Request) -> Future:
+        future = self.connection.call_future(request.method, request.params, request.result_type)
+        return future if request.then is None else future_then(future, request.then)
+
+    def _request(self, method: str, params: Any, then: Optional[Callable[[Any], Any]] = None) -> Request:
+        return Request(method, params, AGENT_METHODS[method].result_type, then)
+
+    def _initialize_request(self, protocol_version: int) -> Request:
+        params = InitializeRequest(
+            protocol_version=protocol_version,
+            client_capabilities=self.client.capabilities(),
+            client_info=self.client.client_info,
+        )
+        return self._request("initialize", params, self._on_initialized)
+
+    def _on_initialized(self, response: InitializeResponse) -> InitializeResponse:
+        if response.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
+            self.close()
+            raise VersionMismatch(
+                f"the agent chose protocol version {response.protocol_version}; "
+                f"this client supports {list(SUPPORTED_PROTOCOL_VERSIONS)}"
+            )
+        self.protocol_version = response.protocol_version
+        self.capabilities = response.agent_capabilities or AgentCapabilities()
+        self.info = response.agent_info
+        self.auth_methods = list(response.auth_methods or ())
+        return response
+
+    def _authenticate_request(self, method_id: str) -> Request:
+        self._initialized()
+        for method in self.auth_methods:
+            if isinstance(method, AuthMethodTerminal) and method.id == method_id:
+                raise UsageError(f"{method_id!r} is a terminal method: run it in a terminal, do not authenticate with it")
+        return self._request("authenticate", AuthenticateRequest(method_id=method_id))
+
+    def _logout_request(self) -> Request:
+        caps = self._initialized()
+        if not (caps.auth and caps.auth.logout is not None):
+            raise CapabilityError("the agent did not advertise auth.logout")
+        return self._request("logout", LogoutRequest())
+
+    def _new_session_request(
+        self,
+        cwd: str,
+        mcp_servers: Sequence[Any],
+        additional_directories: Optional[Sequence[str]],
+        meta: Optional[Dict[str, Any]],
+    ) -> Request:
+        self._check_session_setup(cwd, mcp_servers, additional_directories)
+        params = NewSessionRequest(
+            cwd=cwd,
+            mcp_servers=list(mcp_servers),
+            additional_directories=_optional_list(additional_directories),
+            meta=meta,
+        )
+
+        def created(response: NewSessionResponse) -> NewSessionResponse:
+            self._remember(response.session_id, cwd, additional_directories)
+            return self._note_state(response.session_id, response)
+
+        return self._request("session/new", params, created)
+
+    def _load_session_request(
+        self, session_id: str, cwd: str, mcp_servers: Sequence[Any], additional_directories: Optional[Sequence[str]]
+    ) -> Request:
+        if not self._initialized().load_session:
+            raise CapabilityError("the agent did not advertise loadSession")
+        self._check_session_setup(cwd, mcp_servers, additional_directories)
+        params = LoadSessionRequest(
+            session_id=session_id,
+            cwd=cwd,
+            mcp_servers=list(mcp_servers),
+            additional_directories=_optional_list(additional_directories),
+        )
+        # Remembered before the call: the replay arrives while it is still running.
+        self._remember(session_id, cwd, additional_directories)
+        return self._request("session/load", params, lambda response: self._note_state(session_id, response))
+
+    def _resume_session_request(
+        self, session_id: str, cwd: str, mcp_servers: Sequence[Any], additional_directories: Optional[Sequence[str]]
+    ) -> Request:
+        self._require_session_capability("resume")
+        self._check_session_setup(cwd, mcp_servers, additional_directories)
+        params = ResumeSessionRequest(
+            session_id=session_id,
+            cwd=cwd,
+            mcp_servers=list(mcp_servers),
+            additional_directories=_optional_list(additional_directories),
+        )
+
+        def resumed(response: ResumeSessionResponse) -> ResumeSessionResponse:
+            self._remember(session_id, cwd, additional_directories)
+            return self._note_state(session_id, response)
+
+        return self._request("session/resume", params, resumed)
+
+    def _list_sessions_request(self, cwd: Optional[str], cursor: Optional[str]) -> Request:
+        self._require_session_capability("list")
+        if cwd is not None:
+            _require_absolute(cwd, "cwd")
+        return self._request("session/list", ListSessionsRequest(cwd=cwd, cursor=cursor))
+
+    def _close_session_request(self, session_id: str) -> Request:
+        self._require_session_capability("close")
+        return self._request("session/close", CloseSessionRequest(session_id=session_id), self._forgetting(session_id))
+
+    def _delete_session_request(self, session_id: str) -> Request:
+        self._require_session_capability("delete")
+        return self._request("session/delete", DeleteSessionRequest(session_id=session_id), self._forgetting(session_id))
+
+    def _set_mode_request(self, session_id: str, mode_id: str) -> Request:
+        self._require_session(session_id)
+        with self._lock:
+            modes = self._modes.get(session_id)
+        if modes is not None and mode_id not in modes:
+            raise UsageError(f"mode {mode_id!r} is not among the session's modes {sorted(modes)}")
+        return self._request("session/set_mode", SetSessionModeRequest(session_id=session_id, mode_id=mode_id))
+
+    def _set_config_option_request(self, session_id: str, config_id: str, value: Union[str, bool]) -> Request:
+        self._require_session(session_id)
+        self._check_config_value(session_id, config_id, value)
+        if isinstance(value, bool):
+            params: Any = SetSessionConfigOptionRequestBoolean(session_id=session_id, config_id=config_id, value=value)
+        else:
+            params = SetSessionConfigOptionRequestValueId(session_id=session_id, config_id=config_id, value=value)
+        return self._request("session/set_config_option", params, lambda response: self._note_state(session_id, response))
+
+    def _prompt_request(self, session_id: str, prompt: Any, meta: Optional[Dict[str, Any]]) -> Request:
+        self._require_session(session_id)
+        if isinstance(prompt, str):
+            blocks = [text_block(prompt)]
+        else:
+            blocks = list(prompt)
+        prompt_caps = self._initialized().prompt_capabilities
+        for block in blocks:
+            kind = variant_tag(block)
+            if kind in _BASELINE_CONTENT:
+                continue
+            needed = _CONTENT_CAPABILITY.get(kind)
+            if needed is None or not (prompt_caps and getattr(prompt_caps, needed)):
+                raise CapabilityError(f"the agent's prompt capabilities do not allow {kind!r} content")
+        with self._lock:
+            self._cancelled_turns.discard(session_id)  # a new turn: its permissions are asked
+        return self._request("session/prompt", PromptRequest(session_id=session_id, prompt=blocks, meta=meta))
+
+    # -- internals --------------------------------------------------------------------------------
     def _initialized(self) -> AgentCapabilities:
         if self.capabilities is None:
             raise UsageError("call initialize() first")
@@ -490,8 +638,17 @@ class RemoteAgent:
             self._cancelled_turns.discard(session_id)
         self.client.on_session_end(session_id)
 
-    def _note_state(self, session_id: str, response: Any) -> None:
-        # The modes and config options a session response describes, to check later calls by.
+    def _forgetting(self, session_id: str) -> Callable[[Any], Any]:
+        # The ``then`` of closing or deleting the session.
+        def forget(response: Any) -> Any:
+            self._forget(session_id)
+            return response
+
+        return forget
+
+    def _note_state(self, session_id: str, response: Any) -> Any:
+        # The modes and config options a session response describes, to check later calls by;
+        # returns the response.
         modes = getattr(response, "modes", None)
         options = getattr(response, "config_options", None)
         with self._lock:
@@ -499,6 +656,7 @@ class RemoteAgent:
                 self._modes[session_id] = {mode.id for mode in modes.available_modes}
             if options is not None:
                 self._config[session_id] = {o.id: o for o in options if not isinstance(o, UnknownVariant)}
+        return response
 
     def _check_config_value(self, session_id: str, config_id: str, value: Union[str, bool]) -> None:
         with self._lock:
@@ -517,24 +675,6 @@ class RemoteAgent:
             known = session_id in self._sessions
         if not known:
             raise UsageError(f"unknown session {session_id!r}: create, load or resume it first")
-
-    def _prompt_request(self, session_id: str, prompt: Any, meta: Optional[Dict[str, Any]]) -> PromptRequest:
-        self._require_session(session_id)
-        if isinstance(prompt, str):
-            blocks = [text_block(prompt)]
-        else:
-            blocks = list(prompt)
-        prompt_caps = self._initialized().prompt_capabilities
-        for block in blocks:
-            kind = variant_tag(block)
-            if kind in _BASELINE_CONTENT:
-                continue
-            needed = _CONTENT_CAPABILITY.get(kind)
-            if needed is None or not (prompt_caps and getattr(prompt_caps, needed)):
-                raise CapabilityError(f"the agent's prompt capabilities do not allow {kind!r} content")
-        with self._lock:
-            self._cancelled_turns.discard(session_id)  # a new turn: its permissions are asked
-        return PromptRequest(session_id=session_id, prompt=blocks, meta=meta)
 
     def _wrappers(self) -> Dict[str, Any]:
         wrappers: Dict[str, Any] = {}

@@ -4,8 +4,14 @@ Both sides are written the same way: subclass ``Agent`` or ``Client`` and overri
 support. A method counts as offered only when a subclass overrides it; ``bind_handlers`` registers
 exactly the offered ones on a connection, so the rest answer -32601 and are never advertised.
 Extension methods (names starting with ``_``) go to ``ext_method`` / ``ext_notification``.
+
+Both handles on the other side (``RemoteAgent``, ``RemoteClient``) offer every request twice: a
+blocking ``<method>(..., timeout=None)`` and a non-blocking ``<method>_future(...)``. Each request
+is described once, as a ``Request`` (what to send, and what to make of the answer), which both
+forms carry out.
 """
-from typing import Any, Callable, Dict, Mapping, Optional
+from concurrent.futures import Future, InvalidStateError
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 from .errors import MethodNotFound, UsageError
 from .rpc import Connection, RequestContext
@@ -13,6 +19,46 @@ from .schema import PROTOCOL_VERSION
 
 # The protocol versions this runtime speaks, newest last.
 SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+
+
+class Request(NamedTuple):
+    """One request of a handle's method: checked and built, not sent yet."""
+
+    method: str
+    params: Any
+    result_type: Any
+    # What the method returns instead of the decoded result (and the state it records from it).
+    then: Optional[Callable[[Any], Any]] = None
+
+
+def future_then(future: Future, then: Callable[[Any], Any]) -> Future:
+    """A Future of ``then(result)`` once ``future`` succeeds; its error (or an error ``then``
+    raises) otherwise. Cancelling it cancels ``future``. Settled where ``future`` is, so its
+    done-callbacks run where the connection runs callbacks."""
+    outcome: Future = Future()
+
+    def settle(done: Future) -> None:
+        if done.cancelled():
+            outcome.cancel()
+            return
+        error = done.exception()
+        value = None
+        if error is None:
+            try:
+                value = then(done.result())
+            except Exception as exc:
+                error = exc
+        try:
+            if error is None:
+                outcome.set_result(value)
+            else:
+                outcome.set_exception(error)
+        except InvalidStateError:
+            pass  # the application cancelled it meanwhile
+
+    outcome.add_done_callback(lambda f: f.cancelled() and future.cancel())
+    future.add_done_callback(settle)
+    return outcome
 
 
 class Peer:

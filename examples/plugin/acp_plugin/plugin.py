@@ -9,16 +9,18 @@ only this much (``host.py`` beside this package is a stand-in that has it)::
                                                   # main thread, on_done(index), or on_done(None)
 
 With ``HostDelivery`` every callback of the connection (streamed updates, the permission question,
-the completion of a prompt) runs inside ``delivery.pump()``, which the plugin posts to the main
-thread whenever work arrives: plugin code never runs on acp_lite's threads, so it needs no locks.
+the completion of a prompt) runs inside ``delivery.pump(budget=...)``, which the plugin posts to
+the main thread whenever work arrives: plugin code never runs on acp_lite's threads, so it needs no locks.
 The one rule it must keep: no blocking call on the main thread (its answer would wait for a pump
-that cannot happen). Prompts use ``prompt_future``; the two setup calls run on a helper thread.
+that cannot happen). Every request has a ``_future`` form: setup chains ``initialize_future`` and
+``new_session_future``, prompts use ``prompt_future``.
 """
-import threading
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional, Sequence
 
 from . import _acp
+
+PUMP_BUDGET = 0.008  # seconds: the longest the main thread runs the connection's callbacks at once
 
 
 class AgentPanel:
@@ -98,30 +100,27 @@ class AgentSession:
         self._host = host
         self._cwd = cwd
         self._delivery = _acp.HostDelivery()  # the creating thread is the one that must pump
-        self._delivery.set_wakeup(lambda: host.post(self._delivery.pump))
+        # Bounded pumps keep the editor responsive however fast the agent streams: a pump that
+        # leaves work behind calls the wakeup again, which posts the next one.
+        self._delivery.set_wakeup(lambda: host.post(lambda: self._delivery.pump(budget=PUMP_BUDGET)))
         client = _PanelClient(self.panel, PermissionDialog(host))
-        self._agent = _acp.RemoteAgent.spawn(list(argv), client, delivery=self._delivery)
-        self._setup: Optional[threading.Thread] = None
+        self._agent = _acp.RemoteAgent.spawn(list(argv), client, delivery=self._delivery, name="plugin")
 
     def start(self, on_ready: Callable[[Optional[BaseException]], None]) -> None:
         """Initialize and open a session; then ``on_ready(None)``, or ``on_ready(error)``."""
 
-        def set_up() -> None:  # helper thread: blocking calls are fine here, the main loop pumps
-            try:
-                self._agent.initialize()
-                session_id = self._agent.new_session(cwd=self._cwd).session_id
-            except Exception as error:
-                failure = error  # the name ``error`` is unbound once the except block ends
-                self._host.post(lambda: on_ready(failure))
-                return
-            self._host.post(lambda: self._ready(session_id, on_ready))
+        def initialized(future: Future) -> None:  # done-callbacks: they run on the main thread
+            if future.exception() is not None:
+                on_ready(future.exception())
+            else:
+                self._agent.new_session_future(cwd=self._cwd).add_done_callback(created)
 
-        self._setup = threading.Thread(target=set_up, name="acp-plugin-setup", daemon=True)
-        self._setup.start()
+        def created(future: Future) -> None:
+            if future.exception() is None:
+                self.session_id = future.result().session_id
+            on_ready(future.exception())
 
-    def _ready(self, session_id: str, on_ready: Callable[[Optional[BaseException]], None]) -> None:
-        self.session_id = session_id
-        on_ready(None)
+        self._agent.initialize_future().add_done_callback(initialized)
 
     def ask(self, text: str, on_done: Callable[[str], None]) -> None:
         """Send a prompt; the reply streams into the panel, then ``on_done(stop_reason)``, or
@@ -143,5 +142,3 @@ class AgentSession:
     def close(self) -> None:
         """Disconnect and stop the agent process."""
         self._agent.close()
-        if self._setup is not None:
-            self._setup.join()
