@@ -150,6 +150,28 @@ def test_a_stream_from_one_thread_goes_out_in_fewer_writes_than_frames():
     assert flushers() == []
 
 
+def test_a_short_run_of_quick_sends_is_written_by_its_sender():
+    # A paced sender that fell behind catches up with a few sends back to back and then computes
+    # again; a flusher thread would wait for the GIL all that time. Each frame of such a run is
+    # written by its sender: on the wire when the run ends, with no flusher started.
+    read_fd, feed = os.pipe()
+    drain, write_fd = os.pipe()
+    os.set_blocking(drain, False)
+    transport = Transport(read_fd, write_fd, name="catching-up")
+    try:
+        for burst in range(3):
+            frames = [b'{"burst":%d,"i":%d}' % (burst, i) for i in range(20)]
+            for frame in frames:
+                transport.send(frame)
+            assert flushers() == []
+            assert _read_available(drain) == b"".join(frame + b"\n" for frame in frames)
+            time.sleep(0.01)  # the sender computes, then falls behind again
+    finally:
+        transport.close()
+    os.close(feed)
+    os.close(drain)
+
+
 def test_flush_waits_for_what_was_sent_before_it_not_for_a_stream_that_goes_on():
     a, b = memory_pair()
     reader = background(read_all, b)
