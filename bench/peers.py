@@ -40,6 +40,17 @@ class Peer:
     def client_c(self, k: int, inflight: int, agent_argv: List[str], options: Sequence[str] = ()) -> List[str]:
         return self.launcher + ["client-c", "--k", str(k), "--inflight", str(inflight), *options, "--"] + agent_argv
 
+    def paced_agent(self) -> List[str]:
+        return self.launcher + ["agent", "--paced"]
+
+    def client_d(self, rates: Sequence[float], seconds: float, agent_argv: List[str]) -> List[str]:
+        return self.launcher + ["client-d", *paced_options(rates, seconds), "--"] + agent_argv
+
+
+def paced_options(rates: Sequence[float], seconds: float) -> List[str]:
+    """The options of a workload D client (its turns: see pacing.py)."""
+    return ["--rates", ",".join(f"{rate:g}" for rate in rates), "--seconds", f"{seconds:g}"]
+
 
 def _run(argv: List[str], what: str) -> bool:
     try:

@@ -1,8 +1,10 @@
-"""Bare JSON-RPC clients with no ACP library: the ceilings (workload D), the reader that measures
-an agent under test (workload B) and the bare ping-pong (workload C).
+"""Bare JSON-RPC clients with no ACP library: the ceilings (workload A), the reader that measures
+an agent under test (workload B), the bare ping-pong (workload C) and the bare reader of a paced
+stream (workload D).
 
     python raw.py receive {split,json,msgspec,schema} [--pipe-size BYTES] -- AGENT_CMD...
     python raw.py pingpong --k K --inflight M [--threads] -- AGENT_CMD...
+    python raw.py latency --rates R1,R2 --seconds S -- AGENT_CMD...
 
 Each run prints one JSON object on stdout. ``receive`` does initialize, session/new and
 session/prompt, then reads the turn's lines until the prompt result, doing per line only what its
@@ -10,7 +12,9 @@ mode names: nothing (``split``), ``json.loads``, a msgspec decode into Structs s
 types (``msgspec``, the ceiling of issue 6), or the same into acp_lite's generated types
 (``schema``). It reports the agent's peak RSS and CPU time as well, since in workload B the agent
 is the subject. ``--pipe-size`` asks the OS for a larger pipe from the agent (Linux), as
-acp_lite does for the pipes it reads: the ceiling with the same advantage.
+acp_lite does for the pipes it reads: the ceiling with the same advantage. ``latency`` runs workload
+D's turns in a single thread that blocks in ``os.read`` and reports the latency of the stamped
+updates (see pacing.py): the sending side alone.
 """
 import itertools
 import json
@@ -24,6 +28,7 @@ from typing import List, Optional, Union
 import msgspec
 
 from measure import Stopwatch, peak_rss_kb, round_trips
+import pacing
 
 # 64 KiB per read, as a tuned reader would take: a read of 256 KiB allocates a bytes object that
 # large each time, which costs a bare reader 10-25% (measured) and would flatter whoever is
@@ -206,6 +211,24 @@ def receive(mode: str, argv: List[str], pipe_size: int = 0) -> dict:
             "agent_cpu_seconds": None if agent_cpu is None else agent_cpu_after - agent_cpu}
 
 
+def latency(rates: List[float], seconds: float, argv: List[str]) -> dict:
+    agent = RawAgent(argv)
+    session_id = agent.open_session()
+    turns = []
+    for text in pacing.turn_prompts(rates, seconds):
+        prompt_id = agent.send("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]})
+        latencies = []
+        while True:
+            message = agent.next_message()
+            if message.get("id") == prompt_id:
+                break
+            arrived = time.monotonic_ns()
+            latencies.append(arrived - message["params"]["update"]["_meta"][pacing.STAMP])
+        turns.append(pacing.turn_result(text, latencies))
+    agent.close()
+    return pacing.client_result(turns, peak_rss_kb())
+
+
 def pingpong(k: int, inflight: int, argv: List[str]) -> dict:
     agent = RawAgent(argv)
     agent.open_session()
@@ -268,6 +291,8 @@ def main(args: List[str]) -> None:
     if options[0] == "receive":
         pipe_size = int(options[options.index("--pipe-size") + 1]) if "--pipe-size" in options else 0
         result = receive(options[1], argv, pipe_size)
+    elif options[0] == "latency":
+        result = latency(*pacing.parse_options(options[1:]), argv)
     else:
         threads = "--threads" in options
         opts = dict(zip(*[iter(o for o in options[1:] if o != "--threads")] * 2))
