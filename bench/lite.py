@@ -26,11 +26,12 @@ from acp_lite import Agent, Client, HostDelivery, RemoteAgent, serve_stdio
 from acp_lite.codec import convert
 from acp_lite.schema import AgentMessageChunk, NewSessionResponse, SessionUpdate, TextContent
 
-from measure import Stopwatch, peak_rss_kb, round_trips
 import pacing
+from measure import Stopwatch, peak_rss_kb, round_trips
+from shared import workload
 from streams import agent_updates
 
-PING = "_bench/ping"
+PING = workload.PING_METHOD
 
 
 class CountingClient(Client):

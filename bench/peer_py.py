@@ -18,9 +18,13 @@ import time
 import acp
 from acp import schema
 
-from measure import Stopwatch, peak_rss_kb, round_trips
 import pacing
+from measure import Stopwatch, peak_rss_kb, round_trips
+from shared import workload
 from streams import agent_updates
+
+# The SDK's ext_method adds the leading underscore of an extension method itself.
+PING = workload.PING_METHOD[1:]
 
 
 class CountingClient:
@@ -123,7 +127,7 @@ async def client_c(k: int, inflight: int, argv):
     async def worker(count):
         for _ in range(count):
             sent = time.perf_counter()
-            await conn.ext_method("bench/ping", {})
+            await conn.ext_method(PING, {})
             latencies.append(time.perf_counter() - sent)
 
     async with acp.spawn_agent_process(CountingClient(), argv[0], *argv[1:]) as (conn, _process):

@@ -1,13 +1,14 @@
 // Adapters driving the official TypeScript SDK (@agentclientprotocol/sdk) through its public API.
 //
-//   node peer_ts.mjs SDK_ENTRY client-a -- AGENT_CMD...                  workload A: count a turn's updates
-//   node peer_ts.mjs SDK_ENTRY agent --n N --updates STREAM_FILE        workload B's agent and C's peer
-//   node peer_ts.mjs SDK_ENTRY client-c --k K --inflight M -- AGENT_CMD...   workload C: ext-method round trips
-//   node peer_ts.mjs SDK_ENTRY agent --paced                            workload D's paced agent
-//   node peer_ts.mjs SDK_ENTRY client-d --rates R1,R2 --seconds S -- AGENT_CMD...   workload D: update latency
+//   node peer_ts.mjs SDK_ENTRY PING client-a -- AGENT_CMD...                  workload A: count a turn's updates
+//   node peer_ts.mjs SDK_ENTRY PING agent --n N --updates STREAM_FILE        workload B's agent and C's peer
+//   node peer_ts.mjs SDK_ENTRY PING client-c --k K --inflight M -- AGENT_CMD...   workload C: ext-method round trips
+//   node peer_ts.mjs SDK_ENTRY PING agent --paced                            workload D's paced agent
+//   node peer_ts.mjs SDK_ENTRY PING client-d --rates R1,R2 --seconds S -- AGENT_CMD...   workload D: update latency
 //
 // SDK_ENTRY is the file the package exports as its main entry point; the bench passes it because
-// the SDK is installed in bench/.peers/node, beside this script rather than above it. Each client
+// the SDK is installed in bench/.peers/node, beside this script rather than above it. PING is the
+// round-trip method (workload.PING_METHOD, which the bench passes: it is defined in Python). Each client
 // prints one JSON object on stdout, with the same keys as raw.py. Workload D's pacing, stamp and
 // figures are those of pacing.py, mirrored here.
 import { spawn } from "node:child_process";
@@ -15,7 +16,7 @@ import { closeSync, openSync, readFileSync, readSync } from "node:fs";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 
-const [sdkEntry, mode, ...rest] = process.argv.slice(2);
+const [sdkEntry, pingMethod, mode, ...rest] = process.argv.slice(2);
 const acp = await import(pathToFileURL(sdkEntry).href);
 const split = rest.indexOf("--");
 const opts = {};
@@ -81,7 +82,7 @@ async function clientC() {
     const worker = async (count) => {
       for (let i = 0; i < count; i++) {
         const sent = performance.now();
-        await cx.request("_bench/ping", {});
+        await cx.request(pingMethod, {});
         latencies.push((performance.now() - sent) / 1000);
       }
     };
@@ -206,7 +207,7 @@ function serveAgent() {
       }
       return { stopReason: "end_turn" };
     })
-    .onRequest("_bench/ping", (params) => params, () => ({}));
+    .onRequest(pingMethod, (params) => params, () => ({}));
   app.connect(stream);
 }
 

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from shared import workload
+
 BENCH = Path(__file__).resolve().parent
 PEERS_DIR = BENCH / ".peers"
 PY_SDK, PY_SDK_VERSION = "agent-client-protocol", "0.12.1"
@@ -118,7 +120,7 @@ def install_typescript_sdk() -> Optional[Peer]:
     # The adapter imports the file the package exports as "." so it uses only the public entry point.
     exports = json.loads(package_json.read_text())["exports"]["."]
     entry = package_json.parent / exports["import"]
-    return Peer("typescript-sdk", TS_SDK_VERSION, [node, str(BENCH / "peer_ts.mjs"), str(entry)])
+    return Peer("typescript-sdk", TS_SDK_VERSION, [node, str(BENCH / "peer_ts.mjs"), str(entry), workload.PING_METHOD])
 
 
 def install_peers() -> List[Peer]:

@@ -28,6 +28,7 @@ from typing import List, Optional, Union
 import msgspec
 
 from measure import Stopwatch, peak_rss_kb, round_trips
+from shared import workload
 import pacing
 
 # 64 KiB per read, as a tuned reader would take: a read of 256 KiB allocates a bytes object that
@@ -236,12 +237,12 @@ def pingpong(k: int, inflight: int, argv: List[str]) -> dict:
     latencies = []
     started = time.perf_counter()
     for _ in range(min(inflight, k)):
-        sent_at[agent.send("_bench/ping", {})] = time.perf_counter()
+        sent_at[agent.send(workload.PING_METHOD, {})] = time.perf_counter()
     while len(latencies) < k:
         message = agent.next_message()
         latencies.append(time.perf_counter() - sent_at.pop(message["id"]))
         if len(latencies) + len(sent_at) < k:
-            sent_at[agent.send("_bench/ping", {})] = time.perf_counter()
+            sent_at[agent.send(workload.PING_METHOD, {})] = time.perf_counter()
     seconds = time.perf_counter() - started
     agent.close()
     return round_trips(latencies, seconds)
@@ -256,6 +257,7 @@ def pingpong_threads(k: int, inflight: int, argv: List[str]) -> dict:
     ids = itertools.count(agent.last_id + 1)
     waiting = {}  # request id -> the lock its caller blocks on (dict operations are atomic)
     latencies = []
+    ping = b'{"jsonrpc":"2.0","id":%%d,"method":"%s","params":{}}\n' % workload.PING_METHOD.encode()
 
     def read_answers() -> None:
         for _ in range(k):
@@ -269,7 +271,7 @@ def pingpong_threads(k: int, inflight: int, argv: List[str]) -> dict:
             waiting[request_id] = answered
             sent = time.perf_counter()
             # One write of less than a pipe's atomic size: no lock needed between the callers.
-            os.write(agent.in_fd, b'{"jsonrpc":"2.0","id":%d,"method":"_bench/ping","params":{}}\n' % request_id)
+            os.write(agent.in_fd, ping % request_id)
             answered.acquire()
             latencies.append(time.perf_counter() - sent)
 
