@@ -132,6 +132,15 @@ def test_a_lone_send_is_on_the_wire_when_send_returns():
     os.close(drain)
 
 
+def drained_transport(name):
+    """A transport writing into a pipe whose reading end ``drain`` never blocks: what a send
+    wrote is there to read at once. Returns (transport, feed, drain); close all three."""
+    read_fd, feed = os.pipe()
+    drain, write_fd = os.pipe()
+    os.set_blocking(drain, False)
+    return Transport(read_fd, write_fd, name=name), feed, drain
+
+
 def _read_available(fd):
     try:
         return os.read(fd, 1 << 20)
@@ -154,10 +163,7 @@ def test_a_short_run_of_quick_sends_is_written_by_its_sender():
     # A paced sender that fell behind catches up with a few sends back to back and then computes
     # again; a flusher thread would wait for the GIL all that time. Each frame of such a run is
     # written by its sender: on the wire when the run ends, with no flusher started.
-    read_fd, feed = os.pipe()
-    drain, write_fd = os.pipe()
-    os.set_blocking(drain, False)
-    transport = Transport(read_fd, write_fd, name="catching-up")
+    transport, feed, drain = drained_transport("catching-up")
     try:
         for burst in range(3):
             frames = [b'{"burst":%d,"i":%d}' % (burst, i) for i in range(20)]
@@ -315,10 +321,7 @@ def test_a_failed_lone_write_raises_in_its_sender():
 
 # -- awaited frames -------------------------------------------------------------------------------
 def test_awaited_frames_back_to_back_are_each_on_the_wire_when_send_returns():
-    read_fd, feed = os.pipe()
-    drain, write_fd = os.pipe()
-    os.set_blocking(drain, False)
-    transport = Transport(read_fd, write_fd, name="awaited")
+    transport, feed, drain = drained_transport("awaited")
     try:
         for i in range(2_000):
             frame = b'{"id":%d,"result":null}' % i
