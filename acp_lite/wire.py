@@ -17,12 +17,13 @@ Rules this module keeps:
   over up to that much per read instead of 64 KiB.
 - Writes from any number of threads never interleave and are never reordered: one thread at a
   time holds the writer role, and once frames wait in the backlog every later frame goes behind
-  them. A lone message is written at once by its sender, in its own thread (no timer, no hop).
-  Frames sent while a write is under way, and frames a thread sends in quick succession (a stream
-  of updates, unless the sender marks them awaited), are left in the backlog for the transport's
-  flusher thread (started on first need), which writes all that piled up in one write, so a busy
-  connection makes few, large writes. A sender waits only when the backlog grows past a few
-  megabytes (the peer stopped reading).
+  them. A lone message is written at once by its sender, in its own thread (no timer, no hop),
+  and so is each frame of a short run of quick sends. Frames sent while a write is under way,
+  and a thread's frames once its quick sends make a long run (a stream of updates, unless the
+  sender marks them awaited), are left in the backlog for the transport's flusher thread
+  (started on first need), which writes all that piled up in one write, so a busy connection
+  makes few, large writes. A sender waits only when the backlog grows past a few megabytes (the
+  peer stopped reading).
 - ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
   reader blocked in a read, and releases the streams once no thread is inside a read or a write
   any more, so a descriptor number is never closed under a thread still using it.
@@ -83,11 +84,15 @@ _OVERSIZED_HEAD = 512
 _WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
 
 # A send from the thread that last wrote, arriving less than this many seconds after the writer
-# role was given up, belongs to a stream (a loop sending updates leaves a few microseconds between
-# frames); it is left to the flusher thread, so that the stream goes out in large writes. Lone
-# messages, and frames the peer waits for (requests and answers, even several in a row), are
-# still written at once by their sender.
+# role was given up, continues a run of quick sends (a loop sending updates leaves a few
+# microseconds between frames). Once a run is ``_STREAM_RUN`` frames long it is a stream, and its
+# frames are left to the flusher thread, so that the stream goes out in large writes. A shorter
+# run is written frame by frame by its sender: a paced sender that fell behind catches up with a
+# few quick sends and then computes again, and while it computes the flusher would wait for the
+# GIL, a switch interval (5 ms) per frame it holds. Lone messages, and frames the peer waits for
+# (requests and answers, even several in a row), are always written at once by their sender.
 _STREAM_GAP = 30e-6
+_STREAM_RUN = 64
 
 # The flusher is a daemon thread, which the interpreter stops dead at exit: a program that ends
 # without closing its connection would lose the frames still waiting for it. An exit hook
@@ -260,6 +265,7 @@ class Transport:
         self._batches_written = 0
         self._last_writer: Optional[int] = None  # the thread that last took the role by sending
         self._idle_since = float("-inf")  # when the writer role was last given up
+        self._quick_sends = 0  # the length of the last writer's current run of quick sends
         self._flusher: Optional[threading.Thread] = None
         self._flusher_cond = threading.Condition(self._lock)
         self._flusher_has_role = False
@@ -447,15 +453,22 @@ class Transport:
 
     def _take_writer_role(self, awaited: bool, bounded: bool) -> bool:
         # Under the lock, the role being free: take it. True when the sender is to write its
-        # frame at once; False when the sender must not block (``bounded``) or the frame
-        # continues a stream from the same thread (and is not awaited), in which case the role
-        # goes to the flusher, which writes what piles up meanwhile in one go.
+        # frame at once; False when the sender must not block (``bounded``) or the frame ends a
+        # run of _STREAM_RUN quick sends from the same thread (and is not awaited), in which
+        # case the role goes to the flusher, which writes what piles up meanwhile in one go.
         writer = threading.get_ident()
         self._writing = True
         self._active += 1
-        if bounded or (not awaited and writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP):
+        if bounded:
             self._hand_to_flusher()
             return False
+        if not awaited and writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP:
+            self._quick_sends += 1
+            if self._quick_sends >= _STREAM_RUN:
+                self._hand_to_flusher()
+                return False
+        else:
+            self._quick_sends = 0
         self._last_writer = writer
         self._batches_taken += 1
         return True

@@ -1,7 +1,7 @@
 """Draw the throughput chart of a results file: python chart.py RESULTS.json OUT.png
 
 Runs in the peers' venv, the one place matplotlib is installed. One panel per headline figure
-(A and D together, B, C sequential, C in flight, E's payload sizes); a bar per subject at its median, with a
+(A with its ceilings, B, C sequential, C in flight, E's payload sizes); a bar per subject at its median, with a
 whisker from min to max.
 """
 import json
@@ -24,7 +24,7 @@ def panels(doc):
         return [f for f in figures if f["workload"] in workloads and f["metric"] == metric and f["summary"]]
 
     return [
-        ("A + D. Client receive: updates/s", pick("DA", "updates/s")),
+        ("A. Client receive: updates/s", pick("A", "updates/s")),
         ("B. Agent send: updates/s", pick("B", "updates/s")),
         ("C. Round trips/s, sequential", pick("C", "requests/s (sequential)")),
         (f"C. Round trips/s, {inflight} in flight", pick("C", f"requests/s ({inflight} in flight)")),

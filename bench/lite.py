@@ -3,13 +3,17 @@
     python lite.py client-a [--sessions K] [--host-delivery] -- AGENT_CMD...   workloads A and E
     python lite.py agent --n N --updates STREAM_FILE                         workload B's agent, C's peer
     python lite.py client-c --k K --inflight M [--futures] -- AGENT_CMD...   workload C
+    python lite.py agent --paced                                             workload D's agent
+    python lite.py client-d --rates R1,R2 --seconds S -- AGENT_CMD...        workload D's client
 
 Each client prints one JSON object on stdout, with the same keys as ``raw.py``. ``client-a`` with
 ``--sessions K`` opens K sessions and prompts them all at once (the replay agent interleaves their
 streams); with ``--host-delivery`` the updates are delivered on the main thread, which pumps them,
 instead of the connection's delivery thread. ``client-c`` keeps M requests in flight from M threads
 making blocking calls; with ``--futures``, from one thread with ``call_future``, each answer's
-done-callback sending the next request.
+done-callback sending the next request. ``client-d`` runs a turn per rate and kind of sender and
+reports the latency of each turn's stamped updates, which the ``--paced`` agent sends (see
+pacing.py).
 """
 import json
 import sys
@@ -20,12 +24,14 @@ from typing import Callable, List
 
 from acp_lite import Agent, Client, HostDelivery, RemoteAgent, serve_stdio
 from acp_lite.codec import convert
-from acp_lite.schema import NewSessionResponse, SessionUpdate
+from acp_lite.schema import AgentMessageChunk, NewSessionResponse, SessionUpdate, TextContent
 
+import pacing
 from measure import Stopwatch, peak_rss_kb, round_trips
+from shared import workload
 from streams import agent_updates
 
-PING = "_bench/ping"
+PING = workload.PING_METHOD
 
 
 class CountingClient(Client):
@@ -52,6 +58,44 @@ class StreamingAgent(Agent):
 
     def ext_method(self, method, params):
         return {}
+
+
+class PacedAgent(Agent):
+    """Workload D's agent: each turn sends stamped message chunks as its prompt says."""
+
+    def new_session(self, params):
+        return NewSessionResponse(session_id="sess-0")
+
+    def prompt(self, params, turn):
+        send = turn.send
+        for i in pacing.paced(params.prompt[0].text):
+            text = TextContent(text=pacing.chunk_text(i))
+            send(AgentMessageChunk(content=text, meta={pacing.STAMP: time.monotonic_ns()}))
+        return "end_turn"
+
+
+class LatencyClient(Client):
+    def __init__(self):
+        self.latencies: List[int] = []
+
+    def session_update(self, params) -> None:
+        arrived = time.monotonic_ns()
+        meta = getattr(params.update, "meta", None)
+        if meta and pacing.STAMP in meta:
+            self.latencies.append(arrived - meta[pacing.STAMP])
+
+
+def client_d(rates: List[float], seconds: float, argv: List[str]) -> dict:
+    client = LatencyClient()
+    turns = []
+    with RemoteAgent.spawn(argv, client=client) as agent:
+        agent.initialize()
+        session_id = agent.new_session(cwd="/tmp").session_id
+        for prompt in pacing.turn_prompts(rates, seconds):
+            client.latencies = []
+            agent.prompt(session_id, prompt)
+            turns.append(pacing.turn_result(prompt, client.latencies))
+    return pacing.client_result(turns, peak_rss_kb())
 
 
 def client_a(argv: List[str], sessions: int = 1, host_delivery: bool = False) -> dict:
@@ -147,10 +191,15 @@ def main(args: List[str]) -> None:
     split = args.index("--") if "--" in args else len(args)
     options, argv = args[1:split], args[split + 1:]
     if mode == "agent":
+        if "--paced" in options:
+            serve_stdio(PacedAgent())
+            return
         opts = dict(zip(options[::2], options[1::2]))
         serve_stdio(StreamingAgent(int(opts["--n"]), opts["--updates"]))
         return
-    if mode == "client-a":
+    if mode == "client-d":
+        result = client_d(*pacing.parse_options(options), argv)
+    elif mode == "client-a":
         sessions = int(options[options.index("--sessions") + 1]) if "--sessions" in options else 1
         result = client_a(argv, sessions, "--host-delivery" in options)
     else:

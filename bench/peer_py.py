@@ -5,6 +5,8 @@ Runs in the SDK's own venv (``bench/.peers/py``), which has neither acp_lite nor
     python peer_py.py client-a -- AGENT_CMD...                 workload A: count a turn's updates
     python peer_py.py agent --n N --updates STREAM_FILE       workload B's agent and C's peer
     python peer_py.py client-c --k K --inflight M -- AGENT_CMD...   workload C: ext-method round trips
+    python peer_py.py agent --paced                           workload D's paced agent
+    python peer_py.py client-d --rates R1,R2 --seconds S -- AGENT_CMD...   workload D: update latency
 
 Each client prints one JSON object on stdout, with the same keys as ``raw.py``.
 """
@@ -16,8 +18,13 @@ import time
 import acp
 from acp import schema
 
+import pacing
 from measure import Stopwatch, peak_rss_kb, round_trips
+from shared import workload
 from streams import agent_updates
+
+# The SDK's ext_method adds the leading underscore of an extension method itself.
+PING = workload.PING_METHOD[1:]
 
 
 class CountingClient:
@@ -29,6 +36,18 @@ class CountingClient:
 
     async def request_permission(self, *args, **kwargs):
         raise acp.RequestError.method_not_found("session/request_permission")
+
+
+class LatencyClient(CountingClient):
+    def __init__(self):
+        super().__init__()
+        self.latencies = []
+
+    async def session_update(self, session_id, update, **kwargs):
+        arrived = time.monotonic_ns()
+        meta = getattr(update, "field_meta", None)
+        if meta and pacing.STAMP in meta:
+            self.latencies.append(arrived - meta[pacing.STAMP])
 
 
 class StreamingAgent:
@@ -57,6 +76,27 @@ class StreamingAgent:
         return {}
 
 
+class PacedAgent(StreamingAgent):
+    """Workload D's agent: each turn sends stamped message chunks as its prompt says. A busy
+    sender computes between sends without yielding to the event loop; a sleeping one awaits."""
+
+    def __init__(self):
+        self.client = None
+
+    async def prompt(self, session_id, prompt, **kwargs):
+        rate, seconds, busy = pacing.parse_turn(prompt[0].text)
+        for i, due in pacing.schedule(rate, seconds):
+            if busy:
+                pacing.compute_until(due)
+            elif due > time.perf_counter():
+                await asyncio.sleep(due - time.perf_counter())  # the event loop runs meanwhile
+            text = schema.TextContentBlock(type="text", text=pacing.chunk_text(i))
+            chunk = schema.AgentMessageChunk(session_update="agent_message_chunk", content=text,
+                                             field_meta={pacing.STAMP: time.monotonic_ns()})
+            await self.client.session_update(session_id, chunk)
+        return schema.PromptResponse(stop_reason="end_turn")
+
+
 async def client_a(argv):
     counter = CountingClient()
     async with acp.spawn_agent_process(counter, argv[0], *argv[1:]) as (conn, _process):
@@ -68,13 +108,26 @@ async def client_a(argv):
     return {"updates": counter.updates, **elapsed, "rss_kb": peak_rss_kb()}
 
 
+async def client_d(rates, seconds, argv):
+    client = LatencyClient()
+    turns = []
+    async with acp.spawn_agent_process(client, argv[0], *argv[1:]) as (conn, _process):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        session = await conn.new_session(cwd="/tmp", mcp_servers=[])
+        for text in pacing.turn_prompts(rates, seconds):
+            client.latencies = []
+            await conn.prompt(session_id=session.session_id, prompt=[acp.text_block(text)])
+            turns.append(pacing.turn_result(text, client.latencies))
+    return pacing.client_result(turns, peak_rss_kb())
+
+
 async def client_c(k: int, inflight: int, argv):
     latencies = []
 
     async def worker(count):
         for _ in range(count):
             sent = time.perf_counter()
-            await conn.ext_method("bench/ping", {})
+            await conn.ext_method(PING, {})
             latencies.append(time.perf_counter() - sent)
 
     async with acp.spawn_agent_process(CountingClient(), argv[0], *argv[1:]) as (conn, _process):
@@ -90,9 +143,13 @@ def main(args):
     split = args.index("--") if "--" in args else len(args)
     opts, argv = dict(zip(args[1:split:2], args[2:split:2])), args[split + 1:]
     if mode == "agent":
-        asyncio.run(acp.run_agent(StreamingAgent(int(opts["--n"]), opts["--updates"])))
+        paced = "--paced" in args[1:split]
+        agent = PacedAgent() if paced else StreamingAgent(int(opts["--n"]), opts["--updates"])
+        asyncio.run(acp.run_agent(agent))
         return
-    if mode == "client-a":
+    if mode == "client-d":
+        result = asyncio.run(client_d(*pacing.parse_options(args[1:split]), argv))
+    elif mode == "client-a":
         result = asyncio.run(client_a(argv))
     else:
         result = asyncio.run(client_c(int(opts["--k"]), int(opts["--inflight"]), argv))

@@ -1,23 +1,29 @@
 // Adapters driving the official TypeScript SDK (@agentclientprotocol/sdk) through its public API.
 //
-//   node peer_ts.mjs SDK_ENTRY client-a -- AGENT_CMD...                  workload A: count a turn's updates
-//   node peer_ts.mjs SDK_ENTRY agent --n N --updates STREAM_FILE        workload B's agent and C's peer
-//   node peer_ts.mjs SDK_ENTRY client-c --k K --inflight M -- AGENT_CMD...   workload C: ext-method round trips
+//   node peer_ts.mjs SDK_ENTRY PING client-a -- AGENT_CMD...                  workload A: count a turn's updates
+//   node peer_ts.mjs SDK_ENTRY PING agent --n N --updates STREAM_FILE        workload B's agent and C's peer
+//   node peer_ts.mjs SDK_ENTRY PING client-c --k K --inflight M -- AGENT_CMD...   workload C: ext-method round trips
+//   node peer_ts.mjs SDK_ENTRY PING agent --paced                            workload D's paced agent
+//   node peer_ts.mjs SDK_ENTRY PING client-d --rates R1,R2 --seconds S -- AGENT_CMD...   workload D: update latency
 //
 // SDK_ENTRY is the file the package exports as its main entry point; the bench passes it because
-// the SDK is installed in bench/.peers/node, beside this script rather than above it. Each client
-// prints one JSON object on stdout, with the same keys as raw.py.
+// the SDK is installed in bench/.peers/node, beside this script rather than above it. PING is the
+// round-trip method (workload.PING_METHOD, which the bench passes: it is defined in Python). Each client
+// prints one JSON object on stdout, with the same keys as raw.py. Workload D's pacing, stamp and
+// figures are those of pacing.py, mirrored here.
 import { spawn } from "node:child_process";
 import { closeSync, openSync, readFileSync, readSync } from "node:fs";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 
-const [sdkEntry, mode, ...rest] = process.argv.slice(2);
+const [sdkEntry, pingMethod, mode, ...rest] = process.argv.slice(2);
 const acp = await import(pathToFileURL(sdkEntry).href);
 const split = rest.indexOf("--");
 const opts = {};
 const optionArgs = split < 0 ? rest : rest.slice(0, split);
-for (let i = 0; i < optionArgs.length; i += 2) opts[optionArgs[i]] = optionArgs[i + 1];
+const paced = optionArgs.includes("--paced");
+const pairs = optionArgs.filter((arg) => arg !== "--paced");
+for (let i = 0; i < pairs.length; i += 2) opts[pairs[i]] = pairs[i + 1];
 const agentArgv = split < 0 ? [] : rest.slice(split + 1);
 // The agent cycles through this many distinct prebuilt updates, so the turn measures sending them
 // (the same count as streams.AGENT_DISTINCT_UPDATES).
@@ -76,7 +82,7 @@ async function clientC() {
     const worker = async (count) => {
       for (let i = 0; i < count; i++) {
         const sent = performance.now();
-        await cx.request("_bench/ping", {});
+        await cx.request(pingMethod, {});
         latencies.push((performance.now() - sent) / 1000);
       }
     };
@@ -97,6 +103,75 @@ async function clientC() {
   };
 }
 
+// Workload D (see pacing.py): the stamp is CLOCK_MONOTONIC in nanoseconds, the clock Python's
+// time.monotonic_ns() reads, so that stamps compare across processes.
+const STAMP = "sentNs";
+const TEXT = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do";
+const SENDERS = ["sleeping", "busy"];
+const monotonicNs = () => Number(process.hrtime.bigint());
+
+function turnResult(prompt, latencies) {
+  latencies.sort((a, b) => a - b);
+  const pick = (q) =>
+    latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * q))] / 1000 : null;
+  return { turn: prompt, updates: latencies.length, p50_us: pick(0.5), p99_us: pick(0.99), max_us: pick(1.0) };
+}
+
+async function clientD() {
+  let latencies = [];
+  const turns = [];
+  const { child, stream } = spawnAgent();
+  const app = acp.client({ name: "bench" }).onNotification(acp.methods.client.session.update, ({ params }) => {
+    const arrived = monotonicNs();
+    const sent = params.update._meta?.[STAMP];
+    if (sent !== undefined) latencies.push(arrived - sent);
+  });
+  await app.connectWith(stream, async (cx) => {
+    await initialize(cx);
+    const session = await cx.request(acp.methods.agent.session.new, { cwd: "/tmp", mcpServers: [] });
+    for (const rate of opts["--rates"].split(",")) {
+      for (const sender of SENDERS) {
+        // The prompt of pacing.turn_prompts: rate and seconds as Python's "%g" writes them.
+        const prompt = `${Number(rate)} ${Number(opts["--seconds"])} ${sender}`;
+        latencies = [];
+        await cx.request(acp.methods.agent.session.prompt, {
+          sessionId: session.sessionId,
+          prompt: [{ type: "text", text: prompt }],
+        });
+        turns.push(turnResult(prompt, latencies));
+      }
+    }
+  });
+  child.kill();
+  return { updates: turns.reduce((sum, turn) => sum + turn.updates, 0), turns, rss_kb: rssKb() };
+}
+
+async function pacedTurn(client, sessionId, prompt) {
+  // A sleeping sender waits on a timer (the event loop runs meanwhile); a busy one computes
+  // until the update is due, without yielding.
+  const [rateText, secondsText, sender] = prompt.split(" ");
+  const rate = Number(rateText);
+  const busy = sender === "busy";
+  const count = Math.floor(rate * Number(secondsText));
+  const started = performance.now();
+  for (let i = 0; i < count; i++) {
+    const due = started + (i * 1000) / rate;
+    if (busy) {
+      while (performance.now() < due);
+    } else if (due > performance.now()) {
+      await new Promise((resolve) => setTimeout(resolve, due - performance.now()));
+    }
+    await client.notify(acp.methods.client.session.update, {
+      sessionId,
+      update: {
+        sessionUpdate: "agent_message_chunk",
+        content: { type: "text", text: `${String(i).padStart(8, "0")} ${TEXT}` },
+        _meta: { [STAMP]: monotonicNs() },
+      },
+    });
+  }
+}
+
 function firstUpdates(path) {
   // Only the head of the stream file: reading all of it would inflate the agent's peak RSS.
   const head = Buffer.alloc(8 << 20);
@@ -109,7 +184,7 @@ function firstUpdates(path) {
 
 function serveAgent() {
   const n = Number(opts["--n"]);
-  const updates = firstUpdates(opts["--updates"]);
+  const updates = paced ? [] : firstUpdates(opts["--updates"]);
   const stream = acp.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin));
   const app = acp
     .agent({ name: "bench" })
@@ -120,6 +195,10 @@ function serveAgent() {
     }))
     .onRequest(acp.methods.agent.session.new, () => ({ sessionId: "sess-0" }))
     .onRequest(acp.methods.agent.session.prompt, async ({ params, client }) => {
+      if (paced) {
+        await pacedTurn(client, params.sessionId, params.prompt[0].text);
+        return { stopReason: "end_turn" };
+      }
       for (let i = 0; i < n; i++) {
         await client.notify(acp.methods.client.session.update, {
           sessionId: params.sessionId,
@@ -128,14 +207,15 @@ function serveAgent() {
       }
       return { stopReason: "end_turn" };
     })
-    .onRequest("_bench/ping", (params) => params, () => ({}));
+    .onRequest(pingMethod, (params) => params, () => ({}));
   app.connect(stream);
 }
 
 if (mode === "agent") {
   serveAgent();
 } else {
-  const result = mode === "client-a" ? await clientA() : await clientC();
+  const clients = { "client-a": clientA, "client-c": clientC, "client-d": clientD };
+  const result = await clients[mode]();
   process.stdout.write(JSON.stringify(result) + "\n");
   process.exit(0);
 }

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from shared import workload
+
 BENCH = Path(__file__).resolve().parent
 PEERS_DIR = BENCH / ".peers"
 PY_SDK, PY_SDK_VERSION = "agent-client-protocol", "0.12.1"
@@ -39,6 +41,17 @@ class Peer:
 
     def client_c(self, k: int, inflight: int, agent_argv: List[str], options: Sequence[str] = ()) -> List[str]:
         return self.launcher + ["client-c", "--k", str(k), "--inflight", str(inflight), *options, "--"] + agent_argv
+
+    def paced_agent(self) -> List[str]:
+        return self.launcher + ["agent", "--paced"]
+
+    def client_d(self, rates: Sequence[float], seconds: float, agent_argv: List[str]) -> List[str]:
+        return self.launcher + ["client-d", *paced_options(rates, seconds), "--"] + agent_argv
+
+
+def paced_options(rates: Sequence[float], seconds: float) -> List[str]:
+    """The options of a workload D client (its turns: see pacing.py)."""
+    return ["--rates", ",".join(f"{rate:g}" for rate in rates), "--seconds", f"{seconds:g}"]
 
 
 def _run(argv: List[str], what: str) -> bool:
@@ -107,7 +120,7 @@ def install_typescript_sdk() -> Optional[Peer]:
     # The adapter imports the file the package exports as "." so it uses only the public entry point.
     exports = json.loads(package_json.read_text())["exports"]["."]
     entry = package_json.parent / exports["import"]
-    return Peer("typescript-sdk", TS_SDK_VERSION, [node, str(BENCH / "peer_ts.mjs"), str(entry)])
+    return Peer("typescript-sdk", TS_SDK_VERSION, [node, str(BENCH / "peer_ts.mjs"), str(entry), workload.PING_METHOD])
 
 
 def install_peers() -> List[Peer]:

@@ -1,8 +1,10 @@
-"""Bare JSON-RPC clients with no ACP library: the ceilings (workload D), the reader that measures
-an agent under test (workload B) and the bare ping-pong (workload C).
+"""Bare JSON-RPC clients with no ACP library: the ceilings (workload A), the reader that measures
+an agent under test (workload B), the bare ping-pong (workload C) and the bare reader of a paced
+stream (workload D).
 
     python raw.py receive {split,json,msgspec,schema} [--pipe-size BYTES] -- AGENT_CMD...
     python raw.py pingpong --k K --inflight M [--threads] -- AGENT_CMD...
+    python raw.py latency --rates R1,R2 --seconds S -- AGENT_CMD...
 
 Each run prints one JSON object on stdout. ``receive`` does initialize, session/new and
 session/prompt, then reads the turn's lines until the prompt result, doing per line only what its
@@ -10,7 +12,9 @@ mode names: nothing (``split``), ``json.loads``, a msgspec decode into Structs s
 types (``msgspec``, the ceiling of issue 6), or the same into acp_lite's generated types
 (``schema``). It reports the agent's peak RSS and CPU time as well, since in workload B the agent
 is the subject. ``--pipe-size`` asks the OS for a larger pipe from the agent (Linux), as
-acp_lite does for the pipes it reads: the ceiling with the same advantage.
+acp_lite does for the pipes it reads: the ceiling with the same advantage. ``latency`` runs workload
+D's turns in a single thread that blocks in ``os.read`` and reports the latency of the stamped
+updates (see pacing.py): the sending side alone.
 """
 import itertools
 import json
@@ -24,6 +28,8 @@ from typing import List, Optional, Union
 import msgspec
 
 from measure import Stopwatch, peak_rss_kb, round_trips
+from shared import workload
+import pacing
 
 # 64 KiB per read, as a tuned reader would take: a read of 256 KiB allocates a bytes object that
 # large each time, which costs a bare reader 10-25% (measured) and would flatter whoever is
@@ -206,6 +212,24 @@ def receive(mode: str, argv: List[str], pipe_size: int = 0) -> dict:
             "agent_cpu_seconds": None if agent_cpu is None else agent_cpu_after - agent_cpu}
 
 
+def latency(rates: List[float], seconds: float, argv: List[str]) -> dict:
+    agent = RawAgent(argv)
+    session_id = agent.open_session()
+    turns = []
+    for text in pacing.turn_prompts(rates, seconds):
+        prompt_id = agent.send("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]})
+        latencies = []
+        while True:
+            message = agent.next_message()
+            if message.get("id") == prompt_id:
+                break
+            arrived = time.monotonic_ns()
+            latencies.append(arrived - message["params"]["update"]["_meta"][pacing.STAMP])
+        turns.append(pacing.turn_result(text, latencies))
+    agent.close()
+    return pacing.client_result(turns, peak_rss_kb())
+
+
 def pingpong(k: int, inflight: int, argv: List[str]) -> dict:
     agent = RawAgent(argv)
     agent.open_session()
@@ -213,12 +237,12 @@ def pingpong(k: int, inflight: int, argv: List[str]) -> dict:
     latencies = []
     started = time.perf_counter()
     for _ in range(min(inflight, k)):
-        sent_at[agent.send("_bench/ping", {})] = time.perf_counter()
+        sent_at[agent.send(workload.PING_METHOD, {})] = time.perf_counter()
     while len(latencies) < k:
         message = agent.next_message()
         latencies.append(time.perf_counter() - sent_at.pop(message["id"]))
         if len(latencies) + len(sent_at) < k:
-            sent_at[agent.send("_bench/ping", {})] = time.perf_counter()
+            sent_at[agent.send(workload.PING_METHOD, {})] = time.perf_counter()
     seconds = time.perf_counter() - started
     agent.close()
     return round_trips(latencies, seconds)
@@ -233,6 +257,7 @@ def pingpong_threads(k: int, inflight: int, argv: List[str]) -> dict:
     ids = itertools.count(agent.last_id + 1)
     waiting = {}  # request id -> the lock its caller blocks on (dict operations are atomic)
     latencies = []
+    ping = b'{"jsonrpc":"2.0","id":%%d,"method":"%s","params":{}}\n' % workload.PING_METHOD.encode()
 
     def read_answers() -> None:
         for _ in range(k):
@@ -246,7 +271,7 @@ def pingpong_threads(k: int, inflight: int, argv: List[str]) -> dict:
             waiting[request_id] = answered
             sent = time.perf_counter()
             # One write of less than a pipe's atomic size: no lock needed between the callers.
-            os.write(agent.in_fd, b'{"jsonrpc":"2.0","id":%d,"method":"_bench/ping","params":{}}\n' % request_id)
+            os.write(agent.in_fd, ping % request_id)
             answered.acquire()
             latencies.append(time.perf_counter() - sent)
 
@@ -268,6 +293,8 @@ def main(args: List[str]) -> None:
     if options[0] == "receive":
         pipe_size = int(options[options.index("--pipe-size") + 1]) if "--pipe-size" in options else 0
         result = receive(options[1], argv, pipe_size)
+    elif options[0] == "latency":
+        result = latency(*pacing.parse_options(options[1:]), argv)
     else:
         threads = "--threads" in options
         opts = dict(zip(*[iter(o for o in options[1:] if o != "--threads")] * 2))

@@ -7,12 +7,15 @@ Stdlib only and deliberately dumb, so that a client's figure measures the client
 large chunks followed by the prompt result. With ``--sessions K`` it waits until K prompts are
 pending and then interleaves their streams chunk by chunk (each line carrying its own session id),
 which is how workload E puts 16 sessions on one connection at once. It also answers the extension
-request ``_bench/ping`` with ``{}``, which makes it the agent half of the bare ping-pong ceiling.
+request ``workload.PING_METHOD`` (see shared.py) with ``{}``, which makes it the agent half of the
+bare ping-pong ceiling.
 Anything else gets -32601.
 """
 import json
 import os
 import sys
+
+from shared import workload
 
 CHUNK_BYTES = 1 << 20
 STREAM_SESSION_ID = b"sess-0"  # the id the stream files are written with (bench.streams.SESSION_ID)
@@ -81,7 +84,7 @@ def main() -> None:
         elif method == "session/new":
             result = {"sessionId": "sess-%d" % sessions}
             sessions += 1
-        elif method == "_bench/ping":
+        elif method == workload.PING_METHOD:
             result = {}
         elif method == "session/prompt":
             pending.append((message["params"]["sessionId"], request_id))

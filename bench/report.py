@@ -55,7 +55,7 @@ class Target:
 
 
 def results_document(meta: dict, plan: dict, figures: Dict[tuple, List[Optional[float]]], targets: List[Target]) -> dict:
-    return {
+    doc = {
         "meta": meta,
         "plan": plan,
         "figures": [
@@ -64,6 +64,23 @@ def results_document(meta: dict, plan: dict, figures: Dict[tuple, List[Optional[
         ],
         "targets": [t.evaluate(figures) for t in targets],
     }
+    if meta.get("baseline"):
+        doc["before_after"] = before_after(figures, f"acp_lite@{meta['baseline']}")
+    return doc
+
+
+def before_after(figures: Dict[tuple, List[Optional[float]]], baseline: str) -> List[dict]:
+    """Each figure of acp_lite over the same figure of ``baseline`` (a subject named like it, with
+    ``acp_lite`` replaced), run by run."""
+    out = []
+    for (w, s, m), series in figures.items():
+        if not s.startswith(baseline):
+            continue
+        today = (w, "acp_lite" + s[len(baseline):], m)
+        if today in figures:
+            ratios = pairwise("/", figures[today], series)
+            out.append({"workload": w, "subject": today[1], "metric": m, "runs": ratios, "summary": summary(ratios)})
+    return out
 
 
 def _fmt(value: Optional[float]) -> str:
@@ -77,10 +94,12 @@ def _fmt(value: Optional[float]) -> str:
 
 
 WORKLOAD_TITLES = {
-    "A": "A. Client receive (a turn of session/update notifications from the replay agent)",
+    "A": "A. Client receive (a turn of session/update notifications from the replay agent; the ceilings are "
+         "bare readers of the same stream)",
     "B": "B. Agent send (the agent under test streams a turn to a bare line reader)",
     "C": "C. Round trip (extension request client → agent of the same SDK)",
-    "D": "D. Ceilings (bare readers of the same stream as A, same run)",
+    "D": "D. Paced stream latency (send → session_update callback; each agent to its own client, and to a "
+         "bare reader)",
     "E": "E. Cost growth (acp_lite)",
     "F": "F. Each SDK's agent measured by `acp-lite bench` (start-up, round trip, one turn)",
 }
@@ -96,12 +115,14 @@ def markdown(doc: dict) -> str:
              f"{meta['load_average_at_end'][0]:.2f} at the end; anything "
              "else running shows up as spread between runs.", "",
              f"Median (min–max) over {plan['runs']} runs; ratios are taken run by run. "
-             f"A, B, D: {plan['updates']:,} updates per turn; C: {plan['requests']:,} requests; E: "
+             f"A, B: {plan['updates']:,} updates per turn; C: {plan['requests']:,} requests; "
+             f"D: turns of {plan['paced_seconds']:g} s at " + " and ".join(f"{r:,}" for r in plan["rates"])
+             + " updates/s; E: "
              + ", ".join(f"{n:,} updates of {size} B" for size, n in plan["sizes"].items())
              + f", {plan['sessions']} sessions sharing {plan['updates']:,} updates, "
              f"{plan['flat'][0]:,} vs {plan['flat'][1]:,} updates for memory; F: a turn of "
              f"{plan['requests']:,} updates.", ""]
-    for workload in "ADBCEF":
+    for workload in "ABCDEF":
         rows = [f for f in doc["figures"] if f["workload"] == workload]
         if not rows:
             continue
@@ -112,7 +133,15 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {f['subject']} | {f['metric']} | {_fmt(s.get('median'))} | {_fmt(s.get('min'))} "
                          f"| {_fmt(s.get('max'))} |")
         lines.append("")
-    lines += ["## Targets from issue 6", "", "| workload | target | measured median (min–max) | met |",
+    if doc.get("before_after"):
+        lines += [f"## acp_lite / acp_lite@{doc['meta']['baseline']} (run by run)", "",
+                  "| workload | subject | metric | median | min | max |", "| --- | --- | --- | ---: | ---: | ---: |"]
+        for f in doc["before_after"]:
+            s = f["summary"] or {}
+            lines.append(f"| {f['workload']} | {f['subject']} | {f['metric']} | {_fmt(s.get('median'))} "
+                         f"| {_fmt(s.get('min'))} | {_fmt(s.get('max'))} |")
+        lines.append("")
+    lines += ["## Targets (issues 6 and 17)", "", "| workload | target | measured median (min–max) | met |",
               "| --- | --- | ---: | :---: |"]
     for t in doc["targets"]:
         s = t["measured"]

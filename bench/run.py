@@ -1,12 +1,15 @@
 """The benchmark suite of issue 6: acp_lite against the official SDKs and the bare ceilings.
 
-    python -m bench [--quick] [--runs R] [--scale F] [--no-peers] [--only ABCDEF] [--name NAME] [--out DIR]
+    python -m bench [--quick] [--runs R] [--scale F] [--no-peers] [--only ABCDEF] [--baseline REV]
+                    [--name NAME] [--out DIR]
 
 Every measurement is one subprocess (a client or reader adapter, which spawns its agent), so each
 reports its own peak RSS and no run inherits another's heap. Each run goes through every
 workload's subjects in turn, so a ratio between two subjects compares measurements taken
 seconds apart. Results go to ``OUT/NAME.json``, ``OUT/NAME.md`` and ``OUT/NAME.png`` (the chart
 needs matplotlib, which lives in the peers' venv; without it the chart is skipped).
+``--baseline REV`` adds acp_lite as it was at git revision REV as one more subject of A to E
+(``acp_lite@REV``), for before/after ratios in the same run.
 """
 import argparse
 import json
@@ -23,13 +26,15 @@ sys.path.insert(0, str(BENCH))
 
 import peers  # noqa: E402
 import report  # noqa: E402
+from pacing import SENDERS  # noqa: E402
 from report import Target  # noqa: E402
 from streams import stream_file  # noqa: E402
 
 JOB_TIMEOUT = 900
 PY = sys.executable
 FULL = {"runs": 5, "updates": 200_000, "requests": 20_000, "inflight": 8, "sessions": 16,
-        "sizes": {100: 200_000, 10_000: 20_000, 1_000_000: 200}, "flat": (10_000, 1_000_000)}
+        "sizes": {100: 200_000, 10_000: 20_000, 1_000_000: 200}, "flat": (10_000, 1_000_000),
+        "rates": (100, 5_000), "paced_seconds": 5.0}
 QUICK_SCALE, QUICK_RUNS = 0.1, 3
 
 
@@ -39,6 +44,8 @@ def make_plan(runs: int, scale: float) -> dict:
     plan = dict(FULL, runs=runs, scale=scale, updates=scaled(FULL["updates"]), requests=scaled(FULL["requests"]))
     plan["sizes"] = {size: scaled(n) for size, n in FULL["sizes"].items()}
     plan["flat"] = tuple(scaled(n) for n in FULL["flat"])
+    # D's turns last a fixed time; a tenth of a second still makes ten updates at the lower rate.
+    plan["paced_seconds"] = max(0.1, FULL["paced_seconds"] * scale)
     # 16 sessions must still get at least one update each.
     plan["updates"] = max(plan["updates"], plan["sessions"])
     return plan
@@ -117,8 +124,53 @@ def acp_lite_peer() -> peers.Peer:
     return peers.Peer("acp_lite", acp_lite.__version__, [PY, str(BENCH / "lite.py")])
 
 
+def baseline_peer(rev: str, tmp_dir: Path) -> peers.Peer:
+    """acp_lite as it was at git revision ``rev``: its package extracted under ``tmp_dir`` and put
+    first on the adapters' import path (the adapter script is today's)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", rev], stdout=subprocess.PIPE, check=True,
+                            cwd=BENCH).stdout.decode().strip()
+    root = tmp_dir / f"acp_lite-{commit}"
+    if not (root / "acp_lite").is_dir():
+        partial = tmp_dir / f"acp_lite-{commit}.{os.getpid()}.part"
+        partial.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", commit, "acp_lite"], stdout=subprocess.PIPE, check=True,
+                                 cwd=BENCH.parent).stdout
+        subprocess.run(["tar", "-x", "-C", str(partial)], input=archive, check=True)
+        partial.replace(root)
+    return peers.Peer(f"acp_lite@{commit}", commit, ["env", f"PYTHONPATH={root}", PY, str(BENCH / "lite.py")])
+
+
+def paced_label(rate: float, sender: str) -> str:
+    return f"{rate:,g}/s, {sender} sender"
+
+
+def latency_metrics(r: dict) -> Dict[str, float]:
+    # One connection ran every turn of D: a rate and a kind of sender each (see pacing.py).
+    metrics = {}
+    for turn in r["turns"]:
+        rate, _, sender = turn["turn"].split()
+        for stat in ("p50", "p99", "max"):
+            metrics[f"{stat} µs ({paced_label(float(rate), sender)})"] = turn[f"{stat}_us"]
+    return metrics
+
+
+def paced_jobs(plan: dict, subjects: List[peers.Peer]) -> List[Job]:
+    """Workload D: each agent paced to its own client (the figure a user sees), and to the bare
+    reader (the sending side alone); each connection runs a turn per rate and kind of sender."""
+    rates, seconds = plan["rates"], plan["paced_seconds"]
+    expect = ("updates", sum(int(rate * seconds) for rate in rates) * len(SENDERS))
+    jobs = []
+    for peer in subjects:
+        jobs.append(Job("D", peer.name, peer.client_d(rates, seconds, peer.paced_agent()), latency_metrics, expect))
+        jobs.append(Job("D", f"{peer.name} agent → bare reader",
+                        raw("latency", *peers.paced_options(rates, seconds), "--", *peer.paced_agent()),
+                        latency_metrics, expect))
+    return jobs
+
+
 def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_dir: Path) -> List[Job]:
-    """Every measurement of one run, in order; ``peer_list`` are the official SDKs installed."""
+    """Every measurement of one run, in order; ``peer_list`` are the other subjects (the official
+    SDKs installed, a baseline)."""
     n, k, inflight = plan["updates"], plan["requests"], plan["inflight"]
     subjects = [acp_lite_peer()] + peer_list
     mix = stream_file(streams_dir, "mix", n)
@@ -126,15 +178,15 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
     on_mix = receive_metrics(mix_bytes)
     turn = ("updates", n)
     jobs = []
-    if "D" in workloads:
+    if "A" in workloads:
+        # The ceilings first: bare readers of the same stream.
         for mode, subject in (("split", "ceiling: split lines"), ("json", "ceiling: json.loads"),
                               ("msgspec", "ceiling: msgspec Structs"),
                               ("schema", "ceiling: msgspec into acp_lite.schema")):
-            jobs.append(Job("D", subject, raw("receive", mode, "--", *replay_agent(mix)), on_mix, turn))
+            jobs.append(Job("A", subject, raw("receive", mode, "--", *replay_agent(mix)), on_mix, turn))
         if sys.platform.startswith("linux"):  # the pipe size acp_lite asks for, for comparison
-            jobs.append(Job("D", "ceiling: msgspec Structs, 1 MiB pipe",
+            jobs.append(Job("A", "ceiling: msgspec Structs, 1 MiB pipe",
                             raw("receive", "msgspec", "--pipe-size", str(1 << 20), "--", *replay_agent(mix)), on_mix, turn))
-    if "A" in workloads:
         for peer in subjects:
             jobs.append(Job("A", peer.name, peer.client_a(replay_agent(mix)), on_mix, turn))
     if "B" in workloads:
@@ -157,6 +209,8 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
         lite = subjects[0]
         jobs.append(Job("C", "acp_lite, futures", lite.client_c(k, inflight, lite.agent(0, mix), ["--futures"]),
                         par, requests))
+    if "D" in workloads:
+        jobs += paced_jobs(plan, subjects)
     if "E" in workloads:
         jobs += growth_jobs(plan, streams_dir, mix, subjects[0])
     if "F" in workloads:
@@ -194,17 +248,17 @@ def growth_jobs(plan: dict, streams_dir: Path, mix: Path, lite: peers.Peer) -> L
 
 def make_targets(plan: dict) -> List[Target]:
     small, large = plan["flat"]
-    ceiling = ("D", "ceiling: msgspec Structs", "updates/s")
+    ceiling = ("A", "ceiling: msgspec Structs", "updates/s")
     a_lite = ("A", "acp_lite", "updates/s")
     seq, par = "sequential", f"{plan['inflight']} in flight"
-    return [
+    targets = [
         Target("A", "acp_lite ≥ 90% of the msgspec-Struct reader", a_lite, 0.9, right=ceiling),
         Target("A", "acp_lite ≥ 15× the Python SDK", a_lite, 15, right=("A", "python-sdk", "updates/s")),
         Target("A", "acp_lite ≥ 8× the TypeScript SDK", a_lite, 8, right=("A", "typescript-sdk", "updates/s")),
         # The same three in CPU time per update (the client's own, every thread): on a shared
         # 2-core machine this is the view that other load does not distort.
         Target("A", "CPU time: acp_lite within 1/0.9 of the msgspec-Struct reader's per update",
-               ("D", "ceiling: msgspec Structs", "CPU µs/update"), 0.9, right=("A", "acp_lite", "CPU µs/update")),
+               ("A", "ceiling: msgspec Structs", "CPU µs/update"), 0.9, right=("A", "acp_lite", "CPU µs/update")),
         Target("A", "CPU time: acp_lite ≥ 15× leaner than the Python SDK",
                ("A", "python-sdk", "CPU µs/update"), 15, right=("A", "acp_lite", "CPU µs/update")),
         Target("A", "CPU time: acp_lite ≥ 8× leaner than the TypeScript SDK",
@@ -231,7 +285,24 @@ def make_targets(plan: dict) -> List[Target]:
         Target("E", "1 MB updates at ≥ 200 MB/s", ("E", "acp_lite, 1 MB updates", "MB/s"), 200),
         Target("E", "host-thread delivery ≥ 80% of the default", ("E", "acp_lite, host-thread delivery", "updates/s"),
                0.8, right=a_lite),
-    ]
+    ] + paced_targets(plan)
+    return sorted(targets, key=lambda target: target.workload)
+
+
+def paced_targets(plan: dict) -> List[Target]:
+    """Issue 17's for D, end to end (acp_lite's agent to acp_lite's client), at each rate and with
+    either sender: p50 ≤ 100 µs, p99 ≤ 500 µs, and both below each SDK's own agent-to-client pair."""
+    targets = []
+    for rate in plan["rates"]:
+        for sender in SENDERS:
+            label = paced_label(rate, sender)
+            for stat, bound in (("p50", 100), ("p99", 500)):
+                lite = ("D", "acp_lite", f"{stat} µs ({label})")
+                targets.append(Target("D", f"{label}: acp_lite {stat} ≤ {bound} µs", lite, bound, at_least=False))
+                for sdk, name in (("python-sdk", "Python"), ("typescript-sdk", "TypeScript")):
+                    targets.append(Target("D", f"{label}: acp_lite {stat} below the {name} SDK's", lite, 1.0,
+                                          right=("D", sdk, f"{stat} µs ({label})"), at_least=False))
+    return targets
 
 
 def _command_output(argv: List[str]) -> Optional[str]:
@@ -286,6 +357,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--scale", type=float, help="multiply every count by this (default 1, or 0.1 with --quick)")
     parser.add_argument("--no-peers", action="store_true", help="acp_lite and the ceilings only")
     parser.add_argument("--only", default="ABCDEF", help="the workloads to run, e.g. AD")
+    parser.add_argument("--baseline", metavar="REV", help="also measure acp_lite as it was at this git revision")
     parser.add_argument("--name", help="results file name (default: latest, or quick with --quick)")
     parser.add_argument("--out", type=Path, default=BENCH / "results", help="results folder")
     parser.add_argument("--no-chart", action="store_true", help="skip the PNG")
@@ -295,9 +367,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     name = args.name or ("quick" if args.quick else "latest")
     plan = make_plan(runs, scale)
     peer_list = [] if args.no_peers else peers.install_peers()
+    if args.baseline:
+        peer_list.insert(0, baseline_peer(args.baseline, args.out / "tmp"))
     print(f"preparing streams in {args.out / 'tmp'} ...", file=sys.stderr)
     jobs = make_jobs(plan, args.only.upper(), peer_list, args.out / "tmp")
     meta = machine_meta(name, peer_list)
+    if args.baseline:
+        meta["baseline"] = peer_list[0].version
     figures: Dict[tuple, List[Optional[float]]] = {}
     failures = 0
     for run in range(runs):

@@ -5,9 +5,10 @@ in venvs that have neither msgspec nor acp_lite.
 
 Two kinds of stream:
 
-* ``mix``: workload A's turn. Nine in ten updates are ``agent_message_chunk`` with about 60
-  characters of text and a ``messageId``; every tenth is a ``tool_call_update`` with a status and
-  one text content item.
+* ``mix``: workload A's turn, the mix ``acp-lite bench`` generates too (``workload.mix_update``,
+  see shared.py). Nine in ten updates are ``agent_message_chunk`` with about 60 characters of text
+  and a ``messageId``; every tenth is a ``tool_call_update`` with a status and one text content
+  item.
 * ``size:BYTES``: workload E's payload growth. 100 B and smaller are agent message chunks of that
   many characters; anything larger is a ``tool_call_update`` carrying a diff whose ``newText`` has
   that many characters in 80-column lines, like a rewritten file.
@@ -19,45 +20,18 @@ import json
 import os
 from pathlib import Path
 
+from shared import workload
+
 SESSION_ID = "sess-0"
 # The agents under test cycle through this many distinct prebuilt updates, so that a turn measures
 # sending updates rather than building them.
 AGENT_DISTINCT_UPDATES = 1000
-TOOL_STATUSES = ("in_progress", "completed", "failed", "pending")
-_WORDS = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split()
-
-
-def _text(i: int, length: int) -> str:
-    """Deterministic prose of exactly ``length`` characters that differs from update to update."""
-    out = f"{i:08d} "
-    w = i
-    while len(out) < length:
-        out += _WORDS[w % len(_WORDS)] + " "
-        w += 7
-    return out[:length]
 
 
 def _file_text(i: int, length: int) -> str:
     """``length`` characters of source-like text in 80-column lines."""
-    line = (_text(i, 79) + "\n")
+    line = (workload.text(i, 79) + "\n")
     return (line * (length // 80 + 1))[:length]
-
-
-def message_chunk(i: int, length: int = 60) -> dict:
-    return {
-        "sessionUpdate": "agent_message_chunk",
-        "content": {"type": "text", "text": _text(i, length)},
-        "messageId": f"msg-{i // 100:06d}",
-    }
-
-
-def tool_call_update(i: int, length: int = 60) -> dict:
-    return {
-        "sessionUpdate": "tool_call_update",
-        "toolCallId": f"call-{i // 10:06d}",
-        "status": TOOL_STATUSES[(i // 10) % len(TOOL_STATUSES)],
-        "content": [{"type": "content", "content": {"type": "text", "text": _text(i, length)}}],
-    }
 
 
 def diff_update(i: int, length: int) -> dict:
@@ -70,13 +44,8 @@ def diff_update(i: int, length: int) -> dict:
     }
 
 
-def mix_update(i: int) -> dict:
-    """Update ``i`` of workload A's mix; the agent adapters cycle through these too."""
-    return tool_call_update(i) if i % 10 == 9 else message_chunk(i)
-
-
 def sized_update(i: int, size: int) -> dict:
-    return message_chunk(i, size) if size <= 100 else diff_update(i, size)
+    return workload.message_chunk(i, size) if size <= 100 else diff_update(i, size)
 
 
 def notification_line(update: dict) -> bytes:
@@ -96,7 +65,7 @@ def stream_file(directory: Path, kind: str, n: int) -> Path:
     if path.exists():
         return path
     if kind == "mix":
-        make = mix_update
+        make = workload.mix_update
     elif kind.startswith("size:"):
         size = int(kind[5:])
         make = lambda i: sized_update(i, size)  # noqa: E731

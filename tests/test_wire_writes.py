@@ -132,6 +132,15 @@ def test_a_lone_send_is_on_the_wire_when_send_returns():
     os.close(drain)
 
 
+def drained_transport(name):
+    """A transport writing into a pipe whose reading end ``drain`` never blocks: what a send
+    wrote is there to read at once. Returns (transport, feed, drain); close all three."""
+    read_fd, feed = os.pipe()
+    drain, write_fd = os.pipe()
+    os.set_blocking(drain, False)
+    return Transport(read_fd, write_fd, name=name), feed, drain
+
+
 def _read_available(fd):
     try:
         return os.read(fd, 1 << 20)
@@ -148,6 +157,25 @@ def test_a_stream_from_one_thread_goes_out_in_fewer_writes_than_frames():
     assert b"".join(sink.writes) == b"".join(frame + b"\n" for frame in frames)
     assert len(sink.writes) < len(frames)
     assert flushers() == []
+
+
+def test_a_short_run_of_quick_sends_is_written_by_its_sender():
+    # A paced sender that fell behind catches up with a few sends back to back and then computes
+    # again; a flusher thread would wait for the GIL all that time. Each frame of such a run is
+    # written by its sender: on the wire when the run ends, with no flusher started.
+    transport, feed, drain = drained_transport("catching-up")
+    try:
+        for burst in range(3):
+            frames = [b'{"burst":%d,"i":%d}' % (burst, i) for i in range(20)]
+            for frame in frames:
+                transport.send(frame)
+            assert flushers() == []
+            assert _read_available(drain) == b"".join(frame + b"\n" for frame in frames)
+            time.sleep(0.01)  # the sender computes, then falls behind again
+    finally:
+        transport.close()
+    os.close(feed)
+    os.close(drain)
 
 
 def test_flush_waits_for_what_was_sent_before_it_not_for_a_stream_that_goes_on():
@@ -293,10 +321,7 @@ def test_a_failed_lone_write_raises_in_its_sender():
 
 # -- awaited frames -------------------------------------------------------------------------------
 def test_awaited_frames_back_to_back_are_each_on_the_wire_when_send_returns():
-    read_fd, feed = os.pipe()
-    drain, write_fd = os.pipe()
-    os.set_blocking(drain, False)
-    transport = Transport(read_fd, write_fd, name="awaited")
+    transport, feed, drain = drained_transport("awaited")
     try:
         for i in range(2_000):
             frame = b'{"id":%d,"result":null}' % i

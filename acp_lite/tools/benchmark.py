@@ -34,13 +34,13 @@ from ..errors import AcpError, CallTimeout
 from ..process import AgentProcess
 from ..rpc import Connection
 from ..schema import Implementation, NewSessionResponse, SessionNotification, SessionUpdate
-from ..updates import cancelled_permission, select_permission, text_chunk, tool_call_update, tool_content, variant_tag
+from ..updates import cancelled_permission, select_permission, variant_tag
 from ..wire import Transport
 from ..workspace import WorkspaceClient
+from .workload import PING_METHOD, mix_update
 
-# The extension method whose -32601 answer times a round trip, and that asks a client whether it
-# read a replayed stream.
-PING_METHOD = "_acp_lite/bench/ping"
+# The extension method that asks a client whether it read a replayed stream (the one that times a
+# round trip is shared with bench/, in workload.py).
 DRAINED_METHOD = "_acp_lite/bench/drained"
 
 
@@ -245,19 +245,10 @@ def format_agent_report(report: Dict[str, Any]) -> str:
 
 # -- measuring a client ---------------------------------------------------------------------------------
 def generated_updates(count: int) -> List[Any]:
-    """``count`` updates of workload A's mix: nine in ten agent message chunks of 60 characters,
-    every tenth a tool call update with a status and one text content item."""
-    statuses = ("in_progress", "completed", "failed", "pending")
-    updates: List[Any] = []
-    for i in range(count):
-        text = f"{i:08d} " + "lorem ipsum dolor sit amet consectetur adipiscing elit sed do"[: 60 - 9]
-        if i % 10 == 9:
-            updates.append(
-                tool_call_update(f"call-{i // 10:06d}", status=statuses[(i // 10) % 4], content=[tool_content(text)])
-            )
-        else:
-            updates.append(text_chunk(text, message_id=f"msg-{i // 100:06d}"))
-    return updates
+    """``count`` updates of workload A's mix (see ``workload.py``): nine in ten agent message
+    chunks of 60 characters, every tenth a tool call update with a status and one text content
+    item."""
+    return [convert(mix_update(i), SessionUpdate) for i in range(count)]
 
 
 def recorded_updates(lines: Iterable[bytes]) -> List[Any]:
