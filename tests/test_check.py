@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from acp_lite.tools.check import FAIL, PASS, REQUIREMENT_LEVELS, SKIP, CheckOptions, run_checks, selected_checks
+from acp_lite.tools.check_probe import FAIL, PASS, REQUIREMENT_LEVELS, SKIP, CheckOptions
+from acp_lite.tools.check_runner import run_checks, selected_checks
 from acp_lite.codec import set_diagnostics_hook
 
 from conftest import REPO

@@ -95,8 +95,10 @@ def _decode_noting(value: Any, type_: Any, where: str, verdict: WireVerdict) -> 
 
 
 # -- capabilities -----------------------------------------------------------------------------------
-def _advertised(capabilities: Any, *path: str) -> bool:
-    """Whether the capability at ``path`` is present and not false (omitted means unsupported)."""
+def advertised(capabilities: Any, *path: str) -> bool:
+    """Whether the capability at ``path`` is present and not false (omitted means unsupported).
+
+    ACP's rule for every capability object, also used by ``check`` to skip what an agent lacks."""
     for key in path:
         if not isinstance(capabilities, dict):
             return False
@@ -242,7 +244,7 @@ class WireChecker:
         peer = "client" if direction == AGENT_TO_CLIENT else "agent"
         owner = "clientCapabilities" if peer == "client" else "agentCapabilities"
         for path in needs(params):
-            if not _advertised(capabilities, *path):
+            if not advertised(capabilities, *path):
                 verdict.problems.append(f"not-advertised: {method} needs {owner}.{'.'.join(path)}, which the {peer} did not advertise")
 
     # -- responses ------------------------------------------------------------------------------
