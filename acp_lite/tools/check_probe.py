@@ -90,7 +90,9 @@ REQUIREMENT_LEVELS: Dict[str, str] = {
     "ACP-V1-SCHEMA-TERMINAL-KILL-SHAPE": "MUST",
     "ACP-V1-SCHEMA-ELICITATION-CREATE-SHAPE": "MUST",
     "ACP-V1-SCHEMA-ELICITATION-COMPLETE-SHAPE": "MUST",
-    "probe:exits-on-stdin-eof": "MUST",
+    # The transports page says nothing of an agent's stdin closing (the client that launched the
+    # agent owns its lifetime): advice of the probe, graded SHOULD so that it never fails a run.
+    "probe:exits-on-stdin-eof": "SHOULD",
 }
 MUST_LEVELS = ("MUST", "MUST NOT")
 
@@ -146,6 +148,9 @@ WIRE_REQUIREMENTS = (
 _CLIENT_INFO = {"name": "acp-lite-check", "title": "acp-lite check", "version": "0.1.0"}
 # How long a stopped agent gets between each rung of the stop ladder (stdin closed, SIGTERM, SIGKILL).
 _STOP_GRACE = 1.0
+# Why a check stops when the agent answers error -32000 and no --auth-method was given; the
+# report says once what to do about it.
+AUTH_SKIP = "the agent requires authentication (error -32000)"
 DEFAULT_CANCEL_PROMPT = "Take your time: look through every file in the working directory and describe each one."
 
 
@@ -282,18 +287,22 @@ class ProbedAgent:
                     self._responses[id_key(message.get("id"))] = message
                 return message
 
-    def wait_response(self, request_id: Any) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    def wait_response(self, request_id: Any, auth_blocks: bool = True) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
         """Read until the response to ``request_id``: (messages before it, the response).
 
         A response to no request of ours fails the check (wrong id echo) at once; one to another
-        pending request of ours is kept for its own ``wait_response``.
+        pending request of ours is kept for its own ``wait_response``. Unless ``auth_blocks`` is
+        false, an ``auth_required`` error skips the check (see ``skip_if_auth_required``).
         """
         key = id_key(request_id)
         before: List[Dict[str, Any]] = []
         deadline = time.monotonic() + self.timeout
         while True:
             if self._responses.get(key) is not None:
-                return before, self._responses.pop(key)  # type: ignore[return-value]
+                response: Dict[str, Any] = self._responses.pop(key)  # type: ignore[assignment]
+                if auth_blocks:
+                    self.skip_if_auth_required(response)
+                return before, response
             try:
                 message = self.receive(deadline - time.monotonic())
             except TimeoutError:
@@ -313,8 +322,16 @@ class ProbedAgent:
             raise CheckFailed("ACP-V1-JSONRPC-RESPONSE-SAME-ID",
                                f"waiting for the response to id {request_id!r}, got one with id {message['id']!r}")
 
-    def call(self, method: str, params: Any, request_id: Any = None) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
-        return self.wait_response(self.request(method, params, request_id))
+    def call(self, method: str, params: Any, request_id: Any = None,
+             auth_blocks: bool = True) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+        return self.wait_response(self.request(method, params, request_id), auth_blocks)
+
+    def skip_if_auth_required(self, response: Dict[str, Any]) -> None:
+        """Skip the check when ``response`` is error -32000 and no ``--auth-method`` was given:
+        the agent wants a login the probe may not make, so what it blocks cannot be judged."""
+        error = response.get("error")
+        if isinstance(error, dict) and error.get("code") == AUTH_REQUIRED and self.options.auth_method is None:
+            raise CheckSkipped(AUTH_SKIP)
 
     def listen(self, seconds: float) -> List[Dict[str, Any]]:
         """Every message that arrives within ``seconds`` (stops early at end of stream)."""
@@ -346,7 +363,7 @@ class ProbedAgent:
         message, verdict = self.checker.check_line(line, AGENT_TO_CLIENT)
         problems = verdict.problems + [note for note in verdict.notes if note.startswith("tolerated")]
         for problem in problems:
-            self._wire_fail(self._problem_requirement(problem, verdict.method), problem)
+            self._wire_fail(self._problem_requirement(problem, verdict.method, self.notified), problem)
         if verdict.kind == "garbage":
             return None
         for requirement in ("ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP", "ACP-V1-JSONRPC-VERSION-MEMBER",
@@ -370,7 +387,7 @@ class ProbedAgent:
         return message
 
     @staticmethod
-    def _problem_requirement(problem: str, method: Optional[str]) -> str:
+    def _problem_requirement(problem: str, method: Optional[str], notified: bool) -> str:
         code, _, detail = problem.partition(": ")
         if code == "not-json-rpc":
             if '"jsonrpc"' in detail:
@@ -383,6 +400,8 @@ class ProbedAgent:
                 return "ACP-V1-JSONRPC-RESPONSE-SAME-ID"
             if "request id" in detail:
                 return "ACP-V1-JSONRPC-ID-TYPE"
+        if code == "no-id":
+            return "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION" if notified else "ACP-V1-JSONRPC-RESPONSE-SAME-ID"
         if code == "unknown-id":
             return "ACP-V1-JSONRPC-RESPONSE-SAME-ID"
         if code == "unknown-method":
@@ -468,9 +487,6 @@ class ProbedAgent:
         """Run ``session/new``; returns the result. Skips the check when the agent wants
         authentication first and no ``--auth-method`` was given."""
         _, response = self.call("session/new", {"cwd": cwd, "mcpServers": [], **extra})
-        error = response.get("error")
-        if isinstance(error, dict) and error.get("code") == AUTH_REQUIRED and self.options.auth_method is None:
-            raise CheckSkipped("the agent requires authentication (error -32000): pass --auth-method ID")
         result = result_or_fail(response, "ACP-V1-INIT-SESSION-BASELINE", "session/new")
         if not isinstance(result.get("sessionId"), str):
             raise CheckFailed("ACP-V1-SETUP-NEW-SESSION-ID", f"session/new answered no sessionId: {json.dumps(result)}")

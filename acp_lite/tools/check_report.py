@@ -1,7 +1,7 @@
 """The report of ``acp-lite check``: per check and per requirement, as text and as JSON. Any thread."""
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
-from .check_probe import FAIL, MUST_LEVELS, PASS, REQUIREMENT_LEVELS, SKIP, Finding
+from .check_probe import AUTH_SKIP, FAIL, MUST_LEVELS, PASS, REQUIREMENT_LEVELS, SKIP, Finding
 
 _TRANSCRIPT_LIMIT = 400  # characters of one transcript line in the text report
 
@@ -26,6 +26,11 @@ class CheckReport(NamedTuple):
     agent_info: Optional[Dict[str, Any]]
     checks: List[CheckResult]
     wire: List[Finding]
+    auth_methods: List[str]  # the ids of the authMethods the agent advertised
+
+    def blocked_by_auth(self) -> List[str]:
+        """The checks an ``auth_required`` answer stopped (no ``--auth-method`` was given)."""
+        return [check.name for check in self.checks if any(finding.detail == AUTH_SKIP for finding in check.findings)]
 
     def requirement_status(self) -> Dict[str, str]:
         status: Dict[str, str] = {}
@@ -78,6 +83,12 @@ def format_summary(report: CheckReport) -> str:
     lines.extend(_format_finding(finding) for finding in report.wire)
     statuses = list(report.requirement_status().values())
     failures = report.must_failures()
+    blocked = report.blocked_by_auth()
+    if blocked:
+        methods = ", ".join(report.auth_methods) or "none advertised"
+        lines.append("")
+        lines.append(f"{AUTH_SKIP} stopped {len(blocked)} check(s) ({', '.join(blocked)}): "
+                     f"pass --auth-method ID to run them (the agent advertises: {methods})")
     lines.append("")
     lines.append(f"{len(statuses)} requirements: {statuses.count(PASS)} passed, {statuses.count(FAIL)} failed, "
                  f"{statuses.count(SKIP)} skipped; " + (f"MUST-level failures: {', '.join(failures)}" if failures
@@ -91,6 +102,7 @@ def report_json(report: CheckReport) -> Dict[str, Any]:
         "agent": report.agent_command,
         "agentInfo": report.agent_info,
         "exitStatus": report.exit_status,
+        "blockedByAuthentication": report.blocked_by_auth(),
         "requirements": {requirement: {"level": REQUIREMENT_LEVELS[requirement], "status": status}
                          for requirement, status in sorted(report.requirement_status().items())},
         "checks": [{

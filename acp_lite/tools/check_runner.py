@@ -53,9 +53,11 @@ def run_checks(options: CheckOptions, on_result: Optional[Callable[[CheckResult]
             results.append(result)
             if on_result is not None:
                 on_result(result)
-    info = discovered.get("initialize", {}).get("agentInfo")
+    initialized = discovered.get("initialize", {})
+    info = initialized.get("agentInfo")
+    auth_methods = [str(method.get("id")) for method in initialized.get("authMethods") or () if isinstance(method, dict)]
     return CheckReport(list(options.agent_command), info if isinstance(info, dict) else None, results,
-                       _wire_findings(results, wire_seen))
+                       _wire_findings(results, wire_seen), auth_methods)
 
 
 def _run_check(check: Check, options: CheckOptions, workdir: str, discovered: Dict[str, Any],

@@ -13,10 +13,18 @@ from typing import Any, Callable, Dict, List, NamedTuple, Tuple, get_args
 
 from ..errors import METHOD_NOT_FOUND
 from ..schema import StopReason
-from .check_probe import (FAIL, PASS, UNADVERTISED_CALL_REQUIREMENTS, CheckFailed, CheckOptions, CheckSkipped,
+from .check_probe import (FAIL, PASS, SKIP, UNADVERTISED_CALL_REQUIREMENTS, CheckFailed, CheckOptions, CheckSkipped,
                           Finding, ProbedAgent, finding_for, id_key, result_or_fail)
 
 _STOP_REASONS = get_args(StopReason)
+# The updates that make up a conversation (what a prompt turn streams about the exchange itself):
+# session/load must replay these before it responds. Session state (available commands, mode,
+# config options, session info, usage) is not a conversation entry; an agent may send it at any
+# time, so it may follow the load response.
+_CONVERSATION_UPDATES = ("user_message_chunk", "agent_message_chunk", "agent_thought_chunk", "tool_call",
+                         "tool_call_update", "plan")
+# The word the text prompt asks the agent to repeat: finding it in the reply shows the text was read.
+_TEXT_PROBE_WORD = "heliotrope"
 # How long the probe listens for messages that must not come (an update after a response, a
 # reply to a notification), and how long a turn must run before it counts as busy enough to
 # cancel. Long enough for a local process to answer, short enough to keep a run quick.
@@ -138,7 +146,8 @@ def _check_unknown_methods(run: CheckRun) -> None:
                   f"{method} answered {json.dumps(response.get('error', response.get('result')))}, not error -32601")
     # Only errors a conforming client can provoke: the probe never writes what ACP forbids it to
     # (malformed JSON, relative paths) to the agent's stdin.
-    agent.prompt("acp-lite-check-no-such-session", text_prompt("Hello?"))  # any answer will do
+    agent.call("session/prompt", {"sessionId": "acp-lite-check-no-such-session", "prompt": text_prompt("Hello?")},
+               auth_blocks=False)  # any answer will do
     _, response = agent.call("session/new", {"cwd": run.directory("after-errors"), "mcpServers": []})
     run.judge("ACP-V1-JSONRPC-RESPONSE-REQUIRED", "result" in response,
               "session/new still works after unknown methods and a prompt for an unknown session",
@@ -160,9 +169,9 @@ def _check_new_session(run: CheckRun) -> None:
 def _check_prompt(run: CheckRun) -> None:
     agent = run.agent()
     session_id = agent.open_session(run.directory("prompt"))
-    _, response = agent.prompt(session_id, text_prompt("Say hello."))
+    _, response = agent.prompt(session_id, text_prompt(f"Please reply with the single word {_TEXT_PROBE_WORD}."))
     _judge_turn_end(run, response, "a text prompt")
-    run.judge("ACP-V1-CONTENT-TEXT-SUPPORT", "result" in response, "a text prompt ran", "a text prompt failed")
+    _judge_text_support(run, agent, session_id, response)
     _judge_update_sessions(run, agent, session_id)
     notes = os.path.join(run.directory("prompt"), "notes.txt")
     with open(notes, "w", encoding="utf-8") as out:
@@ -171,6 +180,30 @@ def _check_prompt(run: CheckRun) -> None:
     _, response = agent.prompt(session_id, text_prompt("What is in this file?") + link)
     run.judge("ACP-V1-INIT-PROMPT-BASELINE", "result" in response, "a prompt with a resource_link ran",
               f"a prompt with a resource_link failed: {json.dumps(response.get('error'))}")
+
+
+def _judge_text_support(run: CheckRun, agent: ProbedAgent, session_id: str, response: Dict[str, Any]) -> None:
+    """Text support is judged by what the agent did with the text: a reply that contains the
+    word the prompt asked for shows it was read; a refused prompt shows it was not; a turn that
+    ended without that word in any reply proves neither, and is not judged."""
+    if "error" in response:
+        run.judge("ACP-V1-CONTENT-TEXT-SUPPORT", False, "", f"a text prompt was refused: {json.dumps(response['error'])}")
+        return
+    replies = "".join(_chunk_text(update) for update in agent.updates if update.get("sessionId") == session_id)
+    if _TEXT_PROBE_WORD not in replies.lower():
+        run.findings.append(finding_for("ACP-V1-CONTENT-TEXT-SUPPORT", SKIP, (
+            f"the turn ended without {_TEXT_PROBE_WORD!r} in the agent's reply ({len(replies)} characters of it): "
+            "whether the text was read cannot be told")))
+        return
+    run.judge("ACP-V1-CONTENT-TEXT-SUPPORT", True, f"the reply contains {_TEXT_PROBE_WORD!r}, which the text asked for", "")
+
+
+def _chunk_text(params: Dict[str, Any]) -> str:
+    update = params.get("update")
+    if not isinstance(update, dict) or update.get("sessionUpdate") != "agent_message_chunk":
+        return ""
+    content = update.get("content")
+    return content.get("text", "") if isinstance(content, dict) and isinstance(content.get("text"), str) else ""
 
 
 def _judge_turn_end(run: CheckRun, response: Dict[str, Any], what: str) -> None:
@@ -245,6 +278,10 @@ def _wait_until_busy(agent: ProbedAgent, prompt_id: Any) -> None:
         if message is None:
             raise CheckFailed("ACP-V1-JSONRPC-RESPONSE-REQUIRED", "the agent closed stdout during the turn")
         if "method" not in message and id_key(message.get("id")) == id_key(prompt_id):
+            agent.skip_if_auth_required(message)
+            if "error" in message:
+                raise CheckSkipped(f"the turn ended with error {json.dumps(message['error'])} before it could be "
+                                   "cancelled")
             result = message.get("result")
             reason = result.get("stopReason") if isinstance(result, dict) else None
             raise CheckSkipped(f"the turn ended (stopReason {reason!r}) before it could be cancelled; "
@@ -288,8 +325,12 @@ def _check_load(run: CheckRun) -> None:
     run.judge("ACP-V1-SETUP-LOAD-REPLAY", bool(replayed), f"{len(replayed)} update(s) replayed before the response",
               "no session/update replayed the conversation before the load response")
     late = [m for m in agent.listen(_QUIET_WINDOW) if m.get("method") == "session/update"]
-    run.judge("ACP-V1-SETUP-LOAD-RESPOND-AFTER-REPLAY", not late, "nothing replayed after the response",
-              f"{len(late)} update(s) after the load response")
+    kinds = [((m.get("params") or {}).get("update") or {}).get("sessionUpdate") for m in late]
+    replayed_late = [kind for kind in kinds if kind in _CONVERSATION_UPDATES]
+    state = f" ({len(kinds)} session-state update(s) after it: {', '.join(map(str, kinds))})" if kinds else ""
+    run.judge("ACP-V1-SETUP-LOAD-RESPOND-AFTER-REPLAY", not replayed_late,
+              f"no conversation update after the response{state}",
+              f"{len(replayed_late)} conversation update(s) after the load response: {', '.join(replayed_late)}")
 
 
 def _check_resume(run: CheckRun) -> None:
@@ -312,9 +353,13 @@ def _check_list(run: CheckRun) -> None:
     session_id = agent.new_session(cwd)["sessionId"]
     _, response = agent.call("session/list", {"cwd": cwd})
     sessions = result_or_fail(response, "ACP-V1-LIST-AGENT-RESPONSE", "session/list").get("sessions")
+    # The protocol requires a list of sessions (what goes in it is the agent's choice: real agents
+    # list only sessions with history, and this one was never prompted); the wire judgement
+    # checks each entry's shape.
     listed = [s.get("sessionId") for s in sessions or () if isinstance(s, dict)]
-    run.judge("ACP-V1-LIST-AGENT-RESPONSE", session_id in listed, "the new session is listed under its cwd",
-              f"session {session_id!r} is not among those listed for its cwd: {listed}")
+    run.judge("ACP-V1-LIST-AGENT-RESPONSE", isinstance(sessions, list),
+              f"a list of {len(listed)} session(s)" + (", the new one among them" if session_id in listed else ""),
+              f"session/list answered sessions={sessions!r}, not a list")
     _, response = agent.call("session/list", {"cwd": empty})
     sessions = result_or_fail(response, "ACP-V1-LIST-EMPTY-ARRAY", "session/list").get("sessions")
     run.judge("ACP-V1-LIST-EMPTY-ARRAY", sessions == [], "an empty array for a cwd with no sessions",
