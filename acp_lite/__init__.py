@@ -23,6 +23,7 @@ logging.getLogger("acp_lite").addHandler(logging.NullHandler())
 
 from .agent import Agent, PromptTurn, RemoteClient, serve, serve_stdio
 from .client import Client, RemoteAgent
+from .codec import Undecodable
 from .errors import AcpError
 from .rpc import HostDelivery
 from .wire import connect_tcp, connect_unix, listen_tcp, listen_unix, memory_pair, stdio_transport
@@ -44,5 +45,6 @@ __all__ = [
     "serve",
     "serve_stdio",
     "stdio_transport",
+    "Undecodable",
     "WorkspaceClient",
 ]

@@ -18,14 +18,15 @@ the ``*_future`` forms). ``Client`` callbacks run one at a time, in order, on th
 delivery thread (or its reader, delivering in its stead when nothing else waits), or on the host
 thread when it pumps.
 """
+import logging
 import threading
 import time
 from concurrent.futures import Future
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Union
 
-from .codec import UnknownVariant
-from .errors import CapabilityError, InvalidParams, UsageError, VersionMismatch
+from .codec import Undecodable, UnknownVariant, keep_undecodable
+from .errors import CapabilityError, InvalidParams, SchemaError, UsageError, VersionMismatch
 from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, Request, bind_handlers, extension_name, future_then
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
@@ -59,9 +60,11 @@ from .schema import (
     NewSessionResponse,
     PromptRequest,
     PromptResponse,
+    RequestPermissionOutcomeCancelled,
     RequestPermissionRequest,
     RequestPermissionResponse,
     ResumeSessionRequest,
+    SelectedPermissionOutcome,
     ResumeSessionResponse,
     SessionConfigOptionsCapabilities,
     SessionConfigBoolean,
@@ -90,6 +93,16 @@ _CLIENT_HANDLERS = {
     "elicitation/complete": "complete_elicitation",
 }
 
+# The agent's notifications, with params that do not decode kept as ``Undecodable`` (never
+# dropped): session/update hands them to ``Client.session_update``, the others go to
+# ``Client.on_undecodable_notification``.
+_KEEPING_METHODS = {
+    method: spec._replace(params_type=keep_undecodable(spec.params_type)) if spec.result_type is None else spec
+    for method, spec in CLIENT_METHODS.items()
+}
+
+_log = logging.getLogger("acp_lite.client")
+
 # A prompt may always carry these; the rest need the agent's prompt capabilities.
 _BASELINE_CONTENT = {"text", "resource_link"}
 _CONTENT_CAPABILITY = {"image": "image", "audio": "audio", "resource": "embedded_context"}
@@ -109,12 +122,33 @@ class Client(Peer):
     boolean_config_options: bool = False  # the editor shows type "boolean" config options
 
     def session_update(self, params) -> None:
-        """One ``session/update`` notification, in arrival order. Hot path: keep it quick."""
+        """One ``session/update`` notification, in arrival order. Hot path: keep it quick.
+
+        ``params`` is a ``SessionNotification``, or an ``Undecodable`` (``raw``: the params as
+        they arrived, ``error``: the ``SchemaError``) when they do not fit the v1 types even
+        leniently; an update of a kind this version does not know is a ``SessionNotification``
+        whose ``update`` is an ``UnknownVariant``."""
 
     def request_permission(self, params: RequestPermissionRequest) -> Union[RequestPermissionResponse, Future]:
         """Ask the user; return the outcome, or a Future of it (e.g. from a dialog). If the turn
-        is cancelled meanwhile, the runtime answers ``cancelled`` for you and drops your answer."""
-        raise NotImplementedError
+        is cancelled meanwhile, the runtime answers ``cancelled`` for you and drops your answer.
+
+        Not overridden, it denies: the first reject option the agent offers (``cancelled`` when
+        it offers none), and logs once per client that it did, since the user never saw it."""
+        if not getattr(self, "_denied_permissions_logged", False):
+            self._denied_permissions_logged = True
+            _log.warning("%s does not override request_permission: permission requests are denied "
+                         "(the first reject option, else cancelled); logged once", type(self).__name__)
+        reject = next((option for option in params.options if option.kind.startswith("reject")), None)
+        if reject is None:
+            return RequestPermissionResponse(outcome=RequestPermissionOutcomeCancelled())
+        return RequestPermissionResponse(outcome=SelectedPermissionOutcome(option_id=reject.option_id))
+
+    def on_undecodable_notification(self, method: str, raw: Any, error: SchemaError) -> None:
+        """A notification of the agent other than ``session/update`` whose params do not decode:
+        ``raw`` is the params as they arrived, ``error`` says where and why. Runs like the other
+        callbacks. Default: one warning on the ``acp_lite.client`` logger."""
+        _log.warning("the agent's %s does not decode: %s; params: %.300r", method, error, raw)
 
     def read_text_file(self, params):
         raise NotImplementedError
@@ -214,7 +248,7 @@ class RemoteAgent:
             connection,
             self.client,
             _CLIENT_HANDLERS,
-            CLIENT_METHODS,
+            _KEEPING_METHODS,
             self._wrappers(),
         )
         connection.start()
@@ -677,12 +711,23 @@ class RemoteAgent:
             raise UsageError(f"unknown session {session_id!r}: create, load or resume it first")
 
     def _wrappers(self) -> Dict[str, Any]:
-        wrappers: Dict[str, Any] = {}
-        if self.client.offers("request_permission"):
-            wrappers["session/request_permission"] = self._request_permission
+        # session/request_permission is a baseline method: answered even when not overridden.
+        wrappers: Dict[str, Any] = {"session/request_permission": self._request_permission}
         if self.client.offers("create_elicitation"):
             wrappers["elicitation/create"] = self._create_elicitation
+        for method, name in _CLIENT_HANDLERS.items():
+            if method != "session/update" and CLIENT_METHODS[method].result_type is None:
+                wrappers[method] = self._undecodable_diverted(method, getattr(self.client, name))
         return wrappers
+
+    def _undecodable_diverted(self, method: str, handler: Any) -> Any:
+        def deliver(params: Any) -> None:
+            if isinstance(params, Undecodable):
+                self.client.on_undecodable_notification(method, params.raw, params.error)
+            else:
+                handler(params)
+
+        return deliver
 
     def _create_elicitation(self, params: Any, ctx: RequestContext) -> Any:
         # A mode we did not advertise, known or not, is refused: never shown as another mode.

@@ -16,7 +16,9 @@ The rules this module keeps:
   - replaces a malformed value whose type carries ``x-acp-lite-fallback`` by that value (the
     protocol version: a date string reads as version 0, which no one supports, so negotiation
     still answers with ours),
-  - reads ``null`` as an empty object where the object has no required member.
+  - reads ``null`` as an empty object where the object has no required member,
+  - for a type wrapped in ``keep_undecodable``, returns what still does not fit as an
+    ``Undecodable`` holding the raw value and the ``SchemaError``, instead of raising.
 
   Every such fallback is logged on the ``acp_lite.codec`` logger and handed to the diagnostics
   hook, if the application set one. What is still invalid raises ``SchemaError`` with the JSON
@@ -41,11 +43,13 @@ __all__ = [
     "ENCODER",
     "Fallback",
     "MethodSpec",
+    "Undecodable",
     "UnknownVariant",
     "convert",
     "decode",
     "encode",
     "encode_into",
+    "keep_undecodable",
     "set_diagnostics_hook",
     "strict_decoder",
     "untagged_union",
@@ -80,6 +84,36 @@ class UnknownVariant:
         return f"UnknownVariant(tag={self.tag!r}, raw={self.raw!r})"
 
 
+class Undecodable:
+    """A value that does not fit its type even leniently, kept rather than lost: ``raw`` is the
+    JSON value as it arrived (dicts, lists, ...), ``error`` the ``SchemaError`` saying where and why.
+
+    Distinct from ``UnknownVariant``, which is a well-formed member this version does not know.
+    ``decode`` returns one only for a type wrapped in ``keep_undecodable``.
+    """
+
+    __slots__ = ("raw", "error")
+
+    def __init__(self, raw: Any, error: SchemaError):
+        self.raw = raw
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"Undecodable(error={self.error.message!r}, raw={self.raw!r})"
+
+
+class _KeepingUndecodable(NamedTuple):
+    """The stand-in type made by ``keep_undecodable``."""
+
+    type: Any
+
+
+def keep_undecodable(type_: Any) -> Any:
+    """A type that decodes like ``type_``, except that a value which does not fit even leniently
+    becomes an ``Undecodable`` instead of raising ``SchemaError``. Valid values cost the same."""
+    return _KeepingUndecodable(type_)
+
+
 class MethodSpec(NamedTuple):
     """One protocol method: its name, the type of its params and of its result.
 
@@ -95,7 +129,11 @@ class Fallback(NamedTuple):
     """One leniency the decoder applied: where, which kind, and what it saw.
 
     ``kind`` is one of ``unknown-variant``, ``default-on-error``, ``skipped-item``,
-    ``fallback-value`` and ``null-as-empty``.
+    ``fallback-value`` and ``null-as-empty``: each marks a value the schema rejects. The one
+    exception is ``unknown-tag``: an unknown tag on a union with an untagged member that accepts
+    the object (an ``authMethods`` entry ``{"type": "env_var", ...}`` is a valid ``agent`` method
+    under the schema); it is kept as an ``UnknownVariant`` all the same, since the tag says it is
+    something else.
     """
 
     path: str
@@ -215,7 +253,8 @@ def strict_decoder(type_: Any) -> msgspec.json.Decoder:
 
 
 def _decoder(type_: Any) -> msgspec.json.Decoder:
-    decoder = _DECODERS[type_] = strict_decoder(type_)
+    strict_type = type_.type if isinstance(type_, _KeepingUndecodable) else type_
+    decoder = _DECODERS[type_] = strict_decoder(strict_type)
     return decoder
 
 
@@ -298,7 +337,7 @@ class _Lenient:
     def run(self, value: Any, type_: Any) -> Any:
         result = self._walk(value, type_, "$")
         for fallback in self.fallbacks:
-            level = logging.INFO if fallback.kind == "unknown-variant" else logging.WARNING
+            level = logging.INFO if fallback.kind in ("unknown-variant", "unknown-tag") else logging.WARNING
             _log.log(level, "%s at %s: %s", fallback.kind, fallback.path, fallback.detail)
             hook = _diagnostics_hook
             if hook is not None:
@@ -309,6 +348,8 @@ class _Lenient:
         self.fallbacks.append(Fallback(path, kind, detail))
 
     def _walk(self, value: Any, type_: Any, path: str, skip_items: bool = False) -> Any:
+        if isinstance(type_, _KeepingUndecodable):
+            return self._keeping(value, type_.type, path)
         try:
             return msgspec.convert(value, type_, dec_hook=_dec_hook)
         except msgspec.ValidationError as exc:
@@ -333,6 +374,14 @@ class _Lenient:
         if origin is dict and isinstance(value, dict):
             return {key: self._walk(item, get_args(type_)[1], _key_path(path, key)) for key, item in value.items()}
         raise _schema_error(failure, path)
+
+    def _keeping(self, value: Any, type_: Any, path: str) -> Any:
+        mark = len(self.fallbacks)
+        try:
+            return self._walk(value, type_, path)
+        except SchemaError as exc:
+            del self.fallbacks[mark:]  # they describe a value nobody will see
+            return Undecodable(value, exc)
 
     def _annotated(self, value: Any, type_: Any, path: str) -> Any:
         extra = _extra(type_)
@@ -366,7 +415,12 @@ class _Lenient:
         if isinstance(tag, str) and tag in tagged:
             return self._walk(value, tagged[tag], path)
         if isinstance(tag, str):
-            self._note(path, "unknown-variant", f"{tag_field} {tag!r} is not known to this version")
+            accepted_by = next((variant for variant in untagged if _accepts(variant, value)), None)
+            if accepted_by is not None:
+                self._note(path, "unknown-tag", f"{tag_field} {tag!r} is not known to this version; "
+                                                f"valid as `{_type_name(accepted_by)}`, kept unknown")
+            else:
+                self._note(path, "unknown-variant", f"{tag_field} {tag!r} is not known to this version")
             return UnknownVariant(value, tag)
         if has_tag:
             raise _schema_error(failure, path)
@@ -425,6 +479,15 @@ class _Lenient:
 
 _FIELDS: Dict[type, Tuple[Any, ...]] = {}
 _TAG_TABLES: Dict[Tuple[Any, ...], Optional[Tuple[str, Dict[str, Any]]]] = {}
+
+
+def _accepts(type_: Any, value: Any) -> bool:
+    """Whether ``value`` fits ``type_`` strictly (the schema's verdict, without leniency)."""
+    try:
+        msgspec.convert(value, type_, dec_hook=_dec_hook)
+    except msgspec.ValidationError:
+        return False
+    return True
 
 
 def _fields(cls: type) -> Tuple[Any, ...]:

@@ -7,13 +7,15 @@ a ``WireVerdict`` listing
 
 - problems, each ``"<code>: <detail>"``; a message with problems is invalid:
   ``not-json`` (not UTF-8 JSON), ``not-json-rpc`` (no valid JSON-RPC 2.0 envelope, or a request
-  sent as a notification and the reverse), ``unknown-method``, ``schema-invalid`` (params or result
+  sent as a notification and the reverse), ``no-id`` (a response without an id), ``unknown-method``, ``schema-invalid`` (params or result
   do not decode into the v1 type, with the JSON path), ``unknown-id`` (a response to no pending
   request) and ``not-advertised`` (a call of a capability the peer did not advertise; judged once
   the ``initialize`` exchange has been seen);
 - notes, things the runtime tolerates but a careful peer would not send: ``tolerated`` lenient
-  decodings (an unknown union variant, a malformed optional value replaced by its default, ...) and
-  ``ambiguous-id`` (a raw capture where both sides had a request with that id pending).
+  decodings (an unknown union variant, a malformed optional value replaced by its default, ...),
+  ``unknown-tag`` (a tag this version does not know on an object the schema accepts as the
+  union's untagged member: valid, but kept unknown) and ``ambiguous-id`` (a raw capture where both
+  sides had a request with that id pending).
 
 Extension methods (names starting with ``_``) are checked for their envelope only.
 
@@ -90,13 +92,18 @@ def _decode_noting(value: Any, type_: Any, where: str, verdict: WireVerdict) -> 
     finally:
         fallbacks, _fallback_sink.items = _fallback_sink.items, None
     for fallback in fallbacks:
-        verdict.notes.append(f"tolerated: {fallback.kind} at {where}{fallback.path[1:]} ({fallback.detail})")
+        # An unknown tag that an untagged member accepts is valid under the schema: noted, not
+        # tolerated (see codec.Fallback).
+        prefix = "unknown-tag" if fallback.kind == "unknown-tag" else f"tolerated: {fallback.kind}"
+        verdict.notes.append(f"{prefix} at {where}{fallback.path[1:]} ({fallback.detail})")
     return True
 
 
 # -- capabilities -----------------------------------------------------------------------------------
-def _advertised(capabilities: Any, *path: str) -> bool:
-    """Whether the capability at ``path`` is present and not false (omitted means unsupported)."""
+def advertised(capabilities: Any, *path: str) -> bool:
+    """Whether the capability at ``path`` is present and not false (omitted means unsupported).
+
+    ACP's rule for every capability object, also used by ``check`` to skip what an agent lacks."""
     for key in path:
         if not isinstance(capabilities, dict):
             return False
@@ -184,7 +191,7 @@ class WireChecker:
         method = message.get("method")
         if method is not None:
             return self._check_call(message, method, direction, problems)
-        if "id" in message:
+        if "id" in message or "result" in message or "error" in message:
             return self._check_response(message, direction, problems)
         problems.append("not-json-rpc: neither a method nor an id")
         return WireVerdict(direction, "garbage", None, None, problems, [])
@@ -242,7 +249,7 @@ class WireChecker:
         peer = "client" if direction == AGENT_TO_CLIENT else "agent"
         owner = "clientCapabilities" if peer == "client" else "agentCapabilities"
         for path in needs(params):
-            if not _advertised(capabilities, *path):
+            if not advertised(capabilities, *path):
                 verdict.problems.append(f"not-advertised: {method} needs {owner}.{'.'.join(path)}, which the {peer} did not advertise")
 
     # -- responses ------------------------------------------------------------------------------
@@ -254,6 +261,11 @@ class WireChecker:
             problems.append("not-json-rpc: a response has exactly one of result and error")
         if has_error:
             self._check_error_object(message.get("error"), problems)
+        if "id" not in message:
+            # JSON-RPC gives every response an id (null when the request's could not be read): a
+            # response without one answers nothing we sent, most likely a notification.
+            problems.append("no-id: a response without an id (a reply to a notification?)")
+            return verdict
         if request_id is None:
             # Only an error about a message whose id could not be read may carry a null id.
             if not has_error:

@@ -45,6 +45,7 @@ DEFECTS = {
     "null-for-unknown-methods": "answers unknown methods with a null result instead of error -32601",
     "dies-on-error": "exits after answering a request with an error",
     "ignores-stdin-eof": "keeps running after its stdin closes",
+    "refuses-text": "answers a prompt of text alone with error -32602",
 }
 
 BUSY_SECONDS = 60.0
@@ -199,6 +200,8 @@ class RawAgent:
         if self.defect not in ("replay-after-load", "no-load-replay"):
             self.replay(session_id)
         self.result(request_id, self.session_state())
+        # Session state may follow the response (claude-agent-acp sends its commands then).
+        self.update(session_id, {"sessionUpdate": "available_commands_update", "availableCommands": []})
         if self.defect == "replay-after-load":
             self.replay(session_id)
 
@@ -241,7 +244,11 @@ class RawAgent:
         session_id = self.known_session(request_id, params)
         if session_id is None:
             return
-        text = " ".join(block.get("text", "") for block in params.get("prompt") or () if block.get("type") == "text")
+        blocks = params.get("prompt") or ()
+        if self.defect == "refuses-text" and all(block.get("type") == "text" for block in blocks):
+            self.error(request_id, -32602, "text prompts are not supported")
+            return
+        text = " ".join(block.get("text", "") for block in blocks if block.get("type") == "text")
         history = self.sessions[session_id]["history"]
         history.append(("user_message_chunk", text))
         if self.defect == "fs-unadvertised":
