@@ -43,9 +43,10 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple, get_args
 
-from ..errors import AUTH_REQUIRED, METHOD_NOT_FOUND, ConnectionClosed
+from ..errors import AUTH_REQUIRED, METHOD_NOT_FOUND, AgentStartError
 from ..process import AgentProcess
 from ..schema import StopReason
+from .argtypes import positive_seconds, writable_file
 from .wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker, _advertised
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -1103,7 +1104,7 @@ def selected_checks(pattern: Optional[str]) -> List[str]:
 
 def run_checks(options: CheckOptions, on_result: Optional[Callable[[CheckResult], None]] = None) -> CheckReport:
     """Run the selected checks one after the other, each with fresh agent processes; calls
-    ``on_result`` after each. Raises ``ConnectionClosed`` when the agent cannot be started at all.
+    ``on_result`` after each. Raises ``AgentStartError`` when the agent cannot be started at all.
     Calling thread only."""
     discovered: Dict[str, Any] = {}
     wire_seen: Dict[str, int] = {}
@@ -1237,13 +1238,13 @@ def report_json(report: CheckReport) -> Dict[str, Any]:
 
 # -- the command ----------------------------------------------------------------------------------
 def configure_check_command(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
+    parser.add_argument("--timeout", type=positive_seconds, default=10.0, metavar="S",
                         help="how long to wait for each answer of the agent (default: 10)")
     parser.add_argument("--cancel-prompt", default=_DEFAULT_CANCEL_PROMPT, metavar="TEXT",
                         help="a prompt that keeps the agent busy long enough to cancel it")
     parser.add_argument("--auth-method", metavar="ID",
                         help="authenticate with this method after initialize (and exercise authenticate/logout)")
-    parser.add_argument("--json", metavar="FILE", help="write the full report, with the transcript of each failure, here")
+    parser.add_argument("--json", type=writable_file, metavar="FILE", help="write the full report, with the transcript of each failure, here")
     parser.add_argument("-k", metavar="PATTERN", dest="pattern",
                         help="run only the checks whose name or a requirement id contains PATTERN "
                              "(or matches it as a shell pattern, e.g. 'ACP-V1-SETUP-*')")
@@ -1259,11 +1260,9 @@ def check_command(args: argparse.Namespace) -> int:
     print(f"acp-lite check: {' '.join(options.agent_command)}", flush=True)
     try:
         report = run_checks(options, lambda result: print(format_check_result(result), flush=True))
-    except ConnectionClosed as exc:
+    except AgentStartError as exc:
         print(f"acp-lite: {exc}", file=sys.stderr, flush=True)
         return 127
-    except KeyboardInterrupt:  # the running check has stopped its agents on the way out
-        return 130
     print(format_summary(report), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
