@@ -17,13 +17,19 @@ answered with an error). Errors split in two families, as h11 does:
     │   └── ResourceNotFound           -32002  a session, file or terminal does not exist
     └── LocalError               raised here, never sent: the application or the link is at fault
         ├── ConnectionClosed           the peer went away (EOF, exit, write failure) or close() ran
+        │   └── AgentStartError            the agent's command could not be found or started
         ├── CallTimeout                a blocking call waited longer than its timeout
         ├── CapabilityError            the call needs a capability the peer did not advertise
         ├── UsageError                 the API was misused (wrong thread, bad argument)
         └── VersionMismatch            the peer answered with a protocol version we do not speak
 
 ``error_from_wire`` turns a received error object into the most precise class above.
+
+``str()`` of an error is its message followed by its ``data`` as compact JSON, cut to
+``DATA_SHOWN_CHARS`` characters: peers often put the actual reason there (``{"details":
+"Permission denied"}`` under a bare "Internal error"), and a log line must stay a line.
 """
+import json
 from typing import Any, Dict, Optional, Type
 
 PARSE_ERROR = -32700
@@ -34,6 +40,8 @@ INTERNAL_ERROR = -32603
 REQUEST_CANCELLED = -32800
 AUTH_REQUIRED = -32000
 RESOURCE_NOT_FOUND = -32002
+
+DATA_SHOWN_CHARS = 300
 
 
 class AcpError(Exception):
@@ -55,6 +63,17 @@ class AcpError(Exception):
         if self.data is not None:
             error["data"] = self.data
         return error
+
+    def __str__(self) -> str:
+        if self.data is None:
+            return self.message
+        try:
+            data = json.dumps(self.data, ensure_ascii=False, separators=(",", ":"), default=repr)
+        except ValueError:  # a circular structure
+            data = repr(self.data)
+        if len(data) > DATA_SHOWN_CHARS:
+            data = data[:DATA_SHOWN_CHARS] + "..."
+        return f"{self.message} (data: {data})"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code}, message={self.message!r}, data={self.data!r})"
@@ -95,6 +114,9 @@ class SchemaError(InvalidParams):
         self.path = path
         self.expected = expected
         super().__init__(message, data={"path": path, "detail": message})
+
+    def __str__(self) -> str:
+        return self.message  # its data repeats the message and the path it names
 
 
 class InternalError(ProtocolError):
@@ -138,6 +160,10 @@ class ConnectionClosed(LocalError):
         if stderr_tail:
             details += "\n--- peer stderr (tail) ---\n" + stderr_tail
         super().__init__(details)
+
+
+class AgentStartError(ConnectionClosed):
+    """The agent's command could not be found or started: nothing ran, so there is no exit code."""
 
 
 class CallTimeout(LocalError):

@@ -14,6 +14,14 @@ Rules this module keeps:
   as ``npx`` or ``uvx`` start the real agent as their own child, and killing the wrapper alone
   leaves that agent running. It escalates close-stdin -> SIGTERM -> SIGKILL, reaps the child, joins
   the stderr thread and closes every pipe, in bounded time.
+- No agent outlives this process, even when the application never calls ``stop()``: every agent
+  not yet stopped is ended (SIGTERM to its process group, SIGKILL after a grace period) when the
+  interpreter exits (``atexit``, which an unhandled Ctrl-C reaches too), and on SIGTERM or SIGHUP.
+  For those two signals a handler is installed when the first agent is started on the main
+  thread, and only if the signal still has its default disposition (the application did not
+  choose one): it ends the agents, then lets the signal end this process as it would have. An
+  application with its own handler ends its agents there (``stop()``, or ``sys.exit`` so that the
+  ``atexit`` hook runs). SIGKILL leaves nothing a chance: the agent then sees its stdin close.
 
 Windows (written to the documentation, not exercised by the test suite): ``.cmd``/``.bat``
 wrappers are run through ``cmd.exe /c``, since they are scripts for the shell rather than
@@ -23,6 +31,7 @@ programs (their arguments then go through cmd's own parsing: keep shell metachar
 here, so both escalation rungs end the process tree with ``taskkill /F /T``, which reaches the
 tree only while the process we started is alive.
 """
+import atexit
 import collections
 import io
 import logging
@@ -34,7 +43,7 @@ import threading
 import time
 from typing import BinaryIO, Callable, Deque, Dict, Mapping, Optional, Sequence, Union, cast
 
-from .errors import ConnectionClosed, UsageError
+from .errors import AgentStartError, ConnectionClosed, UsageError
 
 _AGENT_ON_WINDOWS = os.name == "nt"
 
@@ -49,6 +58,9 @@ _CLOSED_ERROR_WAIT = 1.0
 # Poll interval while waiting for the members of the agent's process group (not our children, so
 # there is nothing to wait() on) to go away.
 _GROUP_POLL_INTERVAL = 0.01
+
+# Between SIGTERM and SIGKILL for the agents still running when this process exits or is signalled.
+_EXIT_GRACE = 1.0
 
 
 class AgentProcess:
@@ -79,7 +91,8 @@ class AgentProcess:
         logger: Optional[logging.Logger] = None,
     ):
         """Spawn the agent. Raises ``UsageError`` for an empty argv or a negative tail size, and
-        ``ConnectionClosed`` when the command cannot be found or started.
+        ``AgentStartError`` (a ``ConnectionClosed``) when the command cannot be found or started,
+        saying why (not found, a directory, not executable).
 
         A command that cannot be started is ``ConnectionClosed`` rather than ``UsageError``: for
         the application it is the same event as an agent that dies right after starting (the
@@ -99,7 +112,7 @@ class AgentProcess:
 
         program = _resolve_agent_command(argv[0], cwd, env)
         if program is None:
-            raise ConnectionClosed(f"agent command not found: {argv[0]}")
+            raise AgentStartError(_why_not_found(argv[0], cwd, env))
         options: Dict[str, object] = {}
         if _AGENT_ON_WINDOWS:
             args = [program, *argv[1:]]
@@ -123,8 +136,10 @@ class AgentProcess:
                 **options,  # type: ignore[call-overload]
             )
         except OSError as exc:
-            raise ConnectionClosed(f"cannot start agent {argv[0]}: {exc}") from exc
+            raise AgentStartError(f"cannot start agent {argv[0]}: {exc}") from exc
         self.pid = self._proc.pid
+        _running[self.pid] = self
+        _install_exit_hooks()
         self.stdin = cast(BinaryIO, self._proc.stdin)
         self.stdout = cast(BinaryIO, self._proc.stdout)
         self._stderr_thread = threading.Thread(
@@ -180,6 +195,7 @@ class AgentProcess:
                     self._signal_group(force=True)
                     if not self._wait_for_group(timeout):
                         self._logger.error("agent %d survived SIGKILL for %.1f s", self.pid, timeout)
+            _running.pop(self.pid, None)
             self.stdout.close()
             # The stderr thread owns its pipe and closes it at end-of-file, which comes once the
             # whole group is gone. A stop() from inside the stderr callback cannot wait for that.
@@ -205,6 +221,12 @@ class AgentProcess:
                 return False
             time.sleep(_GROUP_POLL_INTERVAL)
         return True
+
+    def _alive_at_exit(self) -> bool:
+        """Whether anything of the agent still runs; never blocks (``_end_running_agents``)."""
+        if _AGENT_ON_WINDOWS:
+            return self._proc.poll() is None
+        return _agent_group_alive(self.pid)
 
     def _signal_group(self, force: bool) -> None:
         """Ask (SIGTERM) or force (SIGKILL) every process of the agent's group to end."""
@@ -270,6 +292,76 @@ def _resolve_agent_command(
     # Windows spells the variable "Path" and treats names case-insensitively.
     search = next((value for key, value in env.items() if key.upper() == "PATH"), os.defpath)
     return shutil.which(program, path=search)
+
+
+def _why_not_found(
+    program: str, cwd: Optional[Union[str, "os.PathLike[str]"]], env: Optional[Mapping[str, str]]
+) -> str:
+    """Why ``program`` cannot be started, for a command that ``_resolve_agent_command`` did not
+    find: missing, a directory, or a file without execute permission."""
+    if os.path.dirname(program):
+        candidates = [os.path.join(cwd, program) if cwd is not None else program]
+    else:
+        path = os.environ.get("PATH", os.defpath) if env is None else next(
+            (value for key, value in env.items() if key.upper() == "PATH"), os.defpath)
+        candidates = [os.path.join(directory, program) for directory in path.split(os.pathsep) if directory]
+    for candidate in candidates:
+        if os.path.isdir(candidate):
+            return f"agent command {program} is a directory, not a program"
+        if os.path.exists(candidate):
+            return f"agent command {program} is not executable" + ("" if candidate == program else f" ({candidate})")
+    return f"agent command not found: {program}" + ("" if os.path.dirname(program) else " (not on PATH)")
+
+
+# Every agent started and not stopped yet, by pid: ended when this process exits or is signalled.
+# Only atomic dict operations touch it, since the signal handler may run while the main thread
+# is in the middle of start or stop.
+_running: Dict[int, AgentProcess] = {}
+_hooks_lock = threading.Lock()
+_atexit_hooked = False
+_signals_hooked = False
+
+
+def _install_exit_hooks() -> None:
+    """Make sure the agents still running are ended at exit and on SIGTERM/SIGHUP (see the
+    module docstring). Signal handlers can only be set on the main thread, so that part waits for
+    the first agent started there."""
+    global _atexit_hooked, _signals_hooked
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    with _hooks_lock:
+        hook_atexit, _atexit_hooked = not _atexit_hooked, True
+        hook_signals = on_main_thread and not _signals_hooked
+        _signals_hooked = _signals_hooked or on_main_thread
+    if hook_atexit:
+        atexit.register(_end_running_agents)
+    if hook_signals:
+        for name in ("SIGTERM", "SIGHUP"):
+            signum = getattr(signal, name, None)
+            if signum is not None and signal.getsignal(signum) == signal.SIG_DFL:
+                signal.signal(signum, _end_agents_then_die)
+
+
+def _end_running_agents() -> None:
+    """SIGTERM to every running agent's process group, SIGKILL to what is left after the grace
+    period. Runs at exit or in a signal handler: it takes no lock and reaps nothing (the agents are
+    about to be orphaned to init, which reaps them)."""
+    agents = list(_running.values())
+    for agent in agents:
+        agent._signal_group(force=False)
+    deadline = time.monotonic() + _EXIT_GRACE
+    while time.monotonic() < deadline:
+        agents = [agent for agent in agents if agent._alive_at_exit()]
+        if not agents:
+            return
+        time.sleep(_GROUP_POLL_INTERVAL)
+    for agent in agents:
+        agent._signal_group(force=True)
+
+
+def _end_agents_then_die(signum: int, frame: object) -> None:
+    _end_running_agents()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)  # ended by the signal, as without this handler
 
 
 def _agent_group_alive(pgid: int) -> bool:

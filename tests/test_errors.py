@@ -50,3 +50,15 @@ def test_local_errors_are_acp_errors_but_not_protocol_errors():
 def test_schema_error_is_invalid_params_with_path():
     err = errors.SchemaError("Expected `str`, got `int` - at `$.prompt[0].text`", path="$.prompt[0].text", expected="str")
     assert err.code == -32602 and err.data["path"] == "$.prompt[0].text"
+
+
+def test_str_shows_the_data_as_compact_json_cut_to_a_bounded_length():
+    # Peers put the reason in data (acpx: data.details under "Internal error").
+    received = errors.error_from_wire(-32603, "Internal error", {"details": "Permission denied for fs/write_text_file"})
+    assert str(received) == 'Internal error (data: {"details":"Permission denied for fs/write_text_file"})'
+    assert str(errors.InternalError()) == "Internal error"  # no data: the message alone
+    long = str(errors.InternalError("boom", data="x" * 10_000))
+    assert long == 'boom (data: "' + "x" * (errors.DATA_SHOWN_CHARS - 1) + "...)"
+    assert str(errors.InvalidParams("bad", data={"ids": {7}})) == 'bad (data: {"ids":"{7}"})'  # not JSON: its repr
+    # A SchemaError's data repeats its message and path: not shown twice.
+    assert str(errors.SchemaError("Expected `str` - at `$.x`", path="$.x")) == "Expected `str` - at `$.x`"

@@ -35,7 +35,8 @@ import argparse
 import json
 import sys
 
-from ..errors import ConnectionClosed
+from ..errors import AgentStartError
+from .argtypes import positive_seconds, writable_file
 from .check_probe import DEFAULT_CANCEL_PROMPT, CheckOptions
 from .check_report import format_check_result, format_summary, report_json
 from .check_runner import run_checks, selected_checks
@@ -43,13 +44,13 @@ from .check_runner import run_checks, selected_checks
 
 # -- the command ----------------------------------------------------------------------------------
 def configure_check_command(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
+    parser.add_argument("--timeout", type=positive_seconds, default=10.0, metavar="S",
                         help="how long to wait for each answer of the agent (default: 10)")
     parser.add_argument("--cancel-prompt", default=DEFAULT_CANCEL_PROMPT, metavar="TEXT",
                         help="a prompt that keeps the agent busy long enough to cancel it")
     parser.add_argument("--auth-method", metavar="ID",
                         help="authenticate with this method after initialize (and exercise authenticate/logout)")
-    parser.add_argument("--json", metavar="FILE", help="write the full report, with the transcript of each failure, here")
+    parser.add_argument("--json", type=writable_file, metavar="FILE", help="write the full report, with the transcript of each failure, here")
     parser.add_argument("-k", metavar="PATTERN", dest="pattern",
                         help="run only the checks whose name or a requirement id contains PATTERN "
                              "(or matches it as a shell pattern, e.g. 'ACP-V1-SETUP-*')")
@@ -65,11 +66,9 @@ def check_command(args: argparse.Namespace) -> int:
     print(f"acp-lite check: {' '.join(options.agent_command)}", flush=True)
     try:
         report = run_checks(options, lambda result: print(format_check_result(result), flush=True))
-    except ConnectionClosed as exc:
+    except AgentStartError as exc:
         print(f"acp-lite: {exc}", file=sys.stderr, flush=True)
         return 127
-    except KeyboardInterrupt:  # the running check has stopped its agents on the way out
-        return 130
     print(format_summary(report), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:

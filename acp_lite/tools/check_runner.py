@@ -35,7 +35,7 @@ def selected_checks(pattern: Optional[str]) -> List[str]:
 
 def run_checks(options: CheckOptions, on_result: Optional[Callable[[CheckResult], None]] = None) -> CheckReport:
     """Run the selected checks one after the other, each with fresh agent processes; calls
-    ``on_result`` after each. Raises ``ConnectionClosed`` when the agent cannot be started at all.
+    ``on_result`` after each. Raises ``AgentStartError`` when the agent cannot be started at all.
     Calling thread only."""
     discovered: Dict[str, Any] = {}
     wire_seen: Dict[str, int] = {}

@@ -1,9 +1,16 @@
-"""The ``acp-lite`` command line (``python -m acp_lite``): ``run``, ``tap``, ``validate``, ``check``
-and ``bench``.
+"""The ``acp-lite`` command line (``python -m acp_lite``): ``run``, ``tap``, ``validate``, ``check``,
+``bench`` and ``vendor``.
 
 Commands that start an agent take its command after ``--`` (``acp-lite run -- my-agent --flag``):
 everything after the first ``--`` belongs to the agent and is never parsed here. A missing agent
-command is a usage error (exit status 2).
+command is a usage error (exit status 2), and so is any bad option value: options are checked
+(``argtypes``) before anything starts.
+
+No traceback reaches the user and no agent outlives the command. Ctrl-C anywhere ends the command
+with one line and exit status 130 (``run`` first cancels the running turn). SIGTERM and SIGHUP
+raise ``_Terminated`` on the main thread, so that the command unwinds as for Ctrl-C, stopping its
+agent on the way, and exit with 128 + the signal's number; ``AgentProcess`` ends any agent that
+unwinding did not reach when the interpreter exits.
 
 Adding a subcommand: write ``configure(parser)`` and ``handler(args) -> exit status`` and add one
 ``CliCommand`` to ``_COMMANDS``; with ``agent_command=True`` the handler finds the agent's argv in
@@ -25,22 +32,32 @@ the turn is cancelled, so that an unattended run never allows what it was not to
 cancels the running turn (``session/cancel``); a second Ctrl-C during the same turn quits, and so
 do two in a row at the prompt. Files are served only inside the session's root (``--cwd``, default
 the current directory) by ``WorkspaceClient``; the agent process itself runs in our own working
-directory. ``--timeout`` bounds the wait for the answer to ``initialize`` only: turns may be long.
+directory. Writes and terminals are served only on a terminal or with ``--yes``: an unattended
+run does not advertise them and refuses them. ``--timeout`` bounds the wait for the answer to
+``initialize`` only: turns may be long. ``--auth-method`` authenticates after ``initialize``; an
+agent that answers ``auth_required`` gets its advertised methods listed. A turn that fails (the
+agent answers the prompt with an error) is reported and the next prompt is read; the exit status
+then says that a turn failed.
 
-Exit statuses: 0 success, 1 the agent failed (or ``validate`` found an invalid message), 2 usage
-error, 127 the agent could not be started, 130 interrupted; ``tap`` exits with the agent's status.
+Exit statuses: 0 success, 1 the agent failed (a turn failed, or ``validate`` found an invalid
+message or none at all), 2 usage error, 127 the agent could not be started, 130 interrupted, 128 + N
+ended by signal N (SIGTERM, SIGHUP); ``tap`` exits with the agent's status.
 """
 import argparse
+import itertools
 import json
 import os
 import queue
+import shlex
 import signal
 import sys
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
+from .. import __version__
 from ..agent import serve_stdio
+from .argtypes import existing_directory, positive_seconds, writable_file_or_stdout
 from .benchmark import (
     ReplayAgent,
     format_agent_report,
@@ -52,11 +69,14 @@ from .benchmark import (
 )
 from .check import check_command, configure_check_command
 from ..client import RemoteAgent
-from ..errors import AcpError, CallTimeout, ConnectionClosed
+from ..codec import UnknownVariant
+from ..errors import AcpError, AgentStartError, AuthRequired, CallTimeout, ConnectionClosed, MethodNotFound
 from ..process import AgentProcess
 from ..schema import (
     AgentMessageChunk,
     AgentThoughtChunk,
+    AuthMethodTerminal,
+    ClientCapabilities,
     CreateTerminalRequest,
     CurrentModeUpdate,
     Implementation,
@@ -69,6 +89,7 @@ from ..schema import (
     WriteTextFileRequest,
 )
 from .tap import run_tap
+from .vendor import configure_vendor_command, vendor_command
 from ..updates import select_permission
 from ..wire import process_transport
 from .wirecheck import DIRECTIONS, WireChecker, WireVerdict, parse_wire_line
@@ -81,6 +102,8 @@ _INTERRUPTED = 130
 # slices this long, so that a Ctrl-C is handled within one.
 _SIGNAL_POLL_SECONDS = 0.1
 _CANNOT_START = 127
+# Signals that end a command the way Ctrl-C does (the agent is stopped first); exit 128 + N.
+_END_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class CliCommand(NamedTuple):
@@ -95,10 +118,11 @@ class CliCommand(NamedTuple):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status.
-    Main thread only (``run`` and ``tap`` install signal handlers)."""
+    Main thread only (it installs signal handlers)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     own, agent_command = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, None)
     parser = argparse.ArgumentParser(prog="acp-lite", description="Tools for the Agent Client Protocol (ACP v1).")
+    parser.add_argument("--version", action="version", version=f"acp-lite {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     command_parsers = {}
@@ -107,8 +131,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command_parsers[name] = subparsers.add_parser(name, help=command.help, description=command.help, usage=usage)
         command.configure(command_parsers[name])
     try:
-        args = parser.parse_args(own)
+        args, unknown = parser.parse_known_args(own)
         command = _COMMANDS[args.command]
+        if unknown:
+            hint = ""
+            if command.agent_command and agent_command is None:
+                hint = f"; the agent command goes after '--': acp-lite {args.command} [options] -- {' '.join(unknown)}"
+            command_parsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
         if command.agent_command and not command.command_optional and not agent_command:
             command_parsers[args.command].error("missing agent command: put it after '--'")
         if not command.agent_command and agent_command is not None:
@@ -116,11 +145,41 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exc:  # argparse's way of reporting usage errors and --help
         return exc.code if isinstance(exc.code, int) else 2
     args.agent_command = agent_command
-    return command.handler(args)
+    previous = {signum: signal.signal(signum, _raise_terminated) for signum in _END_SIGNALS}
+    try:
+        return command.handler(args)
+    except KeyboardInterrupt:
+        _cli_error("interrupted")
+        return _INTERRUPTED
+    except _Terminated as exc:
+        _cli_error(f"ended by {signal.Signals(exc.signum).name}")
+        return 128 + exc.signum
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived. Not an ``Exception``, like ``KeyboardInterrupt``: only the
+    ``finally`` clauses on the way (which stop the agent) may see it before ``main``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    # Once: a second signal must not cut short the cleanup the first one started.
+    for other in _END_SIGNALS:
+        signal.signal(other, lambda *_: None)
+    raise _Terminated(signum)
 
 
 def _cli_error(text: str) -> None:
-    print(f"acp-lite: {text}", file=sys.stderr, flush=True)
+    try:
+        print(f"acp-lite: {text}", file=sys.stderr, flush=True)
+    except OSError:  # stderr is gone (a closed terminal: SIGHUP)
+        pass
 
 
 # -- validate -------------------------------------------------------------------------------------
@@ -149,17 +208,35 @@ def _verdict_summary(verdict: WireVerdict) -> str:
 
 
 def _validate_command(args: argparse.Namespace) -> int:
-    try:
-        source = open(args.file, "rb") if args.file else sys.stdin.buffer
-    except OSError as exc:
-        _cli_error(f"cannot read {args.file}: {exc}")
-        return 2
+    """One verdict per message line. An input without any message (empty, or blank lines only) is
+    a failure: a capture that caught nothing must not pass. So is pretty-printed JSON, said once
+    rather than as one garbage verdict per line."""
+    if args.file:
+        try:
+            source = open(args.file, "rb")
+        except OSError as exc:
+            _cli_error(f"cannot read {args.file}: {exc}")
+            return 2
+    else:
+        source = sys.stdin.buffer
+        if sys.stdin.isatty():
+            _cli_error("validate: reading messages from stdin, one per line; Ctrl-D ends the input")
     checker = WireChecker()
     total = invalid = 0
     with source:
-        for number, line in enumerate(source, 1):
-            if not line.strip():
-                continue
+        lines: Iterator[Tuple[int, bytes]] = ((number, line) for number, line in enumerate(source, 1) if line.strip())
+        first = next(lines, None)
+        if first is None:
+            _cli_error("validate: the input holds no message (it is empty or blank)")
+            return 1
+        if first[1].lstrip()[:1] in (b"{", b"[") and not _is_json(first[1]):
+            rest = list(lines)  # a value that spans lines: is the whole input pretty-printed JSON?
+            if _json_values(first[1] + b"".join(line for _, line in rest)):
+                _cli_error("validate: the input is pretty-printed JSON, but messages are read one per line "
+                           "(NDJSON): compact it first, e.g. with `jq -c .`")
+                return 1
+            lines = iter(rest)
+        for number, line in itertools.chain([first], lines):
             verdict = _validate_line(checker, line.rstrip(b"\n"))
             total += 1
             invalid += not verdict.valid
@@ -168,6 +245,33 @@ def _validate_command(args: argparse.Namespace) -> int:
             print(f"line {number}: {status} {_verdict_summary(verdict)}" + (f": {findings}" if findings else ""))
     print(f"{total} messages, {invalid} invalid")
     return 1 if invalid else 0
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def _json_values(text: bytes) -> bool:
+    """Whether ``text`` is one or more JSON values separated by whitespace only."""
+    decoder = json.JSONDecoder()
+    try:
+        document = text.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    position = 0
+    while True:
+        while position < len(document) and document[position].isspace():
+            position += 1
+        if position == len(document):
+            return position > 0
+        try:
+            position = decoder.raw_decode(document, position)[1]
+        except ValueError:
+            return False
 
 
 # -- tap ------------------------------------------------------------------------------------------
@@ -181,10 +285,14 @@ def _tap_command(args: argparse.Namespace) -> int:
 
 # -- run ------------------------------------------------------------------------------------------
 def _configure_run(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cwd", default=os.getcwd(), metavar="DIR", help="the session's working directory (default: here)")
-    parser.add_argument("--yes", action="store_true", help="answer permission requests with the first allow option")
-    parser.add_argument("--timeout", type=float, default=30.0, metavar="S",
+    parser.add_argument("--cwd", type=existing_directory, default=os.getcwd(), metavar="DIR",
+                        help="the session's working directory (default: here)")
+    parser.add_argument("--yes", action="store_true",
+                        help="answer permission requests with the first allow option; without a terminal, "
+                             "also serve the agent's file writes and terminals")
+    parser.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="S",
                         help="how long to wait for the agent to answer initialize (default: 30)")
+    parser.add_argument("--auth-method", metavar="ID", help="authenticate with this method after initialize")
 
 
 class _Screen:
@@ -262,17 +370,20 @@ def _content_text(block: Any) -> str:
 class _TerminalClient(WorkspaceClient):
     """The editor side of ``run``: shows updates on the screen and hands permission questions to
     the main thread. File and terminal requests are served by ``WorkspaceClient`` (files only
-    inside the session's roots) and shown on the screen as they are served.
+    inside the session's roots) and shown on the screen as they are served. Without
+    ``serve_changes`` (no terminal and no ``--yes``: nobody watches), writes and terminals are
+    neither advertised nor served.
 
     ``session_update`` runs where callbacks run (the delivery thread or the reader), the requests on
     the reader or workers; they only write to the screen or post to ``questions``."""
 
     client_info = _RUN_CLIENT_INFO
 
-    def __init__(self, screen: _Screen, questions: "queue.SimpleQueue[Any]"):
+    def __init__(self, screen: _Screen, questions: "queue.SimpleQueue[Any]", serve_changes: bool):
         super().__init__()
         self.screen = screen
         self.questions = questions
+        self.serve_changes = serve_changes
         self.tool_calls: Dict[str, Dict[str, Any]] = {}  # id -> title, kind, status
         self.message_id: Optional[str] = None  # of the agent message being shown
 
@@ -304,13 +415,28 @@ class _TerminalClient(WorkspaceClient):
         self.screen.note(f"[fs] read {params.path}")
         return super().read_text_file(params)
 
+    def capabilities(self) -> ClientCapabilities:
+        capabilities = super().capabilities()
+        if not self.serve_changes:
+            capabilities.fs.write_text_file = False
+            capabilities.terminal = False
+        return capabilities
+
     def write_text_file(self, params: WriteTextFileRequest) -> Any:
-        self.screen.note(f"[fs] write {params.path}")
+        self._refuse_unless_served(f"[fs] write {params.path}", "fs/write_text_file")
         return super().write_text_file(params)
 
     def create_terminal(self, params: CreateTerminalRequest) -> Any:
-        self.screen.note(f"[terminal] {' '.join([params.command, *(params.args or ())])}")
+        self._refuse_unless_served(f"[terminal] {' '.join([params.command, *(params.args or ())])}", "terminal/create")
         return super().create_terminal(params)
+
+    def _refuse_unless_served(self, what: str, method: str) -> None:
+        if self.serve_changes:
+            self.screen.note(what)
+            return
+        self.screen.note(f"{what}: refused (not served without a terminal; --yes serves it)")
+        raise MethodNotFound(f"{method} is not offered: acp-lite run serves no writes and no terminals "
+                             "without a terminal or --yes")
 
     def request_permission(self, params: RequestPermissionRequest) -> "Future[Any]":
         answer: "Future[Any]" = Future()
@@ -337,7 +463,8 @@ _TURN_INTERRUPTED = object()
 
 
 class _Quit(Exception):
-    """The user asked to leave (a second Ctrl-C, or end of input at a question)."""
+    """The user asked to leave (a second Ctrl-C, or end of input at a question); the message
+    says which."""
 
 
 class _RunSession:
@@ -355,7 +482,7 @@ class _RunSession:
         self.interactive = sys.stdin.isatty()
         self.screen = screen
         self.questions: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # put() is safe in a signal handler
-        self.client = _TerminalClient(screen, self.questions)
+        self.client = _TerminalClient(screen, self.questions, serve_changes=self.interactive or args.yes)
         self._asking = False
 
     def prompts(self) -> Any:
@@ -368,7 +495,7 @@ class _RunSession:
                 return
             except KeyboardInterrupt:
                 if interrupted or not self.interactive:
-                    raise _Quit() from None
+                    raise _Quit("interrupted") from None
                 interrupted = True
                 self.screen.note("\n(Ctrl-C again or Ctrl-D to quit)")
                 continue
@@ -408,7 +535,7 @@ class _RunSession:
                 return
             if event is _TURN_INTERRUPTED:
                 if cancelled:
-                    raise _Quit()
+                    raise _Quit("interrupted")
                 self.screen.note("^C cancelling the turn (Ctrl-C again to quit)")
                 cancelled = self._cancel(agent, session_id)
                 continue
@@ -463,7 +590,7 @@ class _RunSession:
             finally:
                 self._asking = False
             if not answer:
-                raise _Quit()
+                raise _Quit("end of input at a permission question")
             if not answer.strip():
                 return None
             if answer.strip().isdigit() and 1 <= int(answer) <= len(options):
@@ -471,67 +598,118 @@ class _RunSession:
 
 
 def _start_agent(args: argparse.Namespace, run: _RunSession, relay: _StderrRelay) -> Tuple[Optional[RemoteAgent], int]:
-    """Spawn and initialize the agent; (agent, 0), or (None, exit status) after saying why."""
+    """Spawn and initialize the agent, and authenticate if asked; (agent, 0), or (None, exit
+    status) after saying why."""
     try:
         agent = RemoteAgent.spawn(args.agent_command, run.client, on_stderr_line=relay.line)
-    except ConnectionClosed as exc:
+    except AgentStartError as exc:
         _cli_error(str(exc))
         return None, _CANNOT_START
+    status = 1
     try:
         agent.initialize(timeout=args.timeout)
+        if args.auth_method is not None:
+            if args.auth_method not in [_auth_method_field(method, "id") for method in agent.auth_methods]:
+                _cli_error(f"the agent offers no auth method {args.auth_method!r}. {_auth_help(agent, args.agent_command)}")
+                status = 2
+                return None, status
+            agent.authenticate(args.auth_method)
+        status = 0
     except CallTimeout:
         held = relay.held()
-        agent.close()
         _cli_error(f"the agent did not answer initialize within {args.timeout:g} s"
-             + (f"; its stderr so far:\n{held}" if held else " (and wrote nothing to stderr)"))
+                   + (f"; its stderr so far:\n{held}" if held else " (and wrote nothing to stderr)"))
         return None, 1
     except AcpError as exc:  # it exited, answered with an error, or chose a version we lack
-        agent.close()
-        _cli_error(f"the agent failed to initialize: {exc}")
+        what = "authenticate" if agent.protocol_version is not None else "initialize"
+        _cli_error(f"the agent failed to {what}: {exc}")
         return None, 1
+    finally:
+        if status != 0:  # a Ctrl-C or a signal too
+            agent.close()
     relay.go_live()
     return agent, 0
+
+
+def _auth_method_field(method: Any, name: str) -> Any:
+    # An auth method of a type this version does not know arrives as its raw object.
+    return method.raw.get(name) if isinstance(method, UnknownVariant) else getattr(method, name, None)
+
+
+def _auth_help(agent: RemoteAgent, agent_command: Sequence[str]) -> str:
+    """The agent's advertised auth methods and how to choose one, for the user."""
+    if not agent.auth_methods:
+        return "It advertises no auth method: configure it as its documentation says (a key in its environment, a login)."
+    lines = ["It offers (choose one with --auth-method ID):"]
+    for method in agent.auth_methods:
+        description = _auth_method_field(method, "description")
+        line = f"  {_auth_method_field(method, 'id')}: {_auth_method_field(method, 'name')}" + (f" - {description}" if description else "")
+        if isinstance(method, AuthMethodTerminal):
+            login = shlex.join([*agent_command, *(method.args or ())])
+            line += f" (a terminal login: run `{login}` in a terminal, then start again without it)"
+        elif isinstance(method, UnknownVariant):
+            line += f" (type {method.tag or _auth_method_field(method, 'type')!r}, unknown to acp-lite: see the agent's documentation)"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _run_command(args: argparse.Namespace) -> int:
     screen = _Screen()
     run = _RunSession(args, screen)
     relay = _StderrRelay(screen)
-    cwd = os.path.abspath(args.cwd)
     agent, status = _start_agent(args, run, relay)
     if agent is None:
         return status
     try:
-        session_id = agent.new_session(cwd).session_id
+        session_id = agent.new_session(args.cwd).session_id
         info = agent.info
         name = f"{info.title or info.name} {info.version}" if info else "the agent"
-        screen.note(f"[session] {session_id} with {name} (protocol v{agent.protocol_version}) in {cwd}")
+        screen.note(f"[session] {session_id} with {name} (protocol v{agent.protocol_version}) in {args.cwd}")
+        turns = failed = 0
         for text in run.prompts():
-            screen.note(f"[turn] stopReason={run.turn(agent, session_id, text)}")
+            turns += 1
+            try:
+                stop_reason = run.turn(agent, session_id, text)
+            except ConnectionClosed:
+                raise  # the agent is gone: no turn can follow
+            except AcpError as exc:  # this turn failed; the session goes on
+                failed += 1
+                screen.break_line()
+                screen.note(f"[turn] failed: {exc}" + (f"\n{_auth_help(agent, args.agent_command)}" if isinstance(exc, AuthRequired) else ""))
+                continue
+            screen.note(f"[turn] stopReason={stop_reason}")
+        if failed:
+            _cli_error(f"{failed} of {turns} turn(s) failed")
+            return 1
         return 0
-    except (_Quit, KeyboardInterrupt):  # a Ctrl-C between two prompts lands here
+    except _Quit as exc:
+        _cli_error(str(exc))
         return _INTERRUPTED
+    except AuthRequired as exc:
+        _cli_error(f"the agent requires authentication: {exc}\n{_auth_help(agent, args.agent_command)}")
+        return 1
     except AcpError as exc:
         screen.break_line()
         _cli_error(f"the session failed: {exc}")
         return 1
     finally:
-        agent.close()
-        run.client.close()  # the terminals the agent left behind
+        agent.close()  # which lets the client release the terminals the agent left behind
 
 
 # -- bench ----------------------------------------------------------------------------------------
 def _configure_bench(parser: argparse.ArgumentParser) -> None:
     parser.usage = "acp-lite bench [options] -- AGENT_CMD...  |  acp-lite bench --client [options] [-- CLIENT_CMD...]"
-    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout, instead of the table)")
+    parser.add_argument("--json", type=writable_file_or_stdout, metavar="FILE",
+                        help="also write the figures as JSON to FILE ('-': stdout, instead of the table)")
     agent = parser.add_argument_group("measuring an agent")
     agent.add_argument("--prompt", action="append", metavar="TEXT", help="a prompt to send (repeatable; default: 'Hello')")
     agent.add_argument("--prompts", metavar="FILE", help="send each line of FILE as a prompt")
     agent.add_argument("--rounds", type=int, default=1, metavar="N", help="send the prompts N times (default 1)")
-    agent.add_argument("--cwd", default=os.getcwd(), metavar="DIR", help="the session's working directory (default: here)")
+    agent.add_argument("--cwd", type=existing_directory, default=os.getcwd(), metavar="DIR",
+                       help="the session's working directory (default: here)")
     agent.add_argument("--yes", action="store_true", help="allow what the agent asks (default: reject, or cancel)")
     agent.add_argument("--pings", type=int, default=20, metavar="K", help="cheap round trips to time (default 20)")
-    agent.add_argument("--timeout", type=float, default=30.0, metavar="S",
+    agent.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="S",
                        help="seconds to wait for initialize, and for each round trip's answer (default 30)")
     agent.add_argument("--auth-method", metavar="ID", help="authenticate with this method after initialize")
     client = parser.add_argument_group("measuring a client (--client)")
@@ -560,18 +738,20 @@ def _bench_command(args: argparse.Namespace) -> int:
         return 2
     try:
         report = measure_agent(
-            args.agent_command, prompts or ["Hello"], rounds=args.rounds, cwd=os.path.abspath(args.cwd),
+            args.agent_command, prompts or ["Hello"], rounds=args.rounds, cwd=args.cwd,
             pings=args.pings, allow=args.yes, init_timeout=args.timeout, auth_method=args.auth_method,
             on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True),
         )
-    except ConnectionClosed as exc:
+    except AgentStartError as exc:
         _cli_error(str(exc))
         return _CANNOT_START
+    except ConnectionClosed as exc:  # its stderr went to ours as it came: not repeated here
+        exit_code = "" if exc.exit_code is None else f" (exit code {exc.exit_code})"
+        _cli_error(f"bench: the agent failed: it closed the connection{exit_code}")
+        return 1
     except AcpError as exc:
         _cli_error(f"bench: the agent failed: {exc}")
         return 1
-    except KeyboardInterrupt:
-        return _INTERRUPTED
     return _bench_output(args, report, format_agent_report(report))
 
 
@@ -621,7 +801,7 @@ def _bench_client(args: argparse.Namespace) -> int:
     if args.agent_command:
         try:
             process = AgentProcess(args.agent_command, on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True))
-        except ConnectionClosed as exc:
+        except AgentStartError as exc:
             _cli_error(str(exc))
             return _CANNOT_START
         try:
@@ -643,4 +823,5 @@ _COMMANDS: Dict[str, CliCommand] = {
         "measure an agent's startup, round trips and turns (or with --client, how fast an editor drains a stream)",
         _configure_bench, _bench_command, agent_command=True, command_optional=True,
     ),
+    "vendor": CliCommand("write acp_lite as one module file, for editor plugins", configure_vendor_command, vendor_command),
 }

@@ -38,6 +38,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
+from .argtypes import writable_file
+
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 PACKAGE_NAME = PACKAGE_DIR.name
 # The builder and the command-line tools: a plugin embeds the runtime, not the terminal commands.
@@ -82,11 +84,13 @@ class _ParsedModule(NamedTuple):
 
 
 def build(out_path: Union[str, "os.PathLike[str]"]) -> Path:
-    """Write the single-file module to ``out_path`` and return its path. Raises ``VendorError``."""
+    """Write the single-file module to ``out_path`` (whose directory must exist) and return its
+    path. Raises ``VendorError``."""
     out = Path(out_path)
     text = render()
     compile(text, str(out), "exec")  # a rewrite that broke the syntax must fail here, not in a plugin
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.parent.is_dir():  # a typo in the path must not leave a tree of new directories
+        raise VendorError(f"no directory {out.parent}: create it first (vendor creates none)")
     partial = out.with_name(out.name + ".partial")
     partial.write_text(text, encoding="utf-8")
     os.replace(partial, out)
@@ -392,10 +396,13 @@ def _footer(modules: Dict[str, _ParsedModule], order: List[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {PACKAGE_NAME}.vendor", description=__doc__.splitlines()[0])
-    parser.add_argument("out", help="the module file to write, e.g. my_plugin/_acp.py")
-    args = parser.parse_args(argv)
+def configure_vendor_command(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("out", type=writable_file,
+                        help="the module file to write, e.g. my_plugin/_acp.py (its directory must exist)")
+
+
+def vendor_command(args: argparse.Namespace) -> int:
+    """Build the file ``args.out``; ``acp-lite vendor`` and ``python -m acp_lite.tools.vendor``."""
     try:
         out = build(args.out)
     except VendorError as exc:
@@ -403,6 +410,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     print(f"vendor: wrote {out}")
     return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {PACKAGE_NAME}.tools.vendor", description=__doc__.splitlines()[0])
+    configure_vendor_command(parser)
+    return vendor_command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,360 @@
+"""The command line's error paths, run as subprocesses: each says what is wrong in one place,
+exits with the status of README's table (0 success, 1 failure, 2 usage error, 127 the agent could
+not be started, 130 interrupted, 128 + N ended by signal N), and never shows a traceback.
+
+Options are checked before anything starts, so those tests need no agent; the others use small
+inline agents that misbehave in exactly one way.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from acp_lite import __version__
+
+from conftest import REPO
+
+pytestmark = pytest.mark.skipif(os.name == "nt", reason="signals and ptys are POSIX")
+
+CLI = [sys.executable, "-m", "acp_lite"]
+ENV = dict(os.environ, PYTHONIOENCODING="utf-8")
+WAIT = 30  # seconds before a wait for output counts as a hang
+
+
+def inline_agent(code):
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def cli(*args, stdin=b"", timeout=WAIT):
+    """Run the tool to completion; (exit status, stdout text, stderr text)."""
+    done = subprocess.run([*CLI, *args], input=stdin, capture_output=True, timeout=timeout, cwd=REPO, env=ENV)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+class Running:
+    """The tool running with its stdin on ``stdin``; stderr collected by a thread as it comes."""
+
+    def __init__(self, args, stdin):
+        self.proc = subprocess.Popen([*CLI, *args], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     cwd=REPO, env=ENV)
+        self.seen = {"stdout": "", "stderr": ""}
+        self.changed = threading.Condition()
+        self.readers = [threading.Thread(target=self._read, args=(name,), daemon=True) for name in self.seen]
+        for reader in self.readers:
+            reader.start()
+
+    def _read(self, name):
+        stream = getattr(self.proc, name)
+        for chunk in iter(lambda: os.read(stream.fileno(), 65536), b""):
+            with self.changed:
+                self.seen[name] += chunk.decode()
+                self.changed.notify_all()
+
+    def wait_for(self, name, text):
+        with self.changed:
+            if not self.changed.wait_for(lambda: text in self.seen[name], timeout=WAIT):
+                pytest.fail(f"no {text!r} on {name} after {WAIT} s; saw {self.seen}")
+
+    def finish(self):
+        status = self.proc.wait(timeout=WAIT)
+        for reader in self.readers:
+            reader.join(WAIT)
+        return status
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.finish()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+@pytest.fixture
+def running():
+    started = []
+
+    def start(args, stdin):
+        started.append(Running(args, stdin))
+        return started[-1]
+
+    yield start
+    for tool in started:
+        tool.stop()
+
+
+@pytest.fixture
+def tty():
+    """A pseudo-terminal: (master fd, slave fd) for the tool's stdin."""
+    master, slave = os.openpty()
+    yield master, slave
+    os.close(master)
+    os.close(slave)
+
+
+# -- options are checked before anything starts ---------------------------------------------------
+
+def test_version():
+    assert cli("--version") == (0, f"acp-lite {__version__}\n", "")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--cwd", "/nonexistent/dir"], "argument --cwd: no such directory: /nonexistent/dir"),
+    (["run", "--cwd", "/etc/passwd"], "argument --cwd: not a directory: /etc/passwd"),
+    (["bench", "--cwd", "/nonexistent/dir"], "argument --cwd: no such directory: /nonexistent/dir"),
+    (["check", "--timeout", "-5"], "argument --timeout: must be a number of seconds greater than 0, not -5"),
+    (["run", "--timeout", "0"], "argument --timeout: must be a number of seconds greater than 0, not 0"),
+    (["check", "--json", "/nonexistent/report.json"],
+     "argument --json: cannot write /nonexistent/report.json: no directory /nonexistent (it is not created)"),
+    (["bench", "--json", "/nonexistent/report.json"],
+     "argument --json: cannot write /nonexistent/report.json: no directory /nonexistent (it is not created)"),
+    (["check", "--json", "/tmp"], "argument --json: /tmp is a directory, not a file"),
+], ids=lambda value: " ".join(value) if isinstance(value, list) else "")
+def test_a_bad_option_value_is_a_usage_error_before_the_agent_starts(tmp_path, args, message):
+    marker = tmp_path / "started"
+    agent = inline_agent(f"open({str(marker)!r}, 'w')")
+    status, out, err = cli(*args, "--", *agent)
+    assert (status, out) == (2, "")
+    assert err.splitlines()[-1].endswith(f"error: {message}"), err
+    assert not marker.exists()  # the agent was never started
+
+
+@pytest.mark.parametrize("command", ["run", "check", "bench"])
+def test_forgetting_the_double_dash_hints_where_the_agent_command_goes(command):
+    status, out, err = cli(command, "python", "agent.py")
+    assert status == 2
+    assert err.splitlines()[-1] == (f"acp-lite {command}: error: unrecognized arguments: python agent.py; "
+                                    f"the agent command goes after '--': acp-lite {command} [options] -- python agent.py")
+
+
+# -- agents that cannot start, or start and exit ------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["run", "check", "bench"])
+def test_an_agent_that_cannot_start_says_why_with_status_127(tmp_path, command):
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    assert cli(command, "--", str(script))[0::2] == (127, f"acp-lite: agent command {script} is not executable\n")
+    assert cli(command, "--", str(tmp_path))[0::2] == (127, f"acp-lite: agent command {tmp_path} is a directory, not a program\n")
+    status, out, err = cli(command, "--", "no-such-agent-anywhere")
+    assert (status, err) == (127, "acp-lite: agent command not found: no-such-agent-anywhere (not on PATH)\n")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", [["run"], ["bench"], ["check", "-k", "initialize"]], ids=lambda c: c[0])
+def test_an_agent_that_starts_and_exits_fails_with_status_1_and_its_stderr_once(command):
+    crashing = inline_agent("import sys; sys.stderr.write('fatal: no API key configured\\n'); sys.exit(3)")
+    status, out, err = cli(*command, "--", *crashing)
+    assert status == 1, err
+    if command[0] == "check":  # its stderr is part of the failed check's report, on stdout
+        assert "agent stderr (last lines):\n    fatal: no API key configured\n" in out
+    else:
+        assert err.count("fatal: no API key configured") == 1 and "exit code 3" in err
+
+
+# -- Ctrl-C: one line, exit status 130 -------------------------------------------------------------
+
+@pytest.mark.timeout(60)
+def test_validate_on_a_terminal_says_it_reads_stdin_and_ctrl_c_ends_it(running, tty):
+    master, slave = tty
+    tool = running(["validate"], stdin=slave)
+    tool.wait_for("stderr", "reading messages from stdin")
+    tool.proc.send_signal(signal.SIGINT)
+    assert tool.finish() == 130
+    assert tool.seen["stderr"] == ("acp-lite: validate: reading messages from stdin, one per line; Ctrl-D ends the input\n"
+                                   "acp-lite: interrupted\n")
+
+
+# Never answers initialize: writes its pid to argv[1] once the request has come, then reads
+# until its stdin closes.
+MUTE_AGENT = """
+    import os, sys
+    sys.stdin.readline()
+    with open(sys.argv[1] + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_run_interrupted_while_waiting_for_initialize_stops_the_agent(running, tmp_path):
+    pid_file = tmp_path / "agent.pid"
+    tool = running(["run", "--", *inline_agent(MUTE_AGENT), str(pid_file)], stdin=subprocess.PIPE)
+    wait_until(pid_file.exists)
+    tool.proc.send_signal(signal.SIGINT)
+    assert tool.finish() == 130
+    assert tool.seen["stderr"] == "acp-lite: interrupted\n"
+    assert not os.path.exists(f"/proc/{pid_file.read_text()}")  # stopped and reaped
+    tool.proc.stdin.close()
+
+
+def wait_until(condition):
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"still waiting after {WAIT} s")
+        time.sleep(0.02)
+
+
+# -- validate: no message, or not one per line ------------------------------------------------------
+
+@pytest.mark.parametrize("stdin", [b"", b"\n  \n"], ids=["empty", "blank"])
+def test_validate_of_an_input_without_any_message_fails(stdin):
+    assert cli("validate", stdin=stdin) == (1, "", "acp-lite: validate: the input holds no message (it is empty or blank)\n")
+
+
+def test_validate_of_pretty_printed_json_says_one_message_per_line():
+    message = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
+    pretty = (json.dumps(message, indent=2) + "\n" + json.dumps(message, indent=2)).encode()
+    assert cli("validate", stdin=pretty) == (1, "", "acp-lite: validate: the input is pretty-printed JSON, but messages are "
+                                                    "read one per line (NDJSON): compact it first, e.g. with `jq -c .`\n")
+    # A line that opens a value but is followed by garbage is judged line by line, as any input.
+    status, out, err = cli("validate", stdin=b"{\nnot json\n")
+    assert status == 1 and out.startswith("line 1: INVALID") and out.endswith("2 messages, 2 invalid\n")
+
+
+# -- vendor ---------------------------------------------------------------------------------------
+
+@pytest.mark.timeout(60)
+def test_vendor_subcommand_writes_the_file_and_creates_no_directory(tmp_path):
+    status, out, err = cli("vendor", str(tmp_path / "missing" / "_acp.py"))
+    assert status == 2 and not (tmp_path / "missing").exists()
+    assert err.splitlines()[-1] == (f"acp-lite vendor: error: argument out: cannot write {tmp_path}/missing/_acp.py: "
+                                    f"no directory {tmp_path}/missing (it is not created)")
+    assert cli("vendor", str(tmp_path / "_acp.py")) == (0, f"vendor: wrote {tmp_path}/_acp.py\n", "")
+    assert f"from acp_lite {__version__}" in (tmp_path / "_acp.py").read_text().splitlines()[0]
+
+
+# -- run: authentication, failed turns, what an unattended run serves -------------------------------
+
+GATED_AGENT = """
+    from acp_lite import Agent, schema, serve_stdio, updates
+    from acp_lite.errors import AuthRequired
+
+    class Gated(Agent):
+        auth_methods = [schema.AuthMethodAgent(id="token", name="Token", description="reads $TOKEN"),
+                        schema.AuthMethodAgent(id="oauth", name="Browser login")]
+        authenticated = False
+
+        def authenticate(self, params):
+            self.authenticated = True
+
+        def new_session(self, params):
+            if not self.authenticated:
+                raise AuthRequired("authenticate first")
+            return schema.NewSessionResponse(session_id="s")
+
+        def prompt(self, params, turn):
+            turn.send(updates.text_chunk("hello"))
+            return "end_turn"
+
+    serve_stdio(Gated())
+"""
+
+AUTH_HELP = ("It offers (choose one with --auth-method ID):\n"
+             "  token: Token - reads $TOKEN\n"
+             "  oauth: Browser login\n")
+
+
+@pytest.mark.timeout(60)
+def test_run_lists_the_auth_methods_when_the_agent_requires_authentication():
+    status, out, err = cli("run", "--", *inline_agent(GATED_AGENT), stdin=b"hi\n")
+    assert (status, out) == (1, "")
+    assert err.endswith("acp-lite: the agent requires authentication: authenticate first\n" + AUTH_HELP), err
+    status, out, err = cli("run", "--auth-method", "token", "--", *inline_agent(GATED_AGENT), stdin=b"hi\n")
+    assert (status, out) == (0, "hello\n"), err
+    status, out, err = cli("run", "--auth-method", "password", "--", *inline_agent(GATED_AGENT), stdin=b"hi\n")
+    assert (status, out) == (2, "")
+    assert err.endswith("acp-lite: the agent offers no auth method 'password'. " + AUTH_HELP), err
+
+
+# The first turn fails with the reason in the error's data (as acpx sends it); later ones answer.
+FLAKY_AGENT = """
+    from acp_lite import Agent, schema, serve_stdio, updates
+    from acp_lite.errors import InternalError
+
+    class Flaky(Agent):
+        turns = 0
+
+        def new_session(self, params):
+            return schema.NewSessionResponse(session_id="s")
+
+        def prompt(self, params, turn):
+            self.turns += 1
+            if self.turns == 1:
+                raise InternalError(data={"details": "Permission denied for fs/write_text_file"})
+            turn.send(updates.text_chunk(f"answer {self.turns}"))
+            return "end_turn"
+
+    serve_stdio(Flaky())
+"""
+TURN_FAILED = '[turn] failed: Internal error (data: {"details":"Permission denied for fs/write_text_file"})\n'
+
+
+@pytest.mark.timeout(60)
+def test_run_without_a_tty_reports_a_failed_turn_and_goes_on():
+    status, out, err = cli("run", "--", *inline_agent(FLAKY_AGENT), stdin=b"one\ntwo\nthree\n")
+    assert (status, out) == (1, "answer 2\nanswer 3\n"), err
+    assert TURN_FAILED in err and err.count("[turn] stopReason=end_turn") == 2
+    assert err.endswith("acp-lite: 1 of 3 turn(s) failed\n")
+
+
+@pytest.mark.timeout(60)
+def test_run_on_a_terminal_gives_the_prompt_back_after_a_failed_turn(running, tty):
+    master, slave = tty
+    tool = running(["run", "--", *inline_agent(FLAKY_AGENT)], stdin=slave)
+    tool.wait_for("stderr", "[session] s")
+    os.write(master, b"one\n")
+    tool.wait_for("stderr", TURN_FAILED)
+    os.write(master, b"two\n")
+    tool.wait_for("stdout", "answer 2")
+    os.write(master, b"\x04")  # Ctrl-D: the end
+    assert tool.finish() == 1
+    assert tool.seen["stderr"].endswith("acp-lite: 1 of 2 turn(s) failed\n")
+
+
+# Reports what it was offered, then tries a write and a terminal anyway.
+CHANGING_AGENT = """
+    import json, sys
+    def send(message):
+        print(json.dumps(dict(message, jsonrpc="2.0")), flush=True)
+    def reply_to(request_id):
+        for line in sys.stdin:
+            message = json.loads(line)
+            if message.get("id") == request_id and "method" not in message:
+                return message
+    for line in sys.stdin:
+        message = json.loads(line)
+        method = message.get("method")
+        if method == "initialize":
+            offered = message["params"]["clientCapabilities"]
+            send({"id": message["id"], "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+        elif method == "session/new":
+            cwd = message["params"]["cwd"]
+            send({"id": message["id"], "result": {"sessionId": "s1"}})
+        elif method == "session/prompt":
+            send({"id": 0, "method": "fs/write_text_file", "params": {"sessionId": "s1", "path": cwd + "/x", "content": "x"}})
+            write = reply_to(0)
+            send({"id": 1, "method": "terminal/create", "params": {"sessionId": "s1", "command": "touch", "args": [cwd + "/y"]}})
+            terminal = reply_to(1)
+            seen = [offered["fs"]["writeTextFile"], offered["terminal"], write["error"]["code"], terminal["error"]["code"]]
+            send({"method": "session/update", "params": {"sessionId": "s1", "update": {
+                "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": json.dumps(seen)}}}})
+            send({"id": message["id"], "result": {"stopReason": "end_turn"}})
+"""
+
+
+@pytest.mark.timeout(60)
+def test_run_without_a_tty_or_yes_offers_and_serves_no_writes_and_no_terminals(tmp_path):
+    status, out, err = cli("run", "--cwd", str(tmp_path), "--", *inline_agent(CHANGING_AGENT), stdin=b"change things\n")
+    assert status == 0, err
+    assert json.loads(out) == [False, False, -32601, -32601]
+    assert os.listdir(tmp_path) == []
+    assert f"[fs] write {tmp_path}/x: refused (not served without a terminal; --yes serves it)\n" in err
+    assert "[terminal] touch " in err and err.count("refused (not served without a terminal; --yes serves it)") == 2
