@@ -171,7 +171,13 @@ def _walk(dir_fd: int, relative: str, flags: int) -> int:
                 links += 1
                 if links > _MAX_SYMLINKS:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), relative) from None
-                target = os.readlink(name, dir_fd=here)
+                try:
+                    target = os.readlink(name, dir_fd=here)
+                except OSError as again:
+                    if again.errno != errno.EINVAL:
+                        raise
+                    parts.appendleft(name)  # no longer a symlink (renamed meanwhile): look again
+                    continue
                 if target.startswith("/"):
                     raise Escape(relative) from None
                 parts.extendleft(reversed(target.split("/")))

@@ -13,7 +13,8 @@ Rules this module keeps:
 - ``stop()`` ends the agent's whole process group, not only the process we started: wrappers such
   as ``npx`` or ``uvx`` start the real agent as their own child, and killing the wrapper alone
   leaves that agent running. It escalates close-stdin -> SIGTERM -> SIGKILL, reaps the child, joins
-  the stderr thread and closes every pipe, in bounded time.
+  the stderr thread and closes every pipe, in bounded time. Descendants that left the group
+  (``setsid``) while their parent lived are killed too, found through ``/proc`` (``proctree``).
 
 Windows (written to the documentation, not exercised by the test suite): ``.cmd``/``.bat``
 wrappers are run through ``cmd.exe /c``, since they are scripts for the shell rather than
@@ -35,6 +36,7 @@ import time
 from typing import BinaryIO, Callable, Deque, Dict, Mapping, Optional, Sequence, Union, cast
 
 from .errors import ConnectionClosed, UsageError
+from .proctree import descendants, signal_processes
 
 _AGENT_ON_WINDOWS = os.name == "nt"
 
@@ -173,6 +175,9 @@ class AgentProcess:
             if self._stopped:
                 return self._proc.returncode
             self._stopped = True
+            # Children that left the agent's group (setsid, daemons) are beyond killpg: note the
+            # agent's tree while its parent links hold, and end what is left of it at the end.
+            tree = [] if _AGENT_ON_WINDOWS else descendants(self.pid)
             self.stdin.close()
             if not self._wait_for_group(timeout):
                 self._signal_group(force=False)
@@ -180,6 +185,7 @@ class AgentProcess:
                     self._signal_group(force=True)
                     if not self._wait_for_group(timeout):
                         self._logger.error("agent %d survived SIGKILL for %.1f s", self.pid, timeout)
+            signal_processes(tree, signal.SIGKILL)
             self.stdout.close()
             # The stderr thread owns its pipe and closes it at end-of-file, which comes once the
             # whole group is gone. A stop() from inside the stderr callback cannot wait for that.

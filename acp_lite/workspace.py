@@ -72,7 +72,7 @@ from typing import Any, BinaryIO, Callable, Deque, Dict, List, Optional, Sequenc
 
 from .beneath import Escape, Root, location, open_beneath
 from .client import Client
-from .errors import AcpError, InternalError, InvalidParams, MethodNotFound, ResourceNotFound, UsageError
+from .errors import AcpError, InternalError, InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound, UsageError
 from .proctree import SUPERVISOR, ProcessId, identify, kill_tree
 from .schema import (
     ClientCapabilities,
@@ -135,8 +135,8 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _MAX_SYMLINKS = 40
 
 
-def _refused(what: str) -> AcpError:
-    return AcpError(f"the editor did not allow {what}", code=REFUSED)
+def _refused(what: str) -> ProtocolError:
+    return ProtocolError(f"the editor did not allow {what}", code=REFUSED)
 
 
 # -- the path policy ------------------------------------------------------------------------------
@@ -336,7 +336,13 @@ class _WriteTarget:
             if self.current is None or not stat.S_ISLNK(self.current.st_mode):
                 break
             # A symlink: the write goes to its target, which must lie beneath the root as well.
-            target = os.readlink(self.name, dir_fd=self.directory)
+            try:
+                target = os.readlink(self.name, dir_fd=self.directory)
+            except OSError as exc:
+                self.close()
+                if exc.errno == errno.EINVAL:  # no longer a symlink (renamed meanwhile): look again
+                    continue
+                raise _file_error(exc, path) from exc
             self.close()
             if target.startswith("/"):
                 raise ResourceNotFound(f"{path} is outside the session's root set")
@@ -667,12 +673,12 @@ class TerminalManager:
                 raise InternalError("the workspace is closed")
             live = [(t.session_id, t.limit) for t in self._terminals.values()] + self._starting
             if len(live) >= self.max_terminals:
-                raise AcpError(f"too many terminals: at most {self.max_terminals} may run at once", code=REFUSED)
+                raise ProtocolError(f"too many terminals: at most {self.max_terminals} may run at once", code=REFUSED)
             if sum(1 for owner, _ in live if owner == session_id) >= self.max_per_session:
-                raise AcpError(f"too many terminals: at most {self.max_per_session} per session", code=REFUSED)
+                raise ProtocolError(f"too many terminals: at most {self.max_per_session} per session", code=REFUSED)
             left = self.max_total_output - sum(share for _, share in live)
             if left <= 0 and wanted > 0:
-                raise AcpError(f"the terminals alive keep {self.max_total_output} bytes of output already; release one", code=REFUSED)
+                raise ProtocolError(f"the terminals alive keep {self.max_total_output} bytes of output already; release one", code=REFUSED)
             reservation = (session_id, min(wanted, left))
             self._starting.append(reservation)
             terminal_id = f"term_{next(self._numbers)}"
