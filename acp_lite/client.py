@@ -184,6 +184,10 @@ class Client(Peer):
     def on_session_end(self, session_id: str) -> None:
         """Called after the session was closed or deleted: drop what it held."""
 
+    def attach(self, agent: "RemoteAgent") -> None:
+        """Called by each ``RemoteAgent`` built on this client, before it serves any request.
+        Raise ``UsageError`` to refuse (``WorkspaceClient`` serves one connection only)."""
+
     def close(self) -> None:
         """Called by ``RemoteAgent.close()`` once the connection has ended: release what the
         client holds (``WorkspaceClient`` kills its terminals). Must be idempotent."""
@@ -233,6 +237,7 @@ class RemoteAgent:
     def __init__(self, connection: Connection, client: Optional[Client] = None, process: Optional[AgentProcess] = None):
         self.connection = connection
         self.client = client if client is not None else Client()
+        self.client.attach(self)
         self.process = process
         self.capabilities: Optional[AgentCapabilities] = None
         self.info: Optional[Implementation] = None

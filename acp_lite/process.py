@@ -13,7 +13,8 @@ Rules this module keeps:
 - ``stop()`` ends the agent's whole process group, not only the process we started: wrappers such
   as ``npx`` or ``uvx`` start the real agent as their own child, and killing the wrapper alone
   leaves that agent running. It escalates close-stdin -> SIGTERM -> SIGKILL, reaps the child, joins
-  the stderr thread and closes every pipe, in bounded time.
+  the stderr thread and closes every pipe, in bounded time. Descendants that left the group
+  (``setsid``) while their parent lived are killed too, found through ``/proc`` (``proctree``).
 - No agent outlives this process, even when the application never calls ``stop()``: every agent
   not yet stopped is ended (SIGTERM to its process group, SIGKILL after a grace period) when the
   interpreter exits (``atexit``, which an unhandled Ctrl-C reaches too), and on SIGTERM or SIGHUP.
@@ -44,6 +45,7 @@ import time
 from typing import BinaryIO, Callable, Deque, Dict, Mapping, Optional, Sequence, Union, cast
 
 from .errors import AgentStartError, ConnectionClosed, UsageError
+from .proctree import descendants, signal_processes
 
 _AGENT_ON_WINDOWS = os.name == "nt"
 
@@ -188,6 +190,9 @@ class AgentProcess:
             if self._stopped:
                 return self._proc.returncode
             self._stopped = True
+            # Children that left the agent's group (setsid, daemons) are beyond killpg: note the
+            # agent's tree while its parent links hold, and end what is left of it at the end.
+            tree = [] if _AGENT_ON_WINDOWS else descendants(self.pid)
             self.stdin.close()
             if not self._wait_for_group(timeout):
                 self._signal_group(force=False)
@@ -195,6 +200,7 @@ class AgentProcess:
                     self._signal_group(force=True)
                     if not self._wait_for_group(timeout):
                         self._logger.error("agent %d survived SIGKILL for %.1f s", self.pid, timeout)
+            signal_processes(tree, signal.SIGKILL)
             _running.pop(self.pid, None)
             self.stdout.close()
             # The stderr thread owns its pipe and closes it at end-of-file, which comes once the

@@ -5,6 +5,7 @@ import os
 import sys
 import time
 import unicodedata
+from contextlib import contextmanager
 from concurrent.futures import Future
 from unittest.mock import patch
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acp_lite import workspace
+from acp_lite import beneath, workspace
 from acp_lite.errors import InvalidParams, ResourceNotFound
 from acp_lite.workspace import RootSet, TerminalManager, _OutputBuffer
 
@@ -30,25 +31,58 @@ def tree(tmp_path):
     (root / "a.txt").write_text("in")
     (outside / "secret.txt").write_text("out")
     (root / "link_out").symlink_to(outside)
-    (root / "link_in").symlink_to(root / "sub")
+    (root / "link_in").symlink_to("sub")
     (root / "dangling_out").symlink_to(outside / "not-yet")
     (root / "file_out").symlink_to(outside / "secret.txt")
     return root, outside
 
 
 # -- RootSet ------------------------------------------------------------------------------------
+def _opened(roots, path):
+    """The (device, inode) of what ``roots.open`` opens for ``path``."""
+    fd, _, _ = roots.open(path, os.O_RDONLY)
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return info.st_dev, info.st_ino
+
+
+def _identity(path):
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
+
+
+@contextmanager
+def root_set(*args):
+    roots = RootSet(*args)
+    try:
+        yield roots
+    finally:
+        roots.close()
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def resolver(request):
+    """Each test runs with the kernel's resolution and with the component walk."""
+    if request.param == "openat2" and beneath._syscall is None:
+        pytest.skip("this system has no openat2")
+    with patch.object(beneath, "_syscall", beneath._syscall if request.param == "openat2" else None):
+        yield request.param
+
+
 @pytest.mark.req("ACP-V1-OVERVIEW-ABSOLUTE-PATHS")
 @pytest.mark.parametrize("path", ["a.txt", "./a.txt", "../root/a.txt", "", "~/a.txt", "C:\\root\\a.txt"])
 def test_relative_paths_are_invalid_params(tree, path):
     root, _ = tree
-    with pytest.raises(InvalidParams, match="absolute"):
-        RootSet(str(root)).resolve(path)
+    with root_set(str(root)) as roots, pytest.raises(InvalidParams, match="absolute"):
+        roots.open(path, os.O_RDONLY)
 
 
 def test_a_nul_character_is_invalid_params(tree):
     root, _ = tree
-    with pytest.raises(InvalidParams, match="NUL"):
-        RootSet(str(root)).resolve(f"{root}/a.txt\x00.png")
+    with root_set(str(root)) as roots, pytest.raises(InvalidParams, match="NUL"):
+        roots.open(f"{root}/a.txt\x00.png", os.O_RDONLY)
 
 
 @pytest.mark.req("ACP-V1-SETUP-CWD-IN-ROOT-SET")
@@ -56,17 +90,17 @@ def test_a_nul_character_is_invalid_params(tree):
     "spelling, target",
     [
         ("{root}/a.txt", "a.txt"),
-        ("{root}/new-file.txt", "new-file.txt"),  # need not exist yet (writing creates it)
         ("{root}/sub/../a.txt", "a.txt"),
         ("{root}//sub/./", "sub"),
-        ("{root}/link_in/x.txt", "sub/x.txt"),  # a symlink that stays inside is followed
+        ("{root}/link_in/x.txt", "sub/x.txt"),  # a relative symlink that stays inside is followed
         ("{root}", ""),
     ],
 )
-def test_paths_inside_resolve_to_their_real_path(tree, spelling, target):
+def test_paths_inside_open_what_they_name(tree, resolver, spelling, target):
     root, _ = tree
-    resolved = RootSet(str(root)).resolve(spelling.format(root=root))
-    assert resolved == Path(os.path.realpath(root / target))
+    (root / "sub" / "x.txt").write_text("x")
+    with root_set(str(root)) as roots:
+        assert _opened(roots, spelling.format(root=root)) == _identity(root / target)
 
 
 @pytest.mark.req("ACP-V1-SETUP-ROOT-SET-BOUNDARY")
@@ -80,15 +114,17 @@ def test_paths_inside_resolve_to_their_real_path(tree, spelling, target):
         "{root}/link_in/../../outside/secret.txt",  # '..' after a symlink is taken from its target
         "{root}/dangling_out",  # a dangling symlink whose target would be created outside
         "{root}/link_out/new-file.txt",
+        "{root}/abs_in/x.txt",  # an absolute symlink, even one pointing inside
         "{root}/..",
         "/etc/passwd",
         "/",
     ],
 )
-def test_paths_leading_outside_are_resource_not_found(tree, spelling):
+def test_paths_leading_outside_are_resource_not_found(tree, resolver, spelling):
     root, _ = tree
-    with pytest.raises(ResourceNotFound, match="outside the session's root set"):
-        RootSet(str(root)).resolve(spelling.format(root=root))
+    (root / "abs_in").symlink_to(root / "sub")
+    with root_set(str(root)) as roots, pytest.raises(ResourceNotFound, match="outside the session's root set"):
+        roots.open(spelling.format(root=root), os.O_RDONLY)
 
 
 @pytest.mark.req("ACP-V1-SETUP-ROOT-SET-BOUNDARY")
@@ -96,8 +132,9 @@ def test_a_sibling_sharing_the_roots_name_as_a_prefix_is_outside(tree):
     root, _ = tree
     sibling = root.parent / (root.name + "2")
     sibling.mkdir()
-    with pytest.raises(ResourceNotFound):
-        RootSet(str(root)).resolve(f"{sibling}/x.txt")
+    (sibling / "x.txt").write_text("x")
+    with root_set(str(root)) as roots, pytest.raises(ResourceNotFound):
+        roots.open(f"{sibling}/x.txt", os.O_RDONLY)
 
 
 @pytest.mark.req("ACP-V1-SETUP-ROOT-SET-BOUNDARY")
@@ -118,8 +155,9 @@ def test_a_directory_spelled_almost_like_a_root_is_outside_when_it_is_another_di
         other.mkdir()
     except FileExistsError:
         pytest.skip("this file system treats both spellings as one directory")
-    with pytest.raises(ResourceNotFound):
-        RootSet(str(root)).resolve(f"{other}/x.txt")
+    (other / "x.txt").write_text("x")
+    with root_set(str(root)) as roots, pytest.raises(ResourceNotFound):
+        roots.open(f"{other}/x.txt", os.O_RDONLY)
 
 
 def test_roots_are_compared_by_identity_so_any_spelling_of_a_root_is_inside(tree, tmp_path):
@@ -127,20 +165,22 @@ def test_roots_are_compared_by_identity_so_any_spelling_of_a_root_is_inside(tree
     alias = tmp_path / "alias"
     alias.symlink_to(root)
     # The root reported through a symlink; the path spelled with the real directory, and back.
-    assert RootSet(str(alias)).resolve(f"{root}/a.txt") == Path(os.path.realpath(root / "a.txt"))
-    assert RootSet(str(root)).resolve(f"{alias}/a.txt") == Path(os.path.realpath(root / "a.txt"))
+    with root_set(str(alias)) as roots:
+        assert _opened(roots, f"{root}/a.txt") == _identity(root / "a.txt")
+    with root_set(str(root)) as roots:
+        assert _opened(roots, f"{alias}/a.txt") == _identity(root / "a.txt")
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/root"), reason="needs Linux /proc")
 @pytest.mark.req("ACP-V1-SETUP-ROOT-SET-BOUNDARY")
-def test_proc_magic_links_are_resolved_before_the_check(tree):
+def test_proc_magic_links_inside_a_root_are_outside(tree, resolver):
     root, _ = tree
     (root / "rootfs").symlink_to("/proc/self/root")
-    roots = RootSet(str(root))
-    with pytest.raises(ResourceNotFound):
-        roots.resolve(f"{root}/rootfs/etc/passwd")
-    # The same magic link pointing back into the root is just another spelling of it.
-    assert roots.resolve(f"/proc/self/root{root}/a.txt") == Path(os.path.realpath(root / "a.txt"))
+    with root_set(str(root)) as roots:
+        with pytest.raises(ResourceNotFound):
+            roots.open(f"{root}/rootfs/etc/passwd", os.O_RDONLY)
+        # A magic link *before* the root only spells the root: the root is found by identity.
+        assert _opened(roots, f"/proc/self/root{root}/a.txt") == _identity(root / "a.txt")
 
 
 @pytest.mark.req("ACP-V1-SETUP-ROOT-SET-BOUNDARY")
@@ -148,15 +188,20 @@ def test_additional_directories_join_the_root_set(tree, tmp_path):
     root, outside = tree
     extra = tmp_path / "extra"
     extra.mkdir()
-    roots = RootSet(str(root), [str(extra)])
-    assert roots.resolve(f"{extra}/notes.md") == Path(os.path.realpath(extra / "notes.md"))
-    with pytest.raises(ResourceNotFound):
-        roots.resolve(f"{outside}/secret.txt")
+    (extra / "notes.md").write_text("")
+    with root_set(str(root), [str(extra)]) as roots:
+        assert _opened(roots, f"{extra}/notes.md") == _identity(extra / "notes.md")
+        with pytest.raises(ResourceNotFound):
+            roots.open(f"{outside}/secret.txt", os.O_RDONLY)
 
 
-def test_a_root_that_does_not_exist_contains_nothing(tmp_path):
-    with pytest.raises(ResourceNotFound):
-        RootSet(str(tmp_path / "gone")).resolve(f"{tmp_path}/gone/x.txt")
+@pytest.mark.req("ACP-V1-SETUP-ROOT-SET-BOUNDARY")
+def test_a_root_that_did_not_exist_when_the_session_started_contains_nothing_even_once_created(tmp_path):
+    with root_set(str(tmp_path / "later")) as roots:
+        (tmp_path / "later").mkdir()
+        (tmp_path / "later" / "x.txt").write_text("")
+        with pytest.raises(ResourceNotFound):
+            roots.open(f"{tmp_path}/later/x.txt", os.O_RDONLY)
 
 
 # Paths built from these components, each judged against an oracle that knows nothing of inodes:
@@ -164,10 +209,10 @@ def test_a_root_that_does_not_exist_contains_nothing(tmp_path):
 _COMPONENTS = st.sampled_from(["..", ".", "sub", "a.txt", "link_in", "link_out", "dangling_out", "missing", ""])
 
 
-@settings(max_examples=300, deadline=None)
-@given(components=st.lists(_COMPONENTS, max_size=7))
+@settings(max_examples=200, deadline=None)
+@given(components=st.lists(_COMPONENTS, max_size=7), walk=st.booleans())
 @pytest.mark.req("ACP-V1-SETUP-ROOT-SET-BOUNDARY")
-def test_resolve_agrees_with_a_spelling_oracle_on_generated_paths(tmp_path_factory, components):
+def test_open_agrees_with_a_spelling_oracle_on_generated_paths(tmp_path_factory, components, walk):
     base = tmp_path_factory.getbasetemp() / "oracle"
     root = base / "root"
     if not root.exists():
@@ -175,17 +220,17 @@ def test_resolve_agrees_with_a_spelling_oracle_on_generated_paths(tmp_path_facto
         (base / "outside").mkdir()
         (root / "a.txt").write_text("in")
         (root / "link_out").symlink_to(base / "outside")
-        (root / "link_in").symlink_to(root / "sub")
-        (root / "dangling_out").symlink_to(base / "outside" / "nothing")
+        (root / "link_in").symlink_to("sub")
+        (root / "dangling_out").symlink_to(base / "outside" / "not-yet")
     path = "/".join([str(root), *components])
     real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    inside = os.path.commonpath([real, real_root]) == real_root
-    if inside:
-        assert RootSet(str(root)).resolve(path) == Path(real)
-    else:
-        with pytest.raises(ResourceNotFound):
-            RootSet(str(root)).resolve(path)
+    inside = os.path.commonpath([os.path.realpath(path), real_root]) == real_root
+    with patch.object(beneath, "_syscall", None if walk else beneath._syscall), root_set(str(root)) as roots:
+        if inside and os.path.exists(path):
+            assert _opened(roots, path) == _identity(path)
+        else:  # outside, or inside but missing: either way nothing the agent may see
+            with pytest.raises(ResourceNotFound):
+                roots.open(path, os.O_RDONLY)
 
 
 # -- line selection --------------------------------------------------------------------------------
@@ -252,11 +297,19 @@ def _python(code):
     return [sys.executable, "-c", code]
 
 
-def test_the_manager_caps_output_when_the_agent_asks_for_more_or_sets_no_limit(tmp_path):
+@pytest.fixture
+def cwd(tmp_path):
+    """A directory handle to start terminals in."""
+    fd = os.open(tmp_path, os.O_RDONLY)
+    yield fd
+    os.close(fd)
+
+
+def test_the_manager_caps_output_when_the_agent_asks_for_more_or_sets_no_limit(cwd):
     manager = TerminalManager(max_output_bytes=5)
     try:
         for asked in (None, 1000):
-            terminal_id = manager.create("s", _python("print('0123456789', end='')"), dict(os.environ), str(tmp_path), asked)
+            terminal_id = manager.create("s", _python("print('0123456789', end='')"), dict(os.environ), cwd, asked)
             waited = manager.wait_for_exit("s", terminal_id)
             if isinstance(waited, Future):  # still running when asked
                 waited = waited.result(10)
@@ -267,10 +320,10 @@ def test_the_manager_caps_output_when_the_agent_asks_for_more_or_sets_no_limit(t
         manager.close()
 
 
-def test_close_kills_and_reaps_every_terminal_and_returns_their_final_output(tmp_path):
+def test_close_kills_and_reaps_every_terminal_and_returns_their_final_output(cwd):
     manager = TerminalManager()
-    first = manager.create("s1", _python("import time; print('up', flush=True); time.sleep(60)"), dict(os.environ), str(tmp_path), None)
-    second = manager.create("s2", _python("import time; time.sleep(60)"), dict(os.environ), str(tmp_path), None)
+    first = manager.create("s1", _python("import time; print('up', flush=True); time.sleep(60)"), dict(os.environ), cwd, None)
+    second = manager.create("s2", _python("import time; time.sleep(60)"), dict(os.environ), cwd, None)
     while manager.output("s1", first).output != "up\n":
         time.sleep(0.01)
     released = {terminal_id: (session_id, final) for session_id, terminal_id, final in manager.close()}
@@ -283,11 +336,11 @@ def test_close_kills_and_reaps_every_terminal_and_returns_their_final_output(tmp
     assert manager.close() == []
 
 
-def test_a_command_that_outlives_the_kill_wait_is_reaped_when_it_finally_exits(tmp_path, monkeypatch):
+def test_a_command_that_outlives_the_kill_wait_is_reaped_when_it_finally_exits(cwd, monkeypatch):
     # As if SIGKILL took longer than close() waits (a starved or stuck process): close() returns
     # at once, and the exit thread reaps the command later; no_leaks checks nothing is left.
     monkeypatch.setattr(workspace, "_KILL_WAIT_SECONDS", 0)
     manager = TerminalManager()
-    manager.create("s", _python("import time; time.sleep(60)"), dict(os.environ), str(tmp_path), None)
+    manager.create("s", _python("import time; time.sleep(60)"), dict(os.environ), cwd, None)
     [(_, _, final)] = manager.close()
     assert final.output == ""

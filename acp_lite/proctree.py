@@ -1,0 +1,166 @@
+"""Process trees: finding every descendant of a process and killing them all.
+
+A command can leave its process group and session (``setsid``, ``setpgid(0, 0)``) or daemonize
+(fork, let the parent exit), so killing a process group does not end what a command started.
+Rules this module keeps:
+
+- The tree of a process is found through parent links in ``/proc`` (Linux). A process whose
+  parent exits is re-parented to the nearest *subreaper* ancestor, or to init; ``SUPERVISOR``
+  (below) is a subreaper, so everything a supervised command starts stays in the supervisor's
+  tree for as long as the supervisor lives, whatever it does with groups and sessions.
+- ``kill_tree`` kills descendants before their ancestor, round after round, so that a process
+  killed in the middle hands its children to the (still living) root rather than to init; then
+  the root. A process is signalled only if its start time still matches the one the tree was
+  read with, through a pidfd where the system has one, so a reused process id is never hit.
+- Without ``/proc`` (macOS, BSD) nothing beyond the process group can be found: there the callers
+  fall back to ``killpg`` alone.
+
+Processes outside these rules stay out of reach: one that kills its supervisor first re-parents
+its tree to init (the editor runs with the user's rights, not as a jailer).
+"""
+import os
+import signal
+from typing import Dict, Iterable, List, Tuple
+
+# Identity of a running process: its id and its start time (clock ticks since boot).
+ProcessId = Tuple[int, int]
+
+# Kill rounds before giving up on a tree that keeps forking (each round kills all it sees).
+_KILL_ROUNDS = 64
+
+# Run as ``python -I -S -c SUPERVISOR <cwd fd> <status fd> <command> <args...>``: becomes a
+# subreaper (prctl 36 = PR_SET_CHILD_SUBREAPER), starts the command in the directory the cwd fd
+# names, writes its wait status in decimal to the status fd and reaps every descendant
+# re-parented to it; it exits once the command and all of them are gone. It gives the output pipe
+# to the command alone, so end-of-output still means the command's tree closed it. Signal
+# dispositions Python changed at start-up are restored before the command runs.
+SUPERVISOR = """
+import ctypes, os, signal, sys
+cwd, status = int(sys.argv[1]), int(sys.argv[2])
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+os.fchdir(cwd)
+os.close(cwd)
+command = os.fork()
+if command == 0:
+    os.close(status)
+    for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    try:
+        os.execvp(sys.argv[3], sys.argv[3:])
+    except OSError as exc:
+        os.write(2, ("%s: %s\\n" % (sys.argv[3], exc.strerror)).encode())
+    os._exit(127)
+null = os.open(os.devnull, os.O_RDWR)
+os.dup2(null, 1)
+os.dup2(null, 2)
+while True:
+    try:
+        pid, code = os.wait()
+    except ChildProcessError:
+        break
+    if pid == command:
+        os.write(status, str(code).encode())
+        os.close(status)
+"""
+
+
+def supported() -> bool:
+    """Whether trees can be found here (``/proc`` is mounted)."""
+    return os.path.isdir("/proc/self")
+
+
+def descendants(root: int) -> List[ProcessId]:
+    """Every living (not zombie) descendant of ``root``, parents before children."""
+    children: Dict[int, List[ProcessId]] = {}
+    for pid, parent, started, zombie in _processes():
+        if not zombie:
+            children.setdefault(parent, []).append((pid, started))
+    found: List[ProcessId] = []
+    frontier = [root]
+    while frontier:
+        below = [child for pid in frontier for child in children.get(pid, ())]
+        found.extend(below)
+        frontier = [pid for pid, _ in below]
+    return found
+
+
+def identify(pid: int) -> ProcessId:
+    """``pid`` with its start time, to signal it later without hitting a reused id."""
+    return pid, _start_time(pid)
+
+
+def signal_processes(processes: Iterable[ProcessId], sig: int) -> None:
+    """Send ``sig`` to each process still alive with the same identity."""
+    for pid, started in processes:
+        _signal(pid, started, sig)
+
+
+def kill_tree(root: ProcessId) -> None:
+    """SIGKILL every descendant of ``root`` (the deepest first), then ``root`` itself.
+    ``root`` must not be reaped before this returns, or its id could name another process."""
+    pid = root[0]
+    for _ in range(_KILL_ROUNDS):
+        living = descendants(pid)
+        if not living:
+            break
+        signal_processes(reversed(living), signal.SIGKILL)
+    _signal(pid, root[1], signal.SIGKILL)
+
+
+def _processes() -> Iterable[Tuple[int, int, int, bool]]:
+    """(pid, parent pid, start time, is zombie) for every process in ``/proc``."""
+    try:
+        entries = os.listdir("/proc")
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields:
+                yield int(entry), int(fields[1]), int(fields[19]), fields[0] in (b"Z", b"X")
+
+
+def _stat_fields(pid: int) -> List[bytes]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first); [] if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _start_time(pid: int) -> int:
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else -1
+
+
+def _signal(pid: int, started: int, sig: int) -> None:
+    pidfd_open = getattr(os, "pidfd_open", None)
+    send = getattr(signal, "pidfd_send_signal", None)
+    if pidfd_open is None or send is None:
+        if _start_time(pid) == started:
+            _kill(pid, sig)
+        return
+    try:
+        pidfd = pidfd_open(pid)
+    except OSError:  # gone (ESRCH), or no pidfd support in this kernel
+        if _start_time(pid) == started:
+            _kill(pid, sig)
+        return
+    try:
+        # The pidfd pins the process: if it still has the start time we read, it is the same one.
+        if _start_time(pid) == started:
+            try:
+                send(pidfd, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+    finally:
+        os.close(pidfd)
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
