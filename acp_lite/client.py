@@ -18,12 +18,12 @@ thread when it pumps.
 """
 import threading
 from concurrent.futures import Future
-from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
 
 from .codec import UnknownVariant
 from .errors import CapabilityError, InvalidParams, UsageError, VersionMismatch
 from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, bind_handlers, extension_name
+from .peer import require_absolute_path as _require_absolute
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
@@ -178,16 +178,6 @@ class Client(Peer):
             auth=AuthCapabilities(terminal=self.terminal_auth),
             elicitation=elicitation,
         )
-
-
-def is_absolute_path(path: str) -> bool:
-    """True for an absolute POSIX or Windows path (the protocol requires absolute paths)."""
-    return PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute()
-
-
-def _require_absolute(path: str, what: str) -> None:
-    if not is_absolute_path(path):
-        raise UsageError(f"{what} must be an absolute path, got {path!r}")
 
 
 class RemoteAgent:

@@ -4,7 +4,9 @@ Both sides are written the same way: subclass ``Agent`` or ``Client`` and overri
 support. A method counts as offered only when a subclass overrides it; ``bind_handlers`` registers
 exactly the offered ones on a connection, so the rest answer -32601 and are never advertised.
 Extension methods (names starting with ``_``) go to ``ext_method`` / ``ext_notification``.
+Every file path in the protocol is absolute: each side refuses a relative one before sending it.
 """
+from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from .errors import MethodNotFound, UsageError
@@ -34,6 +36,17 @@ class Peer:
 
     def ext_notification(self, method: str, params: Any) -> None:
         """An extension notification; ignored unless overridden."""
+
+
+def is_absolute_path(path: str) -> bool:
+    """True for an absolute POSIX or Windows path (the protocol requires absolute paths)."""
+    return PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute()
+
+
+def require_absolute_path(path: str, what: str) -> None:
+    """Refuse, before anything is sent, a path the protocol would carry relative."""
+    if not is_absolute_path(path):
+        raise UsageError(f"{what} must be an absolute path, got {path!r}")
 
 
 def extension_name(method: str) -> str:

@@ -19,6 +19,7 @@ import pytest
 
 from .coverage import build_rows, coverage_document, gate, render_markdown, summary_line
 from .import_requirements import SPEC_DIR, ManifestError, dump_json, load
+from .mutate import load_mutation_counts
 
 # The reference material beside the checkout (tests skip without it; a user's clone lacks it).
 REFERENCE = SPEC_DIR.parent.parent / "shared" / "acp"
@@ -96,7 +97,8 @@ class _RequirementTracker:
         self.whole_suite = not self.partial_because
         if self.whole_suite:
             rows = build_rows(self.manifest, self.classification, self.tests_by_id, self.results)
-            (SPEC_DIR / "COVERAGE.md").write_text(render_markdown(self.manifest, rows), encoding="utf-8")
+            mutants = load_mutation_counts(SPEC_DIR / "mutation.json")
+            (SPEC_DIR / "COVERAGE.md").write_text(render_markdown(self.manifest, rows, mutants), encoding="utf-8")
             document = coverage_document(self.manifest, rows)
             (SPEC_DIR / "coverage.json").write_text(dump_json(document), encoding="utf-8")
             self.summary = summary_line(rows)
