@@ -1,4 +1,5 @@
 """The agent side over a real pipe pair: the test plays the editor with raw JSON lines."""
+import json
 import threading
 import time
 from concurrent.futures import wait as futures_wait
@@ -8,8 +9,9 @@ import pytest
 from acp_lite import agent as agent_module
 from acp_lite import schema, updates
 from acp_lite.agent import Agent
-from acp_lite.errors import CapabilityError, RequestCancelled, UsageError
-from acp_harness import INIT_PARAMS, WAIT, agent_with_raw_client
+from acp_lite.codec import convert
+from acp_lite.errors import AcpError, CapabilityError, RequestCancelled, UsageError
+from acp_harness import INIT_PARAMS, WAIT, agent_with_raw_client, background, refused
 
 
 class Minimal(Agent):
@@ -317,33 +319,125 @@ def test_load_session_replays_the_conversation_before_its_response():
     assert response["result"] == {}
 
 
+FORM_REQUEST = {"message": "Name?", "mode": "form", "sessionId": "s", "requestedSchema": {"type": "object", "properties": {}}}
+URL_REQUEST = {"message": "Sign in", "mode": "url", "sessionId": "s", "elicitationId": "e1", "url": "https://example.com/login"}
+
+# Each client method an agent may call only when the client advertised it: the call, its wire
+# method, the capability shapes that must refuse it (omitted, present but without the member or
+# false) and the one that allows it.
+CLIENT_CAPABILITY_CHECKS = {
+    "read": (lambda c: c.read_text_file("s", "/etc/hosts"), "fs/read_text_file",
+             [{}, {"fs": {}}, {"fs": {"readTextFile": False, "writeTextFile": True}}], {"fs": {"readTextFile": True}}),
+    "write": (lambda c: c.write_text_file("s", "/tmp/x", "data"), "fs/write_text_file",
+              [{}, {"fs": {}}, {"fs": {"readTextFile": True, "writeTextFile": False}}], {"fs": {"writeTextFile": True}}),
+    "terminal create": (lambda c: c.create_terminal("s", "ls"), "terminal/create", [{}, {"terminal": False}], {"terminal": True}),
+    "terminal output": (lambda c: c.terminal_output("s", "t1"), "terminal/output", [{}, {"terminal": False}], {"terminal": True}),
+    "terminal wait": (lambda c: c.wait_for_terminal_exit("s", "t1"), "terminal/wait_for_exit", [{}, {"terminal": False}], {"terminal": True}),
+    "terminal kill": (lambda c: c.kill_terminal("s", "t1"), "terminal/kill", [{}, {"terminal": False}], {"terminal": True}),
+    "terminal release": (lambda c: c.release_terminal("s", "t1"), "terminal/release", [{}, {"terminal": False}], {"terminal": True}),
+    "form elicitation": (lambda c: c.create_elicitation(convert(FORM_REQUEST, schema.CreateElicitationRequest)), "elicitation/create",
+                         [{}, {"elicitation": {}}, {"elicitation": {"url": {}}}], {"elicitation": {"form": {}}}),
+    "url elicitation": (lambda c: c.create_elicitation(convert(URL_REQUEST, schema.CreateElicitationRequest)), "elicitation/create",
+                        [{}, {"elicitation": {}}, {"elicitation": {"form": {}}}], {"elicitation": {"url": {}}}),
+}
+CLIENT_REFUSALS = [(name, shape) for name, check in CLIENT_CAPABILITY_CHECKS.items() for shape in check[2]]
+
+
+def _initialize_with(capabilities):
+    return dict(INIT_PARAMS, clientCapabilities=capabilities)
+
+
+@pytest.mark.timeout(10)
 @pytest.mark.req(
     "ACP-V1-FS-AGENT-CHECK-CAPABILITY",
     "ACP-V1-FS-AGENT-NO-CALL-WITHOUT-CAPABILITY",
     "ACP-V1-TERM-AGENT-CHECK-CAPABILITY",
     "ACP-V1-TERM-AGENT-NO-CALL-WITHOUT-CAPABILITY",
     "ACP-V1-ELIC-AGENT-NO-UNADVERTISED-MODE",
+    "ACP-V1-INIT-OMITTED-UNSUPPORTED",
 )
-def test_client_methods_not_advertised_raise_before_anything_is_sent():
-    with agent_with_raw_client(Minimal()) as (client, raw):
-        with pytest.raises(CapabilityError):
-            client.read_text_file("s", "/etc/hosts")
-        with pytest.raises(CapabilityError):
-            client.write_text_file("s", "/tmp/x", "data")
-        with pytest.raises(CapabilityError):
-            client.create_terminal("s", "ls")
-        with pytest.raises(CapabilityError):
-            client.terminal_output("s", "t1")
-        form = schema.CreateElicitationRequest  # the union; build a form-mode request by decoding
-        from acp_lite.codec import convert
-
-        request = convert(
-            {"message": "Name?", "mode": "form", "sessionId": "s", "requestedSchema": {"type": "object", "properties": {}}},
-            form,
-        )
-        with pytest.raises(CapabilityError):
-            client.create_elicitation(request)
+@pytest.mark.parametrize("name, capabilities", CLIENT_REFUSALS, ids=[f"{n}-{json.dumps(c)}" for n, c in CLIENT_REFUSALS])
+def test_client_methods_not_advertised_raise_before_anything_is_sent(name, capabilities):
+    call = CLIENT_CAPABILITY_CHECKS[name][0]
+    with agent_with_raw_client(Minimal(), initialize=_initialize_with(capabilities)) as (client, raw):
+        refused(lambda: call(client), CapabilityError)
         raw.expect_silence()
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req(
+    "ACP-V1-FS-AGENT-CHECK-CAPABILITY",
+    "ACP-V1-TERM-AGENT-CHECK-CAPABILITY",
+    "ACP-V1-ELIC-AGENT-NO-UNADVERTISED-MODE",
+)
+@pytest.mark.parametrize("name", list(CLIENT_CAPABILITY_CHECKS))
+def test_client_methods_advertised_go_out(name):
+    call, method, _, capabilities = CLIENT_CAPABILITY_CHECKS[name]
+    with agent_with_raw_client(Minimal(), initialize=_initialize_with(capabilities)) as (client, raw):
+        pending = background(call, client)
+        request = raw.recv()
+        assert request["method"] == method
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32603, "message": "not really"}})
+        assert isinstance(pending.exception(WAIT), AcpError)
+
+
+ALL_CLIENT_CAPABILITIES = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-OVERVIEW-ABSOLUTE-PATHS")
+def test_the_agent_refuses_relative_paths_before_sending():
+    relative_location = schema.ToolCallLocation(path="rel/loc.py")
+    relative_diff = schema.Diff(path="src/a.py", new_text="x")
+    option = schema.PermissionOption(option_id="ok", name="OK", kind="allow_once")
+    with agent_with_raw_client(Minimal(), initialize=_initialize_with(ALL_CLIENT_CAPABILITIES)) as (client, raw):
+        for call in (
+            lambda: client.read_text_file("s", "relative/file.txt"),
+            lambda: client.write_text_file("s", "./out.txt", "data"),
+            lambda: client.create_terminal("s", "ls", cwd="build"),
+            lambda: client.request_permission("s", schema.ToolCallUpdate(tool_call_id="t", locations=[relative_location]), [option]),
+            lambda: client.session_update("s", updates.tool_call("t", "Edit", locations=[relative_location])),
+            lambda: client.session_update("s", schema.SessionUpdateToolCallUpdate(tool_call_id="t", content=[relative_diff])),
+        ):
+            refused(call, UsageError)
+        raw.expect_silence()
+        # The same calls with absolute paths go out.
+        client.session_update("s", updates.tool_call("t", "Edit", locations=[schema.ToolCallLocation(path="/w/loc.py")]))
+        assert raw.recv()["params"]["update"]["locations"] == [{"path": "/w/loc.py"}]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-OVERVIEW-ABSOLUTE-PATHS")
+@pytest.mark.parametrize("method, params", [
+    ("session/new", {"cwd": "not/absolute", "mcpServers": []}),
+    ("session/new", {"cwd": "/w", "mcpServers": [], "additionalDirectories": ["/lib", "docs"]}),
+    ("session/load", {"sessionId": "s", "cwd": "./w", "mcpServers": []}),
+    ("session/resume", {"sessionId": "s", "cwd": "w"}),
+    ("session/resume", {"sessionId": "s", "cwd": "/w", "additionalDirectories": ["../up"]}),
+    ("session/list", {"cwd": "w"}),
+])
+def test_relative_session_roots_are_answered_invalid_params(method, params):
+    handled = []
+
+    class Recording(Everything):
+        def new_session(self, params):
+            handled.append(params)
+            return super().new_session(params)
+
+        def load_session(self, params):
+            handled.append(params)
+
+        def resume_session(self, params):
+            handled.append(params)
+
+        def list_sessions(self, params):
+            handled.append(params)
+            return super().list_sessions(params)
+
+    with agent_with_raw_client(Recording()) as (_, raw):
+        response = raw.call(method, params)
+    assert response["error"]["code"] == -32602, response
+    assert handled == []
 
 
 @pytest.mark.req("ACP-V1-PROMPT-TOOLS-MAY-USE-CLIENT-CAPABILITIES")
