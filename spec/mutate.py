@@ -10,7 +10,7 @@ The catalogue ``spec/mutants.json`` lists mutants: small, realistic breakages of
 violating the requirements it names. A mutant is ``{"name", "requirements", "file", "old", "new",
 "why", "tests"?}``: in ``file`` the text ``old`` (which must occur exactly once) becomes ``new``.
 ``tests`` narrows the run to some of the requirements' tagged tests (node ids of test functions);
-without it, every test tagged with one of the requirements runs, as listed in ``coverage.json``.
+without it, every test tagged with one of the requirements runs (as the suite collects them).
 
 Each worker copies the project once into a scratch directory (``acp_lite/``, ``tests/``, ``spec/``,
 ...; ``../shared`` is linked beside it), then per mutant: writes the mutated file, runs the tests
@@ -59,6 +59,10 @@ REQUIRED_FIELDS = ("name", "requirements", "file", "old", "why")  # and "new", w
 
 KILLED, SURVIVED, NOT_APPLIED, ERROR = "killed", "survived", "does not apply", "error"
 
+# Set by tagged_tests for a collection run: spec/pytest_requirements.py then writes
+# {requirement id: [test, ...]} as JSON to this path.
+LISTING_VARIABLE = "ACP_REQUIREMENT_LISTING"
+
 
 class CatalogueError(Exception):
     pass
@@ -68,10 +72,16 @@ def load_catalogue(path: Path = CATALOGUE) -> List[Dict[str, Any]]:
     return json.loads(path.read_text(encoding="utf-8"))["mutants"]
 
 
-def tagged_tests(coverage_path: Path = SPEC_DIR / "coverage.json") -> Dict[str, List[str]]:
-    """Requirement id -> the test functions tagged with it, from the last whole-suite run."""
-    document = json.loads(coverage_path.read_text(encoding="utf-8"))
-    return {row["id"]: sorted(row["tests"]) for row in document["requirements"]}
+def tagged_tests(root: Path = ROOT) -> Dict[str, List[str]]:
+    """Requirement id -> the test functions tagged with it, as the suite collects them now."""
+    with tempfile.TemporaryDirectory(prefix="acp-listing-") as scratch:
+        listing = Path(scratch) / "tagged.json"
+        env = dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1", **{LISTING_VARIABLE: str(listing)})
+        command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+        run = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=MUTANT_TIMEOUT)
+        if not listing.is_file():
+            raise CatalogueError(f"collecting the tests failed: {(run.stdout + run.stderr)[-600:]}")
+        return json.loads(listing.read_text(encoding="utf-8"))
 
 
 def tests_of(mutant: Dict[str, Any], tagged: Dict[str, List[str]]) -> List[str]:
@@ -90,7 +100,7 @@ def occurrences(mutant: Dict[str, Any], root: Path = ROOT) -> int:
 def check_catalogue(mutants: List[Dict[str, Any]], root: Path = ROOT) -> List[str]:
     """What is wrong with the catalogue, one line per problem; empty when it is sound."""
     manifest, classification = load(root / "spec" / "manifest")
-    tagged = tagged_tests(root / "spec" / "coverage.json")
+    tagged = tagged_tests(root)
     known = {req["id"] for req in manifest["requirements"]}
     problems, names, mutated = [], set(), set()
     for mutant in mutants:
@@ -164,7 +174,7 @@ def run_mutant(mutant: Dict[str, Any], tests: Sequence[str], project: Path) -> D
 
 
 def run_all(mutants: List[Dict[str, Any]], root: Path = ROOT, workers: int = WORKERS) -> Dict[str, Dict[str, Any]]:
-    tagged = tagged_tests(root / "spec" / "coverage.json")
+    tagged = tagged_tests(root)
     with tempfile.TemporaryDirectory(prefix="acp-mutants-") as scratch:
         projects = []
         for index in range(workers):

@@ -13,13 +13,16 @@ requirement ids and how each test ended. At the end:
 A failed gate sets the session's exit status to 1 and says why in the terminal summary.
 Everything here runs on pytest's main thread.
 """
+import json
+import os
+from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
 import pytest
 
 from .coverage import build_rows, coverage_document, gate, render_markdown, summary_line
 from .import_requirements import SPEC_DIR, ManifestError, dump_json, load
-from .mutate import load_mutation_counts
+from .mutate import LISTING_VARIABLE, load_mutation_counts
 
 # The reference material beside the checkout (tests skip without it; a user's clone lacks it).
 REFERENCE = SPEC_DIR.parent.parent / "shared" / "acp"
@@ -71,6 +74,11 @@ class _RequirementTracker:
                         self.tests_by_id.setdefault(req_id, set()).add(test)
                     else:
                         self.unknown.append((str(req_id), test))
+
+        listing = os.environ.get(LISTING_VARIABLE)
+        if listing:
+            tagged = {req_id: sorted(tests) for req_id, tests in sorted(self.tests_by_id.items())}
+            Path(listing).write_text(json.dumps(tagged, indent=1), encoding="utf-8")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         test = self.function_of.get(report.nodeid, report.nodeid)

@@ -11,7 +11,8 @@ from acp_lite import schema, updates
 from acp_lite.agent import Agent
 from acp_lite.codec import convert
 from acp_lite.errors import AcpError, CapabilityError, RequestCancelled, UsageError
-from acp_harness import INIT_PARAMS, WAIT, agent_with_raw_client, background, refused
+from acp_lite.client import Client
+from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, background, refused
 
 
 class Minimal(Agent):
@@ -66,6 +67,17 @@ def test_initialize_echoes_a_supported_version_with_capabilities_and_info():
     assert result["agentInfo"] == {"name": "minimal", "version": "1.0"}
     assert result["agentCapabilities"]["loadSession"] is False
     assert result["authMethods"] == []
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-INIT-AGENT-SAME-VERSION", "ACP-V1-INIT-AGENT-LATEST-VERSION", "ACP-V1-INIT-VERSION-AGREEMENT")
+@pytest.mark.parametrize("requested, answered", [(1, 1), (2, 2), (3, 2), (0, 2)])
+def test_an_agent_speaking_two_versions_answers_the_requested_one_or_its_latest(monkeypatch, requested, answered):
+    # With a single supported version "the same" and "the latest" coincide; a second one tells them apart.
+    monkeypatch.setattr(agent_module, "SUPPORTED_PROTOCOL_VERSIONS", (1, 2))
+    with agent_with_raw_client(Minimal(), initialize=None) as (_, raw):
+        result = _init(raw, protocolVersion=requested)["result"]
+    assert result["protocolVersion"] == answered
 
 
 @pytest.mark.req("ACP-V1-INIT-AGENT-LATEST-VERSION")
@@ -124,7 +136,6 @@ def test_terminal_auth_methods_are_offered_only_to_clients_that_can_run_them():
     "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
     "ACP-V1-PROMPT-MESSAGE-ID-MAY",
     "ACP-V1-SETUP-NEW-SESSION-ID",
-    "ACP-V1-CONTENT-TEXT-SUPPORT",
     "ACP-V1-INIT-SESSION-BASELINE",
 )
 def test_prompt_streams_updates_in_order_then_answers_with_the_stop_reason():
@@ -143,6 +154,23 @@ def test_prompt_streams_updates_in_order_then_answers_with_the_stop_reason():
         },
     }
     assert response == {"jsonrpc": "2.0", "id": id, "result": {"stopReason": "end_turn"}}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-CONTENT-TEXT-SUPPORT", "ACP-V1-INIT-PROMPT-BASELINE")
+def test_the_agent_acts_on_the_text_of_the_prompt():
+    class Echo(Minimal):
+        def prompt(self, params, turn):
+            for block in params.prompt:
+                turn.send(updates.text_chunk(block.text[::-1]))
+            return "end_turn"
+
+    text = "multi-line\ntext with \"quotes\", \u00e9 and \U0001f600"
+    with agent_with_raw_client(Echo()) as (_, raw):
+        id = raw.request("session/prompt", {"sessionId": "s", "prompt": [{"type": "text", "text": text}, {"type": "text", "text": "2nd"}]})
+        before, response = raw.recv_until_response(id)
+    assert [m["params"]["update"]["content"]["text"] for m in before] == [text[::-1], "dn2"]
+    assert response["result"] == {"stopReason": "end_turn"}
 
 
 @pytest.mark.req("ACP-V1-INIT-PROMPT-BASELINE")
@@ -184,6 +212,7 @@ class Slow(Minimal):
     "ACP-V1-PROMPT-AGENT-STOP-ON-CANCEL",
     "ACP-V1-PROMPT-UPDATES-AFTER-CANCEL-MAY",
     "ACP-V1-PROMPT-AGENT-MAY-STOP",
+    "ACP-V1-INIT-SESSION-BASELINE",
 )
 def test_session_cancel_ends_the_turn_with_cancelled_not_an_error():
     agent = Slow()
@@ -493,6 +522,31 @@ def test_extension_methods_and_meta_pass_through():
     assert notes == [("_note", {"n": 1})]
 
 
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-SCHEMA-EXTENSION-METHOD-NAMES", "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST", "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND")
+def test_only_underscore_methods_reach_the_extension_handlers():
+    seen = []
+
+    class TakesAnything(Minimal):
+        def ext_method(self, method, params):
+            seen.append(("request", method))
+            return {"handled": method}
+
+        def ext_notification(self, method, params):
+            seen.append(("notification", method))
+
+    with agent_with_raw_client(TakesAnything()) as (client, raw):
+        assert raw.call("vendor/thing", {})["error"]["code"] == -32601
+        raw.notify("vendor/note", {})
+        assert raw.call("_vendor/thing", {})["result"] == {"handled": "_vendor/thing"}
+        raw.notify("_vendor/note", {})
+        raw.call("_vendor/sync", {})  # the notification before it was delivered by now
+        for call in (lambda: client.ext_method("vendor/call", {}), lambda: client.ext_notification("vendor/note", {})):
+            refused(call, UsageError)
+        raw.expect_silence()
+    assert seen == [("request", "_vendor/thing"), ("notification", "_vendor/note"), ("request", "_vendor/sync")]
+
+
 def test_a_handler_error_is_sent_and_the_connection_keeps_working():
     class Fragile(Minimal):
         def new_session(self, params):
@@ -522,3 +576,35 @@ def test_a_blocking_client_call_from_a_notification_handler_raises_instead_of_de
         raw.notify("session/cancel", {"sessionId": "s"})
         raw.expect_silence()
     assert len(errors) == 1 and "call_future" in str(errors[0])
+
+
+class Paging(Minimal):
+    SESSIONS = [schema.SessionInfo(session_id=f"s{i}", cwd="/w" if i < 3 else "/other") for i in range(4)]
+
+    def list_sessions(self, params):
+        matching = [info for info in self.SESSIONS if params.cwd in (None, info.cwd)]
+        start = int(params.cursor or 0)
+        page = matching[start:start + 2]
+        more = start + 2 < len(matching)
+        return schema.ListSessionsResponse(sessions=page, next_cursor=str(start + 2) if more else None)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-EMPTY-ARRAY")
+def test_session_list_pages_go_out_with_a_cursor_until_the_last_and_empty_when_nothing_matches():
+    with agent_with_raw_client(Paging()) as (_, raw):
+        first = raw.call("session/list", {"cwd": "/w"})["result"]
+        last = raw.call("session/list", {"cwd": "/w", "cursor": first["nextCursor"]})["result"]
+        none = raw.call("session/list", {"cwd": "/nowhere"})["result"]
+    assert first == {"sessions": [{"sessionId": "s0", "cwd": "/w"}, {"sessionId": "s1", "cwd": "/w"}], "nextCursor": "2"}
+    assert last == {"sessions": [{"sessionId": "s2", "cwd": "/w"}]}
+    assert none == {"sessions": []}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-CLIENT-MISSING-CURSOR-IS-END", "ACP-V1-LIST-CLIENT-OPAQUE-CURSOR")
+def test_iter_sessions_walks_every_page_of_an_acp_lite_agent():
+    with agent_and_client(Paging(), Client()) as remote:
+        remote.initialize()
+        assert [info.session_id for info in remote.iter_sessions()] == ["s0", "s1", "s2", "s3"]
+        assert [info.session_id for info in remote.iter_sessions("/other")] == ["s3"]

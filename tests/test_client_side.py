@@ -68,7 +68,7 @@ def test_initialize_sends_the_latest_version_and_only_offered_capabilities():
     assert remote.info.name == "raw-agent" and remote.protocol_version == 1
 
 
-@pytest.mark.req("ACP-V1-INIT-CLIENT-UNSUPPORTED-VERSION")
+@pytest.mark.req("ACP-V1-INIT-CLIENT-UNSUPPORTED-VERSION", "ACP-V1-INIT-VERSION-AGREEMENT")
 def test_an_agent_choosing_an_unsupported_version_closes_the_connection():
     with client_with_raw_agent() as (remote, raw):
         pending = background(remote.initialize)
@@ -240,6 +240,7 @@ def test_session_lifecycle_requests_carry_what_the_spec_requires():
     }
     assert sent["resume"]["params"] == {"sessionId": "s1", "cwd": "/w", "additionalDirectories": ["/lib", "/docs"], "mcpServers": []}
     assert sent["close"]["params"] == {"sessionId": "s1"}
+    assert {name: request["method"] for name, request in sent.items()} == {name: f"session/{name}" for name in sent}
 
 
 @pytest.mark.req(
