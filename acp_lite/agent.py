@@ -7,7 +7,10 @@ never advertises it. Capabilities are derived from what you override (``load_ses
 
 Inside a handler, ``self.client`` is a ``RemoteClient``: typed calls to the editor (permission,
 files, terminals, elicitation), each blocking (with a ``timeout``) or as a ``<method>_future``,
-that refuse, before anything is sent, a method the editor did not advertise. A prompt handler gets a ``PromptTurn``: it sends updates for its session
+that refuse, before anything is sent, a method the editor did not advertise or a relative path (of
+a file, a terminal's cwd, a tool call's locations and diffs). A ``cwd`` or ``additionalDirectories``
+entry that is not absolute in a session request is answered -32602 before any handler runs. A prompt
+handler gets a ``PromptTurn``: it sends updates for its session
 and tells the handler when the turn is cancelled (by ``session/cancel``, ``session/close``,
 ``$/cancel_request`` or the connection closing). Once cancelled, whatever the handler raises, or a
 ``"cancelled"`` return, becomes the ``cancelled`` stop reason, never an error.
@@ -21,8 +24,16 @@ from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Dict, List, Optional, Sequence, Set, Union
 
-from .errors import CallTimeout, CapabilityError, MethodNotFound, RequestCancelled, UsageError
-from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, Request, bind_handlers, extension_name
+from .errors import CallTimeout, CapabilityError, InvalidParams, MethodNotFound, RequestCancelled, UsageError
+from .peer import (
+    SUPPORTED_PROTOCOL_VERSIONS,
+    Peer,
+    Request,
+    bind_handlers,
+    extension_name,
+    is_absolute_path,
+    require_absolute_path,
+)
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
     AGENT_METHODS,
@@ -70,6 +81,9 @@ from .schema import (
     WriteTextFileRequest,
     WriteTextFileResponse,
     CompleteElicitationNotification,
+    Diff,
+    SessionUpdateToolCallUpdate,
+    ToolCall,
 )
 from .updates import variant_tag
 from .wire import stdio_transport
@@ -186,6 +200,8 @@ class RemoteClient:
         config options are left out unless the client advertised them."""
         if self._resuming and session_id in self._resuming:
             raise UsageError(f"session {session_id!r} is being resumed: session/resume must not replay history")
+        if type(update) in _TOOL_CALL_UPDATES:
+            _require_absolute_tool_call_paths(update)
         if type(update) is ConfigOptionUpdate and not self.accepts_boolean_options():
             update = ConfigOptionUpdate(config_options=self.without_boolean_options(update.config_options), meta=update.meta)
         self.connection._send_notification("session/update", SessionNotification(session_id=session_id, update=update, meta=meta))
@@ -351,17 +367,20 @@ class RemoteClient:
     def _permission_request(
         self, session_id: str, tool_call: ToolCallUpdate, options: Sequence[PermissionOption], meta: Optional[Dict[str, Any]]
     ) -> Request:
+        _require_absolute_tool_call_paths(tool_call)
         params = RequestPermissionRequest(session_id=session_id, tool_call=tool_call, options=list(options), meta=meta)
         return self._request("session/request_permission", params)
 
     def _read_request(self, session_id: str, path: str, line: Optional[int], limit: Optional[int]) -> Request:
         if not (self.capabilities.fs and self.capabilities.fs.read_text_file):
             raise CapabilityError("the client did not advertise fs.readTextFile")
+        require_absolute_path(path, "the file path")
         return self._request("fs/read_text_file", ReadTextFileRequest(session_id=session_id, path=path, line=line, limit=limit))
 
     def _write_request(self, session_id: str, path: str, content: str) -> Request:
         if not (self.capabilities.fs and self.capabilities.fs.write_text_file):
             raise CapabilityError("the client did not advertise fs.writeTextFile")
+        require_absolute_path(path, "the file path")
         return self._request("fs/write_text_file", WriteTextFileRequest(session_id=session_id, path=path, content=content))
 
     def _create_terminal_request(
@@ -374,6 +393,8 @@ class RemoteClient:
         output_byte_limit: Optional[int],
     ) -> Request:
         self._require_terminal()
+        if cwd is not None:
+            require_absolute_path(cwd, "the terminal's cwd")
         params = CreateTerminalRequest(
             session_id=session_id,
             command=command,
@@ -399,6 +420,24 @@ class RemoteClient:
     def _require_terminal(self) -> None:
         if not self.capabilities.terminal:
             raise CapabilityError("the client did not advertise terminal")
+
+
+_TOOL_CALL_UPDATES = (ToolCall, SessionUpdateToolCallUpdate)
+
+
+def _require_absolute_tool_call_paths(tool_call: Any) -> None:
+    for location in tool_call.locations or ():
+        require_absolute_path(location.path, "a tool call location")
+    for content in tool_call.content or ():
+        if type(content) is Diff:
+            require_absolute_path(content.path, "a diff's path")
+
+
+def _require_absolute_session_paths(params: Any) -> None:
+    # The client's cwd and roots, checked before any handler sees them (-32602 otherwise).
+    for directory in [getattr(params, "cwd", None), *(getattr(params, "additional_directories", None) or ())]:
+        if directory is not None and not is_absolute_path(directory):
+            raise InvalidParams(f"paths must be absolute, got {directory!r}")
 
 
 class Agent(Peer):
@@ -520,6 +559,11 @@ class _AgentService:
         for method in ("session/new", "session/load", "session/set_config_option"):
             if agent.offers(_AGENT_HANDLERS[method]):
                 wrappers[method] = self._checking_config_options(getattr(agent, _AGENT_HANDLERS[method]))
+        if agent.offers("list_sessions"):
+            wrappers["session/list"] = lambda params, ctx: agent.list_sessions(params)
+        for method in ("session/new", "session/load", "session/resume", "session/list"):
+            if method in wrappers:
+                wrappers[method] = _checking_session_paths(wrappers[method])
         bind_handlers(
             connection, agent, _AGENT_HANDLERS, AGENT_METHODS, wrappers, {"session/prompt": self._prompt_arrived}
         )
@@ -619,6 +663,14 @@ class _AgentService:
     def _close(self, params: Any, ctx: RequestContext) -> Any:
         self.cancel_turns(params.session_id)
         return self.agent.close_session(params)
+
+
+def _checking_session_paths(handler: Any) -> Any:
+    def call(params: Any, ctx: RequestContext) -> Any:
+        _require_absolute_session_paths(params)
+        return handler(params, ctx)
+
+    return call
 
 
 def serve(agent: Agent, transport: Any, *, delivery: Optional[HostDelivery] = None, name: str = "client") -> RemoteClient:

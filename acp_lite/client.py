@@ -22,12 +22,12 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Union
 
 from .codec import Undecodable, UnknownVariant, keep_undecodable
 from .errors import CapabilityError, InvalidParams, SchemaError, UsageError, VersionMismatch
 from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, Request, bind_handlers, extension_name, future_then
+from .peer import require_absolute_path as _require_absolute
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
@@ -219,16 +219,6 @@ class Client(Peer):
             auth=AuthCapabilities(terminal=self.terminal_auth),
             elicitation=elicitation,
         )
-
-
-def is_absolute_path(path: str) -> bool:
-    """True for an absolute POSIX or Windows path (the protocol requires absolute paths)."""
-    return PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute()
-
-
-def _require_absolute(path: str, what: str) -> None:
-    if not is_absolute_path(path):
-        raise UsageError(f"{what} must be an absolute path, got {path!r}")
 
 
 class RemoteAgent:

@@ -9,8 +9,11 @@ Both handles on the other side (``RemoteAgent``, ``RemoteClient``) offer every r
 blocking ``<method>(..., timeout=None)`` and a non-blocking ``<method>_future(...)``. Each request
 is described once, as a ``Request`` (what to send, and what to make of the answer), which both
 forms carry out.
+
+Every file path in the protocol is absolute: each side refuses a relative one before sending it.
 """
 from concurrent.futures import Future, InvalidStateError
+from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 from .errors import MethodNotFound, UsageError
@@ -80,6 +83,17 @@ class Peer:
 
     def ext_notification(self, method: str, params: Any) -> None:
         """An extension notification; ignored unless overridden."""
+
+
+def is_absolute_path(path: str) -> bool:
+    """True for an absolute POSIX or Windows path (the protocol requires absolute paths)."""
+    return PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute()
+
+
+def require_absolute_path(path: str, what: str) -> None:
+    """Refuse, before anything is sent, a path the protocol would carry relative."""
+    if not is_absolute_path(path):
+        raise UsageError(f"{what} must be an absolute path, got {path!r}")
 
 
 def extension_name(method: str) -> str:

@@ -5,7 +5,7 @@ A *test* here is a test function's node id without its parametrization (``tests/
 its result is ``passed`` when at least one of its cases passed and none failed.
 """
 from collections import Counter
-from typing import Any, Dict, List, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 MUST_LEVEL = ("MUST", "MUST NOT")
 GATED_RESPONSIBILITIES = ("sdk", "shared")
@@ -91,8 +91,35 @@ def _status_counts(rows: List[Dict[str, Any]]) -> Dict[str, int]:
     return dict(sorted(Counter(row["status"] for row in rows).items()))
 
 
-def render_markdown(manifest: Dict[str, Any], rows: List[Dict[str, Any]]) -> str:
-    """The human report (spec/COVERAGE.md)."""
+def verification(row: Dict[str, Any], mutants: Optional[Dict[str, List[int]]]) -> str:
+    """"verified by N tests, M mutants killed": the passing tests carrying the id, and the mutants
+    of ``spec/mutants.json`` that break it and were killed in the last mutation run (of how many)."""
+    passing = sum(outcome == "passed" for outcome in row["tests"].values())
+    text = f"verified by {passing} test{'s' if passing != 1 else ''}"
+    if mutants is None:
+        return text + (", mutants not run" if is_gated(row) else "")
+    killed, run = mutants.get(row["id"], (0, 0))
+    if run:
+        text += f", {killed} mutant{'s' if killed != 1 else ''} killed" + ("" if killed == run else f" of {run}")
+    return text
+
+
+def mutation_line(mutants: Optional[Dict[str, List[int]]], rows: List[Dict[str, Any]]) -> str:
+    if mutants is None:
+        return "Mutants: not run (`python -m spec.mutate`)."
+    gated = [row["id"] for row in rows if is_gated(row)]
+    verified = sum(1 for req_id in gated if mutants.get(req_id, (0, 0))[0] > 0 and mutants[req_id][0] == mutants[req_id][1])
+    return (
+        f"Mutants (`python -m spec.mutate`, catalogue `spec/mutants.json`): {verified}/{len(gated)} MUST-level "
+        "sdk/shared requirements have every mutant killed by their tests."
+    )
+
+
+def render_markdown(
+    manifest: Dict[str, Any], rows: List[Dict[str, Any]], mutants: Optional[Dict[str, List[int]]] = None
+) -> str:
+    """The human report (spec/COVERAGE.md); ``mutants`` are the last mutation run's counts per
+    requirement (killed, run), None when there was none."""
     out = [
         "# ACP v1 conformance of acp_lite",
         "",
@@ -100,6 +127,8 @@ def render_markdown(manifest: Dict[str, Any], rows: List[Dict[str, Any]]) -> str
         f"Requirements: revision `{manifest['revision']}`, imported into `spec/manifest/`.",
         "",
         f"**{summary_line(rows)}.**",
+        "",
+        mutation_line(mutants, rows),
         "",
         "## Covered by passing tests, by keyword and responsibility",
         "",
@@ -118,14 +147,14 @@ def render_markdown(manifest: Dict[str, Any], rows: List[Dict[str, Any]]) -> str
         "",
         "## Requirements",
         "",
-        "| id | keyword | role | responsibility | status | covering tests | last result | why |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| id | keyword | role | responsibility | status | covering tests | last result | verification | why |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
         tests = "<br>".join(f"`{test}`" for test in row["tests"])
         why = row.get("why", "")
         if row.get("hook_test"):
             why = f"{why} (hook test `{row['hook_test']}`)"
-        cells = [row["id"], row["keyword"], row["role"], row["responsibility"], row["status"], tests, row["result"], why]
+        cells = [row["id"], row["keyword"], row["role"], row["responsibility"], row["status"], tests, row["result"], verification(row, mutants), why]
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(out) + "\n"

@@ -13,12 +13,16 @@ requirement ids and how each test ended. At the end:
 A failed gate sets the session's exit status to 1 and says why in the terminal summary.
 Everything here runs on pytest's main thread.
 """
+import json
+import os
+from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
 import pytest
 
 from .coverage import build_rows, coverage_document, gate, render_markdown, summary_line
 from .import_requirements import SPEC_DIR, ManifestError, dump_json, load
+from .mutate import LISTING_VARIABLE, load_mutation_counts
 
 # The reference material beside the checkout (tests skip without it; a user's clone lacks it).
 REFERENCE = SPEC_DIR.parent.parent / "shared" / "acp"
@@ -71,6 +75,11 @@ class _RequirementTracker:
                     else:
                         self.unknown.append((str(req_id), test))
 
+        listing = os.environ.get(LISTING_VARIABLE)
+        if listing:
+            tagged = {req_id: sorted(tests) for req_id, tests in sorted(self.tests_by_id.items())}
+            Path(listing).write_text(json.dumps(tagged, indent=1), encoding="utf-8")
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         test = self.function_of.get(report.nodeid, report.nodeid)
         if report.failed:
@@ -96,7 +105,8 @@ class _RequirementTracker:
         self.whole_suite = not self.partial_because
         if self.whole_suite:
             rows = build_rows(self.manifest, self.classification, self.tests_by_id, self.results)
-            (SPEC_DIR / "COVERAGE.md").write_text(render_markdown(self.manifest, rows), encoding="utf-8")
+            mutants = load_mutation_counts(SPEC_DIR / "mutation.json")
+            (SPEC_DIR / "COVERAGE.md").write_text(render_markdown(self.manifest, rows, mutants), encoding="utf-8")
             document = coverage_document(self.manifest, rows)
             (SPEC_DIR / "coverage.json").write_text(dump_json(document), encoding="utf-8")
             self.summary = summary_line(rows)

@@ -12,13 +12,19 @@ import select
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type
+
+import pytest
 
 from acp_lite.agent import Agent, RemoteClient, serve
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.wire import Transport, memory_pair
 
 WAIT = 5.0
+# How long a call refused before sending may take: it waits for nothing, so a refusal that
+# regressed into a sent request (which then waits for an answer) fails in a second.
+REFUSAL_WAIT = 1.0
 
 
 class RawPeer:
@@ -172,6 +178,17 @@ def background(fn: Any, *args: Any, **kwargs: Any) -> "Future[Any]":
 
     threading.Thread(target=run, name="test-background", daemon=True).start()
     return future
+
+
+def refused(call: Callable[[], Any], error: Type[BaseException]) -> BaseException:
+    """Assert that ``call()`` raises ``error`` at once, without waiting for the peer; returns it."""
+    pending = background(call)
+    try:
+        exc = pending.exception(REFUSAL_WAIT)
+    except FutureTimeout:
+        pytest.fail(f"not refused within {REFUSAL_WAIT} s: the call is waiting for an answer, so it was sent")
+    assert isinstance(exc, error), f"expected {error.__name__}, got {exc!r}"
+    return exc
 
 
 def initialized(remote: RemoteAgent, raw: RawPeer, agent_capabilities: Optional[Dict[str, Any]] = None, **extra: Any) -> Dict[str, Any]:

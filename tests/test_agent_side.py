@@ -1,4 +1,5 @@
 """The agent side over a real pipe pair: the test plays the editor with raw JSON lines."""
+import json
 import threading
 import time
 from concurrent.futures import wait as futures_wait
@@ -8,8 +9,10 @@ import pytest
 from acp_lite import agent as agent_module
 from acp_lite import schema, updates
 from acp_lite.agent import Agent
-from acp_lite.errors import CapabilityError, RequestCancelled, UsageError
-from acp_harness import INIT_PARAMS, WAIT, agent_with_raw_client
+from acp_lite.codec import convert
+from acp_lite.errors import AcpError, CapabilityError, RequestCancelled, UsageError
+from acp_lite.client import Client
+from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, background, refused
 
 
 class Minimal(Agent):
@@ -64,6 +67,17 @@ def test_initialize_echoes_a_supported_version_with_capabilities_and_info():
     assert result["agentInfo"] == {"name": "minimal", "version": "1.0"}
     assert result["agentCapabilities"]["loadSession"] is False
     assert result["authMethods"] == []
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-INIT-AGENT-SAME-VERSION", "ACP-V1-INIT-AGENT-LATEST-VERSION", "ACP-V1-INIT-VERSION-AGREEMENT")
+@pytest.mark.parametrize("requested, answered", [(1, 1), (2, 2), (3, 2), (0, 2)])
+def test_an_agent_speaking_two_versions_answers_the_requested_one_or_its_latest(monkeypatch, requested, answered):
+    # With a single supported version "the same" and "the latest" coincide; a second one tells them apart.
+    monkeypatch.setattr(agent_module, "SUPPORTED_PROTOCOL_VERSIONS", (1, 2))
+    with agent_with_raw_client(Minimal(), initialize=None) as (_, raw):
+        result = _init(raw, protocolVersion=requested)["result"]
+    assert result["protocolVersion"] == answered
 
 
 @pytest.mark.req("ACP-V1-INIT-AGENT-LATEST-VERSION")
@@ -122,7 +136,6 @@ def test_terminal_auth_methods_are_offered_only_to_clients_that_can_run_them():
     "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
     "ACP-V1-PROMPT-MESSAGE-ID-MAY",
     "ACP-V1-SETUP-NEW-SESSION-ID",
-    "ACP-V1-CONTENT-TEXT-SUPPORT",
     "ACP-V1-INIT-SESSION-BASELINE",
 )
 def test_prompt_streams_updates_in_order_then_answers_with_the_stop_reason():
@@ -141,6 +154,23 @@ def test_prompt_streams_updates_in_order_then_answers_with_the_stop_reason():
         },
     }
     assert response == {"jsonrpc": "2.0", "id": id, "result": {"stopReason": "end_turn"}}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-CONTENT-TEXT-SUPPORT", "ACP-V1-INIT-PROMPT-BASELINE")
+def test_the_agent_acts_on_the_text_of_the_prompt():
+    class Echo(Minimal):
+        def prompt(self, params, turn):
+            for block in params.prompt:
+                turn.send(updates.text_chunk(block.text[::-1]))
+            return "end_turn"
+
+    text = "multi-line\ntext with \"quotes\", \u00e9 and \U0001f600"
+    with agent_with_raw_client(Echo()) as (_, raw):
+        id = raw.request("session/prompt", {"sessionId": "s", "prompt": [{"type": "text", "text": text}, {"type": "text", "text": "2nd"}]})
+        before, response = raw.recv_until_response(id)
+    assert [m["params"]["update"]["content"]["text"] for m in before] == [text[::-1], "dn2"]
+    assert response["result"] == {"stopReason": "end_turn"}
 
 
 @pytest.mark.req("ACP-V1-INIT-PROMPT-BASELINE")
@@ -182,6 +212,7 @@ class Slow(Minimal):
     "ACP-V1-PROMPT-AGENT-STOP-ON-CANCEL",
     "ACP-V1-PROMPT-UPDATES-AFTER-CANCEL-MAY",
     "ACP-V1-PROMPT-AGENT-MAY-STOP",
+    "ACP-V1-INIT-SESSION-BASELINE",
 )
 def test_session_cancel_ends_the_turn_with_cancelled_not_an_error():
     agent = Slow()
@@ -317,33 +348,125 @@ def test_load_session_replays_the_conversation_before_its_response():
     assert response["result"] == {}
 
 
+FORM_REQUEST = {"message": "Name?", "mode": "form", "sessionId": "s", "requestedSchema": {"type": "object", "properties": {}}}
+URL_REQUEST = {"message": "Sign in", "mode": "url", "sessionId": "s", "elicitationId": "e1", "url": "https://example.com/login"}
+
+# Each client method an agent may call only when the client advertised it: the call, its wire
+# method, the capability shapes that must refuse it (omitted, present but without the member or
+# false) and the one that allows it.
+CLIENT_CAPABILITY_CHECKS = {
+    "read": (lambda c: c.read_text_file("s", "/etc/hosts"), "fs/read_text_file",
+             [{}, {"fs": {}}, {"fs": {"readTextFile": False, "writeTextFile": True}}], {"fs": {"readTextFile": True}}),
+    "write": (lambda c: c.write_text_file("s", "/tmp/x", "data"), "fs/write_text_file",
+              [{}, {"fs": {}}, {"fs": {"readTextFile": True, "writeTextFile": False}}], {"fs": {"writeTextFile": True}}),
+    "terminal create": (lambda c: c.create_terminal("s", "ls"), "terminal/create", [{}, {"terminal": False}], {"terminal": True}),
+    "terminal output": (lambda c: c.terminal_output("s", "t1"), "terminal/output", [{}, {"terminal": False}], {"terminal": True}),
+    "terminal wait": (lambda c: c.wait_for_terminal_exit("s", "t1"), "terminal/wait_for_exit", [{}, {"terminal": False}], {"terminal": True}),
+    "terminal kill": (lambda c: c.kill_terminal("s", "t1"), "terminal/kill", [{}, {"terminal": False}], {"terminal": True}),
+    "terminal release": (lambda c: c.release_terminal("s", "t1"), "terminal/release", [{}, {"terminal": False}], {"terminal": True}),
+    "form elicitation": (lambda c: c.create_elicitation(convert(FORM_REQUEST, schema.CreateElicitationRequest)), "elicitation/create",
+                         [{}, {"elicitation": {}}, {"elicitation": {"url": {}}}], {"elicitation": {"form": {}}}),
+    "url elicitation": (lambda c: c.create_elicitation(convert(URL_REQUEST, schema.CreateElicitationRequest)), "elicitation/create",
+                        [{}, {"elicitation": {}}, {"elicitation": {"form": {}}}], {"elicitation": {"url": {}}}),
+}
+CLIENT_REFUSALS = [(name, shape) for name, check in CLIENT_CAPABILITY_CHECKS.items() for shape in check[2]]
+
+
+def _initialize_with(capabilities):
+    return dict(INIT_PARAMS, clientCapabilities=capabilities)
+
+
+@pytest.mark.timeout(10)
 @pytest.mark.req(
     "ACP-V1-FS-AGENT-CHECK-CAPABILITY",
     "ACP-V1-FS-AGENT-NO-CALL-WITHOUT-CAPABILITY",
     "ACP-V1-TERM-AGENT-CHECK-CAPABILITY",
     "ACP-V1-TERM-AGENT-NO-CALL-WITHOUT-CAPABILITY",
     "ACP-V1-ELIC-AGENT-NO-UNADVERTISED-MODE",
+    "ACP-V1-INIT-OMITTED-UNSUPPORTED",
 )
-def test_client_methods_not_advertised_raise_before_anything_is_sent():
-    with agent_with_raw_client(Minimal()) as (client, raw):
-        with pytest.raises(CapabilityError):
-            client.read_text_file("s", "/etc/hosts")
-        with pytest.raises(CapabilityError):
-            client.write_text_file("s", "/tmp/x", "data")
-        with pytest.raises(CapabilityError):
-            client.create_terminal("s", "ls")
-        with pytest.raises(CapabilityError):
-            client.terminal_output("s", "t1")
-        form = schema.CreateElicitationRequest  # the union; build a form-mode request by decoding
-        from acp_lite.codec import convert
-
-        request = convert(
-            {"message": "Name?", "mode": "form", "sessionId": "s", "requestedSchema": {"type": "object", "properties": {}}},
-            form,
-        )
-        with pytest.raises(CapabilityError):
-            client.create_elicitation(request)
+@pytest.mark.parametrize("name, capabilities", CLIENT_REFUSALS, ids=[f"{n}-{json.dumps(c)}" for n, c in CLIENT_REFUSALS])
+def test_client_methods_not_advertised_raise_before_anything_is_sent(name, capabilities):
+    call = CLIENT_CAPABILITY_CHECKS[name][0]
+    with agent_with_raw_client(Minimal(), initialize=_initialize_with(capabilities)) as (client, raw):
+        refused(lambda: call(client), CapabilityError)
         raw.expect_silence()
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req(
+    "ACP-V1-FS-AGENT-CHECK-CAPABILITY",
+    "ACP-V1-TERM-AGENT-CHECK-CAPABILITY",
+    "ACP-V1-ELIC-AGENT-NO-UNADVERTISED-MODE",
+)
+@pytest.mark.parametrize("name", list(CLIENT_CAPABILITY_CHECKS))
+def test_client_methods_advertised_go_out(name):
+    call, method, _, capabilities = CLIENT_CAPABILITY_CHECKS[name]
+    with agent_with_raw_client(Minimal(), initialize=_initialize_with(capabilities)) as (client, raw):
+        pending = background(call, client)
+        request = raw.recv()
+        assert request["method"] == method
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32603, "message": "not really"}})
+        assert isinstance(pending.exception(WAIT), AcpError)
+
+
+ALL_CLIENT_CAPABILITIES = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-OVERVIEW-ABSOLUTE-PATHS")
+def test_the_agent_refuses_relative_paths_before_sending():
+    relative_location = schema.ToolCallLocation(path="rel/loc.py")
+    relative_diff = schema.Diff(path="src/a.py", new_text="x")
+    option = schema.PermissionOption(option_id="ok", name="OK", kind="allow_once")
+    with agent_with_raw_client(Minimal(), initialize=_initialize_with(ALL_CLIENT_CAPABILITIES)) as (client, raw):
+        for call in (
+            lambda: client.read_text_file("s", "relative/file.txt"),
+            lambda: client.write_text_file("s", "./out.txt", "data"),
+            lambda: client.create_terminal("s", "ls", cwd="build"),
+            lambda: client.request_permission("s", schema.ToolCallUpdate(tool_call_id="t", locations=[relative_location]), [option]),
+            lambda: client.session_update("s", updates.tool_call("t", "Edit", locations=[relative_location])),
+            lambda: client.session_update("s", schema.SessionUpdateToolCallUpdate(tool_call_id="t", content=[relative_diff])),
+        ):
+            refused(call, UsageError)
+        raw.expect_silence()
+        # The same calls with absolute paths go out.
+        client.session_update("s", updates.tool_call("t", "Edit", locations=[schema.ToolCallLocation(path="/w/loc.py")]))
+        assert raw.recv()["params"]["update"]["locations"] == [{"path": "/w/loc.py"}]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-OVERVIEW-ABSOLUTE-PATHS")
+@pytest.mark.parametrize("method, params", [
+    ("session/new", {"cwd": "not/absolute", "mcpServers": []}),
+    ("session/new", {"cwd": "/w", "mcpServers": [], "additionalDirectories": ["/lib", "docs"]}),
+    ("session/load", {"sessionId": "s", "cwd": "./w", "mcpServers": []}),
+    ("session/resume", {"sessionId": "s", "cwd": "w"}),
+    ("session/resume", {"sessionId": "s", "cwd": "/w", "additionalDirectories": ["../up"]}),
+    ("session/list", {"cwd": "w"}),
+])
+def test_relative_session_roots_are_answered_invalid_params(method, params):
+    handled = []
+
+    class Recording(Everything):
+        def new_session(self, params):
+            handled.append(params)
+            return super().new_session(params)
+
+        def load_session(self, params):
+            handled.append(params)
+
+        def resume_session(self, params):
+            handled.append(params)
+
+        def list_sessions(self, params):
+            handled.append(params)
+            return super().list_sessions(params)
+
+    with agent_with_raw_client(Recording()) as (_, raw):
+        response = raw.call(method, params)
+    assert response["error"]["code"] == -32602, response
+    assert handled == []
 
 
 @pytest.mark.req("ACP-V1-PROMPT-TOOLS-MAY-USE-CLIENT-CAPABILITIES")
@@ -399,6 +522,31 @@ def test_extension_methods_and_meta_pass_through():
     assert notes == [("_note", {"n": 1})]
 
 
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-SCHEMA-EXTENSION-METHOD-NAMES", "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST", "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND")
+def test_only_underscore_methods_reach_the_extension_handlers():
+    seen = []
+
+    class TakesAnything(Minimal):
+        def ext_method(self, method, params):
+            seen.append(("request", method))
+            return {"handled": method}
+
+        def ext_notification(self, method, params):
+            seen.append(("notification", method))
+
+    with agent_with_raw_client(TakesAnything()) as (client, raw):
+        assert raw.call("vendor/thing", {})["error"]["code"] == -32601
+        raw.notify("vendor/note", {})
+        assert raw.call("_vendor/thing", {})["result"] == {"handled": "_vendor/thing"}
+        raw.notify("_vendor/note", {})
+        raw.call("_vendor/sync", {})  # the notification before it was delivered by now
+        for call in (lambda: client.ext_method("vendor/call", {}), lambda: client.ext_notification("vendor/note", {})):
+            refused(call, UsageError)
+        raw.expect_silence()
+    assert seen == [("request", "_vendor/thing"), ("notification", "_vendor/note"), ("request", "_vendor/sync")]
+
+
 def test_a_handler_error_is_sent_and_the_connection_keeps_working():
     class Fragile(Minimal):
         def new_session(self, params):
@@ -428,3 +576,35 @@ def test_a_blocking_client_call_from_a_notification_handler_raises_instead_of_de
         raw.notify("session/cancel", {"sessionId": "s"})
         raw.expect_silence()
     assert len(errors) == 1 and "call_future" in str(errors[0])
+
+
+class Paging(Minimal):
+    SESSIONS = [schema.SessionInfo(session_id=f"s{i}", cwd="/w" if i < 3 else "/other") for i in range(4)]
+
+    def list_sessions(self, params):
+        matching = [info for info in self.SESSIONS if params.cwd in (None, info.cwd)]
+        start = int(params.cursor or 0)
+        page = matching[start:start + 2]
+        more = start + 2 < len(matching)
+        return schema.ListSessionsResponse(sessions=page, next_cursor=str(start + 2) if more else None)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-EMPTY-ARRAY")
+def test_session_list_pages_go_out_with_a_cursor_until_the_last_and_empty_when_nothing_matches():
+    with agent_with_raw_client(Paging()) as (_, raw):
+        first = raw.call("session/list", {"cwd": "/w"})["result"]
+        last = raw.call("session/list", {"cwd": "/w", "cursor": first["nextCursor"]})["result"]
+        none = raw.call("session/list", {"cwd": "/nowhere"})["result"]
+    assert first == {"sessions": [{"sessionId": "s0", "cwd": "/w"}, {"sessionId": "s1", "cwd": "/w"}], "nextCursor": "2"}
+    assert last == {"sessions": [{"sessionId": "s2", "cwd": "/w"}]}
+    assert none == {"sessions": []}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-CLIENT-MISSING-CURSOR-IS-END", "ACP-V1-LIST-CLIENT-OPAQUE-CURSOR")
+def test_iter_sessions_walks_every_page_of_an_acp_lite_agent():
+    with agent_and_client(Paging(), Client()) as remote:
+        remote.initialize()
+        assert [info.session_id for info in remote.iter_sessions()] == ["s0", "s1", "s2", "s3"]
+        assert [info.session_id for info in remote.iter_sessions("/other")] == ["s3"]

@@ -8,9 +8,9 @@ import pytest
 
 from acp_lite import schema, updates
 from acp_lite.codec import UnknownVariant
-from acp_lite.errors import CapabilityError, ConnectionClosed, UsageError, VersionMismatch
+from acp_lite.errors import AcpError, CapabilityError, ConnectionClosed, UsageError, VersionMismatch
 from acp_lite.client import Client
-from acp_harness import WAIT, background, client_with_raw_agent, initialized
+from acp_harness import WAIT, background, client_with_raw_agent, initialized, refused
 
 ALL_SESSION_CAPS = {
     "loadSession": True,
@@ -68,7 +68,7 @@ def test_initialize_sends_the_latest_version_and_only_offered_capabilities():
     assert remote.info.name == "raw-agent" and remote.protocol_version == 1
 
 
-@pytest.mark.req("ACP-V1-INIT-CLIENT-UNSUPPORTED-VERSION")
+@pytest.mark.req("ACP-V1-INIT-CLIENT-UNSUPPORTED-VERSION", "ACP-V1-INIT-VERSION-AGREEMENT")
 def test_an_agent_choosing_an_unsupported_version_closes_the_connection():
     with client_with_raw_agent() as (remote, raw):
         pending = background(remote.initialize)
@@ -94,14 +94,50 @@ def test_nothing_is_sent_before_initialize_or_to_an_unknown_session():
             lambda: remote.delete_session("s"),
             lambda: remote.prompt("s", "hi"),
         ):
-            with pytest.raises(UsageError):
-                call()
+            refused(call, UsageError)
         initialized(remote, raw, ALL_SESSION_CAPS)
-        with pytest.raises(UsageError, match="unknown session"):
-            remote.prompt("never-created", "hi")
+        assert "unknown session" in str(refused(lambda: remote.prompt("never-created", "hi"), UsageError))
         raw.expect_silence()
 
 
+HTTP = schema.McpServerHttp(name="web", url="http://localhost:1", headers=[])
+SSE = schema.McpServerSse(name="events", url="http://localhost:2", headers=[])
+IMAGE = schema.ImageContent(data="AAAA", mime_type="image/png")
+AUDIO = schema.AudioContent(data="AAAA", mime_type="audio/wav")
+RESOURCE = schema.EmbeddedResource(resource=schema.TextResourceContents(uri="file:///a", text="a"))
+
+# Each call that needs an agent capability: the call, the method it sends, the capability shapes
+# that must refuse it (omitted, and present but without the member or false) and the one that
+# allows it.
+CAPABILITY_CHECKS = {
+    "load": (lambda r: r.load_session("s1", "/work"), "session/load",
+             [{}, {"loadSession": False}], {"loadSession": True}),
+    "resume": (lambda r: r.resume_session("s1", "/work"), "session/resume",
+               [{}, {"sessionCapabilities": {}}], {"sessionCapabilities": {"resume": {}}}),
+    "close": (lambda r: r.close_session("s1"), "session/close",
+              [{}, {"sessionCapabilities": {}}], {"sessionCapabilities": {"close": {}}}),
+    "list": (lambda r: r.list_sessions(), "session/list",
+             [{}, {"sessionCapabilities": {}}], {"sessionCapabilities": {"list": {}}}),
+    "delete": (lambda r: r.delete_session("s1"), "session/delete",
+               [{}, {"sessionCapabilities": {}}], {"sessionCapabilities": {"delete": {}}}),
+    "logout": (lambda r: r.logout(), "logout", [{}, {"auth": {}}], {"auth": {"logout": {}}}),
+    "additional directories": (lambda r: r.new_session("/work", additional_directories=["/other"]), "session/new",
+                               [{}, {"sessionCapabilities": {}}], {"sessionCapabilities": {"additionalDirectories": {}}}),
+    "http mcp server": (lambda r: r.new_session("/work", mcp_servers=[HTTP]), "session/new",
+                        [{}, {"mcpCapabilities": {}}, {"mcpCapabilities": {"http": False, "sse": True}}], {"mcpCapabilities": {"http": True}}),
+    "sse mcp server": (lambda r: r.new_session("/work", mcp_servers=[SSE]), "session/new",
+                       [{}, {"mcpCapabilities": {}}, {"mcpCapabilities": {"http": True, "sse": False}}], {"mcpCapabilities": {"sse": True}}),
+    "image content": (lambda r: r.prompt("s1", [IMAGE]), "session/prompt",
+                      [{}, {"promptCapabilities": {}}, {"promptCapabilities": {"image": False, "audio": True}}], {"promptCapabilities": {"image": True}}),
+    "audio content": (lambda r: r.prompt("s1", [AUDIO]), "session/prompt",
+                      [{}, {"promptCapabilities": {}}, {"promptCapabilities": {"audio": False, "image": True}}], {"promptCapabilities": {"audio": True}}),
+    "embedded resource": (lambda r: r.prompt("s1", [RESOURCE]), "session/prompt",
+                          [{}, {"promptCapabilities": {}}, {"promptCapabilities": {"embeddedContext": False, "image": True}}], {"promptCapabilities": {"embeddedContext": True}}),
+}
+REFUSALS = [(name, shape) for name, check in CAPABILITY_CHECKS.items() for shape in check[2]]
+
+
+@pytest.mark.timeout(10)
 @pytest.mark.req(
     "ACP-V1-SETUP-CLIENT-CHECK-LOADSESSION",
     "ACP-V1-SETUP-CLIENT-NO-LOAD-WITHOUT-CAPABILITY",
@@ -117,29 +153,41 @@ def test_nothing_is_sent_before_initialize_or_to_an_unknown_session():
     "ACP-V1-SETUP-CLIENT-ADDITIONAL-DIRS-ONLY-WITH-CAPABILITY",
     "ACP-V1-SETUP-CLIENT-CHECK-MCP-TRANSPORT",
     "ACP-V1-PROMPT-CLIENT-RESTRICT-CONTENT",
+    "ACP-V1-INIT-OMITTED-UNSUPPORTED",
 )
-def test_calls_the_agent_did_not_advertise_are_refused_before_sending():
-    http = schema.McpServerHttp(name="web", url="http://localhost:1", headers=[])
-    image = schema.ImageContent(data="AAAA", mime_type="image/png")
+@pytest.mark.parametrize("name, capabilities", REFUSALS, ids=[f"{name}-{json.dumps(shape)}" for name, shape in REFUSALS])
+def test_calls_the_agent_did_not_advertise_are_refused_before_sending(name, capabilities):
+    call = CAPABILITY_CHECKS[name][0]
     with client_with_raw_agent() as (remote, raw):
-        initialized(remote, raw, {})
+        initialized(remote, raw, capabilities)
         _new_session(remote, raw)
-        for call in (
-            lambda: remote.load_session("s1", "/work"),
-            lambda: remote.resume_session("s1", "/work"),
-            lambda: remote.close_session("s1"),
-            lambda: remote.list_sessions(),
-            lambda: remote.delete_session("s1"),
-            lambda: remote.logout(),
-            lambda: remote.new_session("/work", additional_directories=["/other"]),
-            lambda: remote.new_session("/work", mcp_servers=[http]),
-            lambda: remote.prompt("s1", [image]),
-        ):
-            with pytest.raises(CapabilityError):
-                call()
+        refused(lambda: call(remote), CapabilityError)
         raw.expect_silence()
 
 
+@pytest.mark.timeout(10)
+@pytest.mark.req(
+    "ACP-V1-SETUP-CLIENT-CHECK-LOADSESSION",
+    "ACP-V1-SETUP-CLIENT-CHECK-RESUME",
+    "ACP-V1-SETUP-CLIENT-CHECK-CLOSE",
+    "ACP-V1-LIST-CLIENT-CHECK-CAPABILITY",
+    "ACP-V1-DELETE-CLIENT-CHECK-CAPABILITY",
+    "ACP-V1-SETUP-CLIENT-CHECK-MCP-TRANSPORT",
+)
+@pytest.mark.parametrize("name", list(CAPABILITY_CHECKS))
+def test_calls_the_agent_advertised_go_out(name):
+    call, method, _, capabilities = CAPABILITY_CHECKS[name]
+    with client_with_raw_agent() as (remote, raw):
+        initialized(remote, raw, capabilities)
+        _new_session(remote, raw)
+        pending = background(call, remote)
+        request = raw.recv()
+        assert request["method"] == method
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32603, "message": "not really"}})
+        assert isinstance(pending.exception(WAIT), AcpError)
+
+
+@pytest.mark.timeout(10)
 @pytest.mark.req(
     "ACP-V1-SETUP-CWD-ABSOLUTE",
     "ACP-V1-SETUP-ADDITIONAL-DIRS-ABSOLUTE",
@@ -153,11 +201,13 @@ def test_relative_paths_and_terminal_auth_methods_are_refused_before_sending():
         for call in (
             lambda: remote.new_session("relative/dir"),
             lambda: remote.new_session("/work", additional_directories=["../escape"]),
+            lambda: remote.new_session("/work", additional_directories=["/lib", "lib2"]),
             lambda: remote.load_session("s", "./here"),
+            lambda: remote.resume_session("s", "here"),
+            lambda: remote.list_sessions(cwd="here"),
             lambda: remote.authenticate("tty"),
         ):
-            with pytest.raises(UsageError):
-                call()
+            refused(call, UsageError)
         raw.expect_silence()
 
 
@@ -190,6 +240,7 @@ def test_session_lifecycle_requests_carry_what_the_spec_requires():
     }
     assert sent["resume"]["params"] == {"sessionId": "s1", "cwd": "/w", "additionalDirectories": ["/lib", "/docs"], "mcpServers": []}
     assert sent["close"]["params"] == {"sessionId": "s1"}
+    assert {name: request["method"] for name, request in sent.items()} == {name: f"session/{name}" for name in sent}
 
 
 @pytest.mark.req(

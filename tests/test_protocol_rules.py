@@ -8,6 +8,7 @@ import pytest
 from acp_lite import schema, updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
+from acp_lite.codec import convert
 from acp_lite.errors import UsageError
 from acp_lite.rpc import Connection
 from acp_lite.wire import memory_pair
@@ -151,24 +152,55 @@ def test_config_option_values_must_fit_the_option_the_agent_described():
         pending.result(WAIT)
 
 
-@pytest.mark.req("ACP-V1-ELIC-AGENT-BIND-CONNECTION")
-def test_an_agent_instance_serves_one_connection_so_its_state_stays_bound_to_it():
+class FormFiller(Client):
+    elicitation_modes = ("form",)
+
+    def __init__(self):
+        self.asked, self.completed = [], []
+
+    def create_elicitation(self, params):
+        self.asked.append(params.message)
+        return schema.ElicitationAcceptAction(content={"name": "Ada"})
+
+    def complete_elicitation(self, params):
+        self.completed.append(params.elicitation_id)
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.req("ACP-V1-ELIC-AGENT-BIND-CONNECTION", "ACP-V1-ELIC-AGENT-COMPLETE-SAME-CLIENT")
+def test_an_agent_instance_serves_one_connection_so_its_elicitations_stay_bound_to_it():
+    form = {"mode": "form", "message": "Name?", "sessionId": "s", "requestedSchema": {"type": "object", "properties": {}}}
+
     class Single(Agent):
         def new_session(self, params):
             return schema.NewSessionResponse(session_id="s")
+
+        def prompt(self, params, turn):
+            answer = self.client.create_elicitation(convert(form, schema.CreateElicitationRequest))
+            self.client.complete_elicitation("e-1")
+            return "end_turn" if answer.content == {"name": "Ada"} else "refusal"
 
     agent = Single()
     first, first_peer = memory_pair()
     served = serve(agent, first)
     second, second_peer = memory_pair()
+    first_client, second_client = FormFiller(), FormFiller()
+    first_remote = RemoteAgent.connect(first_peer, first_client)
+    second_remote = RemoteAgent.connect(second_peer, second_client)
     try:
         with pytest.raises(UsageError, match="one per client"):
             serve(agent, second)
+        first_remote.initialize()
+        session = first_remote.new_session("/w").session_id
+        assert first_remote.prompt(session, "ask me", timeout=WAIT).stop_reason == "end_turn"
         assert agent.client is served
     finally:
+        first_remote.close()
+        second_remote.close()
         served.connection.close()
-        for transport in (first_peer, second, second_peer):
-            transport.close()
+        second.close()
+    assert (first_client.asked, first_client.completed) == (["Name?"], ["e-1"])
+    assert (second_client.asked, second_client.completed) == ([], [])
 
 
 @pytest.mark.timeout(30)

@@ -1,6 +1,7 @@
 """Session features over real pipes: every update variant, modes and config options, resume,
 elicitation, and the shape rules the types enforce."""
 import json
+import logging
 
 import msgspec
 import pytest
@@ -106,9 +107,11 @@ def test_every_update_variant_travels_typed_and_unchanged():
     ]
 
 
+@pytest.mark.timeout(10)
 @pytest.mark.req("ACP-V1-CONFIG-NO-BOOLEAN-WITHOUT-CAPABILITY", "ACP-V1-CONFIG-BOOLEAN-ONLY-AFTER-CAPABILITY-MAY")
-def test_boolean_config_options_reach_only_clients_that_advertised_them():
-    with agent_with_raw_client(Featureful()) as (_, raw):
+@pytest.mark.parametrize("capabilities", [{}, {"session": {}}, {"session": {"configOptions": {}}}])
+def test_boolean_config_options_reach_only_clients_that_advertised_them(capabilities):
+    with agent_with_raw_client(Featureful(), initialize=dict(INIT_PARAMS, clientCapabilities=capabilities)) as (_, raw):
         new = raw.call("session/new", {"cwd": "/w", "mcpServers": []})["result"]
         assert [o["type"] for o in new["configOptions"]] == ["select"]
         set_result = raw.call("session/set_config_option", {"sessionId": "s", "configId": "model", "value": "deep"})
@@ -207,7 +210,6 @@ def test_the_client_refuses_elicitation_modes_it_did_not_advertise():
 @pytest.mark.req(
     "ACP-V1-ELIC-AGENT-COMPLETE-MAY",
     "ACP-V1-ELIC-AGENT-COMPLETE-SAME-CLIENT",
-    "ACP-V1-ELIC-CLIENT-IGNORE-UNKNOWN-COMPLETE",
     "ACP-V1-ELIC-CLIENT-OPAQUE-ELICITATION-ID",
     "ACP-V1-ELIC-AGENT-UNKNOWN-ACTION-NOT-TREATED-AS-KNOWN",
 )
@@ -236,6 +238,21 @@ def test_elicitation_round_trip_and_completion_between_both_sides():
     (answer,) = answers
     assert isinstance(answer, UnknownVariant) and answer.raw == {"action": "counter_offer", "terms": 1}
     assert completions == ["  opaque/ID==  "]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-ELIC-CLIENT-IGNORE-UNKNOWN-COMPLETE")
+def test_a_completion_for_an_unknown_elicitation_is_ignored(caplog):
+    with client_with_raw_agent(Asking()) as (remote, raw):
+        initialized(remote, raw)
+        for _ in range(2):
+            raw.notify("elicitation/complete", {"elicitationId": "never-issued"})
+        # A request behind them: by its answer the notifications were handled.
+        raw.send({"jsonrpc": "2.0", "id": 7, "method": "x/after", "params": {}})
+        assert raw.recv()["id"] == 7
+        raw.expect_silence()
+        assert not remote.connection.closed
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("acp_lite") and r.levelno >= logging.WARNING] == []
 
 
 @pytest.mark.req("ACP-V1-MODES-SET-MODE-ID-LISTED")
