@@ -1,12 +1,19 @@
 import os
 import sys
 
-from acp_lite import Client, RemoteAgent
+from acp_lite import Client, RemoteAgent, updates
 
 
 class Printer(Client):
-    def session_update(self, params):
-        print(params.update.content.text)
+    def session_update(self, params):  # every kind: message chunks, tool calls, plans, ...
+        update = params.update
+        detail = getattr(getattr(update, "content", None), "text", None) or getattr(update, "title", None)
+        print(f"[{updates.variant_tag(update)}] {detail or ''}".rstrip())
+
+    def request_permission(self, params):  # allow with the first allow option, else the first one
+        option = next((o for o in params.options if o.kind.startswith("allow")), params.options[0])
+        print(f"[permission] {params.tool_call.title or params.tool_call.tool_call_id}: {option.name}")
+        return updates.select_permission(option.option_id)
 
 
 agent_command = sys.argv[1:] or [sys.executable, os.path.join(os.path.dirname(__file__), "minimal_agent.py")]

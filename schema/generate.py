@@ -1,12 +1,13 @@
-"""Generate acp_lite's typed model (``acp_lite/schema.py``) from an ACP JSON Schema file.
+"""Generate acp_lite's typed model (``acp_lite/schema.py``) from a structure file in ``schema/``.
 
 Usage, from the repository root:
 
-    python schema/generate.py ../shared/acp/schema/v1/schema.json \\
-        --meta ../shared/acp/schema/v1/meta.json --out acp_lite/schema.py
+    python schema/generate.py schema/v1/structure.json --out acp_lite/schema.py
 
-The generator reads nothing but the JSON Schema (and, optionally, the meta file for the protocol
-version and the method names). The rules, in the order a reader meets them in the output:
+The generator reads nothing but that file: the ACP JSON Schema reduced to its structure by
+``schema/derive.py``, with the protocol version and the method names under ``x-acp-lite-methods``
+and the sha256 of the upstream schema under ``x-acp-lite-derived``. The rules, in the order a
+reader meets them in the output:
 
 * Every ``$def`` becomes one public name spelled exactly as the def.
 * Scalars become aliases (``SessionId = str``); integer ranges come from ``minimum``/``maximum``
@@ -36,7 +37,6 @@ version and the method names). The rules, in the order a reader meets them in th
 The output is deterministic: same input, same bytes.
 """
 import argparse
-import hashlib
 import json
 import keyword
 import os
@@ -136,6 +136,14 @@ def _tag_of(alt: Dict[str, Any]) -> Optional[Tuple[str, str]]:
         if isinstance(schema, dict) and isinstance(schema.get("const"), str) and prop in required:
             return prop, schema["const"]
     return None
+
+
+def _shared_part(base: Dict[str, Any], required: List[str], tag: Optional[Tuple[str, str]]) -> Dict[str, Any]:
+    """The properties a union object declares for every variant, less the variant's tag: msgspec
+    writes the tag itself (a union may also declare its tag property, as an open string)."""
+    tag_field = tag[0] if tag else None
+    return {"properties": {k: v for k, v in base.items() if k != tag_field},
+            "required": [k for k in required if k != tag_field]}
 
 
 class Field:
@@ -339,7 +347,7 @@ class Generator:
         if _is_object(node) and name in self.owned:
             tag, base, base_required, union = self.owned[name]
             what = f"The ``{tag[1]}`` variant of ``{union}``." if tag else ""
-            fields = self.ordered([self.fields({"properties": base, "required": base_required}, name),
+            fields = self.ordered([self.fields(_shared_part(base, base_required, tag), name),
                                    self.fields(node, name), self.mixin_fields(node, alts, name)])
             self.structs[name] = StructSpec(name, fields, tag=tag, doc=what)
         elif _is_object(node) and any(_tag_of(a) for a in alts):
@@ -465,7 +473,7 @@ class Generator:
                                             doc=f"The ``{label}`` variant of ``{union}``, shaped as ``{ref}``."))
             return name
         name = self.unique(union + pascal(label))
-        groups = [self.fields({"properties": base, "required": base_required}, name)]
+        groups = [self.fields(_shared_part(base, base_required, tag), name)]
         if ref:
             groups.append(self.fields(self.defs[ref], name))
         groups.append(self.fields({"properties": inline, "required": alt.get("required", [])}, name))
@@ -492,8 +500,9 @@ class Generator:
         return result
 
 
-def method_tables(defs: Dict[str, Dict[str, Any]], meta: Optional[Dict[str, Any]]) -> Dict[str, List[Tuple[str, str, Optional[str]]]]:
-    """side -> [(method, params type, result type or None)] from ``x-method``/``x-side``."""
+def method_tables(defs: Dict[str, Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, List[Tuple[str, str, Optional[str]]]]:
+    """side -> [(method, params type, result type or None)] from ``x-method``/``x-side``, in the
+    order of the method table ``meta``, which must name exactly the same methods."""
     results = set()
 
     def collect(node: Any) -> None:
@@ -523,18 +532,17 @@ def method_tables(defs: Dict[str, Dict[str, Any]], meta: Optional[Dict[str, Any]
         if entry["params"] is None:
             raise SchemaShapeError(f"method {method} has a result type but no params type")
         tables.setdefault(side, []).append((method, entry["params"], entry["result"]))
-    if meta is not None:
-        for side, key in (("agent", "agentMethods"), ("client", "clientMethods"), ("protocol", "protocolMethods")):
-            listed = list(meta.get(key, {}).values())
-            found = [m for m, _, _ in tables.get(side, [])]
-            if sorted(listed) != sorted(found):
-                raise SchemaShapeError(f"{key} in the meta file {sorted(listed)} differ from the schema's {sorted(found)}")
-            tables[side] = sorted(tables.get(side, []), key=lambda entry: listed.index(entry[0]))
+    for side, key in (("agent", "agentMethods"), ("client", "clientMethods"), ("protocol", "protocolMethods")):
+        listed = list(meta.get(key, {}).values())
+        found = [m for m, _, _ in tables.get(side, [])]
+        if sorted(listed) != sorted(found):
+            raise SchemaShapeError(f"{key} in the method table {sorted(listed)} differ from the schema's {sorted(found)}")
+        tables[side] = sorted(tables.get(side, []), key=lambda entry: listed.index(entry[0]))
     return tables
 
 
 HEADER = '''\
-# GENERATED by schema/generate.py from {source} (sha256 {digest}) -- do not edit.
+# GENERATED by schema/generate.py from {source} (upstream schema sha256 {digest}) -- do not edit.
 """The typed model of the Agent Client Protocol: one name per definition of the JSON Schema.
 
 Objects are ``msgspec.Struct`` classes with snake_case attributes that encode to the protocol's
@@ -560,10 +568,8 @@ from .codec import MethodSpec, UnknownVariant, untagged_union
 
 
 def render(gen: Generator, source: str, digest: str, tables: Dict[str, List[Tuple[str, str, Optional[str]]]],
-           version: Optional[int]) -> str:
-    parts = [HEADER.format(source=source, digest=digest)]
-    if version is not None:
-        parts.append(f"PROTOCOL_VERSION = {version}\n\n")
+           version: int) -> str:
+    parts = [HEADER.format(source=source, digest=digest), f"PROTOCOL_VERSION = {version}\n\n"]
     parts.append(
         "# Leniency markers read by acp_lite.codec: a malformed value falls back to the field's default,\n"
         "# and a malformed item of an array is dropped.\n"
@@ -588,33 +594,28 @@ def render(gen: Generator, source: str, digest: str, tables: Dict[str, List[Tupl
         parts.append(f"\n{constant}: Dict[str, MethodSpec] = {{\n{rows}}}\n")
     public = sorted({a.name for a in gen.scalars} | set(gen.structs) | {v.name for v in gen.variants if not v.name.startswith("_")}
                     | {u.name for u in gen.unions if not u.name.startswith("_")})
-    public += ["AGENT_METHODS", "CLIENT_METHODS", "PROTOCOL_METHODS"] + (["PROTOCOL_VERSION"] if version is not None else [])
+    public += ["AGENT_METHODS", "CLIENT_METHODS", "PROTOCOL_METHODS", "PROTOCOL_VERSION"]
     parts.append("\n__all__ = [\n" + "".join(f'    "{n}",\n' for n in public) + "]\n")
     return "".join(parts)
 
 
-def generate(schema_path: str, meta_path: Optional[str]) -> str:
-    with open(schema_path, "rb") as f:
-        raw = f.read()
-    schema = json.loads(raw)
-    meta = None
-    if meta_path:
-        with open(meta_path, encoding="utf-8") as f:
-            meta = json.load(f)
+def generate(structure_path: str) -> str:
+    with open(structure_path, encoding="utf-8") as f:
+        schema = json.load(f)
+    meta = schema["x-acp-lite-methods"]
     gen = Generator(schema)
     gen.run()
     tables = method_tables(gen.defs, meta)
-    source = os.path.relpath(schema_path).replace(os.sep, "/")
-    return render(gen, source, hashlib.sha256(raw).hexdigest(), tables, meta.get("version") if meta else None)
+    source = os.path.relpath(structure_path).replace(os.sep, "/")
+    return render(gen, source, schema["x-acp-lite-derived"]["schema_sha256"], tables, meta["version"])
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate acp_lite/schema.py from an ACP JSON Schema.")
-    parser.add_argument("schema", help="the upstream schema.json")
-    parser.add_argument("--meta", help="the upstream meta.json (protocol version, method names)")
+    parser = argparse.ArgumentParser(description="Generate acp_lite/schema.py from a structure file of schema/.")
+    parser.add_argument("structure", help="the structure file made by schema/derive.py (schema/v1/structure.json)")
     parser.add_argument("--out", required=True, help="where to write the module")
     args = parser.parse_args(argv)
-    text = generate(args.schema, args.meta)
+    text = generate(args.structure)
     with open(args.out, "w", encoding="utf-8", newline="\n") as f:
         f.write(text)
     return 0

@@ -2,10 +2,11 @@
 
 Usage (from the repository root)::
 
-    python -m spec.import_requirements ../shared/acp/requirements.json
+    python -m spec.import_requirements PATH/TO/requirements.json
+    python -m spec.import_requirements --check PATH/TO/requirements.json
 
-Input: the derived requirement list kept beside the project in ``../shared/acp/requirements.json``.
-It is one JSON object with
+Input: the derived ACP v1 requirement list (not part of this repository: it holds the requirements'
+prose). It is one JSON object with
 
 - ``revision`` (str), ``pinned_commit`` (str), ``schema_sha256_of_pin`` (str): which upstream
   protocol text the list was derived from;
@@ -17,14 +18,19 @@ It is one JSON object with
 
 Output, both written deterministically (same input, same bytes):
 
-- ``spec/manifest/requirements.json``: the revision fields and, in input order, each requirement's
-  ``id``, ``keyword``, ``role``, ``responsibility``, ``kind`` and ``source``. The prose (``text``,
-  ``applies_when``) stays in the reference material: the manifest points at it, it does not copy it.
+- ``spec/manifest/requirements.json``: the revision fields, ``source_sha256`` (the sha256 of the
+  input file) and, in input order, each requirement's ``id``, ``keyword``, ``role``,
+  ``responsibility``, ``kind`` and ``source``. The prose (``text``, ``applies_when``) stays out: the
+  manifest points at it, it does not copy it.
 - ``spec/manifest/classification.json``: how acp_lite meets each requirement. This file is edited
   by hand; the importer only keeps it in step with the list: it adds new ids as ``pending``, drops
   (and names) ids the list no longer has, validates every entry and rewrites it in list order.
   See ``spec/README.md`` for the statuses.
+
+``--check`` writes nothing: it fails (status 1) when the committed manifest is not the import of
+the given file.
 """
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -46,13 +52,15 @@ class ManifestError(Exception):
     """The manifest or the hand-edited classification is malformed."""
 
 
-def build_manifest(source: Dict[str, Any]) -> Dict[str, Any]:
-    """The manifest for one parsed input document (see the module docstring)."""
+def build_manifest(raw: bytes) -> Dict[str, Any]:
+    """The manifest for one input document, given as the file's bytes (see the module docstring)."""
+    source = json.loads(raw)
     requirements = sorted(source["requirements"], key=lambda r: r["n"])
     ids = [r["id"] for r in requirements]
     if len(set(ids)) != len(ids):
         raise ManifestError("the input lists an id twice")
     manifest = {field: source[field] for field in REVISION_FIELDS}
+    manifest["source_sha256"] = hashlib.sha256(raw).hexdigest()
     manifest["requirements"] = [{field: r[field] for field in KEPT_FIELDS} for r in requirements]
     return manifest
 
@@ -123,7 +131,7 @@ def load(manifest_dir: Path = MANIFEST_DIR) -> Tuple[Dict[str, Any], Dict[str, A
 
 def import_file(source_path: Path, manifest_dir: Path = MANIFEST_DIR) -> List[str]:
     """Write the manifest for ``source_path`` into ``manifest_dir``; returns the dropped ids."""
-    manifest = build_manifest(json.loads(source_path.read_text(encoding="utf-8")))
+    manifest = build_manifest(source_path.read_bytes())
     classification_path = manifest_dir / "classification.json"
     old = json.loads(classification_path.read_text(encoding="utf-8")) if classification_path.exists() else {}
     classification, dropped = merge_classification(manifest, old)
@@ -133,12 +141,25 @@ def import_file(source_path: Path, manifest_dir: Path = MANIFEST_DIR) -> List[st
     return dropped
 
 
+def check_file(source_path: Path, manifest_dir: Path = MANIFEST_DIR) -> bool:
+    """Whether the committed manifest is the import of ``source_path``."""
+    manifest = build_manifest(source_path.read_bytes())
+    return (manifest_dir / "requirements.json").read_text(encoding="utf-8") == dump_json(manifest)
+
+
 def main(argv: List[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m spec.import_requirements PATH/TO/requirements.json", file=sys.stderr)
+    check = argv[:1] == ["--check"]
+    paths = argv[1:] if check else argv
+    if len(paths) != 1:
+        print("usage: python -m spec.import_requirements [--check] PATH/TO/requirements.json", file=sys.stderr)
         return 2
+    if check:
+        if check_file(Path(paths[0])):
+            return 0
+        print(f"import_requirements: spec/manifest is not the import of {paths[0]}", file=sys.stderr)
+        return 1
     try:
-        dropped = import_file(Path(argv[0]))
+        dropped = import_file(Path(paths[0]))
     except ManifestError as exc:
         print(f"import_requirements: {exc}", file=sys.stderr)
         return 1

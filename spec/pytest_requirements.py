@@ -5,8 +5,7 @@ requirement ids and how each test ended. At the end:
 
 - a test naming an id the manifest does not know always fails the session;
 - on a whole-suite run only (no path arguments, nothing deselected by ``-k``/``-m``/``--lf``, no
-  collection error, every collected test ran, and ``../shared/acp`` present so that no test skipped
-  for want of it) it writes ``spec/COVERAGE.md`` and ``spec/coverage.json`` and applies the coverage
+  collection error, every collected test ran) it writes ``spec/COVERAGE.md`` and ``spec/coverage.json`` and applies the coverage
   gate of ``spec/coverage.py``. A partial run proves nothing about coverage: it neither writes nor
   judges, and says why.
 
@@ -23,9 +22,6 @@ import pytest
 from .coverage import build_rows, coverage_document, gate, render_markdown, summary_line
 from .import_requirements import SPEC_DIR, ManifestError, dump_json, load
 from .mutate import LISTING_VARIABLE, load_mutation_counts
-
-# The reference material beside the checkout (tests skip without it; a user's clone lacks it).
-REFERENCE = SPEC_DIR.parent.parent / "shared" / "acp"
 
 _RANK = {"skipped": 0, "passed": 1, "failed": 2}
 
@@ -51,8 +47,6 @@ class _RequirementTracker:
         self.partial_because: Set[str] = set()
         if config.option.file_or_dir:
             self.partial_because.add("paths were given")
-        if not REFERENCE.is_dir():
-            self.partial_because.add(f"{REFERENCE} is absent")
         self.problems: List[Tuple[str, List[str]]] = []
         self.whole_suite = False
         self.summary = ""

@@ -20,17 +20,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 pytest_plugins = ["spec.pytest_requirements"]
 
-SHARED_ACP = REPO.parent / "shared" / "acp"
-
 GRACE_SECONDS = 3.0
-
-
-def shared_acp(*parts: str) -> Path:
-    """A path under ``../shared/acp``; skips the test when the reference material is absent."""
-    path = SHARED_ACP.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"reference material {path} is absent (../shared is only beside developer and CI checkouts)")
-    return path
 
 
 def _open_fds():

@@ -1,17 +1,17 @@
 """Every JSON-RPC example of the v1 docs: decode its params/result with the method's type, encode, compare.
 
+The examples are data in ``tests/data/doc_examples.v1.json`` (made by ``schema/doc_examples.py``).
 The type comes from the method table (a response takes the method of the request with the same id
 shown earlier in the page). Examples that the schema rejects, or that do not come back as the same
 JSON value, are listed in ``EXPECTED_MISMATCHES`` with the reason; the test fails when that list is
 stale in either direction.
 """
 import json
-import re
 import typing
 
 import msgspec
 import pytest
-from conftest import shared_acp
+from conftest import REPO
 
 from acp_lite import codec
 from acp_lite import schema as s
@@ -19,6 +19,8 @@ from acp_lite import schema as s
 pytestmark = pytest.mark.timeout(60)
 
 METHODS = {**s.AGENT_METHODS, **s.CLIENT_METHODS, **s.PROTOCOL_METHODS}
+
+EXAMPLES = REPO / "tests" / "data" / "doc_examples.v1.json"
 
 # (page, index of the ```json block in the page) -> why it does not round-trip unchanged.
 EXPECTED_MISMATCHES = {
@@ -35,8 +37,6 @@ EXPECTED_MISMATCHES = {
                           "the unknown member is ignored",
     ("terminals.mdx", 5): 'exitStatus has "signal": null; optional members are never written as null',
     ("terminals.mdx", 7): '"signal": null; optional members are never written as null',
-    ("session-config-options.mdx", 5): "not JSON: the block elides values with comments",
-    ("session-config-options.mdx", 6): "not JSON: the block elides values with comments",
 }
 
 
@@ -52,34 +52,29 @@ def _result_type_by_shape(result):
 
 
 def _examples():
-    for page in sorted(shared_acp("docs", "v1").glob("*.mdx")):
-        methods_by_id = {}
-        for index, match in enumerate(re.finditer(r"```json[^\n]*\n(.*?)```", page.read_text(), re.S)):
-            block = match.group(1)
-            if '"jsonrpc"' not in block:
-                continue
-            try:
-                message = json.loads(block)
-            except ValueError:
-                yield page.name, index, None, None, None
-                continue
-            if "method" in message:
-                if "id" in message:
-                    methods_by_id[json.dumps(message["id"])] = message["method"]
-                spec = METHODS.get(message["method"])
-                type_ = spec.params_type if spec else typing.Any  # extension methods carry any JSON
-                yield page.name, index, message["method"], type_, message.get("params")
-            elif "result" in message:
-                method = methods_by_id.get(json.dumps(message["id"]))
-                if method is None:
-                    type_ = _result_type_by_shape(message["result"]) if isinstance(message["result"], dict) else None
-                elif method in METHODS:
-                    type_ = METHODS[method].result_type
-                else:
-                    type_ = typing.Any
-                yield page.name, index, method, type_, message["result"]
+    methods_by_id = {}  # of the page being read: request id -> method
+    page_read = None
+    for example in json.loads(EXAMPLES.read_text(encoding="utf-8"))["examples"]:
+        page, index, message = example["page"], example["block"], example["message"]
+        if page != page_read:
+            methods_by_id, page_read = {}, page
+        if "method" in message:
+            if "id" in message:
+                methods_by_id[json.dumps(message["id"])] = message["method"]
+            spec = METHODS.get(message["method"])
+            type_ = spec.params_type if spec else typing.Any  # extension methods carry any JSON
+            yield page, index, message["method"], type_, message.get("params")
+        elif "result" in message:
+            method = methods_by_id.get(json.dumps(message["id"]))
+            if method is None:
+                type_ = _result_type_by_shape(message["result"]) if isinstance(message["result"], dict) else None
+            elif method in METHODS:
+                type_ = METHODS[method].result_type
             else:
-                yield page.name, index, "error", s.Error, message["error"]
+                type_ = typing.Any
+            yield page, index, method, type_, message["result"]
+        else:
+            yield page, index, "error", s.Error, message["error"]
 
 
 @pytest.mark.req("ACP-V1-SCHEMA-INITIALIZE-SHAPE", "ACP-V1-SCHEMA-AUTHENTICATE-SHAPE", "ACP-V1-SCHEMA-NEW-SESSION-SHAPE",

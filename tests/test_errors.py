@@ -4,7 +4,7 @@ import json
 import pytest
 
 from acp_lite import errors
-from conftest import shared_acp
+from conftest import REPO
 
 WIRE_CLASSES = [
     (errors.ParseError, -32700),
@@ -29,7 +29,7 @@ def test_each_class_carries_its_code_and_round_trips(cls, code):
 
 @pytest.mark.req("ACP-V1-SCHEMA-ERROR-OBJECT", "ACP-V1-JSONRPC-ERROR-CODE-INTEGER")
 def test_codes_match_the_schema_error_codes():
-    schema = json.loads(shared_acp("schema", "v1", "schema.json").read_text())
+    schema = json.loads((REPO / "schema" / "v1" / "structure.json").read_text())
     upstream = {variant["const"] for variant in schema["$defs"]["ErrorCode"]["anyOf"] if "const" in variant}
     ours = {code for _, code in WIRE_CLASSES}
     assert ours == upstream

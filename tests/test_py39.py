@@ -3,8 +3,9 @@
 ``vermin`` finds the minimum version the syntax and standard-library use need. It cannot tell a
 ``X | Y`` union in an annotation from ``a | b`` on integers, so a small AST check covers that one
 case, which matters here: msgspec evaluates annotations, and ``int | None`` needs 3.10 even under
-``from __future__ import annotations``. When a 3.9 interpreter is at hand, everything is also
-compiled with it.
+``from __future__ import annotations``. When a 3.9 interpreter is at hand (``tests/pythons.py``
+looks in pyenv's versions and on the PATH), everything is also compiled with it, and ``.ci/run``
+runs the runtime's tests with it.
 """
 import ast
 import os
@@ -13,10 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from pythons import find_python
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKED = [REPO / "acp_lite", REPO / "examples"]
-PYTHON39 = Path("/root/.pyenv/versions/3.9.18/bin/python3")
+PYTHON39 = find_python("3.9")
 
 
 def python_files():
@@ -90,12 +92,28 @@ def test_pep604_check_sees_quoted_and_plain_unions(tmp_path):
     assert pep604_annotations(sample) == [1, 2, 3]
 
 
+@pytest.mark.timeout(60)
+def test_interpreters_are_found_in_pyenv_versions_and_must_run_as_the_version(tmp_path, monkeypatch):
+    def fake(path, reports):
+        path.parent.mkdir(parents=True)
+        path.write_text(f"#!/bin/sh\necho {reports}\n")
+        path.chmod(0o755)
+
+    fake(tmp_path / "versions" / "3.9.2" / "bin" / "python3.9", "3.9")
+    fake(tmp_path / "versions" / "3.9.10" / "bin" / "python3.9", "3.9")
+    fake(tmp_path / "shims" / "python3.8", "3.7")  # a shim that runs another version
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "shims"))
+    assert find_python("3.9") == str(tmp_path / "versions" / "3.9.10" / "bin" / "python3.9")
+    assert find_python("3.8") is None
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(not PYTHON39.exists(), reason=f"no Python 3.9 at {PYTHON39}")
+@pytest.mark.skipif(PYTHON39 is None, reason="no Python 3.9 in pyenv's versions or on the PATH")
 def test_compiles_with_python_3_9():
     script = "import sys\nfor p in sys.argv[1:]:\n    compile(open(p, 'rb').read(), p, 'exec')\n"
     result = subprocess.run(
-        [str(PYTHON39), "-c", script, *map(str, python_files())],
+        [PYTHON39, "-c", script, *map(str, python_files())],
         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
     )
     assert result.returncode == 0, result.stderr

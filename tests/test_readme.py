@@ -1,4 +1,9 @@
-"""The README's promises: its commands are CI's, its examples are the tested files."""
+"""The README's promises: install first, its commands are CI's, every Python snippet runs as pasted.
+
+Each snippet is written, exactly as the README shows it, into a temporary directory (under the name
+the README tells the reader to save it as) and run from there with this interpreter, which has
+acp_lite installed: what a reader who copies it gets.
+"""
 import re
 import subprocess
 import sys
@@ -7,37 +12,119 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-README = (REPO / "README.md").read_text()
+README = (REPO / "README.md").read_text(encoding="utf-8")
+PACKAGE_README = (REPO / "README.package.md").read_text(encoding="utf-8")
+
+pytestmark = pytest.mark.timeout(60)
 
 
-def _code_blocks(language):
-    return re.findall(rf"```{language}\n(.*?)```", README, re.S)
+def _code_blocks(language, text=README):
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
 
 
-def test_the_readme_opens_with_two_commands_and_ci_runs_the_second():
-    first_block = re.search(r"```sh\n(.*?)```", README, re.S).group(1).strip().splitlines()
-    assert len(first_block) == 2
-    assert first_block[1] in (REPO / ".ci" / "run").read_text()
+def _section(title):
+    start = README.index(f"\n{title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start:end]
+
+
+@pytest.fixture(scope="module")
+def snippets(tmp_path_factory):
+    """Every Python block of the README in a fresh directory: {file name: path}."""
+    folder = tmp_path_factory.mktemp("readme")
+    names = {}
+    for number, match in enumerate(re.finditer(r"(?:Save this as `([\w.]+)`[^\n]*\n\n)?```python\n(.*?)```", README, re.S)):
+        name = match.group(1) or f"snippet_{number}.py"
+        (folder / name).write_text(match.group(2), encoding="utf-8")
+        names[name] = folder / name
+    return names
+
+
+def _run(snippets, name, *args):
+    return subprocess.run([sys.executable, name, *args], cwd=snippets[name].parent,
+                          capture_output=True, text=True, timeout=40)
+
+
+def test_the_readme_first_shows_how_to_install_as_a_dependency():
+    assert _code_blocks("sh")[0] == "pip install acp-lite\n"
+    assert README.index("## Getting started") < README.index("```")
+
+
+def test_the_development_commands_are_two_and_ci_runs_the_second():
+    commands = _code_blocks("sh", _section("## Developing acp_lite"))[0].strip().splitlines()
+    assert len(commands) == 2
+    assert commands[1] in (REPO / ".ci" / "run").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("name", ["minimal_agent.py", "minimal_client.py"])
-def test_the_minimal_examples_in_the_readme_are_the_files_and_fit_in_twenty_lines(name):
-    source = (REPO / "examples" / name).read_text()
-    assert source in _code_blocks("python")
-    assert len(source.strip().splitlines()) <= 20
+def test_the_minimal_examples_in_the_readme_are_the_files_and_stay_short(name, snippets):
+    source = (REPO / "examples" / name).read_text(encoding="utf-8")
+    assert snippets[name].read_text(encoding="utf-8") == source
+    assert len(source.strip().splitlines()) <= 25
 
 
-@pytest.mark.timeout(30)
-def test_the_minimal_client_runs_against_the_minimal_agent():
-    done = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "minimal_client.py")], capture_output=True, text=True, timeout=20
-    )
+def test_every_snippet_is_run_by_a_test_here(snippets):
+    assert sorted(snippets) == ["minimal_agent.py", "minimal_client.py", "snippet_2.py", "snippet_3.py"]
+
+
+@pytest.mark.slow
+def test_the_minimal_client_runs_against_the_minimal_agent(snippets):
+    done = _run(snippets, "minimal_client.py")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["You said: hello", "stop reason: end_turn"]
+    assert done.stdout.splitlines() == ["[agent_message_chunk] You said: hello", "stop reason: end_turn"]
+
+
+@pytest.mark.slow
+def test_the_minimal_client_prints_what_the_readme_shows_against_the_mock_coding_agent(snippets):
+    done = _run(snippets, "minimal_client.py", sys.executable, str(REPO / "examples" / "agent.py"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == _code_blocks("text", _section("## Getting started"))[0]
+
+
+@pytest.mark.slow
+def test_the_host_delivery_snippet_runs_a_turn_without_blocking_the_host_thread(snippets):
+    host = snippets["snippet_2.py"]
+    assert "HostDelivery()" in host.read_text(encoding="utf-8")
+    done = _run(snippets, "snippet_2.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[agent_message_chunk] You said: hello", "stop reason: end_turn"]
+
+
+def test_the_logging_snippet_turns_on_the_acp_lite_loggers(snippets):
+    probe = snippets["snippet_3.py"].read_text(encoding="utf-8") + (
+        "\nimport acp_lite.codec, acp_lite.schema\n"
+        "acp_lite.codec.decode(b'{\"type\":\"future_kind\"}', acp_lite.schema.ContentBlock)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=snippets["snippet_3.py"].parent,
+                          capture_output=True, text=True, timeout=40)
+    assert done.returncode == 0, done.stderr
+    assert " acp_lite.codec INFO unknown-variant at $: " in done.stderr
+
+
+def test_the_logging_table_names_every_logger_of_the_runtime():
+    used = set()
+    for module in (REPO / "acp_lite").glob("*.py"):
+        used.update(re.findall(r'getLogger\("(acp_lite\.[\w.]+)"\)', module.read_text(encoding="utf-8")))
+    listed = set(re.findall(r"^\| `(acp_lite\.[\w.]+)` \|", _section("### Logging"), re.M))
+    assert listed == used
+
+
+def test_the_package_readme_reads_right_on_a_package_index():
+    # Its code is the README's, it links only absolutely, and it shows no development command.
+    for block in _code_blocks("python", PACKAGE_README):
+        assert block in _code_blocks("python")
+    assert "pip install acp-lite" in PACKAGE_README
+    links = re.findall(r"\]\(([^)]*)\)", PACKAGE_README)
+    assert links and all(link.startswith("https://") for link in links)
+    for dev_only in (".venv", "pytest", ".ci/", "-e '"):
+        assert dev_only not in PACKAGE_README
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'readme = "README.package.md"' in pyproject
 
 
 def test_the_application_requirements_table_is_current():
-    from spec.readme_section import README as readme_path, with_table
+    from spec.readme_section import README as readme_path
+    from spec.readme_section import with_table
 
     text = readme_path.read_text()
     assert with_table(text) == text, "run: python -m spec.readme_section"

@@ -1,61 +1,158 @@
-"""The generated model: regenerated without a diff, complete, and faithful to the upstream schema.
+"""The generated model: regenerated without a diff, complete, and faithful to the schema's structure.
 
-These tests read ``../shared/acp/schema`` and skip (with the reason) when it is absent.
+The generator's input is ``schema/v1/structure.json``: the upstream schema reduced to its structure
+by ``schema/derive.py`` (tested here too), committed with the sha256 of the upstream file.
 """
+import hashlib
 import json
 import subprocess
 import sys
 import typing
-from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import REPO, shared_acp
+from conftest import REPO
 
 from acp_lite import codec, schema
 from acp_lite.errors import SchemaError
 
 pytestmark = pytest.mark.timeout(60)
 
-V1 = ("schema", "v1")
+V1 = REPO / "schema" / "v1" / "structure.json"
+V2 = REPO / "schema" / "v2" / "structure.json"
+PROSE_KEYWORDS = ("description", "examples", "$comment")
+
+
+def _structure(path=V1):
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _upstream_defs():
-    return json.loads(shared_acp(*V1, "schema.json").read_text())["$defs"]
+    return _structure()["$defs"]
 
 
-def _run_generator(source: Path, meta, out: Path):
-    args = [sys.executable, "schema/generate.py", str(Path("..", "shared", "acp").joinpath(*source.parts[-3:]))]
-    if meta is not None:
-        args += ["--meta", str(Path("..", "shared", "acp").joinpath(*meta.parts[-3:]))]
-    args += ["--out", str(out)]
+def _run_generator(structure, out):
+    args = [sys.executable, "schema/generate.py", str(structure.relative_to(REPO)), "--out", str(out)]
     subprocess.run(args, cwd=REPO, check=True, timeout=50)
+
+
+def _derive(tmp_path, *args):
+    return subprocess.run([sys.executable, str(REPO / "schema" / "derive.py"), *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=50)
+
+
+# ----- the structure files and how they are made ---------------------------------------------------
+
+
+def _keywords(node, in_alternatives=False):
+    """(keyword, value, whether the node is an alternative of a union) for every schema node."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _keywords(item, in_alternatives)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield key, value, in_alternatives
+            if key in ("properties", "$defs") and isinstance(value, dict):
+                for child in value.values():
+                    yield from _keywords(child)
+            elif not key.startswith("x-acp-lite-"):
+                yield from _keywords(value, key in ("anyOf", "oneOf"))
+
+
+@pytest.mark.parametrize("path, defs, sha256", [
+    (V1, 170, "9ec28913e1ee489c4381e8d3dc998d3c766afd7d646841c81a57988b8a1f9200"),
+    (V2, 197, "b6c91055df549d6f1db1d76d692d0561dad433e03d8ed114ea9b5baed9da72c5"),
+])
+def test_the_structure_files_keep_no_prose_and_name_their_upstream_file(path, defs, sha256):
+    structure = _structure(path)
+    assert len(structure["$defs"]) == defs
+    assert structure["x-acp-lite-derived"]["schema_sha256"] == sha256
+    assert structure["x-acp-lite-derived"]["by"] == "schema/derive.py"
+    found = list(_keywords(structure))
+    assert [key for key, _, _ in found if key in PROSE_KEYWORDS] == []
+    labels = [value for key, value, alternative in found if key == "title"]
+    assert labels and all(len(label.split()) <= 3 for label in labels)
+    assert all(alternative for key, _, alternative in found if key == "title")
+
+
+UPSTREAM = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "A title that goes",
+    "description": "Prose that goes.",
+    "$defs": {
+        "Thing": {
+            "description": "Prose that goes.",
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "description": "a property named title stays"},
+                "kind": {"$ref": "#/$defs/Kind", "examples": ["a"]},
+            },
+            "required": ["title"],
+            "x-method": "thing/do",
+            "x-side": "agent",
+        },
+        "Kind": {"anyOf": [{"title": "plain", "const": "a", "description": "goes"}, {"title": "other", "type": "string"}]},
+    },
+}
+
+
+def test_derive_strips_the_prose_and_keeps_the_structure_and_the_labels(tmp_path):
+    raw = json.dumps(UPSTREAM).encode()
+    (tmp_path / "upstream.json").write_bytes(raw)
+    done = _derive(tmp_path, "upstream.json", "--version", "7", "--origin", "a test", "--out", "structure.json")
+    assert done.returncode == 0, done.stderr
+    structure = json.loads((tmp_path / "structure.json").read_text())
+    assert structure == {
+        "x-acp-lite-derived": {"from": "a test", "schema_sha256": hashlib.sha256(raw).hexdigest(), "by": "schema/derive.py"},
+        "x-acp-lite-methods": {"version": 7, "agentMethods": {"thing_do": "thing/do"}, "clientMethods": {},
+                               "protocolMethods": {}},
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$defs": {
+            "Thing": {"type": "object",
+                      "properties": {"title": {"type": "string"}, "kind": {"$ref": "#/$defs/Kind"}},
+                      "required": ["title"], "x-method": "thing/do", "x-side": "agent"},
+            "Kind": {"anyOf": [{"title": "plain", "const": "a"}, {"title": "other", "type": "string"}]},
+        },
+    }
+    same = _derive(tmp_path, "upstream.json", "--version", "7", "--origin", "a test", "--check", "structure.json")
+    assert same.returncode == 0, same.stderr
+    (tmp_path / "upstream.json").write_bytes(raw.replace(b'"required"', b'"x-new": 1, "required"'))
+    stale = _derive(tmp_path, "upstream.json", "--version", "7", "--origin", "a test", "--check", "structure.json")
+    assert stale.returncode == 1 and "structure.json differs from a fresh derivation" in stale.stderr
+
+
+def test_derive_refuses_a_union_label_that_reads_like_prose(tmp_path):
+    upstream = {"$defs": {"Kind": {"anyOf": [{"title": "the first of the two kinds", "const": "a"}]}}}
+    (tmp_path / "upstream.json").write_text(json.dumps(upstream))
+    done = _derive(tmp_path, "upstream.json", "--version", "1", "--origin", "a test", "--out", "structure.json")
+    assert done.returncode == 1
+    assert "'the first of the two kinds' of a union alternative reads like prose" in done.stderr
+    assert not (tmp_path / "structure.json").exists()
 
 
 # ----- generation ---------------------------------------------------------------------------------
 
 
-def test_regenerating_from_the_v1_schema_gives_the_committed_module(tmp_path):
+def test_regenerating_from_the_v1_structure_gives_the_committed_module(tmp_path):
     out = tmp_path / "schema.py"
-    _run_generator(shared_acp(*V1, "schema.json"), shared_acp(*V1, "meta.json"), out)
+    _run_generator(V1, out)
     committed = (REPO / "acp_lite" / "schema.py").read_text()
     assert out.read_text() == committed, "acp_lite/schema.py is stale: rerun schema/generate.py (see its docstring)"
 
 
 def test_the_module_says_it_is_generated_from_which_file():
     first = (REPO / "acp_lite" / "schema.py").read_text().splitlines()[0]
-    digest = __import__("hashlib").sha256(shared_acp(*V1, "schema.json").read_bytes()).hexdigest()
-    assert first.startswith("# GENERATED by schema/generate.py from ../shared/acp/schema/v1/schema.json")
-    assert digest in first and first.endswith("-- do not edit.")
+    digest = _structure()["x-acp-lite-derived"]["schema_sha256"]
+    assert first == (f"# GENERATED by schema/generate.py from schema/v1/structure.json "
+                     f"(upstream schema sha256 {digest}) -- do not edit.")
 
 
 def test_the_generator_runs_on_the_v2_draft_and_its_output_imports(tmp_path):
-    source = shared_acp("schema", "v2", "schema.json")
     package = tmp_path / "v2pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "codec.py").write_text("from acp_lite.codec import *  # noqa\nfrom acp_lite.codec import MethodSpec, UnknownVariant, untagged_union\n")
-    _run_generator(source, shared_acp("schema", "v2", "meta.json"), package / "schema.py")
+    _run_generator(V2, package / "schema.py")
     probe = (
         "import sys, msgspec; sys.path.insert(0, sys.argv[1]); import v2pkg.schema as s\n"
         "defs = __import__('json').load(open(sys.argv[2]))['$defs']\n"
@@ -64,10 +161,10 @@ def test_the_generator_runs_on_the_v2_draft_and_its_output_imports(tmp_path):
         "[msgspec.json.Decoder(getattr(s, n)) for n in s.__all__ if not n.isupper()]\n"
         "print(s.PROTOCOL_VERSION, len(s.AGENT_METHODS), len(s.CLIENT_METHODS))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path), str(source)], cwd=REPO,
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path), str(V2)], cwd=REPO,
                           capture_output=True, text=True, timeout=50)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[0] == "2"
+    assert done.stdout.split() == ["2", "13", "4"]
 
 
 def test_exported_schema_is_up_to_date(tmp_path):
@@ -93,7 +190,7 @@ def test_every_upstream_def_has_exactly_one_public_name():
 
 
 def test_method_tables_follow_the_meta_file():
-    meta = json.loads(shared_acp(*V1, "meta.json").read_text())
+    meta = _structure()["x-acp-lite-methods"]
     assert list(schema.AGENT_METHODS) == list(meta["agentMethods"].values())
     assert list(schema.CLIENT_METHODS) == list(meta["clientMethods"].values())
     assert list(schema.PROTOCOL_METHODS) == list(meta["protocolMethods"].values())

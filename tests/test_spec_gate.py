@@ -37,7 +37,6 @@ def test_plain():
 
 
 def make_project(tmp_path, classification, tests=TESTS):
-    (tmp_path / "shared" / "acp").mkdir(parents=True)  # the reference material sits beside checkouts
     project = tmp_path / "main"
     spec = project / "spec"
     (spec / "manifest").mkdir(parents=True)
@@ -101,15 +100,15 @@ def test_a_must_without_a_passing_test_fails_the_whole_suite_run_but_not_a_parti
     assert "not a whole-suite run (tests were deselected)" in partial.stdout
 
 
-def test_without_the_reference_material_coverage_is_not_judged(tmp_path):
-    # A user's fresh clone has no ../shared: tests needing it skip, which must not fail the gate.
+def test_a_clone_with_nothing_beside_it_is_judged(tmp_path):
+    # A user's fresh clone is the whole project: the gate judges its run like any other.
     project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"},
                                       "ACP-V1-MAY-SDK": {"status": "tested"}})
-    (tmp_path / "shared" / "acp").rmdir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["main"]
     result = run(project)
-    assert result.returncode == 0, result.stdout
-    assert "shared/acp is absent): coverage neither judged nor written" in result.stdout
-    assert not (project / "spec" / "COVERAGE.md").exists()
+    assert result.returncode == 1, result.stdout
+    assert "classified tested, but no test carrying the id passed:\n    ACP-V1-MUST-SDK\n" in result.stdout
+    assert (project / "spec" / "COVERAGE.md").exists()
 
 
 def test_a_failing_test_does_not_cover_its_requirement(tmp_path):

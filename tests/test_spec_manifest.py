@@ -1,15 +1,15 @@
 """The requirement manifest in spec/manifest: a faithful, prose-free import, fully classified."""
+import hashlib
 import json
 
 import pytest
-from conftest import shared_acp
 
 from spec.import_requirements import (
     KEPT_FIELDS,
     MANIFEST_DIR,
     ManifestError,
-    build_manifest,
     check_entry,
+    check_file,
     dump_json,
     import_file,
     load,
@@ -17,17 +17,15 @@ from spec.import_requirements import (
 )
 
 
-def test_the_committed_manifest_is_a_fresh_import_of_the_reference_list():
-    source = json.loads(shared_acp("requirements.json").read_text(encoding="utf-8"))
-    manifest = build_manifest(source)
-    assert (MANIFEST_DIR / "requirements.json").read_text(encoding="utf-8") == dump_json(manifest), (
-        "spec/manifest is stale: run python -m spec.import_requirements ../shared/acp/requirements.json"
-    )
+def test_the_committed_manifest_names_its_source_and_its_classification_is_in_step():
+    manifest = json.loads((MANIFEST_DIR / "requirements.json").read_text(encoding="utf-8"))
+    assert manifest["source_sha256"] == "4d8b41c91663e1b46b83e36b71499710dfef5cc7551906394c8317c70c324b6f"
+    assert len(manifest["requirements"]) == 240
+    assert (MANIFEST_DIR / "requirements.json").read_text(encoding="utf-8") == dump_json(manifest)
     committed = json.loads((MANIFEST_DIR / "classification.json").read_text(encoding="utf-8"))
     merged, dropped = merge_classification(manifest, committed)
     assert dropped == []
     assert (MANIFEST_DIR / "classification.json").read_text(encoding="utf-8") == dump_json(merged)
-    assert len(manifest["requirements"]) == len(source["requirements"]) == 240
 
 
 def test_every_requirement_is_classified_and_no_prose_is_copied():
@@ -50,6 +48,8 @@ def test_a_re_import_keeps_the_classification_adds_new_ids_as_pending_and_drops_
     manifest_dir = tmp_path / "manifest"
     source_path.write_text(json.dumps(_source("A", "B")), encoding="utf-8")
     assert import_file(source_path, manifest_dir) == []
+    written = json.loads((manifest_dir / "requirements.json").read_text(encoding="utf-8"))
+    assert written["source_sha256"] == hashlib.sha256(source_path.read_bytes()).hexdigest()
     classification_path = manifest_dir / "classification.json"
     classification = json.loads(classification_path.read_text(encoding="utf-8"))
     classification["A"] = {"status": "application", "why": "the editor's UI"}
@@ -63,6 +63,15 @@ def test_a_re_import_keeps_the_classification_adds_new_ids_as_pending_and_drops_
     assert classification == {"C": {"status": "pending", "why": "new in r2"},
                               "A": {"status": "application", "why": "the editor's UI"}}
     assert "prose" not in (manifest_dir / "requirements.json").read_text(encoding="utf-8")
+
+
+def test_check_tells_whether_the_committed_manifest_is_the_import_of_a_file(tmp_path):
+    source_path = tmp_path / "requirements.json"
+    source_path.write_text(json.dumps(_source("A")), encoding="utf-8")
+    import_file(source_path, tmp_path / "manifest")
+    assert check_file(source_path, tmp_path / "manifest")
+    source_path.write_text(json.dumps(_source("A")) + "\n", encoding="utf-8")  # same requirements, other bytes
+    assert not check_file(source_path, tmp_path / "manifest")
 
 
 @pytest.mark.parametrize(
