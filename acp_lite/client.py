@@ -26,8 +26,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 
 from .codec import Undecodable, UnknownVariant, keep_undecodable
 from .errors import CapabilityError, InvalidParams, SchemaError, UsageError, VersionMismatch
-from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, Request, bind_handlers, extension_name, future_then
-from .peer import require_absolute_path as _require_absolute
+from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, Request, bind_handlers, extension_name, future_then, require_absolute_path
+
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
@@ -101,7 +101,7 @@ _KEEPING_METHODS = {
     for method, spec in CLIENT_METHODS.items()
 }
 
-_log = logging.getLogger("acp_lite.client")
+_client_log = logging.getLogger("acp_lite.client")
 
 # A prompt may always carry these; the rest need the agent's prompt capabilities.
 _BASELINE_CONTENT = {"text", "resource_link"}
@@ -137,7 +137,7 @@ class Client(Peer):
         it offers none), and logs once per client that it did, since the user never saw it."""
         if not getattr(self, "_denied_permissions_logged", False):
             self._denied_permissions_logged = True
-            _log.warning("%s does not override request_permission: permission requests are denied "
+            _client_log.warning("%s does not override request_permission: permission requests are denied "
                          "(the first reject option, else cancelled); logged once", type(self).__name__)
         reject = next((option for option in params.options if option.kind.startswith("reject")), None)
         if reject is None:
@@ -148,7 +148,7 @@ class Client(Peer):
         """A notification of the agent other than ``session/update`` whose params do not decode:
         ``raw`` is the params as they arrived, ``error`` says where and why. Runs like the other
         callbacks. Default: one warning on the ``acp_lite.client`` logger."""
-        _log.warning("the agent's %s does not decode: %s; params: %.300r", method, error, raw)
+        _client_log.warning("the agent's %s does not decode: %s; params: %.300r", method, error, raw)
 
     def read_text_file(self, params):
         raise NotImplementedError
@@ -582,7 +582,7 @@ class RemoteAgent:
     def _list_sessions_request(self, cwd: Optional[str], cursor: Optional[str]) -> Request:
         self._require_session_capability("list")
         if cwd is not None:
-            _require_absolute(cwd, "cwd")
+            require_absolute_path(cwd, "cwd")
         return self._request("session/list", ListSessionsRequest(cwd=cwd, cursor=cursor))
 
     def _close_session_request(self, session_id: str) -> Request:
@@ -643,11 +643,11 @@ class RemoteAgent:
         self, cwd: str, mcp_servers: Sequence[Any], additional_directories: Optional[Sequence[str]]
     ) -> None:
         caps = self._initialized()
-        _require_absolute(cwd, "cwd")
+        require_absolute_path(cwd, "cwd")
         if additional_directories is not None:
             self._require_session_capability("additional_directories")
             for directory in additional_directories:
-                _require_absolute(directory, "additional directory")
+                require_absolute_path(directory, "additional directory")
         mcp = caps.mcp_capabilities
         for server in mcp_servers:
             kind = variant_tag(server)
