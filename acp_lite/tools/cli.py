@@ -176,8 +176,9 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 
 
 def _cli_error(text: str) -> None:
-    try:
-        print(f"acp-lite: {text}", file=sys.stderr, flush=True)
+    try:  # one write, line and newline together: a Ctrl-C cannot land between them
+        sys.stderr.write(f"acp-lite: {text}\n")
+        sys.stderr.flush()
     except OSError:  # stderr is gone (a closed terminal: SIGHUP)
         pass
 
