@@ -10,11 +10,11 @@ blocking ``<method>(..., timeout=None)`` and a non-blocking ``<method>_future(..
 is described once, as a ``Request`` (what to send, and what to make of the answer), which both
 forms carry out.
 """
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 from .errors import MethodNotFound, UsageError
-from .rpc import Connection, RequestContext
+from .rpc import Connection, RequestContext, _settle
 from .schema import PROTOCOL_VERSION
 
 # The protocol versions this runtime speaks, newest last.
@@ -48,13 +48,7 @@ def future_then(future: Future, then: Callable[[Any], Any]) -> Future:
                 value = then(done.result())
             except Exception as exc:
                 error = exc
-        try:
-            if error is None:
-                outcome.set_result(value)
-            else:
-                outcome.set_exception(error)
-        except InvalidStateError:
-            pass  # the application cancelled it meanwhile
+        _settle(outcome, value, error)  # unless the application cancelled it meanwhile
 
     outcome.add_done_callback(lambda f: f.cancelled() and future.cancel())
     future.add_done_callback(settle)
