@@ -497,7 +497,8 @@ class _AgentService:
 
     A turn is registered when its request arrives (in order with notifications), so that a
     ``session/cancel`` sent right after the prompt finds it even before a worker runs it; a turn
-    cancelled before its handler started is answered ``cancelled`` here, as the handler would.
+    cancelled before its handler started is answered ``cancelled`` here, as the handler would,
+    and its handler never runs (whether it started is decided under the service's lock).
     """
 
     def __init__(self, agent: Agent, connection: Connection):
@@ -538,22 +539,33 @@ class _AgentService:
         ctx.cancel_token.add_callback(lambda: self._cancelled_before_start(turn))
 
     def _cancelled_before_start(self, turn: PromptTurn) -> None:
-        if not turn.started:
-            turn.context.respond(PromptResponse(stop_reason="cancelled"))
-            self._forget(turn)
+        # Decided under the lock _prompt takes to start the turn: either the handler starts (and
+        # answers the cancel itself) or the turn is answered here and the handler never runs.
+        with self._lock:
+            if turn.started:
+                return
+            self._forget_locked(turn)  # _prompt then finds no turn, and does not start one
+        turn.context.respond(PromptResponse(stop_reason="cancelled"))
 
     def _forget(self, turn: PromptTurn) -> None:
         with self._lock:
-            self._turn_of.pop(turn.context, None)
-            turns = self._turns.get(turn.session_id, set())
-            turns.discard(turn)
-            if not turns:
-                self._turns.pop(turn.session_id, None)
+            self._forget_locked(turn)
+
+    def _forget_locked(self, turn: PromptTurn) -> None:
+        self._turn_of.pop(turn.context, None)
+        turns = self._turns.get(turn.session_id, set())
+        turns.discard(turn)
+        if not turns:
+            self._turns.pop(turn.session_id, None)
 
     def _prompt(self, params: PromptRequest, ctx: RequestContext) -> PromptResponse:
         with self._lock:
-            turn = self._turn_of[ctx]
-        turn.started = True
+            turn = self._turn_of.get(ctx)
+            if turn is None:
+                # Answered "cancelled" before it could start: its handler never runs (whatever
+                # it sent would follow the answer). This return value is dropped.
+                return PromptResponse(stop_reason="cancelled")
+            turn.started = True
         _current_turn.value = turn
         try:
             result = self.agent.prompt(params, turn)

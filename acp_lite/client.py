@@ -19,6 +19,7 @@ delivery thread (or its reader, delivering in its stead when nothing else waits)
 thread when it pumps.
 """
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Union
@@ -252,10 +253,15 @@ class RemoteAgent:
 
     def close(self, timeout: float = 5.0) -> None:
         """Close the connection, stop the agent process (stdin close, then TERM, then KILL), then
-        let the client release what it holds (``Client.close``). Idempotent."""
-        self.connection.close(timeout)
+        let the client release what it holds (``Client.close``), all within about ``timeout``
+        seconds. Idempotent."""
+        deadline = time.monotonic() + timeout
+        # Half for the connection (flushing to an agent that stopped reading may take all of
+        # it), the rest for the process: its stop waits in up to four steps (exit after stdin
+        # closes, after TERM, after KILL, the stderr reader), each given a quarter.
+        self.connection.close(timeout / 2 if self.process is not None else timeout)
         if self.process is not None:
-            self.process.stop()
+            self.process.stop(max(0.0, deadline - time.monotonic()) / 4)
         self.client.close()
 
     def __enter__(self) -> "RemoteAgent":
@@ -697,7 +703,11 @@ class RemoteAgent:
 
         def answered(_: Any = None) -> None:
             with self._lock:
-                self._permissions.get(params.session_id, set()).discard(ctx)
+                pending = self._permissions.get(params.session_id)
+                if pending is not None:
+                    pending.discard(ctx)
+                    if not pending:  # no empty set kept per session that ever asked
+                        del self._permissions[params.session_id]
 
         try:
             answer = self.client.request_permission(params)

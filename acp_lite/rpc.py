@@ -50,18 +50,23 @@ Rules it keeps:
   is then forgotten and a late answer dropped), ``ConnectionClosed`` on end of stream or
   ``close()``, or cancellation through its future (which sends ``$/cancel_request``).
 - Bad input never stops the reader. Invalid JSON: -32700 with a null id (and when its first bytes
-  show it answers one of our calls, that call fails with ``ParseError``). Valid JSON that is not
+  show it answers one of our calls, that call fails with ``ParseError``). Valid JSON that cannot
+  be decoded (a lone surrogate in a string) and holds a request with a readable id: -32600 with
+  that id. Valid JSON that is not
   a JSON-RPC message: -32600 (id echoed when readable). Responses never get a reply, valid or not,
   so two peers can never bounce error messages back and forth. Lines that do not even look like
   JSON (a banner on stdout) are counted and logged now and then, not answered.
 - A handler raising an ``acp_lite`` protocol error sends that error; any other exception sends
-  -32603 and is logged with its traceback. A handler whose request was cancelled (by
+  -32603 and is logged with its traceback. An error the peer answered to a call the handler made
+  stays the peer's: escaping the handler, it is answered -32603 with ``data`` naming that call's
+  method, code and message (a handler that wants to send a code raises a fresh error). A handler whose request was cancelled (by
   ``$/cancel_request`` or because the connection is closing) answers -32800 unless it returns a
   result anyway.
 """
 import collections
 import functools
 import itertools
+import json
 import logging
 import re
 import threading
@@ -292,8 +297,9 @@ class _CallbackQueue:
             self.unfinished -= count
             self._running = False
             self.stand_in = None
-            if self._items:
-                self._cond.notify()  # the delivering thread, waiting for the role to take them
+            if self._items or self._finished:
+                # The delivering thread, waiting for the role to take them, or (finished) to end.
+                self._cond.notify()
 
     def has_items(self) -> bool:
         return bool(self._items)
@@ -649,9 +655,10 @@ class _FastPath:
 
 
 class _PendingCall:
-    __slots__ = ("future", "result_type", "direct", "may_read")
+    __slots__ = ("method", "future", "result_type", "direct", "may_read")
 
-    def __init__(self, future: Future, result_type: Any, direct: bool, may_read: bool):
+    def __init__(self, method: str, future: Future, result_type: Any, direct: bool, may_read: bool):
+        self.method = method
         self.future = future
         self.result_type = result_type
         # A future only call() waits on, with no done-callbacks: safe to settle on the reader.
@@ -980,6 +987,10 @@ class Connection:
             if self._host is not None:
                 self._drop_host_items()
             self._run_closing(None)
+            with self._lock:
+                # What a reader routed behind the request it runs (this close() may be its
+                # handler) may answer a call a handler joined below waits on: queue it first.
+                self._queue_held()
             if self._pool is not None:
                 self._pool.shutdown()
                 self._pool.join(deadline)
@@ -1046,8 +1057,8 @@ class Connection:
     def call(self, method: str, params: Any = None, result_type: Any = Any, timeout: Optional[float] = None) -> Any:
         """Send a request and block until its answer; return the result decoded into
         ``result_type``. Raises the peer's error (an ``acp_lite`` ``ProtocolError``),
-        ``CallTimeout`` after ``timeout`` seconds (the peer is sent ``$/cancel_request`` and a
-        late answer is dropped), or ``ConnectionClosed``. Any thread, but not from a callback
+        ``CallTimeout`` after ``timeout`` seconds, sending included (the peer is sent
+        ``$/cancel_request`` and a late answer is dropped), or ``ConnectionClosed``. Any thread, but not from a callback
         (on the delivery thread, the reader delivering in its stead, or the host thread in host
         mode): there it raises ``UsageError`` (use ``call_future``). Without a timeout and off
         the main thread, the waiting thread may read the connection itself (its own answer, and
@@ -1060,13 +1071,14 @@ class Connection:
         # the middle of reading: only other threads read their own answers.
         on_main_thread = threading.current_thread() is threading.main_thread()
         may_read = timeout is None and not on_main_thread
-        request_id = self._send_request(method, params, result_type, future, True, may_read)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        request_id = self._send_request(method, params, result_type, future, True, may_read, timeout)
         if may_read and self._borrow_reading():
             self._read_own_answer(request_id)
         try:
-            if timeout is None and on_main_thread:
-                return _wait_seeing_signals(future)
-            return future.result(timeout)
+            if deadline is None:
+                return _wait_seeing_signals(future) if on_main_thread else future.result()
+            return future.result(max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             if not self._forget(request_id):
                 return future.result()  # the answer arrived meanwhile and is being settled
@@ -1123,7 +1135,14 @@ class Connection:
         self._transport.send(self._encode_outgoing(_OutNotification("2.0", method, params)))
 
     def _send_request(
-        self, method: str, params: Any, result_type: Any, future: Future, direct: bool, may_read: bool
+        self,
+        method: str,
+        params: Any,
+        result_type: Any,
+        future: Future,
+        direct: bool,
+        may_read: bool,
+        timeout: Optional[float] = None,
     ) -> int:
         _check_method_name(method)
         request_id = next(self._ids)
@@ -1132,10 +1151,13 @@ class Connection:
         with self._lock:
             if self._closed:
                 raise self._closed_error()
-            self._pending[request_id] = _PendingCall(future, result_type, direct, may_read)
+            self._pending[request_id] = _PendingCall(method, future, result_type, direct, may_read)
             wake_reader = self._lent and self._borrower is None and not may_read
         try:
-            self._transport.send(frame, awaited=True)
+            self._transport.send(frame, awaited=True, timeout=timeout)
+        except CallTimeout:  # no room to send: the request never went out
+            self._forget(request_id)
+            raise CallTimeout(f"{method}: could not be sent within {timeout} s (the peer is not reading)") from None
         except ConnectionClosed:
             self._forget(request_id)
             raise
@@ -1158,9 +1180,13 @@ class Connection:
             self._send_cancel_request(request_id)
 
     def _send_cancel_request(self, request_id: int) -> None:
+        # Never blocks: a peer too far behind to take it (no room to send) is not listening.
+        if self._closed:
+            return
         try:
-            self.notify(CANCEL_REQUEST_METHOD, {"requestId": request_id})
-        except ConnectionClosed:
+            frame = self._encode_outgoing(_OutNotification("2.0", CANCEL_REQUEST_METHOD, {"requestId": request_id}))
+            self._transport.send(frame, timeout=0)
+        except (ConnectionClosed, CallTimeout):
             pass
 
     def _closed_error(self) -> ConnectionClosed:
@@ -1327,8 +1353,18 @@ class Connection:
             self._answer(ctx, future.result(), None)
 
     def _answer_exception(self, ctx: RequestContext, exc: BaseException) -> None:
+        nested = getattr(exc, _ANSWER_TO, None)
         if ctx.cancel_token.is_cancelled:
-            error: AcpError = exc if isinstance(exc, RequestCancelled) else RequestCancelled()
+            error: AcpError = exc if isinstance(exc, RequestCancelled) and nested is None else RequestCancelled()
+        elif nested is not None:
+            # The peer's error to a call the handler made is not the handler's own answer: sent
+            # as it is, a -32601 for a nested call would read as "this method is not supported".
+            assert isinstance(exc, AcpError)
+            self._log.warning("%s: handler for %s let the error of its %s call escape: %s", self.name, ctx.method, nested, exc)
+            error = InternalError(
+                f"Internal error: {nested} failed with {exc.code}: {exc.message}",
+                data={"method": nested, "code": exc.code, "message": exc.message},
+            )
         elif isinstance(exc, ProtocolError):
             error = exc
         else:
@@ -1724,7 +1760,12 @@ class Connection:
         text = frame.strip()
         if not text:
             return  # a blank line between messages
-        if text[:1] in (b"{", b"["):
+        readable = _read_leniently(text) if text[:1] == b"{" else None
+        if isinstance(readable, dict) and isinstance(readable.get("method"), str) and _sendable_id(readable.get("id")):
+            # Valid JSON that msgspec cannot decode (a lone surrogate such as "\ud800" in a
+            # string): a request whose id is readable is answered with its id.
+            self._reject(readable["id"], f"valid JSON that cannot be decoded ({exc})", None)
+        elif text[:1] in (b"{", b"["):
             self.stats.parse_errors += 1
             self._complain("parse", "%s: invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, exc)
             self._send_frame(self._encode_error(None, ParseError(f"Parse error: {exc}")))
@@ -1870,7 +1911,7 @@ class Connection:
                 value = _decode_payload(message.result, call.result_type)
             except AcpError as exc:
                 error = exc
-        self._settle_ordered(call, value, error, items)
+        self._settle_ordered(call, value, _received(error, call.method), items)
 
     def _settle_ordered(self, call: _PendingCall, value: Any, error: Optional[BaseException], items: List[Callback]) -> None:
         # Behind every callback that came before it: directly only when nothing is waiting.
@@ -1908,7 +1949,7 @@ class Connection:
         with self._lock:
             call = self._pending.pop(request_id, None)
         if call is not None:
-            self._settle_ordered(call, None, error, items)
+            self._settle_ordered(call, None, _received(error, call.method), items)
 
     def _on_end_of_stream(self) -> None:
         if not self._close_called:
@@ -1931,6 +1972,25 @@ class Connection:
         for call in pending.values():
             _settle(call.future, None, self._close_error)
         self._run_closing(None)
+
+
+def _sendable_id(value: Any) -> bool:
+    # A valid id that can be written back (not a string holding a lone surrogate itself).
+    if type(value) is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    return _valid_id(value)
+
+
+def _read_leniently(text: bytes) -> Any:
+    """A line msgspec refused, as Python's json module reads it (it accepts lone surrogates), or
+    None if that fails too. Only for the rare lines that take this path."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _check_method_name(method: str) -> None:
@@ -1965,6 +2025,18 @@ def _decode_payload(data: Any, type_: Any) -> Any:
         raise
     except Exception as exc:
         raise InternalError(f"cannot decode a {getattr(type_, '__name__', type_)}: {exc}") from exc
+
+
+# The attribute that marks an error as the answer (received, or read from what the peer sent) to
+# one of our calls: the name of the call's method. Such an error escaping a handler is answered
+# -32603 naming it (see Connection._answer_exception), never passed off as the handler's own.
+_ANSWER_TO = "_acp_answer_to"
+
+
+def _received(error: Optional[BaseException], method: str) -> Optional[BaseException]:
+    if error is not None:
+        setattr(error, _ANSWER_TO, method)
+    return error
 
 
 def _error_from_object(error: Any) -> ProtocolError:

@@ -358,7 +358,13 @@ class Transport:
             self._partial.append(bytes(view[start:size]))
             self._partial_size += size - start
             if self._partial_size > self.max_message_size:
-                head = b"".join(self._partial)[:_OVERSIZED_HEAD]
+                # The head from the first pieces alone: joining all that was held (up to the
+                # limit) only to cut its start would cost the limit a second time.
+                head = b""
+                for piece in self._partial:
+                    head += piece[: _OVERSIZED_HEAD - len(head)]
+                    if len(head) >= _OVERSIZED_HEAD:
+                        break
                 self._discarding = OversizedFrame(self._partial_size, head)
                 self._partial = []
                 self._partial_size = 0
@@ -381,7 +387,7 @@ class Transport:
         return blocks or None
 
     # -- writing (any thread) -----------------------------------------------------------------
-    def send(self, frame: bytes, awaited: bool = False) -> None:
+    def send(self, frame: bytes, awaited: bool = False, timeout: Optional[float] = None) -> None:
         """Write one frame (without its newline, which is added here). Any thread.
 
         ``awaited`` marks a frame the peer waits for (a request, an answer): its sender writes it
@@ -392,7 +398,10 @@ class Transport:
         Returns once the frame is written or queued behind the frames already waiting, which
         the thread holding the writer role (possibly the flusher) writes next; ``close()`` or
         ``flush()`` before the process exits makes sure the queue went out (an exit hook
-        flushes too, for up to a couple of seconds). Raises
+        flushes too, for up to a couple of seconds). With a ``timeout`` the sender never blocks
+        longer than that: it waits for room in the backlog at most that long (``CallTimeout``
+        if there is none), and leaves the write itself to the flusher (a write blocks while the
+        peer does not read). Raises
         ``ConnectionClosed`` when the transport is closed (at once) or a write failed (then the
         ``closed_error`` of the stream), ``UsageError`` when the frame contains a newline.
         """
@@ -405,11 +414,15 @@ class Transport:
             if self._backlog_size > _WRITE_BACKLOG_LIMIT:
                 self._senders_held += 1
                 try:
-                    self._wait(lambda: self._backlog_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed)
+                    room = self._wait(
+                        lambda: self._backlog_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed, timeout
+                    )
                 finally:
                     self._senders_held -= 1
+                if not room:
+                    raise CallTimeout(f"{self.name}: no room to send within {timeout} s (the peer is not reading)")
             refused = self._closing or self._write_failed
-            if not refused and (self._writing or not self._take_writer_role(awaited)):
+            if not refused and (self._writing or not self._take_writer_role(awaited, timeout is not None)):
                 self._backlog.append(frame)
                 self._backlog_size += len(frame) + 1
                 return
@@ -432,15 +445,15 @@ class Transport:
             else:
                 self._end_write(failed=False)
 
-    def _take_writer_role(self, awaited: bool) -> bool:
+    def _take_writer_role(self, awaited: bool, bounded: bool) -> bool:
         # Under the lock, the role being free: take it. True when the sender is to write its
-        # frame at once; False when the frame continues a stream from the same thread (and is
-        # not awaited), in which case the role goes to the flusher, which writes what piles up
-        # meanwhile in one go.
+        # frame at once; False when the sender must not block (``bounded``) or the frame
+        # continues a stream from the same thread (and is not awaited), in which case the role
+        # goes to the flusher, which writes what piles up meanwhile in one go.
         writer = threading.get_ident()
         self._writing = True
         self._active += 1
-        if not awaited and writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP:
+        if bounded or (not awaited and writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP):
             self._hand_to_flusher()
             return False
         self._last_writer = writer

@@ -275,6 +275,41 @@ def test_invalid_json_and_invalid_utf8_get_parse_error_with_null_id(pair):
     assert connection.stats.parse_errors == 3
 
 
+class PathParams(msgspec.Struct):
+    path: str
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-ID-ECHO")
+@pytest.mark.parametrize(
+    "line",
+    [
+        rb'{"jsonrpc":"2.0","id":5,"method":"x/typed","params":{"path":"\ud800"}}',  # typed params
+        rb'{"jsonrpc":"2.0","id":5,"method":"x/any","params":{"path":"a\udc00b"}}',  # untyped params
+        rb'{"jsonrpc":"2.0","method":"x/\ud800","params":{},"id":5}',  # in the method, id last
+    ],
+)
+def test_valid_json_that_cannot_be_decoded_is_answered_with_its_id(pair, line):
+    # A lone surrogate is valid JSON (an escape of any code unit), but no UTF-8 string.
+    connection, peer = pair
+    connection.on_request("x/typed", lambda params, ctx: "ran", PathParams)
+    connection.on_request("x/any", lambda params, ctx: "ran")
+    connection.start()
+    peer.write(line + b"\n")
+    reply = peer.recv()
+    assert reply["id"] == 5 and reply["error"]["code"] == -32600
+    assert reply["error"]["message"].startswith("Invalid request: valid JSON that cannot be decoded")
+    peer.ping()  # and the connection reads on
+
+
+def test_a_lone_surrogate_in_the_id_itself_gets_parse_error_with_null_id(pair):
+    connection, peer = pair
+    connection.start()
+    peer.write(rb'{"jsonrpc":"2.0","id":"\ud800","method":"test/ping"}' + b"\n")
+    reply = peer.recv()
+    assert reply["id"] is None and reply["error"]["code"] == -32700
+    peer.ping()
+
+
 @pytest.mark.req(
     "ACP-V1-JSONRPC-VERSION-MEMBER",
     "ACP-V1-JSONRPC-RESPONSE-ID-ECHO",

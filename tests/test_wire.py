@@ -287,3 +287,37 @@ def test_connect_failure_is_connection_closed():
         port = listener.address[1]
     with pytest.raises(ConnectionClosed):
         wire.connect_tcp("127.0.0.1", port, timeout=5)
+
+
+def test_an_oversized_line_costs_at_most_the_limit_in_memory():
+    # The reader must hold up to the limit of a line before it knows the line is too long, but
+    # no more: once over, its bytes are dropped as they arrive, and the head it keeps (to tell
+    # whose message it was) is cut from the first piece, not from a join of everything held.
+    import tracemalloc
+
+    limit = 4 * 1024 * 1024
+    transport, feed, drain = pipe_transport(max_message_size=limit)
+    big = b'{"jsonrpc":"2.0","id":7,"method":"m","params":"' + b"y" * (3 * limit) + b'"}'
+
+    def write():
+        view = memoryview(big)
+        while view:
+            view = view[os.write(feed, view[: 256 * 1024]) :]
+        os.write(feed, b'\n{"after":2}\n')
+        os.close(feed)
+
+    writer = threading.Thread(target=write)
+    tracemalloc.start()
+    try:
+        writer.start()
+        frames = read_all(transport)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        writer.join()
+    assert isinstance(frames[0], OversizedFrame) and frames[0].size == len(big)
+    assert big.startswith(frames[0].head) and frames[1] == b'{"after":2}'
+    # The limit, plus the read buffer (1 MiB) and one read's piece: never twice the limit.
+    assert peak < limit + 3 * 1024 * 1024, peak
+    transport.close()
+    os.close(drain)
