@@ -20,7 +20,7 @@ import pytest
 
 from acp_lite import HostDelivery, RemoteAgent, agent, client, rpc, schema, updates, wire
 from acp_lite.agent import Agent
-from acp_lite.errors import CallTimeout, ConnectionClosed
+from acp_lite.errors import CallTimeout, ConnectionClosed, UsageError, VersionMismatch
 from acp_lite.tools import vendor
 from acp_harness import WAIT, RawPeer, agent_with_raw_client, background, client_with_raw_agent, initialized
 
@@ -150,6 +150,33 @@ def test_a_blocking_request_that_times_out_raises_and_cancels_it_on_the_wire():
     with agent_with_raw_client(Agent(), ALL_CLIENT_CAPS) as (remote, raw):
         for name, args, _ in CLIENT_REQUESTS:
             _times_out_and_cancels(remote, raw, name, args)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.req("ACP-V1-INIT-CLIENT-UNSUPPORTED-VERSION")
+def test_initialize_future_fails_on_an_unsupported_version_and_closes():
+    with client_with_raw_agent() as (remote, raw):
+        pending = remote.initialize_future()
+        raw.send({"jsonrpc": "2.0", "id": raw.recv()["id"], "result": {"protocolVersion": 7, "agentCapabilities": {}}})
+        with pytest.raises(VersionMismatch, match="version 7"):
+            pending.result(WAIT)
+        assert raw.recv_line() is None and remote.connection.closed
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.req("ACP-V1-SCHEMA-CANCEL-REQUEST-NOTIFICATION-SHAPE")
+def test_cancelling_a_future_cancels_the_request_and_records_nothing():
+    with _initialized_agent_with_session() as (remote, raw):
+        pending = remote.new_session_future("/work")
+        request = raw.recv()
+        assert pending.cancel()
+        assert raw.recv() == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request["id"]}}
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"sessionId": "late"}})  # dropped
+        later = remote.list_sessions_future()  # its answer is read after the late one
+        raw.send({"jsonrpc": "2.0", "id": raw.recv()["id"], "result": {"sessions": []}})
+        later.result(WAIT)
+        with pytest.raises(UsageError, match="unknown session 'late'"):
+            remote.prompt_future("late", "hello")
 
 
 class _AskingAgent(Agent):
