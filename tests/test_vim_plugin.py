@@ -19,6 +19,7 @@ import pytest
 from acp_lite.tools import vendor
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PLAN_AGENT = Path(__file__).resolve().parent / "plan_agent.py"
 SCREEN_WAIT = 20.0  # generous: the machine may be loaded
 
 
@@ -135,6 +136,14 @@ def test_the_vim_plugin_chats_asks_permission_cancels_and_exits_cleanly(vim_read
         tmux.type("C")  # in the chat buffer: cancel
         tmux.wait_for("[stop] cancelled")
 
+        # Another agent, in the same buffer: a plan, and one message in two chunks.
+        tmux.type(f":AcpStart {sys.executable} {PLAN_AGENT}")
+        tmux.keys("Enter")
+        tmux.wait_for("[ready] Plan Agent")
+        tmux.type(":AcpAsk plan it")
+        tmux.keys("Enter")
+        tmux.wait_for("Fixing it now.\n[stop] end_turn")
+
         tmux.type(
             ":call writefile(split(execute('messages'), \"\\n\"), 'messages.txt')"
             " | call writefile([py3eval('acp_chat.chat.agent_pid()'),"
@@ -149,8 +158,7 @@ def test_the_vim_plugin_chats_asks_permission_cancels_and_exits_cleanly(vim_read
     finally:
         tmux.kill()
     assert chat.splitlines() == [
-        "[agent] Mock Agent",
-        "[ready] :AcpAsk {text} to ask, C in this buffer to cancel",
+        "[ready] Mock Agent: :AcpAsk {text} to ask, C in this buffer to cancel",
         "> Check this project for configuration issues",
         "Analyzing request: Check this project for configuration issues",
         "[tool] Reading configuration file: pending",
@@ -160,6 +168,12 @@ def test_the_vim_plugin_chats_asks_permission_cancels_and_exits_cleanly(vim_read
         "> wait: slow full-repo analysis",
         "Long analysis in progress\u2026",
         "[stop] cancelled",
+        "[ready] Plan Agent: :AcpAsk {text} to ask, C in this buffer to cancel",
+        "> plan it",
+        "[plan] Read the code (completed)",
+        "[plan] Write the fix (in_progress)",
+        "Fixing it now.",
+        "[stop] end_turn",
     ]
     assert (out / "messages.txt").read_text() == ""  # nothing reached Vim's messages
     agent_pid, acp_lite_spec = (out / "facts.txt").read_text().splitlines()

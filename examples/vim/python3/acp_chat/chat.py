@@ -146,6 +146,7 @@ class ChatSession:
         self.client = _ChatClient(chat)
         self.agent = _acp.RemoteAgent.spawn(argv, self.client, cwd=cwd, delivery=self.delivery, name="vim-chat")
         self._cwd = cwd
+        self._agent_name = "the agent"
         self._turn: Optional[Future] = None
         self.agent.initialize_future().add_done_callback(self._initialized)
 
@@ -153,13 +154,13 @@ class ChatSession:
         if self._failed(future, "initialize"):
             return
         info = future.result().agent_info
-        self.chat.note(f"[agent] {(info.title or info.name) if info else 'unnamed agent'}")
+        self._agent_name = (info.title or info.name) if info else "the agent"
         self.agent.new_session_future(self._cwd).add_done_callback(self._created)
 
     def _created(self, future: Future) -> None:
         if not self._failed(future, "session/new"):
             self.session_id = future.result().session_id
-            self.chat.note("[ready] :AcpAsk {text} to ask, C in this buffer to cancel")
+            self.chat.note(f"[ready] {self._agent_name}: :AcpAsk {{text}} to ask, C in this buffer to cancel")
 
     def ask(self, text: str) -> None:
         if self.session_id is None:
