@@ -8,7 +8,8 @@ Extension methods (names starting with ``_``) go to ``ext_method`` / ``ext_notif
 Both handles on the other side (``RemoteAgent``, ``RemoteClient``) offer every request twice: a
 blocking ``<method>(..., timeout=None)`` and a non-blocking ``<method>_future(...)``. Each request
 is described once, as a ``Request`` (what to send, and what to make of the answer), which both
-forms carry out.
+forms carry out; the two forms are written out, not generated, so that each keeps its own
+signature and types.
 """
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
