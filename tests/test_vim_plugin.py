@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -84,6 +85,10 @@ def _wait_for_file(path: Path) -> str:
     return path.read_text()
 
 
+def _children(pid: int) -> List[int]:
+    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()]
+
+
 def _gone(pid: int) -> bool:
     deadline = time.monotonic() + SCREEN_WAIT
     while Path(f"/proc/{pid}").exists():
@@ -146,12 +151,14 @@ def test_the_vim_plugin_chats_asks_permission_cancels_and_exits_cleanly(vim_read
 
         tmux.type(
             ":call writefile(split(execute('messages'), \"\\n\"), 'messages.txt')"
-            " | call writefile([py3eval('acp_chat.chat.agent_pid()'),"
+            " | call writefile([getpid(),"
             " py3eval('str(__import__(\"importlib.util\").util.find_spec(\"acp_lite\"))')], 'facts.txt')"
             " | call writefile(getbufline('acp://chat', 1, '$'), 'chat.txt')"
         )
         tmux.keys("Enter")
         chat = _wait_for_file(out / "chat.txt")
+        vim_pid, acp_lite_spec = (out / "facts.txt").read_text().splitlines()
+        agents = _children(int(vim_pid))  # the second agent only: starting it stopped the first
         tmux.type(":qa!")
         tmux.keys("Enter")
         rc = _wait_for_file(out / "rc")
@@ -176,7 +183,6 @@ def test_the_vim_plugin_chats_asks_permission_cancels_and_exits_cleanly(vim_read
         "[stop] end_turn",
     ]
     assert (out / "messages.txt").read_text() == ""  # nothing reached Vim's messages
-    agent_pid, acp_lite_spec = (out / "facts.txt").read_text().splitlines()
     assert acp_lite_spec == "None"  # Vim's Python had only the vendored file
     assert rc == "0\n"
-    assert _gone(int(agent_pid)), "the agent outlived Vim"
+    assert len(agents) == 1 and _gone(agents[0]), "the agent outlived Vim"

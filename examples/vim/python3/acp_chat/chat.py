@@ -233,10 +233,6 @@ def pump() -> None:
         _session.pump()
 
 
-def agent_pid() -> int:
-    return _session.agent.process.pid if _session is not None else -1
-
-
 def stop() -> None:
     global _session
     if _session is not None:
