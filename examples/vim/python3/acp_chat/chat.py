@@ -52,7 +52,7 @@ class ChatBuffer:
 
     def flush(self) -> None:
         """Show what changed: keep the windows on the buffer at its end, redraw once."""
-        if not self._changed:
+        if not (self._changed and self._buffer.valid):
             return
         self._changed = False
         for window in vim.windows:
@@ -61,6 +61,8 @@ class ChatBuffer:
         vim.command("redraw")
 
     def _append(self, lines: List[str]) -> None:
+        if not self._buffer.valid:  # the user wiped it out: the chat goes on unseen
+            return
         with self._editable():
             if self._buffer[:] == [""]:
                 self._buffer[:] = lines
@@ -68,6 +70,8 @@ class ChatBuffer:
                 self._buffer.append(lines)
 
     def _set_last(self, line: str) -> None:
+        if not self._buffer.valid:
+            return
         with self._editable():
             self._buffer[-1] = line
 
