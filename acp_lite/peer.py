@@ -8,16 +8,17 @@ Extension methods (names starting with ``_``) go to ``ext_method`` / ``ext_notif
 Both handles on the other side (``RemoteAgent``, ``RemoteClient``) offer every request twice: a
 blocking ``<method>(..., timeout=None)`` and a non-blocking ``<method>_future(...)``. Each request
 is described once, as a ``Request`` (what to send, and what to make of the answer), which both
-forms carry out.
+forms carry out; the two forms are written out, not generated, so that each keeps its own
+signature and types.
 
 Every file path in the protocol is absolute: each side refuses a relative one before sending it.
 """
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 from .errors import MethodNotFound, UsageError
-from .rpc import Connection, RequestContext
+from .rpc import Connection, RequestContext, _settle
 from .schema import PROTOCOL_VERSION
 
 # The protocol versions this runtime speaks, newest last.
@@ -51,13 +52,7 @@ def future_then(future: Future, then: Callable[[Any], Any]) -> Future:
                 value = then(done.result())
             except Exception as exc:
                 error = exc
-        try:
-            if error is None:
-                outcome.set_result(value)
-            else:
-                outcome.set_exception(error)
-        except InvalidStateError:
-            pass  # the application cancelled it meanwhile
+        _settle(outcome, value, error)  # unless the application cancelled it meanwhile
 
     outcome.add_done_callback(lambda f: f.cancelled() and future.cancel())
     future.add_done_callback(settle)

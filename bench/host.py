@@ -11,7 +11,7 @@ per second of the turn, and how long each pump that ran a callback took (max, p9
 
 With Vim (+python3, msgspec for its Python) and tmux installed, the run also measures what the
 10 ms poll of examples/vim costs while nothing happens: Vim's CPU time over 10 s with the plugin
-connected to an idle agent, against Vim without it. Kept apart from ``run.py`` (workloads A-F):
+connected to an idle agent, against Vim alone and Vim running a 10 ms timer that does nothing. Kept apart from ``run.py`` (workloads A-F):
 it answers a different question, the editor's responsiveness rather than throughput.
 """
 import argparse
@@ -102,25 +102,34 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def vim_idle_cpu(with_plugin: bool, agent: List[str]) -> float:
-    """Vim's CPU over IDLE_SECONDS as a percentage of one core, typing nothing; with the plugin,
-    once its agent is connected (the 10 ms timer then runs all the time)."""
+# What Vim does before it idles, by case: nothing; a 10 ms timer that does nothing (Vim's own cost
+# of polling); the plugin started, connected to an idle agent (its 10 ms timer pumps).
+VIM_CASES = {
+    "Vim alone": "",
+    "Vim + a 10 ms timer doing nothing": ":call timer_start(10, {-> 0}, {'repeat': -1})\r",
+    "Vim + plugin, agent idle": ":AcpStart\r",
+}
+
+
+def vim_idle_cpu(case: str, agent: List[str]) -> float:
+    """Vim's CPU over IDLE_SECONDS as a percentage of one core, typing nothing, in one of
+    ``VIM_CASES`` (the plugin's once its agent is connected)."""
     from acp_lite.tools import vendor
 
+    with_plugin = "AcpStart" in VIM_CASES[case]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         plugin = work / "vim"
         shutil.copytree(BENCH.parent / "examples" / "vim", plugin, ignore=shutil.ignore_patterns("_acp.py", "__pycache__"))
         vendor.build(plugin / "python3" / "acp_chat" / "_acp.py")
-        rc = ["set nocompatible encoding=utf-8 shortmess+=I"]
-        if with_plugin:
-            rc += [f"set runtimepath^={plugin}", f"let g:acp_chat_agent = {json.dumps(agent)}"]
+        rc = ["set nocompatible encoding=utf-8 shortmess+=I", f"set runtimepath^={plugin}",
+              f"let g:acp_chat_agent = {json.dumps(agent)}"]
         (work / "vimrc").write_text("\n".join(rc) + "\n")
         tmux = ["tmux", "-S", str(work / "tmux.sock"), "-f", "/dev/null"]
         subprocess.run([*tmux, "new-session", "-d", "-x", "120", "-y", "40", f"cd {work} && vim -Nu vimrc -i NONE"], check=True)
         try:
-            keys = ":AcpStart\r:call writefile([getpid()], 'pid')\r" if with_plugin else ":call writefile([getpid()], 'pid')\r"
             time.sleep(1.0)
+            keys = VIM_CASES[case] + ":call writefile([getpid()], 'pid')\r"
             subprocess.run([*tmux, "send-keys", "-l", keys], check=True)
             deadline = time.monotonic() + 30
             pid_file = work / "pid"
@@ -177,9 +186,9 @@ def main(args: List[str]) -> int:
     idle: Dict[str, Optional[float]] = {}
     if not options.no_vim and _vim_usable():
         agent = [PY, str(BENCH.parent / "examples" / "agent.py")]
-        for label, with_plugin in (("Vim alone", False), ("Vim + plugin, agent idle", True)):
-            print(f"Vim idle: {label}", file=sys.stderr)
-            idle[label] = vim_idle_cpu(with_plugin, agent)
+        for case in VIM_CASES:
+            print(f"Vim idle: {case}", file=sys.stderr)
+            idle[case] = vim_idle_cpu(case, agent)
     meta["load_average_at_end"] = os.getloadavg()
     doc = {"meta": meta, "updates": options.updates, "tick_ms": TICK * 1e3, "budget_ms": BUDGET * 1e3,
            "runs": series, "summary": {k: report.summary(v) for k, v in series.items()}, "vim_idle_cpu_percent": idle}

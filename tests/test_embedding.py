@@ -2,6 +2,7 @@
 that tell connections apart, a library that never writes to the host's stderr, and host-thread
 delivery under bad conditions (a raising callback, a closed connection, a pump inside a pump, a
 peer flooding faster than the host pumps). Over real pipes and subprocesses."""
+import contextlib
 import fcntl
 import inspect
 import json
@@ -18,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from acp_lite import HostDelivery, RemoteAgent, agent, client, rpc, schema, updates, wire
-from acp_lite.agent import Agent, RemoteClient
-from acp_lite.errors import CallTimeout, ConnectionClosed
+from acp_lite.agent import Agent
+from acp_lite.errors import CallTimeout, ConnectionClosed, UsageError, VersionMismatch
 from acp_lite.tools import vendor
 from acp_harness import WAIT, RawPeer, agent_with_raw_client, background, client_with_raw_agent, initialized
 
@@ -69,8 +70,17 @@ CLIENT_REQUESTS = [
 ]
 
 
-def _without_id(message):
-    return {k: v for k, v in message.items() if k != "id"}
+def _both_forms_alike(remote, raw, name, args, answer):
+    """``name(*args)`` and ``name_future(*args)`` send the same request (but for its id) and,
+    given the same answer, come to the same result."""
+    blocking = background(getattr(remote, name), *args)
+    sent_blocking = raw.recv()
+    raw.send({"jsonrpc": "2.0", "id": sent_blocking["id"], "result": answer})
+    future = getattr(remote, name + "_future")(*args)
+    sent_future = raw.recv()
+    raw.send({"jsonrpc": "2.0", "id": sent_future["id"], "result": answer})
+    assert {**sent_future, "id": None} == {**sent_blocking, "id": None}, name
+    assert future.result(WAIT) == blocking.result(WAIT), name
 
 
 @pytest.mark.timeout(30)
@@ -92,23 +102,23 @@ def test_every_request_blocks_with_a_timeout_and_has_a_future_twin(handle, peer_
         assert [p for p in blocking.parameters.values() if p.name != "timeout"] == list(future.parameters.values()), name
 
 
-@pytest.mark.timeout(30)
-@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-SAME-ID")
-def test_remote_agent_future_forms_send_what_the_blocking_forms_send():
+@contextlib.contextmanager
+def _initialized_agent_with_session():
+    """A ``RemoteAgent`` initialized by a raw agent advertising everything, with session s1."""
     with client_with_raw_agent() as (remote, raw):
         initialized(remote, raw, ALL_AGENT_CAPS)
         pending = remote.new_session_future("/work")
         raw.send({"jsonrpc": "2.0", "id": raw.recv()["id"], "result": {"sessionId": "s1"}})
         assert pending.result(WAIT).session_id == "s1"
+        yield remote, raw
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-SAME-ID")
+def test_remote_agent_future_forms_send_what_the_blocking_forms_send():
+    with _initialized_agent_with_session() as (remote, raw):
         for name, args, answer in AGENT_REQUESTS:
-            blocking = background(getattr(remote, name), *args)
-            sent_blocking = raw.recv()
-            raw.send({"jsonrpc": "2.0", "id": sent_blocking["id"], "result": answer})
-            future = getattr(remote, name + "_future")(*args)
-            sent_future = raw.recv()
-            raw.send({"jsonrpc": "2.0", "id": sent_future["id"], "result": answer})
-            assert _without_id(sent_future) == _without_id(sent_blocking), name
-            assert future.result(WAIT) == blocking.result(WAIT), name
+            _both_forms_alike(remote, raw, name, args, answer)
         # What the responses recorded: closing forgot s1, creating remembered s2.
         with pytest.raises(Exception, match="unknown session 's1'"):
             remote.prompt_future("s1", "again")
@@ -121,35 +131,52 @@ def test_remote_agent_future_forms_send_what_the_blocking_forms_send():
 def test_remote_client_future_forms_send_what_the_blocking_forms_send():
     with agent_with_raw_client(Agent(), ALL_CLIENT_CAPS) as (remote, raw):
         for name, args, answer in CLIENT_REQUESTS:
-            blocking = background(getattr(remote, name), *args)
-            sent_blocking = raw.recv()
-            raw.send({"jsonrpc": "2.0", "id": sent_blocking["id"], "result": answer})
-            future = getattr(remote, name + "_future")(*args)
-            sent_future = raw.recv()
-            raw.send({"jsonrpc": "2.0", "id": sent_future["id"], "result": answer})
-            assert _without_id(sent_future) == _without_id(sent_blocking), name
-            assert future.result(WAIT) == blocking.result(WAIT), name
+            _both_forms_alike(remote, raw, name, args, answer)
+
+
+def _times_out_and_cancels(remote, raw, name, args):
+    with pytest.raises(CallTimeout):
+        getattr(remote, name)(*args, timeout=0.05)
+    request, cancel = raw.recv(), raw.recv()
+    assert cancel == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request["id"]}}, name
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.req("ACP-V1-SCHEMA-CANCEL-REQUEST-NOTIFICATION-SHAPE")
 def test_a_blocking_request_that_times_out_raises_and_cancels_it_on_the_wire():
-    with client_with_raw_agent() as (remote, raw):
-        initialized(remote, raw, ALL_AGENT_CAPS)
-        pending = remote.new_session_future("/work")
-        raw.send({"jsonrpc": "2.0", "id": raw.recv()["id"], "result": {"sessionId": "s1"}})
-        pending.result(WAIT)
+    with _initialized_agent_with_session() as (remote, raw):
         for name, args, _ in AGENT_REQUESTS:
-            with pytest.raises(CallTimeout):
-                getattr(remote, name)(*args, timeout=0.05)
-            request, cancel = raw.recv(), raw.recv()
-            assert cancel == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request["id"]}}, name
+            _times_out_and_cancels(remote, raw, name, args)
     with agent_with_raw_client(Agent(), ALL_CLIENT_CAPS) as (remote, raw):
         for name, args, _ in CLIENT_REQUESTS:
-            with pytest.raises(CallTimeout):
-                getattr(remote, name)(*args, timeout=0.05)
-            request, cancel = raw.recv(), raw.recv()
-            assert cancel == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request["id"]}}, name
+            _times_out_and_cancels(remote, raw, name, args)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.req("ACP-V1-INIT-CLIENT-UNSUPPORTED-VERSION")
+def test_initialize_future_fails_on_an_unsupported_version_and_closes():
+    with client_with_raw_agent() as (remote, raw):
+        pending = remote.initialize_future()
+        raw.send({"jsonrpc": "2.0", "id": raw.recv()["id"], "result": {"protocolVersion": 7, "agentCapabilities": {}}})
+        with pytest.raises(VersionMismatch, match="version 7"):
+            pending.result(WAIT)
+        assert raw.recv_line() is None and remote.connection.closed
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.req("ACP-V1-SCHEMA-CANCEL-REQUEST-NOTIFICATION-SHAPE")
+def test_cancelling_a_future_cancels_the_request_and_records_nothing():
+    with _initialized_agent_with_session() as (remote, raw):
+        pending = remote.new_session_future("/work")
+        request = raw.recv()
+        assert pending.cancel()
+        assert raw.recv() == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request["id"]}}
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"sessionId": "late"}})  # dropped
+        later = remote.list_sessions_future()  # its answer is read after the late one
+        raw.send({"jsonrpc": "2.0", "id": raw.recv()["id"], "result": {"sessions": []}})
+        later.result(WAIT)
+        with pytest.raises(UsageError, match="unknown session 'late'"):
+            remote.prompt_future("late", "hello")
 
 
 class _AskingAgent(Agent):

@@ -13,12 +13,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import List
 
 import pytest
 
 from acp_lite.tools import vendor
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PLAN_AGENT = Path(__file__).resolve().parent / "plan_agent.py"
 SCREEN_WAIT = 20.0  # generous: the machine may be loaded
 
 
@@ -83,6 +85,10 @@ def _wait_for_file(path: Path) -> str:
     return path.read_text()
 
 
+def _children(pid: int) -> List[int]:
+    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()]
+
+
 def _gone(pid: int) -> bool:
     deadline = time.monotonic() + SCREEN_WAIT
     while Path(f"/proc/{pid}").exists():
@@ -135,22 +141,31 @@ def test_the_vim_plugin_chats_asks_permission_cancels_and_exits_cleanly(vim_read
         tmux.type("C")  # in the chat buffer: cancel
         tmux.wait_for("[stop] cancelled")
 
+        # Another agent, in the same buffer: a plan, and one message in two chunks.
+        tmux.type(f":AcpStart {sys.executable} {PLAN_AGENT}")
+        tmux.keys("Enter")
+        tmux.wait_for("[ready] Plan Agent")
+        tmux.type(":AcpAsk plan it")
+        tmux.keys("Enter")
+        tmux.wait_for("Fixing it now.\n[stop] end_turn")
+
         tmux.type(
             ":call writefile(split(execute('messages'), \"\\n\"), 'messages.txt')"
-            " | call writefile([py3eval('acp_chat.chat.agent_pid()'),"
+            " | call writefile([getpid(),"
             " py3eval('str(__import__(\"importlib.util\").util.find_spec(\"acp_lite\"))')], 'facts.txt')"
             " | call writefile(getbufline('acp://chat', 1, '$'), 'chat.txt')"
         )
         tmux.keys("Enter")
         chat = _wait_for_file(out / "chat.txt")
+        vim_pid, acp_lite_spec = (out / "facts.txt").read_text().splitlines()
+        agents = _children(int(vim_pid))  # the second agent only: starting it stopped the first
         tmux.type(":qa!")
         tmux.keys("Enter")
         rc = _wait_for_file(out / "rc")
     finally:
         tmux.kill()
     assert chat.splitlines() == [
-        "[agent] Mock Agent",
-        "[ready] :AcpAsk {text} to ask, C in this buffer to cancel",
+        "[ready] Mock Agent: :AcpAsk {text} to ask, C in this buffer to cancel",
         "> Check this project for configuration issues",
         "Analyzing request: Check this project for configuration issues",
         "[tool] Reading configuration file: pending",
@@ -160,9 +175,14 @@ def test_the_vim_plugin_chats_asks_permission_cancels_and_exits_cleanly(vim_read
         "> wait: slow full-repo analysis",
         "Long analysis in progress\u2026",
         "[stop] cancelled",
+        "[ready] Plan Agent: :AcpAsk {text} to ask, C in this buffer to cancel",
+        "> plan it",
+        "[plan] Read the code (completed)",
+        "[plan] Write the fix (in_progress)",
+        "Fixing it now.",
+        "[stop] end_turn",
     ]
     assert (out / "messages.txt").read_text() == ""  # nothing reached Vim's messages
-    agent_pid, acp_lite_spec = (out / "facts.txt").read_text().splitlines()
     assert acp_lite_spec == "None"  # Vim's Python had only the vendored file
     assert rc == "0\n"
-    assert _gone(int(agent_pid)), "the agent outlived Vim"
+    assert len(agents) == 1 and _gone(agents[0]), "the agent outlived Vim"

@@ -52,7 +52,7 @@ class ChatBuffer:
 
     def flush(self) -> None:
         """Show what changed: keep the windows on the buffer at its end, redraw once."""
-        if not self._changed:
+        if not (self._changed and self._buffer.valid):
             return
         self._changed = False
         for window in vim.windows:
@@ -61,6 +61,8 @@ class ChatBuffer:
         vim.command("redraw")
 
     def _append(self, lines: List[str]) -> None:
+        if not self._buffer.valid:  # the user wiped it out: the chat goes on unseen
+            return
         with self._editable():
             if self._buffer[:] == [""]:
                 self._buffer[:] = lines
@@ -68,6 +70,8 @@ class ChatBuffer:
                 self._buffer.append(lines)
 
     def _set_last(self, line: str) -> None:
+        if not self._buffer.valid:
+            return
         with self._editable():
             self._buffer[-1] = line
 
@@ -146,6 +150,7 @@ class ChatSession:
         self.client = _ChatClient(chat)
         self.agent = _acp.RemoteAgent.spawn(argv, self.client, cwd=cwd, delivery=self.delivery, name="vim-chat")
         self._cwd = cwd
+        self._agent_name = "the agent"
         self._turn: Optional[Future] = None
         self.agent.initialize_future().add_done_callback(self._initialized)
 
@@ -153,13 +158,13 @@ class ChatSession:
         if self._failed(future, "initialize"):
             return
         info = future.result().agent_info
-        self.chat.note(f"[agent] {(info.title or info.name) if info else 'unnamed agent'}")
+        self._agent_name = (info.title or info.name) if info else "the agent"
         self.agent.new_session_future(self._cwd).add_done_callback(self._created)
 
     def _created(self, future: Future) -> None:
         if not self._failed(future, "session/new"):
             self.session_id = future.result().session_id
-            self.chat.note("[ready] :AcpAsk {text} to ask, C in this buffer to cancel")
+            self.chat.note(f"[ready] {self._agent_name}: :AcpAsk {{text}} to ask, C in this buffer to cancel")
 
     def ask(self, text: str) -> None:
         if self.session_id is None:
@@ -230,10 +235,6 @@ def answered(popup: int, choice: int) -> None:
 def pump() -> None:
     if _session is not None:
         _session.pump()
-
-
-def agent_pid() -> int:
-    return _session.agent.process.pid if _session is not None else -1
 
 
 def stop() -> None:
