@@ -1,6 +1,7 @@
-"""Where the interop tests find the official SDKs, and how they get there.
+"""Where the interop tests find their peers (the official SDKs, and acpx, a real headless client),
+and how they get there.
 
-The TypeScript SDK is installed with npm into ``tests/interop/.peers/node`` and the Python SDK into
+The TypeScript SDK and acpx are installed with npm into ``tests/interop/.peers/node`` and the Python SDK into
 its own venv ``tests/interop/.peers/py`` (it must never share a venv with acp_lite). Both folders are
 git-ignored. ``.ci/run`` installs them before the tests with::
 
@@ -8,9 +9,12 @@ git-ignored. ``.ci/run`` installs them before the tests with::
 
 which is idempotent (a peer already at its pinned version is left alone) and always exits 0: a peer
 that cannot be installed (no node, registry unreachable) is reported on stderr, and the tests that
-need it skip, naming the reason. The tests themselves never install anything.
+need it skip, naming the reason; under CI (the ``CI`` environment variable set) they fail instead,
+so that a CI run never passes with its interop tests quietly skipped. The tests themselves never
+install anything.
 """
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +28,8 @@ PY_VENV = PEERS / "py"
 
 TS_SDK, TS_SDK_VERSION = "@agentclientprotocol/sdk", "2.4.0"
 PY_SDK, PY_SDK_VERSION = "agent-client-protocol", "0.12.1"
+# The last acpx release whose engines accept node 18 and 20 (later ones want node >= 22.12).
+ACPX, ACPX_VERSION = "acpx", "0.1.15"
 
 # A registry that does not answer must not hold CI up for long: the package clients give up
 # after these, and the whole step after INSTALL_SECONDS.
@@ -41,6 +47,26 @@ def ts_sdk_entry() -> Optional[Path]:
     if manifest.get("version") != TS_SDK_VERSION:
         return None
     return package_json.parent / manifest["exports"]["."]["import"]
+
+
+def acpx_cli() -> Optional[Path]:
+    """The pinned acpx's command-line script (run it with node), or None when it is not installed."""
+    package_json = NODE_PREFIX / "node_modules" / ACPX / "package.json"
+    if not package_json.exists():
+        return None
+    manifest = json.loads(package_json.read_text())
+    if manifest.get("version") != ACPX_VERSION:
+        return None
+    return package_json.parent / manifest["bin"]["acpx"]
+
+
+def unavailable(reason: str) -> None:
+    """Skip the calling test because a peer is missing, or fail it under CI (see the docstring)."""
+    import pytest  # only the tests call this; the installer runs without pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (under CI an interop peer must be there: run python tests/interop/interop_peers.py)")
+    pytest.skip(reason)
 
 
 def py_sdk_python() -> Optional[Path]:
@@ -76,6 +102,17 @@ def install_typescript_sdk() -> Optional[str]:
     """Install the pinned TypeScript SDK unless present; None on success, else why not."""
     if ts_sdk_entry() is not None:
         return None
+    return _npm_install(f"{TS_SDK}@{TS_SDK_VERSION}")
+
+
+def install_acpx() -> Optional[str]:
+    """Install the pinned acpx unless present; None on success, else why not."""
+    if acpx_cli() is not None:
+        return None
+    return _npm_install(f"{ACPX}@{ACPX_VERSION}")
+
+
+def _npm_install(package: str) -> Optional[str]:
     problem = why_no_node()
     if problem is not None:
         return problem
@@ -84,7 +121,7 @@ def install_typescript_sdk() -> Optional[str]:
     if not package_json.exists():
         package_json.write_text('{"private": true}\n')
     npm = [shutil.which("npm") or "npm", "install", "--prefix", str(NODE_PREFIX), "--no-audit", "--no-fund"]
-    return _install(npm + _NPM_NETWORK + [f"{TS_SDK}@{TS_SDK_VERSION}"])
+    return _install(npm + _NPM_NETWORK + [package])
 
 
 def install_python_sdk() -> Optional[str]:
@@ -101,6 +138,7 @@ def install_python_sdk() -> Optional[str]:
 
 def main() -> int:
     for name, install in ((f"{TS_SDK}@{TS_SDK_VERSION}", install_typescript_sdk),
+                          (f"{ACPX}@{ACPX_VERSION}", install_acpx),
                           (f"{PY_SDK}=={PY_SDK_VERSION}", install_python_sdk)):
         problem = install()
         if problem is None:

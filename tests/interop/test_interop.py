@@ -87,10 +87,10 @@ class Peer(NamedTuple):
 def _typescript_peer() -> Peer:
     problem = interop_peers.why_no_node()
     if problem is not None:
-        pytest.skip(f"TypeScript SDK peer unavailable: {problem}")
+        interop_peers.unavailable(f"TypeScript SDK peer unavailable: {problem}")
     entry = interop_peers.ts_sdk_entry()
     if entry is None:
-        pytest.skip(f"{interop_peers.TS_SDK}@{interop_peers.TS_SDK_VERSION} is not installed "
+        interop_peers.unavailable(f"{interop_peers.TS_SDK}@{interop_peers.TS_SDK_VERSION} is not installed "
                     "(run: python tests/interop/interop_peers.py; .ci/run does)")
     return Peer(
         name="typescript",
@@ -108,7 +108,7 @@ def _typescript_peer() -> Peer:
 def _python_peer() -> Peer:
     python = interop_peers.py_sdk_python()
     if python is None:
-        pytest.skip(f"{interop_peers.PY_SDK}=={interop_peers.PY_SDK_VERSION} is not installed in its venv "
+        interop_peers.unavailable(f"{interop_peers.PY_SDK}=={interop_peers.PY_SDK_VERSION} is not installed in its venv "
                     "(run: python tests/interop/interop_peers.py; .ci/run does)")
     return Peer(
         name="python",
