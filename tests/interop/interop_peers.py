@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / ".peers"
@@ -38,35 +38,45 @@ _NPM_NETWORK = ["--fetch-timeout=30000", "--fetch-retries=1"]
 _PIP_NETWORK = ["--timeout", "30", "--retries", "1"]
 
 
-def ts_sdk_entry() -> Optional[Path]:
-    """The pinned TypeScript SDK's public entry module, or None when it is not installed."""
-    package_json = NODE_PREFIX / "node_modules" / TS_SDK / "package.json"
+def _npm_package(name: str, version: str) -> Optional[Tuple[Path, Dict[str, Any]]]:
+    """The folder and package.json of an npm package installed at ``version``, or None."""
+    package_json = NODE_PREFIX / "node_modules" / name / "package.json"
     if not package_json.exists():
         return None
     manifest = json.loads(package_json.read_text())
-    if manifest.get("version") != TS_SDK_VERSION:
-        return None
-    return package_json.parent / manifest["exports"]["."]["import"]
+    return (package_json.parent, manifest) if manifest.get("version") == version else None
+
+
+def ts_sdk_entry() -> Optional[Path]:
+    """The pinned TypeScript SDK's public entry module, or None when it is not installed."""
+    found = _npm_package(TS_SDK, TS_SDK_VERSION)
+    return found[0] / found[1]["exports"]["."]["import"] if found else None
 
 
 def acpx_cli() -> Optional[Path]:
     """The pinned acpx's command-line script (run it with node), or None when it is not installed."""
-    package_json = NODE_PREFIX / "node_modules" / ACPX / "package.json"
-    if not package_json.exists():
-        return None
-    manifest = json.loads(package_json.read_text())
-    if manifest.get("version") != ACPX_VERSION:
-        return None
-    return package_json.parent / manifest["bin"]["acpx"]
+    found = _npm_package(ACPX, ACPX_VERSION)
+    return found[0] / found[1]["bin"]["acpx"] if found else None
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str) -> NoReturn:
     """Skip the calling test because a peer is missing, or fail it under CI (see the docstring)."""
     import pytest  # only the tests call this; the installer runs without pytest
 
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (under CI an interop peer must be there: run python tests/interop/interop_peers.py)")
     pytest.skip(reason)
+
+
+def node_package_or_unavailable(what: str, located: Optional[Path]) -> Path:
+    """``located`` (a path in an npm package, None when it is not installed), else skip the
+    calling test, or fail it under CI, saying why: no node, or ``what`` not installed."""
+    problem = why_no_node()
+    if problem is not None:
+        unavailable(f"{what} unavailable: {problem}")
+    if located is None:
+        unavailable(f"{what} is not installed (run: python tests/interop/interop_peers.py; .ci/run does)")
+    return located
 
 
 def py_sdk_python() -> Optional[Path]:

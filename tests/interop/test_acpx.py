@@ -37,13 +37,8 @@ class Run(NamedTuple):
 
 
 def acpx_argv(agent: List[str], *options: str) -> List[str]:
-    problem = interop_peers.why_no_node()
-    if problem is not None:
-        interop_peers.unavailable(f"acpx unavailable: {problem}")
-    cli = interop_peers.acpx_cli()
-    if cli is None:
-        interop_peers.unavailable(f"{interop_peers.ACPX}@{interop_peers.ACPX_VERSION} is not installed "
-                                  "(run: python tests/interop/interop_peers.py; .ci/run does)")
+    cli = interop_peers.node_package_or_unavailable(f"{interop_peers.ACPX}@{interop_peers.ACPX_VERSION}",
+                                                    interop_peers.acpx_cli())
     # acpx splits --agent on spaces; our paths have none.
     return [str(shutil.which("node")), str(cli), "--agent", " ".join(agent), "--format", "json", *options]
 
