@@ -60,8 +60,14 @@ def reports():
     return reports
 
 
+# The recordings without a model behind the agent: every session or prompt needs a login.
+AUTH_BLOCKED = ["claude-agent-acp-0.23.1", "codex-acp-0.16.0"]
+# claude-agent-acp in front of a local stand-in for its model's API: whole turns.
+STUB_MODEL = "claude-agent-acp-0.23.1-stub-model"
+
+
 def test_there_are_recordings_of_both_real_agents():
-    assert AGENTS == ["claude-agent-acp-0.23.1", "codex-acp-0.16.0"]
+    assert AGENTS == sorted([*AUTH_BLOCKED, STUB_MODEL])
 
 
 @pytest.mark.timeout(120)
@@ -94,7 +100,7 @@ def test_codex_answering_notifications_with_id_less_errors_fails_no_reply_to_not
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("agent", AGENTS)
+@pytest.mark.parametrize("agent", AUTH_BLOCKED)
 def test_what_authentication_blocks_is_skipped_with_that_reason_and_nothing_else(agent, reports):
     report = reports[agent]
     blocked = report.blocked_by_auth()
@@ -105,6 +111,31 @@ def test_what_authentication_blocks_is_skipped_with_that_reason_and_nothing_else
         if result.name in blocked:
             assert {f.detail for f in result.findings if f.status == SKIP} == {AUTH_SKIP}
     assert "stopReason None" not in "\n".join(format_check_result(result) for result in report.checks)
+
+
+def finding(report, check: str, requirement: str):
+    result = next(result for result in report.checks if result.name == check)
+    return next(found for found in result.findings if found.requirement == requirement)
+
+
+@pytest.mark.timeout(120)
+def test_claude_turns_are_judged_by_what_the_protocol_requires(reports):
+    report = reports[STUB_MODEL]
+    # It read the text: its reply holds the word the prompt asked for.
+    assert finding(report, "prompt", "ACP-V1-CONTENT-TEXT-SUPPORT").status == PASS
+    # It sends its available commands after the load response: session state, not a late replay.
+    load = finding(report, "load", "ACP-V1-SETUP-LOAD-RESPOND-AFTER-REPLAY")
+    assert (load.status, load.detail) == (PASS, "no conversation update after the response "
+                                                "(1 session-state update(s) after it: available_commands_update)")
+    # It lists only sessions with history; the list it answers is what the protocol asks for.
+    assert finding(report, "list", "ACP-V1-LIST-AGENT-RESPONSE").status == PASS
+    # What it gets wrong stays wrong: usage_update with "used": null, and a turn ended by
+    # session/close answers an error instead of cancelled.
+    assert finding(report, "prompt", "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS").detail == (
+        "schema-invalid: Expected `int`, got `null` at $.params.update.used")
+    assert finding(report, "close", "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS").status == FAIL
+    assert report.must_failures() == ["ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS", "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS",
+                                      "ACP-V1-SETUP-CLOSE-CANCELS-AND-FREES"]
 
 
 # -- every recorded message, judged twice ----------------------------------------------------------
