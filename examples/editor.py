@@ -25,7 +25,10 @@ class MockEditor(Client):
         update = params.update
         status = getattr(update, "status", None)
         text = getattr(getattr(update, "content", None), "text", None)
-        print(f"[update] {updates.variant_tag(update)}" + (f":{status}" if status else "") + (f" {text}" if text else ""))
+        kind = updates.variant_tag(update)
+        if kind == "tool_call_update":
+            kind = "tool_call"  # the line shows the tool call's status, whichever update set it
+        print(f"[update] {kind}" + (f":{status}" if status else "") + (f" {text}" if text else ""))
 
     def request_permission(self, params):
         # A real editor shows a dialog here; the mock always allows once.

@@ -4,6 +4,7 @@ permission request reaches an answer even when the ``Client`` does not handle it
 The agent is played byte by byte over a real pipe pair (``RawPeer``); the lines are what real
 agents send (see each test).
 """
+import json
 import logging
 import queue
 
@@ -14,12 +15,23 @@ from acp_lite.codec import Undecodable, UnknownVariant
 from acp_lite.errors import SchemaError
 from acp_lite.schema import SessionNotification, UsageUpdate
 from acp_harness import WAIT, client_with_raw_agent, initialized
+from conftest import REPO
 
-# claude-agent-acp 0.23.1 (npm @zed-industries/claude-agent-acp) ends a turn with this update; its
-# ``used`` is the sum of the model's token counts, which is NaN, written as null, when the model's
-# usage lacks one of them (dist/acp-agent.js, "Send usage_update notification"). v1 wants an integer.
-CLAUDE_USAGE_UPDATE = {"sessionId": "sess-1", "update": {"sessionUpdate": "usage_update", "used": None, "size": 200000,
-                                                         "cost": {"amount": 0.0123, "currency": "USD"}}}
+
+def recorded_usage_update():
+    """The first usage_update claude-agent-acp 0.23.1 sent in a recorded run: it ends each turn
+    with one whose ``used`` is the sum of the model's token counts, NaN written as null when the
+    model's usage lacks the cache counts. v1 wants an integer there."""
+    recording = REPO / "tests" / "data" / "real_agents" / "claude-agent-acp-0.23.1-stub-model"
+    for log in sorted(recording.glob("*.jsonl")):
+        for entry in map(json.loads, log.read_text(encoding="utf-8").splitlines()):
+            params = entry.get("msg", {}).get("params") or {}
+            if isinstance(params.get("update"), dict) and params["update"].get("sessionUpdate") == "usage_update":
+                return params
+    raise AssertionError("no usage_update in the recording")
+
+
+CLAUDE_USAGE_UPDATE = recorded_usage_update()
 
 
 class Recorder(Client):
@@ -44,16 +56,17 @@ def test_an_update_that_does_not_decode_reaches_session_update_with_its_raw_para
     with client_with_raw_agent(client) as (remote, raw):
         initialized(remote, raw)
         notify(raw, "session/update", CLAUDE_USAGE_UPDATE)
-        notify(raw, "session/update", {"sessionId": "sess-1", "update": {"sessionUpdate": "usage_update", "used": 7,
-                                                                         "size": 200000}})
-        notify(raw, "session/update", {"sessionId": "sess-1", "update": {"sessionUpdate": "mood_update", "mood": "ok"}})
+        session_id = CLAUDE_USAGE_UPDATE["sessionId"]
+        notify(raw, "session/update", {"sessionId": session_id, "update": {"sessionUpdate": "usage_update", "used": 7,
+                                                                           "size": 200000}})
+        notify(raw, "session/update", {"sessionId": session_id, "update": {"sessionUpdate": "mood_update", "mood": "ok"}})
         kept, valid, unknown = (client.updates.get(timeout=WAIT) for _ in range(3))
     assert isinstance(kept, Undecodable)
-    assert kept.raw == CLAUDE_USAGE_UPDATE
+    assert kept.raw == CLAUDE_USAGE_UPDATE and kept.raw["update"]["used"] is None
     assert isinstance(kept.error, SchemaError) and kept.error.path == "$.update.used"
     # The updates around it are unaffected, and an unknown kind is a different thing: a valid
     # notification whose update this version does not know.
-    assert valid == SessionNotification(session_id="sess-1", update=UsageUpdate(used=7, size=200000))
+    assert valid == SessionNotification(session_id=session_id, update=UsageUpdate(used=7, size=200000))
     assert isinstance(unknown, SessionNotification) and isinstance(unknown.update, UnknownVariant)
     assert unknown.update.tag == "mood_update"
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from acp_lite import updates
 from acp_lite.client import Client, RemoteAgent
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -109,3 +110,43 @@ def test_stdio_agent_prints_go_to_stderr_and_stdin_close_ends_the_process(tmp_pa
         remote.close()
     assert "debug output that must not reach the protocol stream" in stderr_lines
     assert "more noise" in stderr_lines and "served" in stderr_lines
+
+
+class Rejecting(Client):
+    """Rejects every permission request and keeps what the agent sent."""
+
+    def __init__(self):
+        self.updates = []
+        self.permission_requests = []
+
+    def session_update(self, params):
+        self.updates.append(params.update)
+
+    def request_permission(self, params):
+        self.permission_requests.append(params)
+        reject = next(option for option in params.options if option.kind == "reject_once")
+        return updates.select_permission(reject.option_id)
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.req("ACP-V1-PROMPT-PERMISSION-MAY")
+def test_the_example_agent_asks_with_the_tool_calls_details_and_honours_a_reject(tmp_path):
+    client = Rejecting()
+    with RemoteAgent.spawn([sys.executable, str(EXAMPLES / "agent.py")], client) as remote:
+        remote.initialize()
+        session = remote.new_session(str(tmp_path))
+        for _ in range(2):
+            assert remote.prompt(session.session_id, "Check the configuration").stop_reason == "end_turn"
+    config = str(tmp_path / "pyproject.toml")
+    first, second = client.permission_requests
+    assert (first.tool_call.title, first.tool_call.kind) == ("Reading configuration file", "read")
+    assert [location.path for location in first.tool_call.locations] == [config]
+    calls = [update for update in client.updates if updates.variant_tag(update) == "tool_call"]
+    completions = [update for update in client.updates if updates.variant_tag(update) == "tool_call_update"]
+    # One tool call per turn, each with an id of its own, each ended by an update of that id.
+    assert [call.tool_call_id for call in calls] == [first.tool_call.tool_call_id, second.tool_call.tool_call_id]
+    assert len({call.tool_call_id for call in calls}) == 2
+    assert [(done.tool_call_id, done.status) for done in completions] == [(call.tool_call_id, "failed") for call in calls]
+    texts = [update.content.text for update in client.updates if updates.variant_tag(update) == "agent_message_chunk"]
+    assert texts[1] == "Did not read pyproject.toml (permission: reject_once)."
+    assert not any(text.startswith("Done") for text in texts)

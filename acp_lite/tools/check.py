@@ -24,8 +24,9 @@ any other agent request with -32601. It never authenticates or logs out unless g
 
 Exit status: 0 when no MUST-level requirement failed, 1 otherwise, 2 for a usage error, 127 when the
 agent cannot be started. A requirement's level is its manifest keyword; the one check without a
-manifest id (the agent exits when its stdin closes) counts as MUST, because an agent that outlives
-its client leaks a process in every editor that starts it.
+manifest id (the agent exits when its stdin closes) is the probe's advice, graded SHOULD: an agent
+that outlives its client leaks a process in every editor that does not stop it, but the transports
+page does not require the agent to exit.
 
 The parts: ``check_probe`` (one agent process driven by hand, the wire judgement, the requirement
 tables), ``checks`` (the checks), ``check_runner`` (selection and running), ``check_report`` (the

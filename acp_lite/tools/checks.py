@@ -317,14 +317,20 @@ def _check_stdin_eof(run: CheckRun) -> None:
 
 
 # -- capabilities ---------------------------------------------------------------------------------
-def _check_load(run: CheckRun) -> None:
+def _reopen(run: CheckRun, method: str, requirement: str) -> Tuple[ProbedAgent, List[Dict[str, Any]]]:
+    """A session with one turn of history, then ``method`` (session/load or session/resume) on it:
+    the agent, and the updates that came before the response."""
     agent = run.agent()
-    cwd = run.directory("load")
+    cwd = run.directory(method.split("/")[1])
     session_id = agent.open_session(cwd)
     agent.prompt(session_id, text_prompt("Remember the word 'heliotrope'."))
-    before, response = agent.call("session/load", {"sessionId": session_id, "cwd": cwd, "mcpServers": []})
-    result_or_fail(response, "ACP-V1-SETUP-LOAD-REPLAY", "session/load")
-    replayed = [m for m in before if m.get("method") == "session/update"]
+    before, response = agent.call(method, {"sessionId": session_id, "cwd": cwd, "mcpServers": []})
+    result_or_fail(response, requirement, method)
+    return agent, [m for m in before if m.get("method") == "session/update"]
+
+
+def _check_load(run: CheckRun) -> None:
+    agent, replayed = _reopen(run, "session/load", "ACP-V1-SETUP-LOAD-REPLAY")
     run.judge("ACP-V1-SETUP-LOAD-REPLAY", bool(replayed), f"{len(replayed)} update(s) replayed before the response",
               "no session/update replayed the conversation before the load response")
     late = [m for m in agent.listen(_QUIET_WINDOW) if m.get("method") == "session/update"]
@@ -337,13 +343,7 @@ def _check_load(run: CheckRun) -> None:
 
 
 def _check_resume(run: CheckRun) -> None:
-    agent = run.agent()
-    cwd = run.directory("resume")
-    session_id = agent.open_session(cwd)
-    agent.prompt(session_id, text_prompt("Remember the word 'heliotrope'."))
-    before, response = agent.call("session/resume", {"sessionId": session_id, "cwd": cwd, "mcpServers": []})
-    result_or_fail(response, "ACP-V1-SETUP-RESUME-NO-REPLAY", "session/resume")
-    replayed = [m for m in before if m.get("method") == "session/update"]
+    _, replayed = _reopen(run, "session/resume", "ACP-V1-SETUP-RESUME-NO-REPLAY")
     run.judge("ACP-V1-SETUP-RESUME-NO-REPLAY", not replayed, "no update before the resume response",
               f"{len(replayed)} update(s) before the resume response")
 

@@ -1,6 +1,7 @@
-"""Where the interop tests find the official SDKs, and how they get there.
+"""Where the interop tests find their peers (the official SDKs, and acpx, a real headless client),
+and how they get there.
 
-The TypeScript SDK is installed with npm into ``tests/interop/.peers/node`` and the Python SDK into
+The TypeScript SDK and acpx are installed with npm into ``tests/interop/.peers/node`` and the Python SDK into
 its own venv ``tests/interop/.peers/py`` (it must never share a venv with acp_lite). Both folders are
 git-ignored. ``.ci/run`` installs them before the tests with::
 
@@ -8,14 +9,17 @@ git-ignored. ``.ci/run`` installs them before the tests with::
 
 which is idempotent (a peer already at its pinned version is left alone) and always exits 0: a peer
 that cannot be installed (no node, registry unreachable) is reported on stderr, and the tests that
-need it skip, naming the reason. The tests themselves never install anything.
+need it skip, naming the reason; under CI (the ``CI`` environment variable set) they fail instead,
+so that a CI run never passes with its interop tests quietly skipped. The tests themselves never
+install anything.
 """
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / ".peers"
@@ -24,6 +28,8 @@ PY_VENV = PEERS / "py"
 
 TS_SDK, TS_SDK_VERSION = "@agentclientprotocol/sdk", "2.4.0"
 PY_SDK, PY_SDK_VERSION = "agent-client-protocol", "0.12.1"
+# The last acpx release whose engines accept node 18 and 20 (later ones want node >= 22.12).
+ACPX, ACPX_VERSION = "acpx", "0.1.15"
 
 # A registry that does not answer must not hold CI up for long: the package clients give up
 # after these, and the whole step after INSTALL_SECONDS.
@@ -32,15 +38,45 @@ _NPM_NETWORK = ["--fetch-timeout=30000", "--fetch-retries=1"]
 _PIP_NETWORK = ["--timeout", "30", "--retries", "1"]
 
 
-def ts_sdk_entry() -> Optional[Path]:
-    """The pinned TypeScript SDK's public entry module, or None when it is not installed."""
-    package_json = NODE_PREFIX / "node_modules" / TS_SDK / "package.json"
+def _npm_package(name: str, version: str) -> Optional[Tuple[Path, Dict[str, Any]]]:
+    """The folder and package.json of an npm package installed at ``version``, or None."""
+    package_json = NODE_PREFIX / "node_modules" / name / "package.json"
     if not package_json.exists():
         return None
     manifest = json.loads(package_json.read_text())
-    if manifest.get("version") != TS_SDK_VERSION:
-        return None
-    return package_json.parent / manifest["exports"]["."]["import"]
+    return (package_json.parent, manifest) if manifest.get("version") == version else None
+
+
+def ts_sdk_entry() -> Optional[Path]:
+    """The pinned TypeScript SDK's public entry module, or None when it is not installed."""
+    found = _npm_package(TS_SDK, TS_SDK_VERSION)
+    return found[0] / found[1]["exports"]["."]["import"] if found else None
+
+
+def acpx_cli() -> Optional[Path]:
+    """The pinned acpx's command-line script (run it with node), or None when it is not installed."""
+    found = _npm_package(ACPX, ACPX_VERSION)
+    return found[0] / found[1]["bin"]["acpx"] if found else None
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip the calling test because a peer is missing, or fail it under CI (see the docstring)."""
+    import pytest  # only the tests call this; the installer runs without pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (under CI an interop peer must be there: run python tests/interop/interop_peers.py)")
+    pytest.skip(reason)
+
+
+def node_package_or_unavailable(what: str, located: Optional[Path]) -> Path:
+    """``located`` (a path in an npm package, None when it is not installed), else skip the
+    calling test, or fail it under CI, saying why: no node, or ``what`` not installed."""
+    problem = why_no_node()
+    if problem is not None:
+        unavailable(f"{what} unavailable: {problem}")
+    if located is None:
+        unavailable(f"{what} is not installed (run: python tests/interop/interop_peers.py; .ci/run does)")
+    return located
 
 
 def py_sdk_python() -> Optional[Path]:
@@ -76,6 +112,17 @@ def install_typescript_sdk() -> Optional[str]:
     """Install the pinned TypeScript SDK unless present; None on success, else why not."""
     if ts_sdk_entry() is not None:
         return None
+    return _npm_install(f"{TS_SDK}@{TS_SDK_VERSION}")
+
+
+def install_acpx() -> Optional[str]:
+    """Install the pinned acpx unless present; None on success, else why not."""
+    if acpx_cli() is not None:
+        return None
+    return _npm_install(f"{ACPX}@{ACPX_VERSION}")
+
+
+def _npm_install(package: str) -> Optional[str]:
     problem = why_no_node()
     if problem is not None:
         return problem
@@ -84,7 +131,7 @@ def install_typescript_sdk() -> Optional[str]:
     if not package_json.exists():
         package_json.write_text('{"private": true}\n')
     npm = [shutil.which("npm") or "npm", "install", "--prefix", str(NODE_PREFIX), "--no-audit", "--no-fund"]
-    return _install(npm + _NPM_NETWORK + [f"{TS_SDK}@{TS_SDK_VERSION}"])
+    return _install(npm + _NPM_NETWORK + [package])
 
 
 def install_python_sdk() -> Optional[str]:
@@ -101,6 +148,7 @@ def install_python_sdk() -> Optional[str]:
 
 def main() -> int:
     for name, install in ((f"{TS_SDK}@{TS_SDK_VERSION}", install_typescript_sdk),
+                          (f"{ACPX}@{ACPX_VERSION}", install_acpx),
                           (f"{PY_SDK}=={PY_SDK_VERSION}", install_python_sdk)):
         problem = install()
         if problem is None:
