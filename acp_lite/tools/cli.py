@@ -176,8 +176,11 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 
 
 def _cli_error(text: str) -> None:
+    # One write: print() writes the text and its newline apart, and a Ctrl-C between the two
+    # would glue the next line to this one.
     try:
-        print(f"acp-lite: {text}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"acp-lite: {text}\n")
+        sys.stderr.flush()
     except OSError:  # stderr is gone (a closed terminal: SIGHUP)
         pass
 
