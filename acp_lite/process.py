@@ -317,6 +317,8 @@ def _why_not_found(
 # Only atomic dict operations touch it, since the signal handler may run while the main thread
 # is in the middle of start or stop.
 _running: Dict[int, AgentProcess] = {}
+if hasattr(os, "register_at_fork"):  # a forked child owns none of them: its exit must not end them
+    os.register_at_fork(after_in_child=_running.clear)
 _hooks_lock = threading.Lock()
 _atexit_hooked = False
 _signals_hooked = False

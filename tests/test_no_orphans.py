@@ -178,3 +178,21 @@ def test_an_agent_that_ignores_sigterm_is_killed_after_the_grace_period(starters
     status, err, agent_running = starter.end()
     assert (status, agent_running) == (-signal.SIGTERM, False), err
     assert time.monotonic() - sent >= 1.0  # the grace period: SIGKILL only after it
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_that_exits_leaves_its_parents_agents_running():
+    script = textwrap.dedent("""
+        import os, sys
+        from acp_lite import RemoteAgent
+
+        agent = RemoteAgent.spawn([sys.executable, "-c", "import sys; sys.stdin.read()"])
+        child = os.fork()
+        if child == 0:
+            sys.exit(0)  # an ordinary exit: atexit hooks run in the child
+        os.waitpid(child, 0)
+        print("running" if agent.process.returncode() is None else "ended", flush=True)
+        agent.close()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=WAIT, cwd=REPO)
+    assert (done.returncode, done.stdout) == (0, "running\n"), done.stderr
