@@ -16,7 +16,7 @@ from acp_lite import __version__
 
 # The tool's runners and its process fixture, shared with its main tests.
 import test_cli
-from test_cli import WAIT, cli, inline_agent
+from test_cli import RAW_AGENT_HELPERS, WAIT, cli, inline_agent
 
 launched = test_cli.launched  # the fixture, by the name pytest finds it under
 
@@ -251,15 +251,7 @@ def test_run_on_a_terminal_gives_the_prompt_back_after_a_failed_turn(launched, t
 
 
 # Reports what it was offered, then tries a write and a terminal anyway.
-CHANGING_AGENT = """
-    import json, sys
-    def send(message):
-        print(json.dumps(dict(message, jsonrpc="2.0")), flush=True)
-    def reply_to(request_id):
-        for line in sys.stdin:
-            message = json.loads(line)
-            if message.get("id") == request_id and "method" not in message:
-                return message
+CHANGING_AGENT = RAW_AGENT_HELPERS + """
     for line in sys.stdin:
         message = json.loads(line)
         method = message.get("method")
