@@ -323,6 +323,8 @@ def _why_not_found(
 # Only atomic dict operations touch it, since the signal handler may run while the main thread
 # is in the middle of start or stop.
 _running: Dict[int, AgentProcess] = {}
+if hasattr(os, "register_at_fork"):  # a forked child owns none of them: its exit must not end them
+    os.register_at_fork(after_in_child=_running.clear)
 _hooks_lock = threading.Lock()
 _atexit_hooked = False
 _signals_hooked = False
@@ -349,19 +351,19 @@ def _install_exit_hooks() -> None:
 
 def _end_running_agents() -> None:
     """SIGTERM to every running agent's process group, SIGKILL to what is left after the grace
-    period. Runs at exit or in a signal handler: it takes no lock and reaps nothing (the agents are
-    about to be orphaned to init, which reaps them)."""
+    period, then a wait as long for the killed to be gone. Runs at exit or in a signal handler: it
+    takes no lock and reaps nothing (the agents are about to be orphaned to init, which reaps
+    them)."""
     agents = list(_running.values())
-    for agent in agents:
-        agent._signal_group(force=False)
-    deadline = time.monotonic() + _EXIT_GRACE
-    while time.monotonic() < deadline:
-        agents = [agent for agent in agents if agent._alive_at_exit()]
+    for force in (False, True):
+        for agent in agents:
+            agent._signal_group(force=force)
+        deadline = time.monotonic() + _EXIT_GRACE
+        while agents and time.monotonic() < deadline:
+            time.sleep(_GROUP_POLL_INTERVAL)
+            agents = [agent for agent in agents if agent._alive_at_exit()]
         if not agents:
             return
-        time.sleep(_GROUP_POLL_INTERVAL)
-    for agent in agents:
-        agent._signal_group(force=True)
 
 
 def _end_agents_then_die(signum: int, frame: object) -> None:

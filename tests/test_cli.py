@@ -226,9 +226,9 @@ def test_run_on_a_terminal_asks_the_permission_question(launched):
         os.close(slave)
 
 
-# Serves one turn by writing, reading and trying to read outside the session's root, then
-# reports what it got back.
-FILE_AGENT = """
+# The start of an agent that speaks raw JSON lines: send() a message, wait for the reply_to() a
+# request it sent.
+RAW_AGENT_HELPERS = """
     import json, sys
     def send(message):
         print(json.dumps(dict(message, jsonrpc="2.0")), flush=True)
@@ -237,6 +237,11 @@ FILE_AGENT = """
             message = json.loads(line)
             if message.get("id") == request_id and "method" not in message:
                 return message
+"""
+
+# Serves one turn by writing, reading and trying to read outside the session's root, then
+# reports what it got back.
+FILE_AGENT = RAW_AGENT_HELPERS + """
     for line in sys.stdin:
         message = json.loads(line)
         method = message.get("method")

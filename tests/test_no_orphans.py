@@ -18,6 +18,7 @@ import time
 import pytest
 
 from conftest import REPO
+from test_process import running
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals and /proc")
 
@@ -60,15 +61,6 @@ def wait_for_pid(path, starter):
             pytest.fail(f"no agent pid in {path} after {WAIT} s")
         time.sleep(0.02)
     return int(path.read_text())
-
-
-def running(pid):
-    """Whether ``pid`` runs (a zombie waiting for init to reap it does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except FileNotFoundError:
-        return False
 
 
 class Starter:
@@ -147,8 +139,9 @@ APPLICATION = textwrap.dedent("""
     agent = RemoteAgent.spawn(argv)
     agent.initialize(timeout=30)
     agent.new_session("/")
-    if mode == "wait":
-        time.sleep(60)
+    if mode == "wait":  # as a main loop does: a signal that another thread took is seen within 0.1 s
+        for _ in range(600):
+            time.sleep(0.1)
 """)
 
 
@@ -185,3 +178,21 @@ def test_an_agent_that_ignores_sigterm_is_killed_after_the_grace_period(starters
     status, err, agent_running = starter.end()
     assert (status, agent_running) == (-signal.SIGTERM, False), err
     assert time.monotonic() - sent >= 1.0  # the grace period: SIGKILL only after it
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_that_exits_leaves_its_parents_agents_running():
+    script = textwrap.dedent("""
+        import os, sys
+        from acp_lite import RemoteAgent
+
+        agent = RemoteAgent.spawn([sys.executable, "-c", "import sys; sys.stdin.read()"])
+        child = os.fork()
+        if child == 0:
+            sys.exit(0)  # an ordinary exit: atexit hooks run in the child
+        os.waitpid(child, 0)
+        print("running" if agent.process.returncode() is None else "ended", flush=True)
+        agent.close()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=WAIT, cwd=REPO)
+    assert (done.returncode, done.stdout) == (0, "running\n"), done.stderr

@@ -71,8 +71,12 @@ def check_command(args: argparse.Namespace) -> int:
         print(f"acp-lite: {exc}", file=sys.stderr, flush=True)
         return 127
     print(format_summary(report), flush=True)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(report_json(report), out, indent=1, ensure_ascii=False)
-            out.write("\n")
+    if args.json:  # checked before the run (argtypes), yet the disk may have filled up since
+        try:
+            with open(args.json, "w", encoding="utf-8") as out:
+                json.dump(report_json(report), out, indent=1, ensure_ascii=False)
+                out.write("\n")
+        except OSError as exc:
+            print(f"acp-lite: cannot write {args.json}: {exc}", file=sys.stderr, flush=True)
+            return 1
     return report.exit_status

@@ -176,7 +176,9 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 
 
 def _cli_error(text: str) -> None:
-    try:  # one write, line and newline together: a Ctrl-C cannot land between them
+    # One write: print() writes the text and its newline apart, and a Ctrl-C between the two
+    # would glue the next line to this one.
+    try:
         sys.stderr.write(f"acp-lite: {text}\n")
         sys.stderr.flush()
     except OSError:  # stderr is gone (a closed terminal: SIGHUP)
@@ -600,36 +602,47 @@ class _RunSession:
 
 def _start_agent(args: argparse.Namespace, run: _RunSession, relay: _StderrRelay) -> Tuple[Optional[RemoteAgent], int]:
     """Spawn and initialize the agent, and authenticate if asked; (agent, 0), or (None, exit
-    status) after saying why."""
+    status) after saying why. The agent is closed on every way out but success, a Ctrl-C too."""
     try:
         agent = RemoteAgent.spawn(args.agent_command, run.client, on_stderr_line=relay.line)
     except AgentStartError as exc:
         _cli_error(str(exc))
         return None, _CANNOT_START
-    status = 1
+    status = None
+    try:
+        status = _handshake(agent, args, relay)
+    finally:
+        if status != 0:
+            agent.close()
+    if status != 0:
+        return None, status
+    relay.go_live()
+    return agent, 0
+
+
+def _handshake(agent: RemoteAgent, args: argparse.Namespace, relay: _StderrRelay) -> int:
+    """``initialize``, then ``authenticate`` with ``--auth-method``; the exit status so far."""
     try:
         agent.initialize(timeout=args.timeout)
-        if args.auth_method is not None:
-            if args.auth_method not in [_auth_method_field(method, "id") for method in agent.auth_methods]:
-                _cli_error(f"the agent offers no auth method {args.auth_method!r}. {_auth_help(agent, args.agent_command)}")
-                status = 2
-                return None, status
-            agent.authenticate(args.auth_method)
-        status = 0
     except CallTimeout:
         held = relay.held()
         _cli_error(f"the agent did not answer initialize within {args.timeout:g} s"
                    + (f"; its stderr so far:\n{held}" if held else " (and wrote nothing to stderr)"))
-        return None, 1
+        return 1
     except AcpError as exc:  # it exited, answered with an error, or chose a version we lack
-        what = "authenticate" if agent.protocol_version is not None else "initialize"
-        _cli_error(f"the agent failed to {what}: {exc}")
-        return None, 1
-    finally:
-        if status != 0:  # a Ctrl-C or a signal too
-            agent.close()
-    relay.go_live()
-    return agent, 0
+        _cli_error(f"the agent failed to initialize: {exc}")
+        return 1
+    if args.auth_method is None:
+        return 0
+    if args.auth_method not in [_auth_method_field(method, "id") for method in agent.auth_methods]:
+        _cli_error(f"the agent offers no auth method {args.auth_method!r}. {_auth_help(agent, args.agent_command)}")
+        return 2
+    try:
+        agent.authenticate(args.auth_method)
+    except AcpError as exc:
+        _cli_error(f"authenticating with {args.auth_method!r} failed: {exc}")
+        return 1
+    return 0
 
 
 def _auth_method_field(method: Any, name: str) -> Any:
