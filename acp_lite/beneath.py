@@ -25,8 +25,8 @@ from collections import deque
 from typing import Deque, List, Optional, Tuple
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 # From linux/openat2.h.
 _SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table)
@@ -37,7 +37,7 @@ _RESOLVE_BENEATH = 0x08
 # is what the manual asks for, a few times keeps a rename storm from spinning us forever.
 _OPENAT2_RETRIES = 8
 
-_MAX_SYMLINKS = 40  # as Linux's MAXSYMLINKS
+MAX_SYMLINKS = 40  # as Linux's MAXSYMLINKS
 
 
 class Escape(OSError):
@@ -78,7 +78,7 @@ class Root:
         self.fd: Optional[int] = None
         self.identity: Optional[Tuple[int, int]] = None
         try:
-            fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | O_DIRECTORY | _O_CLOEXEC)
         except (OSError, ValueError):
             return
         info = os.fstat(fd)
@@ -131,7 +131,7 @@ def open_beneath(dir_fd: int, relative: str, flags: int) -> int:
     return _walk(dir_fd, relative, flags)
 
 
-def location(root_fd: int, fd: int) -> Optional[str]:
+def path_beneath(root_fd: int, fd: int) -> Optional[str]:
     """Where ``fd`` is now, relative to the directory ``root_fd`` ("" for itself), or None when
     the system cannot say (no ``/proc``) or it is not beneath it any more."""
     try:
@@ -162,14 +162,14 @@ def _walk(dir_fd: int, relative: str, flags: int) -> int:
                 continue
             here = opened[-1] if opened else dir_fd
             last = not any(part not in ("", ".") for part in parts)
-            wanted = (flags | (_O_DIRECTORY if relative.endswith("/") else 0)) if last else os.O_RDONLY | _O_DIRECTORY
+            wanted = (flags | (O_DIRECTORY if relative.endswith("/") else 0)) if last else os.O_RDONLY | O_DIRECTORY
             try:
-                fd = os.open(name, wanted | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=here)
+                fd = os.open(name, wanted | O_NOFOLLOW | _O_CLOEXEC, dir_fd=here)
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR) or not _is_symlink(name, here):
                     raise
                 links += 1
-                if links > _MAX_SYMLINKS:
+                if links > MAX_SYMLINKS:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), relative) from None
                 try:
                     target = os.readlink(name, dir_fd=here)

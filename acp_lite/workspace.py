@@ -70,7 +70,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any, BinaryIO, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple, TypeVar, Union
 
-from .beneath import Escape, Root, location, open_beneath
+from .beneath import MAX_SYMLINKS, O_DIRECTORY, O_NOFOLLOW, Escape, Root, open_beneath, path_beneath
 from .client import Client
 from .errors import AcpError, InternalError, InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound, UsageError
 from .proctree import SUPERVISOR, ProcessId, identify, kill_tree
@@ -93,7 +93,7 @@ from .schema import (
     WriteTextFileResponse,
 )
 
-_log = logging.getLogger("acp_lite.workspace")
+_workspace_log = logging.getLogger("acp_lite.workspace")
 
 T = TypeVar("T")
 
@@ -128,11 +128,6 @@ _KILL_WAIT_SECONDS = 5.0
 # Opening a FIFO for reading blocks until a writer appears; non-blocking, the open returns and
 # fstat then refuses it. Regular files ignore the flag.
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
-# Symlinks followed at most when a write goes through them, as the kernel's MAXSYMLINKS.
-_MAX_SYMLINKS = 40
 
 
 def _refused(what: str) -> ProtocolError:
@@ -319,12 +314,12 @@ class _WriteTarget:
         root, relative = roots.locate(path)
         self.path = path
         self.directory = -1
-        for _ in range(_MAX_SYMLINKS):
+        for _ in range(MAX_SYMLINKS):
             parent, _, self.name = relative.rpartition("/")
             if self.name in ("", ".", ".."):
                 raise InvalidParams(f"{path} is a directory, not a file")
             try:
-                self.directory = open_beneath(root.fd, parent, os.O_RDONLY | _O_DIRECTORY)  # type: ignore[arg-type]
+                self.directory = open_beneath(root.fd, parent, os.O_RDONLY | O_DIRECTORY)  # type: ignore[arg-type]
                 self.current: Optional[os.stat_result] = os.stat(self.name, dir_fd=self.directory, follow_symlinks=False)
             except FileNotFoundError:
                 if self.directory < 0:
@@ -356,7 +351,7 @@ class _WriteTarget:
             except BaseException:
                 self.close()
                 raise
-        where = location(root.fd, self.directory)  # type: ignore[arg-type]
+        where = path_beneath(root.fd, self.directory)  # type: ignore[arg-type]
         self.location = f"{where}/{self.name}".lstrip("/") if where is not None else relative
 
     def write(self, data: bytes) -> None:
@@ -364,7 +359,7 @@ class _WriteTarget:
         temporary = f".acp-{secrets.token_hex(8)}.tmp"
         try:
             # A new file gets the usual permissions (the umask applies); O_EXCL never reuses a file.
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW, 0o666, dir_fd=self.directory)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o666, dir_fd=self.directory)
         except OSError as exc:
             raise _file_error(exc, self.path) from exc
         try:
@@ -934,9 +929,9 @@ class WorkspaceClient(Client):
             raise MethodNotFound("Method not found: terminal/create (this editor serves no terminals)")
         with self.root_set(params.session_id) as roots:
             if params.cwd is None:
-                cwd = os.open(".", os.O_RDONLY | _O_DIRECTORY | os.O_CLOEXEC, dir_fd=roots.cwd_root().fd)
+                cwd = os.open(".", os.O_RDONLY | O_DIRECTORY | os.O_CLOEXEC, dir_fd=roots.cwd_root().fd)
             else:
-                cwd, _, _ = roots.open(params.cwd, os.O_RDONLY | _O_DIRECTORY)
+                cwd, _, _ = roots.open(params.cwd, os.O_RDONLY | O_DIRECTORY)
         env = {
             name: value
             for name, value in os.environ.items()
@@ -1004,7 +999,7 @@ class WorkspaceClient(Client):
         try:
             answer = ask()
         except Exception:
-            _log.exception("the approval hook for %s raised: refused", what)
+            _workspace_log.exception("the approval hook for %s raised: refused", what)
             drop()
             raise _refused(what) from None
         if not isinstance(answer, Future):
@@ -1022,7 +1017,7 @@ class WorkspaceClient(Client):
             with self._sessions_lock:
                 self._pending.discard(refuse_now)
             if reason is not None:
-                _log.warning("the approval hook for %s %s: refused", what, reason)
+                _workspace_log.warning("the approval hook for %s %s: refused", what, reason)
             if not result.set_running_or_notify_cancel():  # the agent cancelled its request
                 drop()
                 return
