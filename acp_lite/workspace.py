@@ -929,7 +929,7 @@ class WorkspaceClient(Client):
             raise MethodNotFound("Method not found: terminal/create (this editor serves no terminals)")
         with self.root_set(params.session_id) as roots:
             if params.cwd is None:
-                cwd = os.open(".", os.O_RDONLY | O_DIRECTORY | os.O_CLOEXEC, dir_fd=roots.cwd_root().fd)
+                cwd = os.open(".", os.O_RDONLY | O_DIRECTORY, dir_fd=roots.cwd_root().fd)
             else:
                 cwd, _, _ = roots.open(params.cwd, os.O_RDONLY | O_DIRECTORY)
         env = {
