@@ -8,7 +8,6 @@ import unicodedata
 from contextlib import contextmanager
 from concurrent.futures import Future
 from unittest.mock import patch
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
