@@ -497,13 +497,14 @@ class _Terminal:
         self._exited = threading.Event()
         self._waiters: List[Future] = []
         self._closed = False
-        if not sys.executable:
-            raise InternalError("terminals need a Python interpreter to supervise them (sys.executable is empty)")
+        python = _python_interpreter()
+        if python is None:
+            raise InternalError("terminals need a Python interpreter to supervise them, and none was found")
         self._wake_read, self._wake_write = os.pipe()  # tells the output thread to stop
         self._status_read, status_write = os.pipe()
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", SUPERVISOR, str(cwd), str(status_write), *argv],
+                [python, "-I", "-S", "-c", SUPERVISOR, str(cwd), str(status_write), *argv],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -622,6 +623,14 @@ class _Terminal:
                 return False
             self._output.append(chunk)
         return True
+
+
+def _python_interpreter() -> Optional[str]:
+    """A Python to run the supervisor with: our own, unless we are embedded in a program that is
+    not Python (an editor's ``sys.executable`` names the editor), then ``python3`` on PATH."""
+    if os.path.basename(sys.executable or "").startswith("python"):
+        return sys.executable
+    return shutil.which("python3")
 
 
 def _exit_response(status: TerminalExitStatus) -> WaitForTerminalExitResponse:
