@@ -71,12 +71,13 @@ _syscall = _load_syscall()
 class Root:
     """One directory held open for the life of a session. ``fd`` is None when it could not be
     opened (it did not exist, or was not a directory): such a root contains nothing, even if a
-    directory of that name appears later. Not thread-safe to ``close`` while in use."""
+    directory of that name appears later. Any thread; ``close`` only once no request uses ``fd``."""
 
     def __init__(self, path: str):
         self.path = path
         self.fd: Optional[int] = None
         self.identity: Optional[Tuple[int, int]] = None
+        self._gone = False
         try:
             fd = os.open(path, os.O_RDONLY | O_DIRECTORY | _O_CLOEXEC)
         except (OSError, ValueError):
@@ -89,15 +90,16 @@ class Root:
         self.identity = (info.st_dev, info.st_ino)
 
     def intact(self) -> bool:
-        """Whether the root's name still leads to the directory opened. False for good once not."""
-        if self.fd is None:
+        """Whether the root's name still leads to the directory opened. False for good once not
+        (the handle stays open until ``close()``: a request may be using it)."""
+        if self.fd is None or self._gone:
             return False
         try:
             info = os.stat(self.path)
         except (OSError, ValueError):
             info = None
         if info is None or (info.st_dev, info.st_ino) != self.identity:
-            self.close()
+            self._gone = True
             return False
         return True
 
@@ -131,7 +133,7 @@ def open_beneath(dir_fd: int, relative: str, flags: int) -> int:
     return _walk(dir_fd, relative, flags)
 
 
-def location_beneath(root_fd: int, fd: int) -> Optional[str]:
+def path_beneath(root_fd: int, fd: int) -> Optional[str]:
     """Where ``fd`` is now, relative to the directory ``root_fd`` ("" for itself), or None when
     the system cannot say (no ``/proc``) or it is not beneath it any more."""
     try:

@@ -37,7 +37,10 @@ _KILL_ROUNDS = 64
 SUPERVISOR = """
 import ctypes, os, signal, sys
 cwd, status = int(sys.argv[1]), int(sys.argv[2])
-ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+try:
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+except AttributeError:  # not Linux: no subreaper, the process group is all kill reaches
+    pass
 os.fchdir(cwd)
 os.close(cwd)
 command = os.fork()

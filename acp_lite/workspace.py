@@ -70,7 +70,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any, BinaryIO, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple, TypeVar, Union
 
-from .beneath import MAX_SYMLINKS, O_DIRECTORY, O_NOFOLLOW, Escape, Root, location_beneath, open_beneath
+from .beneath import MAX_SYMLINKS, O_DIRECTORY, O_NOFOLLOW, Escape, Root, open_beneath, path_beneath
 from .client import Client
 from .errors import AcpError, InternalError, InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound, UsageError
 from .proctree import SUPERVISOR, ProcessId, identify, kill_tree
@@ -351,7 +351,7 @@ class _WriteTarget:
             except BaseException:
                 self.close()
                 raise
-        where = location_beneath(root.fd, self.directory)  # type: ignore[arg-type]
+        where = path_beneath(root.fd, self.directory)  # type: ignore[arg-type]
         self.location = f"{where}/{self.name}".lstrip("/") if where is not None else relative
 
     def write(self, data: bytes) -> None:
@@ -497,13 +497,14 @@ class _Terminal:
         self._exited = threading.Event()
         self._waiters: List[Future] = []
         self._closed = False
-        if not sys.executable:
-            raise InternalError("terminals need a Python interpreter to supervise them (sys.executable is empty)")
+        python = _python_interpreter()
+        if python is None:
+            raise InternalError("terminals need a Python interpreter to supervise them, and none was found")
         self._wake_read, self._wake_write = os.pipe()  # tells the output thread to stop
         self._status_read, status_write = os.pipe()
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", SUPERVISOR, str(cwd), str(status_write), *argv],
+                [python, "-I", "-S", "-c", SUPERVISOR, str(cwd), str(status_write), *argv],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -622,6 +623,14 @@ class _Terminal:
                 return False
             self._output.append(chunk)
         return True
+
+
+def _python_interpreter() -> Optional[str]:
+    """A Python to run the supervisor with: our own, unless we are embedded in a program that is
+    not Python (an editor's ``sys.executable`` names the editor), then ``python3`` on PATH."""
+    if os.path.basename(sys.executable or "").startswith("python"):
+        return sys.executable
+    return shutil.which("python3")
 
 
 def _exit_response(status: TerminalExitStatus) -> WaitForTerminalExitResponse:
@@ -929,7 +938,7 @@ class WorkspaceClient(Client):
             raise MethodNotFound("Method not found: terminal/create (this editor serves no terminals)")
         with self.root_set(params.session_id) as roots:
             if params.cwd is None:
-                cwd = os.open(".", os.O_RDONLY | O_DIRECTORY | os.O_CLOEXEC, dir_fd=roots.cwd_root().fd)
+                cwd = os.open(".", os.O_RDONLY | O_DIRECTORY, dir_fd=roots.cwd_root().fd)
             else:
                 cwd, _, _ = roots.open(params.cwd, os.O_RDONLY | O_DIRECTORY)
         env = {

@@ -231,7 +231,7 @@ def test_closing_a_session_or_the_connection_releases_the_terminals_it_left():
         except FileNotFoundError:
             return False
 
-    with agent_and_client(Sleeper(), WorkspaceClient()) as remote:
+    with agent_and_client(Sleeper(), WorkspaceClient(terminals=True)) as remote:
         remote.initialize()
         first = remote.new_session("/tmp").session_id
         remote.prompt(first, "run")

@@ -18,6 +18,7 @@ from typing import Any, List
 import pytest
 from acp_harness import client_with_raw_agent
 from test_workspace import INVALID_PARAMS, NOT_FOUND, PATIENCE, SESSION, RecordingWorkspace, _gone, editor_for
+from test_workspace import editor, root  # noqa: F401 (fixtures: a project beside outside/secret.txt)
 
 from acp_lite import beneath
 from acp_lite.client import RemoteAgent
@@ -31,21 +32,6 @@ pytestmark = [
     pytest.mark.timeout(60),
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="plays attacks with Linux processes and /proc"),
 ]
-
-
-@pytest.fixture
-def root(tmp_path):
-    project = tmp_path / "project"
-    (project / "src").mkdir(parents=True)
-    (tmp_path / "outside").mkdir()
-    (tmp_path / "outside" / "secret.txt").write_text("OUTSIDE")
-    return project
-
-
-@pytest.fixture
-def editor(root):
-    with editor_for(root) as editor:
-        yield editor
 
 
 # -- roots by identity ------------------------------------------------------------------------------
@@ -147,7 +133,7 @@ def test_a_directory_swapped_with_a_symlink_to_outside_never_lets_a_read_out(roo
                     break
     finally:
         workspace.close()
-    assert "OUTSIDE" not in seen
+    assert "secret" not in seen
 
 
 @pytest.mark.req("ACP-V1-SETUP-ROOT-SET-BOUNDARY", "ACP-V1-FS-CLIENT-CREATE-FILE")
@@ -199,7 +185,8 @@ def test_writes_under_protected_paths_are_refused_by_default(editor, root, relat
     error = editor.error("fs/write_text_file", path=str(root / relative), content='[core]\n\tfsmonitor = "touch pwned; false"\n')
     assert error["code"] == REFUSED and "did not allow" in error["message"]
     assert (root / ".git" / "config").read_text() == "[core]\n"
-    assert not (root / relative).exists() or relative in (".git/config", "via-link")
+    if relative not in (".git/config", "via-link"):  # those two name the file checked above
+        assert not (root / relative).exists()
 
 
 class ApprovingWorkspace(RecordingWorkspace):
@@ -237,7 +224,7 @@ def test_hard_linked_files_are_refused_when_the_editor_asks(root, tmp_path):
         for method, params in [("fs/read_text_file", {}), ("fs/write_text_file", {"content": "x"})]:
             error = editor.error(method, path=str(root / "k"), **params)
             assert error["code"] == INVALID_PARAMS and "hard links" in error["message"]
-    assert (tmp_path / "outside" / "secret.txt").read_text() == "OUTSIDE"
+    assert (tmp_path / "outside" / "secret.txt").read_text() == "secret"
 
 
 # -- terminals by consent -------------------------------------------------------------------------------
@@ -321,6 +308,25 @@ ESCAPERS = textwrap.dedent(
 )
 
 
+@contextlib.contextmanager
+def killed_at_last(pids: List[int]):
+    """Whatever the test finds, leave none of ``pids`` running."""
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
+def _survivors(pids: List[int], within: float = 5.0) -> List[int]:
+    """Those of ``pids`` still running after ``within`` seconds (fewer as they go)."""
+    deadline = time.monotonic() + within
+    while any(not _gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [pid for pid in pids if not _gone(pid)]
+
+
 def _escapers(editor) -> List[int]:
     terminal = editor.run(ESCAPERS)
     pids = [int(pid) for pid in editor.output_containing(terminal, "\n")["output"].split()]
@@ -332,7 +338,7 @@ def _escapers(editor) -> List[int]:
 @pytest.mark.parametrize("end", ["release", "kill", "session end", "close"])
 def test_processes_that_left_the_terminals_group_or_session_are_ended_with_it(editor, end):
     terminal, pids = _escapers(editor)
-    try:
+    with killed_at_last(pids):
         if end == "release":
             editor.result("terminal/release", terminalId=terminal)
         elif end == "kill":
@@ -341,11 +347,7 @@ def test_processes_that_left_the_terminals_group_or_session_are_ended_with_it(ed
             editor.workspace.on_session_end(SESSION)
         else:
             editor.workspace.close()
-        assert [pid for pid in pids if not _gone(pid)] == []
-    finally:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 9)
+        assert [pid for pid in pids if not _gone(pid)] == []  # at once: the answer came after the kill
 
 
 def test_the_interpreters_exit_ends_the_terminals_an_editor_left_open(root, tmp_path):
@@ -365,33 +367,21 @@ def test_the_interpreters_exit_ends_the_terminals_an_editor_left_open(root, tmp_
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PATIENCE)
     pids = [int(pid) for pid in done.stdout.split()]
-    try:
+    with killed_at_last(pids):
         assert done.returncode == 0 and len(pids) == 3, done.stderr
-        deadline = time.monotonic() + 5
-        while any(not _gone(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert [pid for pid in pids if not _gone(pid)] == []
-    finally:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 9)
+        assert _survivors(pids) == []
 
 
-def test_stopping_an_agent_ends_the_children_that_left_its_group(tmp_path):
-    agent = AgentProcess([sys.executable, "-c", ESCAPERS.replace("time.sleep(60)\n", "sys.stdin.read()\n", 1)])
-    line = agent.stdout.readline()
-    pids = [int(pid) for pid in line.split()]
-    try:
+def test_stopping_an_agent_ends_the_children_that_left_its_group():
+    # The agent waits for its stdin to close, which is how stop() first asks it to exit; the
+    # children sleep on. The daemon is out of reach (re-parented to init before stop() looked).
+    agent_code = ESCAPERS[: ESCAPERS.rindex("time.sleep(60)")] + "sys.stdin.read()\n"
+    agent = AgentProcess([sys.executable, "-c", agent_code])
+    pids = [int(pid) for pid in agent.stdout.readline().split()]
+    with killed_at_last(pids):
         assert len(pids) == 3
         agent.stop(timeout=1.0)
-        deadline = time.monotonic() + 5
-        while any(not _gone(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert [pid for pid in pids if not _gone(pid)] == []
-    finally:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 9)
+        assert _survivors(pids[:2]) == []
 
 
 # -- limits ------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import unicodedata
 from contextlib import contextmanager
 from concurrent.futures import Future
 from unittest.mock import patch
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -344,3 +343,17 @@ def test_a_command_that_outlives_the_kill_wait_is_reaped_when_it_finally_exits(c
     manager.create("s", _python("import time; time.sleep(60)"), dict(os.environ), cwd, None)
     [(_, _, final)] = manager.close()
     assert final.output == ""
+
+
+def test_an_editor_embedding_python_still_supervises_its_terminals_with_a_python(cwd, monkeypatch, tmp_path):
+    # Embedded in an editor, sys.executable names the editor: running it with -c would start one.
+    command = _python("print('ran')")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "editor"))
+    manager = TerminalManager()
+    try:
+        terminal_id = manager.create("s", command, dict(os.environ), cwd, None)
+        waited = manager.wait_for_exit("s", terminal_id)
+        assert (waited.result(20) if isinstance(waited, Future) else waited).exit_code == 0
+        assert manager.output("s", terminal_id).output == "ran\n"
+    finally:
+        manager.close()

@@ -211,7 +211,7 @@ class RecordingClient(WorkspaceClient):
     elicitation_modes = ("form", "url")
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(terminals=True)
         self.elicitations: List[Any] = []
         self.completed_elicitations: List[str] = []
         self.updates: List[Any] = []
