@@ -220,14 +220,19 @@ def load_mutation_counts(path: Path = RESULTS) -> Optional[Dict[str, List[int]]]
 
 
 def write_reports(results: Dict[str, Dict[str, Any]], root: Path = ROOT) -> None:
+    """``spec/mutation.json``, and ``spec/COVERAGE.md`` again with the counts (from the rows of
+    the last whole-suite run's ``coverage.json``)."""
     counts = killed_by_requirement(results)
     document = {
         "mutants": {name: {"requirements": r["requirements"], "outcome": r["outcome"]} for name, r in results.items()},
         "requirements": dict(sorted(counts.items())),
     }
     (root / "spec" / "mutation.json").write_text(dump_json(document), encoding="utf-8")
+    coverage_path = root / "spec" / "coverage.json"
+    if not coverage_path.is_file():  # no whole-suite run yet: nothing to add the counts to
+        return
     manifest, _ = load(root / "spec" / "manifest")
-    coverage = json.loads((root / "spec" / "coverage.json").read_text(encoding="utf-8"))
+    coverage = json.loads(coverage_path.read_text(encoding="utf-8"))
     (root / "spec" / "COVERAGE.md").write_text(render_markdown(manifest, coverage["requirements"], counts), encoding="utf-8")
 
 

@@ -3,6 +3,7 @@ import json
 import threading
 import time
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
 
@@ -371,7 +372,10 @@ def test_prompt_returns_only_after_every_earlier_update_was_delivered():
             raw.notify("session/update", {"sessionId": "s1", "update": {
                 "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": str(i)}}})
         _answer(raw, prompt, {"stopReason": "end_turn"})
-        assert not turn.done() or len(client.updates) == 50
+        # The answer is in, the updates before it are not all delivered: the turn must not end.
+        with pytest.raises(FutureTimeout):
+            turn.result(0.5)
+        assert len(client.updates) < 50
         release.set()
         assert turn.result(WAIT).stop_reason == "end_turn"
         assert [n.update.content.text for n in client.updates] == [str(i) for i in range(50)]
