@@ -9,7 +9,7 @@ Usage (from the repository root)::
 The catalogue ``spec/mutants.json`` lists mutants: small, realistic breakages of the runtime, each
 violating the requirements it names. A mutant is ``{"name", "requirements", "file", "old", "new",
 "why", "tests"?}``: in ``file`` the text ``old`` (which must occur exactly once) becomes ``new``.
-``tests`` narrows the run to some of the requirements' tagged tests (node ids of test functions);
+``tests`` narrows the run to some of the requirements' tagged tests (node ids, parametrized or not);
 without it, every test tagged with one of the requirements runs (as the suite collects them).
 
 Each worker copies the project once into a scratch directory (``acp_lite/``, ``tests/``, ``spec/``,
@@ -117,7 +117,7 @@ def check_catalogue(mutants: List[Dict[str, Any]], root: Path = ROOT) -> List[st
             problems.append(f"{name}: unknown requirement ids {unknown}")
         mutated.update(mutant["requirements"])
         tagged_here = {test for req_id in mutant["requirements"] for test in tagged.get(req_id, ())}
-        stray = [test for test in mutant.get("tests", ()) if test not in tagged_here]
+        stray = [test for test in mutant.get("tests", ()) if test.split("[")[0] not in tagged_here]
         if stray:
             problems.append(f"{name}: tests that carry none of its requirements: {stray}")
         if not tests_of(mutant, tagged):
@@ -168,8 +168,8 @@ def run_mutant(mutant: Dict[str, Any], tests: Sequence[str], project: Path) -> D
     if run.returncode == 0:
         return {"outcome": SURVIVED, "detail": lines[-1], "seconds": seconds}
     if run.returncode == 1 and " failed" in run.stdout:
-        failed = [line for line in lines if line.startswith("FAILED ")]
-        return {"outcome": KILLED, "detail": (failed or lines)[0][:200], "seconds": seconds}
+        failed = [line.split(" - ")[0] for line in lines if line.startswith("FAILED ")]
+        return {"outcome": KILLED, "detail": (failed or lines)[0][:300], "seconds": seconds}
     return {"outcome": ERROR, "detail": f"pytest exit {run.returncode}: {(run.stdout + run.stderr)[-600:]}", "seconds": seconds}
 
 
@@ -193,8 +193,7 @@ def run_all(mutants: List[Dict[str, Any]], root: Path = ROOT, workers: int = WOR
             finally:
                 free.put(project)
             results[mutant["name"]] = dict(result, requirements=mutant["requirements"])
-            detail = "" if result["outcome"] == KILLED else result["detail"]
-            print(f"{result['outcome']:>14}  {mutant['name']}  ({result.get('seconds', 0)} s) {detail}", flush=True)
+            print(f"{result['outcome']:>14}  {mutant['name']}  ({result.get('seconds', 0)} s) {result['detail']}", flush=True)
 
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(work, mutants))
