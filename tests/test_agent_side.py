@@ -369,6 +369,10 @@ CLIENT_CAPABILITY_CHECKS = {
     "url elicitation": (lambda c: c.create_elicitation(convert(URL_REQUEST, schema.CreateElicitationRequest)), "elicitation/create",
                         [{}, {"elicitation": {}}, {"elicitation": {"form": {}}}], {"elicitation": {"url": {}}}),
 }
+def _case_id(name, capabilities):
+    return f"{name.replace(' ', '-')}:{json.dumps(capabilities, separators=(',', ':'))}"
+
+
 CLIENT_REFUSALS = [(name, shape) for name, check in CLIENT_CAPABILITY_CHECKS.items() for shape in check[2]]
 
 
@@ -385,7 +389,7 @@ def _initialize_with(capabilities):
     "ACP-V1-ELIC-AGENT-NO-UNADVERTISED-MODE",
     "ACP-V1-INIT-OMITTED-UNSUPPORTED",
 )
-@pytest.mark.parametrize("name, capabilities", CLIENT_REFUSALS, ids=[f"{n}-{json.dumps(c)}" for n, c in CLIENT_REFUSALS])
+@pytest.mark.parametrize("name, capabilities", CLIENT_REFUSALS, ids=[_case_id(n, c) for n, c in CLIENT_REFUSALS])
 def test_client_methods_not_advertised_raise_before_anything_is_sent(name, capabilities):
     call = CLIENT_CAPABILITY_CHECKS[name][0]
     with agent_with_raw_client(Minimal(), initialize=_initialize_with(capabilities)) as (client, raw):

@@ -135,6 +135,10 @@ CAPABILITY_CHECKS = {
     "embedded resource": (lambda r: r.prompt("s1", [RESOURCE]), "session/prompt",
                           [{}, {"promptCapabilities": {}}, {"promptCapabilities": {"embeddedContext": False, "image": True}}], {"promptCapabilities": {"embeddedContext": True}}),
 }
+def _case_id(name, capabilities):
+    return f"{name.replace(' ', '-')}:{json.dumps(capabilities, separators=(',', ':'))}"
+
+
 REFUSALS = [(name, shape) for name, check in CAPABILITY_CHECKS.items() for shape in check[2]]
 
 
@@ -156,7 +160,7 @@ REFUSALS = [(name, shape) for name, check in CAPABILITY_CHECKS.items() for shape
     "ACP-V1-PROMPT-CLIENT-RESTRICT-CONTENT",
     "ACP-V1-INIT-OMITTED-UNSUPPORTED",
 )
-@pytest.mark.parametrize("name, capabilities", REFUSALS, ids=[f"{name}-{json.dumps(shape)}" for name, shape in REFUSALS])
+@pytest.mark.parametrize("name, capabilities", REFUSALS, ids=[_case_id(name, shape) for name, shape in REFUSALS])
 def test_calls_the_agent_did_not_advertise_are_refused_before_sending(name, capabilities):
     call = CAPABILITY_CHECKS[name][0]
     with client_with_raw_agent() as (remote, raw):
