@@ -10,9 +10,9 @@ from acp_lite import agent as agent_module
 from acp_lite import schema, updates
 from acp_lite.agent import Agent
 from acp_lite.codec import convert
-from acp_lite.errors import AcpError, CapabilityError, RequestCancelled, UsageError
+from acp_lite.errors import CapabilityError, RequestCancelled, UsageError
 from acp_lite.client import Client
-from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, background, refused
+from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, refused, sent
 
 
 class Minimal(Agent):
@@ -124,6 +124,8 @@ def test_terminal_auth_methods_are_offered_only_to_clients_that_can_run_them():
         )
 
     with agent_with_raw_client(WithLogin(), initialize=None) as (_, raw):
+        for unable in ({}, {"auth": {}}, {"auth": {"terminal": False}}):
+            assert [m["id"] for m in _init(raw, clientCapabilities=unable)["result"]["authMethods"]] == ["oauth"], unable
         plain = _init(raw)["result"]["authMethods"]
         capable = _init(raw, clientCapabilities={"auth": {"terminal": True}})["result"]["authMethods"]
     assert [m["id"] for m in plain] == ["oauth"]
@@ -407,11 +409,7 @@ def test_client_methods_not_advertised_raise_before_anything_is_sent(name, capab
 def test_client_methods_advertised_go_out(name):
     call, method, _, capabilities = CLIENT_CAPABILITY_CHECKS[name]
     with agent_with_raw_client(Minimal(), initialize=_initialize_with(capabilities)) as (client, raw):
-        pending = background(call, client)
-        request = raw.recv()
-        assert request["method"] == method
-        raw.send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32603, "message": "not really"}})
-        assert isinstance(pending.exception(WAIT), AcpError)
+        assert sent(raw, lambda: call(client))["method"] == method
 
 
 ALL_CLIENT_CAPABILITIES = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
