@@ -101,6 +101,22 @@ def test_each_plan_update_arrives_as_the_complete_plan_to_replace_the_last():
     assert client.plans == [["read", "fix", "test"], ["fix", "ship"]]
 
 
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-PLAN-CLIENT-REPLACE")
+def test_each_plan_from_the_wire_reaches_the_client_whole():
+    def plan(*entries):
+        return {"sessionUpdate": "plan", "entries": [{"content": c, "priority": "high", "status": "pending"} for c in entries]}
+
+    client = Plans()
+    with client_with_raw_agent(client) as (remote, raw):
+        initialized(remote, raw)
+        for update in (plan("read", "fix", "test"), plan("fix", "ship"), plan()):
+            raw.notify("session/update", {"sessionId": "s", "update": update})
+        raw.send({"jsonrpc": "2.0", "id": 1, "method": "x/after", "params": {}})
+        assert raw.recv()["id"] == 1  # answered after the updates before it were delivered
+    assert client.plans == [["read", "fix", "test"], ["fix", "ship"], []]
+
+
 class Roots(Client):
     def __init__(self):
         self.roots = {}
