@@ -65,7 +65,7 @@ LISTING_VARIABLE = "ACP_REQUIREMENT_LISTING"
 
 
 class CatalogueError(Exception):
-    pass
+    """The catalogue cannot be checked (the suite does not even collect)."""
 
 
 def load_catalogue(path: Path = CATALOGUE) -> List[Dict[str, Any]]:
@@ -174,6 +174,7 @@ def run_mutant(mutant: Dict[str, Any], tests: Sequence[str], project: Path) -> D
 
 
 def run_all(mutants: List[Dict[str, Any]], root: Path = ROOT, workers: int = WORKERS) -> Dict[str, Dict[str, Any]]:
+    """Each mutant's outcome, by name, in catalogue order."""
     tagged = tagged_tests(root)
     with tempfile.TemporaryDirectory(prefix="acp-mutants-") as scratch:
         projects = []
@@ -242,7 +243,11 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--workers", type=int, default=WORKERS)
     args = parser.parse_args(argv)
     mutants = load_catalogue()
-    problems = check_catalogue(mutants)
+    try:
+        problems = check_catalogue(mutants)
+    except CatalogueError as exc:
+        print(f"catalogue: {exc}")
+        return 2
     for problem in problems:
         print(f"catalogue: {problem}")
     if args.check or problems:
