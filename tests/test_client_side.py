@@ -244,6 +244,48 @@ def test_session_lifecycle_requests_carry_what_the_spec_requires():
     assert {name: request["method"] for name, request in sent.items()} == {name: f"session/{name}" for name in sent}
 
 
+@pytest.mark.timeout(15)
+@pytest.mark.req(
+    "ACP-V1-SCHEMA-AUTHENTICATE-SHAPE",
+    "ACP-V1-SCHEMA-LOGOUT-SHAPE",
+    "ACP-V1-SCHEMA-RESUME-SESSION-SHAPE",
+    "ACP-V1-SCHEMA-CLOSE-SESSION-SHAPE",
+    "ACP-V1-SCHEMA-DELETE-SESSION-SHAPE",
+    "ACP-V1-SCHEMA-SET-MODE-SHAPE",
+    "ACP-V1-SCHEMA-CANCEL-NOTIFICATION-SHAPE",
+)
+def test_each_session_method_goes_out_in_the_shape_of_the_schema():
+    with client_with_raw_agent() as (remote, raw):
+        initialized(remote, raw, ALL_SESSION_CAPS, authMethods=[{"id": "oauth", "name": "Browser"}])
+        _new_session(remote, raw)
+        sent = {}
+        for name, call in (
+            ("authenticate", lambda: remote.authenticate("oauth")),
+            ("logout", lambda: remote.logout()),
+            ("session/resume", lambda: remote.resume_session("s1", "/work")),
+            ("session/set_mode", lambda: remote.set_mode("s1", "code")),
+            ("session/close", lambda: remote.close_session("s1")),
+            ("session/delete", lambda: remote.delete_session("s1")),
+        ):
+            pending = background(call)
+            request = raw.recv()
+            assert request["method"] == name
+            sent[name] = request["params"]
+            _answer(raw, request, {"_meta": {"by": "test"}})
+            pending.result(WAIT)
+        remote.cancel("s1")
+        cancel = raw.recv()
+    assert sent == {
+        "authenticate": {"methodId": "oauth"},
+        "logout": {},
+        "session/resume": {"sessionId": "s1", "cwd": "/work", "mcpServers": []},
+        "session/set_mode": {"sessionId": "s1", "modeId": "code"},
+        "session/close": {"sessionId": "s1"},
+        "session/delete": {"sessionId": "s1"},
+    }
+    assert cancel == {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}}
+
+
 @pytest.mark.req(
     "ACP-V1-LIST-CLIENT-MISSING-CURSOR-IS-END",
     "ACP-V1-LIST-CLIENT-OPAQUE-CURSOR",
