@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
 from .codec import UnknownVariant
 from .errors import CapabilityError, InvalidParams, UsageError, VersionMismatch
 from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, bind_handlers, extension_name
-from .peer import require_absolute_path as _require_absolute
+from .peer import require_absolute_path
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
@@ -350,7 +350,7 @@ class RemoteAgent:
         """One page of sessions; pass ``next_cursor`` back unchanged for the next one."""
         self._require_session_capability("list")
         if cwd is not None:
-            _require_absolute(cwd, "cwd")
+            require_absolute_path(cwd, "cwd")
         return self._call("session/list", ListSessionsRequest(cwd=cwd, cursor=cursor))
 
     def iter_sessions(self, cwd: Optional[str] = None) -> Iterable[Any]:
@@ -450,11 +450,11 @@ class RemoteAgent:
         self, cwd: str, mcp_servers: Sequence[Any], additional_directories: Optional[Sequence[str]]
     ) -> None:
         caps = self._initialized()
-        _require_absolute(cwd, "cwd")
+        require_absolute_path(cwd, "cwd")
         if additional_directories is not None:
             self._require_session_capability("additional_directories")
             for directory in additional_directories:
-                _require_absolute(directory, "additional directory")
+                require_absolute_path(directory, "additional directory")
         mcp = caps.mcp_capabilities
         for server in mcp_servers:
             kind = variant_tag(server)

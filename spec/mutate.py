@@ -167,8 +167,8 @@ def run_mutant(mutant: Dict[str, Any], tests: Sequence[str], project: Path) -> D
     lines = (run.stdout.strip().splitlines() or [""])
     if run.returncode == 0:
         return {"outcome": SURVIVED, "detail": lines[-1], "seconds": seconds}
-    if run.returncode == 1 and " failed" in run.stdout:
-        failed = [line.split(" - ")[0] for line in lines if line.startswith("FAILED ")]
+    if run.returncode == 1 and (" failed" in run.stdout or " error" in run.stdout):
+        failed = [line.split(" - ")[0] for line in lines if line.startswith(("FAILED ", "ERROR "))]
         return {"outcome": KILLED, "detail": (failed or lines)[0][:300], "seconds": seconds}
     return {"outcome": ERROR, "detail": f"pytest exit {run.returncode}: {(run.stdout + run.stderr)[-600:]}", "seconds": seconds}
 

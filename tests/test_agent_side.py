@@ -591,6 +591,11 @@ class Paging(Minimal):
         return schema.ListSessionsResponse(sessions=page, next_cursor=str(start + 2) if more else None)
 
 
+class Careless(Minimal):
+    def list_sessions(self, params):
+        return schema.ListSessionsResponse()
+
+
 @pytest.mark.timeout(10)
 @pytest.mark.req("ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-EMPTY-ARRAY")
 def test_session_list_pages_go_out_with_a_cursor_until_the_last_and_empty_when_nothing_matches():
@@ -598,6 +603,9 @@ def test_session_list_pages_go_out_with_a_cursor_until_the_last_and_empty_when_n
         first = raw.call("session/list", {"cwd": "/w"})["result"]
         last = raw.call("session/list", {"cwd": "/w", "cursor": first["nextCursor"]})["result"]
         none = raw.call("session/list", {"cwd": "/nowhere"})["result"]
+    with agent_with_raw_client(Careless()) as (_, raw):
+        # A result without its sessions array cannot be built, so none goes out.
+        assert raw.call("session/list", {})["error"]["code"] == -32603
     assert first == {"sessions": [{"sessionId": "s0", "cwd": "/w"}, {"sessionId": "s1", "cwd": "/w"}], "nextCursor": "2"}
     assert last == {"sessions": [{"sessionId": "s2", "cwd": "/w"}]}
     assert none == {"sessions": []}

@@ -152,6 +152,10 @@ def test_the_same_lifecycle_over_a_tcp_socket():
         _close(served, remote)
 
 
+# Values of any JSON type: nothing about them may be assumed.
+PROMPT_META = {"tracestate": "k=v", "vendor.retry": 2, "vendor.flags": {"a": [True, None, 1.5]}, "vendor.none": None}
+
+
 @pytest.mark.req("ACP-V1-EXT-META-NO-ASSUMPTIONS")
 def test_meta_given_to_the_high_level_calls_reaches_the_other_side():
     seen = {}
@@ -172,6 +176,6 @@ def test_meta_given_to_the_high_level_calls_reaches_the_other_side():
 
     with agent_and_client(MetaAgent(), MetaEditor()) as remote:
         remote.initialize()
-        session = remote.new_session("/w", meta={"vendor.origin": "test"}).session_id
-        remote.prompt(session, "go", meta={"tracestate": "k=v"})
-    assert seen == {"new": {"vendor.origin": "test"}, "prompt": {"tracestate": "k=v"}, "update": {"traceparent": "00-ab-cd-01"}}
+        session = remote.new_session("/w", meta={"vendor.origin": "test", "vendor.n": 1}).session_id
+        remote.prompt(session, "go", meta=PROMPT_META)
+    assert seen == {"new": {"vendor.origin": "test", "vendor.n": 1}, "prompt": PROMPT_META, "update": {"traceparent": "00-ab-cd-01"}}

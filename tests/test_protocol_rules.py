@@ -83,7 +83,7 @@ class Plans(Client):
         self.plans.append([entry.content for entry in params.update.entries])
 
 
-@pytest.mark.req("ACP-V1-PLAN-CLIENT-REPLACE", "ACP-V1-PLAN-REPORT-UPDATES", "ACP-V1-PLAN-DYNAMIC-MAY")
+@pytest.mark.req("ACP-V1-PLAN-CLIENT-REPLACE", "ACP-V1-PLAN-COMPLETE-LIST", "ACP-V1-PLAN-REPORT-UPDATES", "ACP-V1-PLAN-DYNAMIC-MAY")
 def test_each_plan_update_arrives_as_the_complete_plan_to_replace_the_last():
     class Planner(Agent):
         def new_session(self, params):
