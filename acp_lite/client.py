@@ -22,8 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Union
 
 from .codec import UnknownVariant
 from .errors import CapabilityError, InvalidParams, UsageError, VersionMismatch
-from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, bind_handlers, extension_name
-from .peer import require_absolute_path
+from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, bind_handlers, extension_name, require_absolute_path
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
