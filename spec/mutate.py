@@ -51,6 +51,10 @@ RESULTS = SPEC_DIR / "mutation.json"
 COPIED = ("acp_lite", "tests", "spec", "examples", "schema", "bench", "pyproject.toml", "README.md")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".venv", "node_modules", ".hypothesis")
 
+# Tests a mutant runs only when its "tests" name them: the official SDKs' interop runs take
+# seconds each, and skip where the SDKs are not installed.
+NOT_BY_DEFAULT = ("tests/interop/",)
+
 WORKERS = 2
 TEST_TIMEOUT = 30  # seconds per test (pytest-timeout): a mutant that hangs a test is killed by it
 MUTANT_TIMEOUT = 120  # seconds for a mutant's whole pytest run
@@ -87,7 +91,8 @@ def tagged_tests(root: Path = ROOT) -> Dict[str, List[str]]:
 def tests_of(mutant: Dict[str, Any], tagged: Dict[str, List[str]]) -> List[str]:
     if "tests" in mutant:
         return list(mutant["tests"])
-    return sorted({test for req_id in mutant["requirements"] for test in tagged.get(req_id, ())})
+    tests = {test for req_id in mutant["requirements"] for test in tagged.get(req_id, ())}
+    return sorted(test for test in tests if not test.startswith(NOT_BY_DEFAULT))
 
 
 def occurrences(mutant: Dict[str, Any], root: Path = ROOT) -> int:
