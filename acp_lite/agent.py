@@ -8,12 +8,12 @@ never advertises it. Capabilities are derived from what you override (``load_ses
 Inside a handler, ``self.client`` is a ``RemoteClient``: typed calls to the editor (permission,
 files, terminals, elicitation), each blocking (with a ``timeout``) or as a ``<method>_future``,
 that refuse, before anything is sent, a method the editor did not advertise or a relative path (of
-a file, a terminal's cwd, a tool call's locations and diffs). A ``cwd`` or ``additionalDirectories``
-entry that is not absolute in a session request is answered -32602 before any handler runs. A prompt
-handler gets a ``PromptTurn``: it sends updates for its session
-and tells the handler when the turn is cancelled (by ``session/cancel``, ``session/close``,
-``$/cancel_request`` or the connection closing). Once cancelled, whatever the handler raises, or a
-``"cancelled"`` return, becomes the ``cancelled`` stop reason, never an error.
+a file, a terminal's cwd, a tool call's locations and diffs). A session request whose ``cwd`` or
+``additionalDirectories`` entry is not absolute is answered -32602 before any handler runs. A prompt
+handler gets a ``PromptTurn``: it sends updates for its session and tells the handler when the turn
+is cancelled (by ``session/cancel``, ``session/close``, ``$/cancel_request`` or the connection
+closing). Once cancelled, whatever the handler raises, or a ``"cancelled"`` return, becomes the
+``cancelled`` stop reason, never an error.
 
 Threads: handlers run on the connection's reader or worker threads (or the host thread with
 host-thread delivery) and may block; ``RemoteClient`` methods may be called from any thread.
@@ -434,9 +434,10 @@ def _require_absolute_tool_call_paths(tool_call: Any) -> None:
 
 
 def _require_absolute_session_paths(params: Any) -> None:
-    # The client's cwd and roots, checked before any handler sees them (-32602 otherwise).
-    for directory in [getattr(params, "cwd", None), *(getattr(params, "additional_directories", None) or ())]:
-        if directory is not None and not is_absolute_path(directory):
+    # A session request's cwd (optional in session/list) and roots, before any handler sees them.
+    cwd = getattr(params, "cwd", None)
+    for directory in ([] if cwd is None else [cwd]) + list(getattr(params, "additional_directories", None) or ()):
+        if not is_absolute_path(directory):
             raise InvalidParams(f"paths must be absolute, got {directory!r}")
 
 

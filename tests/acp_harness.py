@@ -191,6 +191,15 @@ def refused(call: Callable[[], Any], error: Type[BaseException]) -> BaseExceptio
     return exc
 
 
+def sent(raw: RawPeer, call: Callable[[], Any]) -> Dict[str, Any]:
+    """Run ``call()``, which must send a request: answer it with an error and return the request."""
+    pending = background(call)
+    request = raw.recv()
+    raw.send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32603, "message": "answered by the test"}})
+    pending.exception(WAIT)  # settled: the error (whatever the call made of it)
+    return request
+
+
 def initialized(remote: RemoteAgent, raw: RawPeer, agent_capabilities: Optional[Dict[str, Any]] = None, **extra: Any) -> Dict[str, Any]:
     """Run ``remote.initialize()`` against the raw agent; return the request it sent."""
     pending = background(remote.initialize)

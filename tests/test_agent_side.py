@@ -10,9 +10,9 @@ from acp_lite import agent as agent_module
 from acp_lite import schema, updates
 from acp_lite.agent import Agent
 from acp_lite.codec import convert
-from acp_lite.errors import AcpError, CapabilityError, RequestCancelled, UsageError
+from acp_lite.errors import CapabilityError, RequestCancelled, UsageError
 from acp_lite.client import Client
-from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, background, refused
+from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, refused, sent
 
 
 class Minimal(Agent):
@@ -98,7 +98,7 @@ def test_capabilities_follow_the_overridden_methods_and_the_rest_answer_method_n
     with agent_with_raw_client(Minimal(), initialize=None) as (_, raw):
         caps = _init(raw)["result"]["agentCapabilities"]
         assert caps["sessionCapabilities"] == {}
-        assert caps.get("auth") in (None, {})
+        assert caps["auth"] == {}  # present, without logout: logout is not supported
         for method in ("session/load", "session/list", "session/close", "session/delete", "session/resume", "logout"):
             response = raw.call(method, {"sessionId": "s", "cwd": "/", "mcpServers": []})
             assert response["error"]["code"] == -32601, (method, response)
@@ -124,6 +124,8 @@ def test_terminal_auth_methods_are_offered_only_to_clients_that_can_run_them():
         )
 
     with agent_with_raw_client(WithLogin(), initialize=None) as (_, raw):
+        for unable in ({}, {"auth": {}}, {"auth": {"terminal": False}}):
+            assert [m["id"] for m in _init(raw, clientCapabilities=unable)["result"]["authMethods"]] == ["oauth"], unable
         plain = _init(raw)["result"]["authMethods"]
         capable = _init(raw, clientCapabilities={"auth": {"terminal": True}})["result"]["authMethods"]
     assert [m["id"] for m in plain] == ["oauth"]
@@ -369,6 +371,10 @@ CLIENT_CAPABILITY_CHECKS = {
     "url elicitation": (lambda c: c.create_elicitation(convert(URL_REQUEST, schema.CreateElicitationRequest)), "elicitation/create",
                         [{}, {"elicitation": {}}, {"elicitation": {"form": {}}}], {"elicitation": {"url": {}}}),
 }
+def _case_id(name, capabilities):
+    return f"{name.replace(' ', '-')}:{json.dumps(capabilities, separators=(',', ':'))}"
+
+
 CLIENT_REFUSALS = [(name, shape) for name, check in CLIENT_CAPABILITY_CHECKS.items() for shape in check[2]]
 
 
@@ -385,7 +391,7 @@ def _initialize_with(capabilities):
     "ACP-V1-ELIC-AGENT-NO-UNADVERTISED-MODE",
     "ACP-V1-INIT-OMITTED-UNSUPPORTED",
 )
-@pytest.mark.parametrize("name, capabilities", CLIENT_REFUSALS, ids=[f"{n}-{json.dumps(c)}" for n, c in CLIENT_REFUSALS])
+@pytest.mark.parametrize("name, capabilities", CLIENT_REFUSALS, ids=[_case_id(n, c) for n, c in CLIENT_REFUSALS])
 def test_client_methods_not_advertised_raise_before_anything_is_sent(name, capabilities):
     call = CLIENT_CAPABILITY_CHECKS[name][0]
     with agent_with_raw_client(Minimal(), initialize=_initialize_with(capabilities)) as (client, raw):
@@ -403,11 +409,7 @@ def test_client_methods_not_advertised_raise_before_anything_is_sent(name, capab
 def test_client_methods_advertised_go_out(name):
     call, method, _, capabilities = CLIENT_CAPABILITY_CHECKS[name]
     with agent_with_raw_client(Minimal(), initialize=_initialize_with(capabilities)) as (client, raw):
-        pending = background(call, client)
-        request = raw.recv()
-        assert request["method"] == method
-        raw.send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32603, "message": "not really"}})
-        assert isinstance(pending.exception(WAIT), AcpError)
+        assert sent(raw, lambda: call(client))["method"] == method
 
 
 ALL_CLIENT_CAPABILITIES = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True}
@@ -589,6 +591,11 @@ class Paging(Minimal):
         return schema.ListSessionsResponse(sessions=page, next_cursor=str(start + 2) if more else None)
 
 
+class Careless(Minimal):
+    def list_sessions(self, params):
+        return schema.ListSessionsResponse()
+
+
 @pytest.mark.timeout(10)
 @pytest.mark.req("ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-EMPTY-ARRAY")
 def test_session_list_pages_go_out_with_a_cursor_until_the_last_and_empty_when_nothing_matches():
@@ -596,6 +603,9 @@ def test_session_list_pages_go_out_with_a_cursor_until_the_last_and_empty_when_n
         first = raw.call("session/list", {"cwd": "/w"})["result"]
         last = raw.call("session/list", {"cwd": "/w", "cursor": first["nextCursor"]})["result"]
         none = raw.call("session/list", {"cwd": "/nowhere"})["result"]
+    with agent_with_raw_client(Careless()) as (_, raw):
+        # A result without its sessions array cannot be built, so none goes out.
+        assert raw.call("session/list", {})["error"]["code"] == -32603
     assert first == {"sessions": [{"sessionId": "s0", "cwd": "/w"}, {"sessionId": "s1", "cwd": "/w"}], "nextCursor": "2"}
     assert last == {"sessions": [{"sessionId": "s2", "cwd": "/w"}]}
     assert none == {"sessions": []}

@@ -54,7 +54,7 @@ def statuses(findings, requirement):
 # -- agents that conform ----------------------------------------------------------------------------
 @pytest.mark.timeout(60)
 @pytest.mark.req("ACP-V1-INIT-AGENT-RESPONSE", "ACP-V1-INIT-AGENT-SAME-VERSION", "ACP-V1-INIT-AGENT-LATEST-VERSION",
-                 "ACP-V1-INIT-SESSION-BASELINE", "ACP-V1-SETUP-NEW-SESSION-ID", "ACP-V1-CONTENT-TEXT-SUPPORT",
+                 "ACP-V1-INIT-SESSION-BASELINE", "ACP-V1-SETUP-NEW-SESSION-ID",
                  "ACP-V1-INIT-PROMPT-BASELINE", "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
                  "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON", "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS",
                  "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE", "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",

@@ -371,7 +371,6 @@ class TapClient(Client):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.req("ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
 def test_tap_carries_a_whole_session_and_logs_every_message(tmp_path):
     log = tmp_path / "tap.jsonl"
     agent = RemoteAgent.spawn([*CLI, "tap", "--log", str(log), "--", *MOCK_AGENT], TapClient(), cwd=str(REPO))
@@ -424,12 +423,6 @@ def read_available(fd, want):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.req(
-    "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",
-    "ACP-V1-TRANSPORT-UTF8",
-    "ACP-V1-JSONRPC-RESPONSE-SAME-ID",
-    "ACP-V1-TRANSPORT-AGENT-STDERR-MAY",
-)
 def test_tap_forwards_bytes_unchanged_and_at_once_and_flags_what_is_not_acp(tmp_path, launched):
     log = tmp_path / "tap.jsonl"
     tool = launched("tap", "--log", str(log), "--", *inline_agent(ECHO_AGENT), read=())  # read here, raw
@@ -478,11 +471,6 @@ OVERREACHING_AGENT = """
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.req(
-    "ACP-V1-FS-AGENT-NO-CALL-WITHOUT-CAPABILITY",
-    "ACP-V1-SETUP-CLIENT-NO-LOAD-WITHOUT-CAPABILITY",
-    "ACP-V1-INIT-OMITTED-UNSUPPORTED",
-)
 def test_tap_flags_schema_errors_and_calls_of_capabilities_not_advertised(tmp_path, launched):
     log = tmp_path / "tap.jsonl"
     tool = launched("tap", "--log", str(log), "--", *inline_agent(OVERREACHING_AGENT))
@@ -580,7 +568,6 @@ def ndjson(messages):
     return "".join(json.dumps(message) + "\n" for message in messages).encode()
 
 
-@pytest.mark.req("ACP-V1-SCHEMA-INITIALIZE-SHAPE", "ACP-V1-SCHEMA-CANCEL-NOTIFICATION-SHAPE")
 def test_validate_accepts_a_good_capture_from_stdin_inferring_directions():
     status, out, err = cli("validate", stdin=ndjson(GOOD_CAPTURE))
     assert status == 0, out
@@ -591,12 +578,6 @@ def test_validate_accepts_a_good_capture_from_stdin_inferring_directions():
     assert lines[-1] == "10 messages, 0 invalid"
 
 
-@pytest.mark.req(
-    "ACP-V1-JSONRPC-VERSION-MEMBER",
-    "ACP-V1-JSONRPC-RESPONSE-SAME-ID",
-    "ACP-V1-SCHEMA-CANCEL-NOTIFICATION-SHAPE",
-    "ACP-V1-SCHEMA-REQUEST-PERMISSION-SHAPE",
-)
 def test_validate_reports_each_invalid_message_with_its_path(tmp_path):
     bad = GOOD_CAPTURE[:3] + [
         {"jsonrpc": "2.0", "id": 1, "result": {"session": "s1"}},  # sessionId missing

@@ -99,19 +99,25 @@ def test_closing_the_caller_fails_its_pending_calls_promptly():
         _close(served, remote)
 
 
-@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY")
-def test_cancel_racing_the_end_of_a_turn_always_settles_the_turn():
-    served, remote, _, session = _pair()
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY", "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE")
+def test_cancel_racing_the_start_of_a_turn_answers_it_once_and_nothing_follows():
+    served, remote, editor, session = _pair()
     try:
-        for _ in range(50):
+        for round_ in range(50):
+            before = len(editor.texts)
             turn = remote.prompt_future(session, "3")
             remote.cancel(session)
-            # The cancel may land before or after the turn ended; either way the turn ends
-            # with a valid stop reason, never an error or a hang.
-            assert turn.result(WAIT).stop_reason in ("end_turn", "cancelled")
+            # The cancel lands before the handler started (the turn is answered cancelled and the
+            # handler never runs) or after (the handler, which ignores it, ends the turn): either
+            # way every update of the turn came before its answer, and none after it.
+            reason = turn.result(WAIT).stop_reason
+            expected = {"end_turn": ["0", "1", "2"], "cancelled": []}[reason]
+            assert editor.texts[before:] == expected, (round_, reason)
         turn = remote.prompt_future(session, "wait")
         remote.cancel(session)
         assert turn.result(WAIT).stop_reason == "cancelled"
+        assert len(editor.texts) == before + len(expected), "an update arrived after its turn's answer"
     finally:
         _close(served, remote)
 
@@ -146,6 +152,10 @@ def test_the_same_lifecycle_over_a_tcp_socket():
         _close(served, remote)
 
 
+# Values of any JSON type: nothing about them may be assumed.
+PROMPT_META = {"tracestate": "k=v", "vendor.retry": 2, "vendor.flags": {"a": [True, None, 1.5]}, "vendor.none": None}
+
+
 @pytest.mark.req("ACP-V1-EXT-META-NO-ASSUMPTIONS")
 def test_meta_given_to_the_high_level_calls_reaches_the_other_side():
     seen = {}
@@ -166,6 +176,6 @@ def test_meta_given_to_the_high_level_calls_reaches_the_other_side():
 
     with agent_and_client(MetaAgent(), MetaEditor()) as remote:
         remote.initialize()
-        session = remote.new_session("/w", meta={"vendor.origin": "test"}).session_id
-        remote.prompt(session, "go", meta={"tracestate": "k=v"})
-    assert seen == {"new": {"vendor.origin": "test"}, "prompt": {"tracestate": "k=v"}, "update": {"traceparent": "00-ab-cd-01"}}
+        session = remote.new_session("/w", meta={"vendor.origin": "test", "vendor.n": 1}).session_id
+        remote.prompt(session, "go", meta=PROMPT_META)
+    assert seen == {"new": {"vendor.origin": "test", "vendor.n": 1}, "prompt": PROMPT_META, "update": {"traceparent": "00-ab-cd-01"}}

@@ -12,7 +12,7 @@ from acp_lite.codec import convert
 from acp_lite.errors import UsageError
 from acp_lite.rpc import Connection
 from acp_lite.wire import memory_pair
-from acp_harness import WAIT, agent_and_client, background, client_with_raw_agent, initialized
+from acp_harness import WAIT, agent_and_client, background, client_with_raw_agent, initialized, refused
 
 
 @pytest.mark.req("ACP-V1-JSONRPC-RPC-PREFIX-RESERVED")
@@ -83,7 +83,7 @@ class Plans(Client):
         self.plans.append([entry.content for entry in params.update.entries])
 
 
-@pytest.mark.req("ACP-V1-PLAN-CLIENT-REPLACE", "ACP-V1-PLAN-REPORT-UPDATES", "ACP-V1-PLAN-DYNAMIC-MAY")
+@pytest.mark.req("ACP-V1-PLAN-CLIENT-REPLACE", "ACP-V1-PLAN-COMPLETE-LIST", "ACP-V1-PLAN-REPORT-UPDATES", "ACP-V1-PLAN-DYNAMIC-MAY")
 def test_each_plan_update_arrives_as_the_complete_plan_to_replace_the_last():
     class Planner(Agent):
         def new_session(self, params):
@@ -99,6 +99,22 @@ def test_each_plan_update_arrives_as_the_complete_plan_to_replace_the_last():
         remote.initialize()
         remote.prompt(remote.new_session("/w").session_id, "plan")
     assert client.plans == [["read", "fix", "test"], ["fix", "ship"]]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-PLAN-CLIENT-REPLACE")
+def test_each_plan_from_the_wire_reaches_the_client_whole():
+    def plan(*entries):
+        return {"sessionUpdate": "plan", "entries": [{"content": c, "priority": "high", "status": "pending"} for c in entries]}
+
+    client = Plans()
+    with client_with_raw_agent(client) as (remote, raw):
+        initialized(remote, raw)
+        for update in (plan("read", "fix", "test"), plan("fix", "ship"), plan()):
+            raw.notify("session/update", {"sessionId": "s", "update": update})
+        raw.send({"jsonrpc": "2.0", "id": 1, "method": "x/after", "params": {}})
+        assert raw.recv()["id"] == 1  # answered after the updates before it were delivered
+    assert client.plans == [["read", "fix", "test"], ["fix", "ship"], []]
 
 
 class Roots(Client):
@@ -142,8 +158,7 @@ def test_config_option_values_must_fit_the_option_the_agent_described():
         raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"sessionId": "s", "configOptions": [model, think]}})
         pending.result(WAIT)
         for config_id, value in (("model", True), ("model", "turbo"), ("think", "yes")):
-            with pytest.raises(UsageError):
-                remote.set_config_option("s", config_id, value)
+            refused(lambda: remote.set_config_option("s", config_id, value), UsageError)
         raw.expect_silence()
         pending = background(remote.set_config_option, "s", "think", True)
         request = raw.recv()

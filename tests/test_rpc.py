@@ -227,7 +227,7 @@ def test_unknown_request_methods_get_method_not_found(pair):
         assert reply["id"] == 4 and reply["error"]["code"] == -32601 and "result" not in reply
 
 
-@pytest.mark.req("ACP-V1-EXT-CUSTOM-REQUESTS-MAY", "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST", "ACP-V1-SCHEMA-EXTENSION-METHOD-NAMES")
+@pytest.mark.req("ACP-V1-EXT-CUSTOM-REQUESTS-MAY", "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST")
 def test_fallback_handlers_receive_unregistered_methods_with_raw_params(pair):
     connection, peer = pair
     notes: List[Any] = []

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import REPO
 
 from spec.import_requirements import dump_json
@@ -137,3 +139,80 @@ def test_a_pending_requirement_that_now_passes_must_be_promoted(tmp_path):
                                                 "hook_test": "tests/test_it.py::test_may"}
     promoted = run(project)
     assert promoted.returncode == 0, promoted.stdout
+
+
+# -- the mutation check (spec/mutate.py) ----------------------------------------------------------
+MUST_TESTS = """
+import pytest
+
+from acp_lite.thing import answer
+
+@pytest.mark.req("ACP-V1-MUST-SDK")
+def test_must():
+    assert answer() == 42
+
+@pytest.mark.req("ACP-V1-MAY-SDK")
+def test_may():
+    pass
+"""
+
+THING = 'def answer():\n    # the answer\n    return 42\n'
+
+
+def make_mutation_project(tmp_path, mutants):
+    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"}, "ACP-V1-MAY-SDK": {"status": "tested"}}, MUST_TESTS)
+    # The scratch copies take pyproject.toml (as in this repository), not pytest.ini.
+    (project / "pytest.ini").unlink()
+    (project / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tests"]\nmarkers = ["req(*ids): requirement ids"]\n')
+    (project / "acp_lite").mkdir()
+    (project / "acp_lite" / "__init__.py").write_text("")
+    (project / "acp_lite" / "thing.py").write_text(THING)
+    (project / "spec" / "mutants.json").write_text(json.dumps({"mutants": mutants}))
+    return project
+
+
+def mutant(name, old, new):
+    return {"name": name, "requirements": ["ACP-V1-MUST-SDK"], "file": "acp_lite/thing.py", "old": old, "new": new, "why": "a test"}
+
+
+def mutate(project, *args):
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(project)
+    return subprocess.run([sys.executable, "-m", "spec.mutate", *args], cwd=project, env=env, capture_output=True, text=True, timeout=110)
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_mutant_is_reported_per_requirement(tmp_path):
+    project = make_mutation_project(tmp_path, [mutant("off-by-one", "return 42", "return 41")])
+    assert run(project).returncode == 0  # a whole-suite run writes coverage.json
+    result = mutate(project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "mutants: 1/1 killed" in result.stdout
+    document = json.loads((project / "spec" / "mutation.json").read_text())
+    assert document["mutants"] == {"off-by-one": {"requirements": ["ACP-V1-MUST-SDK"], "outcome": "killed"}}
+    report = (project / "spec" / "COVERAGE.md").read_text()
+    assert "| passed | verified by 1 test, 1 mutant killed |" in report
+    assert (project / "acp_lite" / "thing.py").read_text() == THING  # only the scratch copy was mutated
+
+
+@pytest.mark.timeout(120)
+def test_a_surviving_mutant_fails_the_run(tmp_path):
+    project = make_mutation_project(tmp_path, [mutant("comment-only", "# the answer", "# the question")])
+    result = mutate(project)
+    assert result.returncode == 1
+    assert "FAILED comment-only: survived" in result.stdout
+
+
+@pytest.mark.timeout(60)
+def test_the_catalogue_check_refuses_stale_snippets_and_requirements_without_a_mutant(tmp_path):
+    project = make_mutation_project(tmp_path, [dict(mutant("moved", "return 7", "return 8"), requirements=["ACP-V1-MAY-SDK"])])
+    result = mutate(project, "--check")
+    assert result.returncode == 1
+    assert "moved: does not apply: its old text occurs 0 times in acp_lite/thing.py" in result.stdout
+    assert "ACP-V1-MUST-SDK: a MUST-level sdk/shared requirement with no mutant" in result.stdout
+
+
+@pytest.mark.timeout(60)
+def test_the_catalogue_of_this_repository_is_sound():
+    result = subprocess.run([sys.executable, "-m", "spec.mutate", "--check"], cwd=REPO, capture_output=True, text=True, timeout=50)
+    assert result.returncode == 0, result.stdout + result.stderr
