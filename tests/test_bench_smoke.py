@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_bench_runs_without_peers_and_writes_results(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--no-peers", "--no-chart", "--runs", "1", "--scale", "0.005",

@@ -60,6 +60,7 @@ def statuses(findings, requirement):
                  "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE", "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",
                  "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST", "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
                  "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS", "ACP-V1-SCHEMA-ERROR-OBJECT")
+@pytest.mark.slow
 def test_the_mock_example_agent_passes_every_applicable_check():
     report = check(EXAMPLES["agent.py"])
     failed = [finding for finding in report.findings() if finding.status == FAIL]
@@ -71,6 +72,7 @@ def test_the_mock_example_agent_passes_every_applicable_check():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_the_minimal_example_agent_passes_and_its_instant_turn_is_not_judged_for_cancel():
     report = check(EXAMPLES["minimal_agent.py"])
     assert [finding for finding in report.findings() if finding.status == FAIL] == []
@@ -80,6 +82,7 @@ def test_the_minimal_example_agent_passes_and_its_instant_turn_is_not_judged_for
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_an_agent_advertising_everything_has_every_capability_exercised():
     report = check(RAW_AGENT, cancel_prompt="wait a moment", auth_method="token")
     not_passed = [finding for finding in report.findings() if finding.status != PASS]
@@ -169,6 +172,7 @@ def defect_reports():
 
 @pytest.mark.timeout(120)  # the first case waits for all the runs
 @pytest.mark.parametrize("defect", sorted(CAUGHT_BY))
+@pytest.mark.slow
 def test_each_defect_is_caught_by_its_check(defect, defect_reports):
     name, requirement = CAUGHT_BY[defect]
     report = defect_reports[defect]
@@ -204,6 +208,7 @@ def run_cli(*args):
 
 
 @pytest.mark.timeout(WAIT)
+@pytest.mark.slow
 def test_the_command_exits_0_for_the_example_agent_and_prints_a_summary():
     status, out, err = run_cli("--", *EXAMPLES["agent.py"])
     assert status == 0, out + err

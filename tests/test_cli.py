@@ -340,6 +340,7 @@ def test_run_with_an_agent_that_exits_at_once_shows_its_stderr_tail():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_run_with_an_agent_that_never_answers_initialize_times_out():
     mute = inline_agent("import sys, time; sys.stderr.write('loading model...\\n'); sys.stderr.flush(); time.sleep(60)")
     status, out, err = cli("run", "--timeout", "1", "--", *mute, stdin=b"hello\n")
@@ -702,6 +703,7 @@ def test_bench_of_an_agent_that_never_answers_unknown_requests_times_no_round_tr
     assert [turn["stop_reason"] for turn in report["turns"]] == ["end_turn"]
 
 
+@pytest.mark.slow
 def test_bench_authenticates_with_the_method_it_is_given():
     gated = inline_agent("""
         from acp_lite import Agent, schema, serve_stdio
@@ -784,6 +786,7 @@ def test_bench_client_stops_a_cancelled_turns_stream_and_ends_it_cancelled(tmp_p
 
 @pytest.mark.timeout(60)
 @TGKILL
+@pytest.mark.slow
 def test_a_blocking_call_on_the_main_thread_sees_a_ctrl_c_that_lands_on_another_thread(launched):
     # An application's main thread blocked in prompt(): Ctrl-C raises KeyboardInterrupt there,
     # and the request is cancelled at the agent.
@@ -810,6 +813,7 @@ def test_a_blocking_call_on_the_main_thread_sees_a_ctrl_c_that_lands_on_another_
 
 @pytest.mark.timeout(60)
 @TGKILL
+@pytest.mark.slow
 def test_an_agent_on_stdio_sees_a_ctrl_c_that_lands_on_another_thread(launched):
     # serve_stdio's main thread waits for the client to go away; a Ctrl-C in the agent's
     # terminal must end it even when another thread took the signal.
@@ -841,6 +845,7 @@ BENCH_EDITOR = inline_agent("""
 """)
 
 
+@pytest.mark.slow
 def test_bench_client_replays_a_recorded_stream_to_a_client_command(tmp_path):
     def update(text):
         return {"jsonrpc": "2.0", "method": "session/update",

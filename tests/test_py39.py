@@ -34,6 +34,7 @@ def run_vermin(*paths):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_vermin_finds_nothing_newer_than_python_3_9():
     result = run_vermin(*CHECKED)
     assert result.returncode == 0, result.stdout + result.stderr

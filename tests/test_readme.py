@@ -33,7 +33,8 @@ def snippets(tmp_path_factory):
     """Every Python block of the README in a fresh directory: {file name: path}."""
     folder = tmp_path_factory.mktemp("readme")
     names = {}
-    for number, match in enumerate(re.finditer(r"(?:Save this as `([\w.]+)`[^\n]*\n\n)?```python\n(.*?)```", README, re.S)):
+    blocks = re.finditer(r"(?:Save this as `([\w.]+)`[^\n]*\n\n)?```python\n(.*?)```", README, re.S)
+    for number, match in enumerate(blocks):
         name = match.group(1) or f"snippet_{number}.py"
         (folder / name).write_text(match.group(2), encoding="utf-8")
         names[name] = folder / name

@@ -92,7 +92,8 @@ UPSTREAM = {
             "x-method": "thing/do",
             "x-side": "agent",
         },
-        "Kind": {"anyOf": [{"title": "plain", "const": "a", "description": "goes"}, {"title": "other", "type": "string"}]},
+        "Kind": {"anyOf": [{"title": "plain", "const": "a", "description": "goes"},
+                           {"title": "other", "type": "string"}]},
     },
 }
 
@@ -104,7 +105,8 @@ def test_derive_strips_the_prose_and_keeps_the_structure_and_the_labels(tmp_path
     assert done.returncode == 0, done.stderr
     structure = json.loads((tmp_path / "structure.json").read_text())
     assert structure == {
-        "x-acp-lite-derived": {"from": "a test", "schema_sha256": hashlib.sha256(raw).hexdigest(), "by": "schema/derive.py"},
+        "x-acp-lite-derived": {"from": "a test", "schema_sha256": hashlib.sha256(raw).hexdigest(),
+                               "by": "schema/derive.py"},
         "x-acp-lite-methods": {"version": 7, "agentMethods": {"thing_do": "thing/do"}, "clientMethods": {},
                                "protocolMethods": {}},
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -152,7 +154,7 @@ def test_the_generator_runs_on_the_v2_draft_and_its_output_imports(tmp_path):
     package = tmp_path / "v2pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "codec.py").write_text("from acp_lite.codec import *  # noqa\nfrom acp_lite.codec import MethodSpec, UnknownVariant, untagged_union\n")
+    (package / "codec.py").write_text("from acp_lite.codec import MethodSpec, UnknownVariant, untagged_union\n")
     _run_generator(V2, package / "schema.py")
     probe = (
         "import sys, msgspec; sys.path.insert(0, sys.argv[1]); import v2pkg.schema as s\n"
