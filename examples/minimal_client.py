@@ -7,7 +7,8 @@ from acp_lite import Client, RemoteAgent, updates
 class Printer(Client):
     def session_update(self, params):  # every kind: message chunks, tool calls, plans, ...
         update = params.update
-        detail = getattr(getattr(update, "content", None), "text", None) or getattr(update, "title", None)
+        content = getattr(update, "content", None)
+        detail = getattr(content, "text", None) or getattr(update, "title", None) or getattr(update, "status", None)
         print(f"[{updates.variant_tag(update)}] {detail or ''}".rstrip())
 
     def request_permission(self, params):  # allow with the first allow option, else the first one

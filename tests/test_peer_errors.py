@@ -24,14 +24,28 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 class Printer(Client):
-    """The README's minimal client: it offers no session/request_permission."""
+    """The README's minimal client, without request_permission: the base Client denies."""
 
     def session_update(self, params: Any) -> None:
         pass
 
 
-def test_the_readme_client_against_the_example_agent_gets_no_method_not_found_for_its_prompt():
+class NoPermissions(Printer):
+    """An editor that answers permission requests with -32601, as one without them would."""
+
+    def request_permission(self, params: Any) -> Any:
+        raise MethodNotFound("Method not found: session/request_permission")
+
+
+def test_the_readme_client_against_the_example_agent_ends_its_turn():
     with RemoteAgent.spawn([sys.executable, os.path.join(EXAMPLES, "agent.py")], Printer()) as agent:
+        agent.initialize(timeout=WAIT)
+        session = agent.new_session(cwd=os.getcwd())
+        assert agent.prompt(session.session_id, "hello", timeout=WAIT).stop_reason == "end_turn"
+
+
+def test_an_editor_refusing_the_permission_call_gets_internal_error_not_method_not_found_for_its_prompt():
+    with RemoteAgent.spawn([sys.executable, os.path.join(EXAMPLES, "agent.py")], NoPermissions()) as agent:
         agent.initialize(timeout=WAIT)
         session = agent.new_session(cwd=os.getcwd())
         with pytest.raises(InternalError) as raised:

@@ -17,7 +17,7 @@ from acp_harness import RawPeer, background, client_with_raw_agent, initialized
 
 from acp_lite.agent import Agent, serve
 from acp_lite.client import RemoteAgent
-from acp_lite.errors import InvalidParams, ResourceNotFound
+from acp_lite.errors import ResourceNotFound, UsageError
 from acp_lite.rpc import HostDelivery
 from acp_lite.schema import NewSessionResponse
 from acp_lite.wire import Transport, memory_pair
@@ -648,7 +648,7 @@ def test_an_agents_tools_use_the_workspace_from_a_prompt_handler(root):
             ):
                 try:
                     call()
-                except (ResourceNotFound, InvalidParams) as exc:
+                except (ResourceNotFound, UsageError) as exc:
                     seen.setdefault("refused", []).append(type(exc))
             return "end_turn"
 
@@ -667,4 +667,5 @@ def test_an_agents_tools_use_the_workspace_from_a_prompt_handler(root):
     assert seen["read"] == "world\n"
     assert (root / "out.txt").read_text() == "WORLD\n"
     assert (seen["exit"].exit_code, seen["output"]) == (0, "WORLD\n")
-    assert seen["refused"] == [ResourceNotFound, InvalidParams]
+    # outside the roots: the editor refuses; a relative path: refused before it is sent
+    assert seen["refused"] == [ResourceNotFound, UsageError]
