@@ -119,7 +119,8 @@ def test_the_examples_file_is_made_from_the_pages_json_rpc_blocks_only(tmp_path)
     docs = tmp_path / "docs"
     docs.mkdir()
     page = ("Prose that stays out.\n\n```json\n{\"type\": \"not a message\"}\n```\n\n"
-            "```json title=\"request\"\n{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"session/new\", \"params\": {}}\n```\n\n"
+            "```json title=\"request\"\n"
+            "{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"session/new\", \"params\": {}}\n```\n\n"
             "```json\n{\"jsonrpc\": \"2.0\", // elided\n}\n```\n")
     (docs / "a.mdx").write_text(page, encoding="utf-8")
     out = tmp_path / "examples.json"
