@@ -6,7 +6,10 @@ shown earlier in the page). Examples that the schema rejects, or that do not com
 JSON value, are listed in ``EXPECTED_MISMATCHES`` with the reason; the test fails when that list is
 stale in either direction.
 """
+import hashlib
 import json
+import subprocess
+import sys
 import typing
 
 import msgspec
@@ -110,3 +113,23 @@ def test_docs_examples_round_trip():
     assert unexpected == {}
     assert sorted(set(EXPECTED_MISMATCHES) - set(mismatched)) == [], "listed mismatches that now pass"
     assert checked >= 60
+
+
+def test_the_examples_file_is_made_from_the_pages_json_rpc_blocks_only(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = ("Prose that stays out.\n\n```json\n{\"type\": \"not a message\"}\n```\n\n"
+            "```json title=\"request\"\n"
+            "{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"session/new\", \"params\": {}}\n```\n\n"
+            "```json\n{\"jsonrpc\": \"2.0\", // elided\n}\n```\n")
+    (docs / "a.mdx").write_text(page, encoding="utf-8")
+    out = tmp_path / "examples.json"
+    done = subprocess.run([sys.executable, str(REPO / "schema" / "doc_examples.py"), str(docs), "--origin", "a test",
+                           "--out", str(out)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["x-acp-lite-derived"] == {"from": "a test", "by": "schema/doc_examples.py",
+                                          "pages_sha256": {"a.mdx": hashlib.sha256(page.encode()).hexdigest()}}
+    assert data["examples"] == [{"page": "a.mdx", "block": 1,
+                                 "message": {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {}}}]
+    assert "Prose" not in out.read_text(encoding="utf-8")
