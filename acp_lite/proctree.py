@@ -12,15 +12,23 @@ Rules this module keeps:
   killed in the middle hands its children to the (still living) root rather than to init; then
   the root. A process is signalled only if its start time still matches the one the tree was
   read with, through a pidfd where the system has one, so a reused process id is never hit.
+- Where the system lets us make a cgroup (v2, a writable own cgroup, Linux >= 5.14 for
+  ``cgroup.kill``), the supervisor first moves itself into a cgroup of its own (``Cgroup``):
+  nothing started inside can leave it, not even by killing the supervisor, and ``Cgroup.kill``
+  ends every member at once. Trees are killed both ways: the cgroup where there is one, the
+  parent links always.
 - Without ``/proc`` (macOS, BSD) nothing beyond the process group can be found: there the callers
   fall back to ``killpg`` alone.
 
-Processes outside these rules stay out of reach: one that kills its supervisor first re-parents
-its tree to init (the editor runs with the user's rights, not as a jailer).
+Processes outside these rules stay out of reach: without a cgroup, one that kills its supervisor
+first re-parents its tree to init (the editor runs with the user's rights, not as a jailer).
 """
+import errno
+import itertools
 import os
 import signal
-from typing import Dict, Iterable, List, Tuple
+import time
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 # Identity of a running process: its id and its start time (clock ticks since boot).
 ProcessId = Tuple[int, int]
@@ -28,14 +36,26 @@ ProcessId = Tuple[int, int]
 # Kill rounds before giving up on a tree that keeps forking (each round kills all it sees).
 _KILL_ROUNDS = 64
 
-# Run as ``python -I -S -c SUPERVISOR <cwd fd> <status fd> <command> <args...>``: becomes a
-# subreaper (prctl 36 = PR_SET_CHILD_SUBREAPER), starts the command in the directory the cwd fd
-# names, writes its wait status in decimal to the status fd and reaps every descendant
+# How long killing waits for what it killed to be gone: SIGKILL takes effect at once unless a
+# process is stuck in the kernel, and then waiting longer would not help.
+_GONE_WAIT = 2.0
+
+# Run as ``python -I -S -c SUPERVISOR <cgroup.procs or -> <cwd fd> <status fd> <command>
+# <args...>``: moves itself into the cgroup when given one (a failure leaves it where it is),
+# becomes a subreaper (prctl 36 = PR_SET_CHILD_SUBREAPER), starts the command in the directory
+# the cwd fd names, writes its wait status in decimal to the status fd and reaps every descendant
 # re-parented to it; it exits once the command and all of them are gone. It gives the output pipe
 # to the command alone, so end-of-output still means the command's tree closed it. Signal
 # dispositions Python changed at start-up are restored before the command runs.
 SUPERVISOR = """
 import ctypes, os, signal, sys
+if sys.argv[1] != "-":
+    try:
+        with open(sys.argv[1], "w") as procs:
+            procs.write(str(os.getpid()))
+    except OSError:
+        pass
+del sys.argv[1]
 cwd, status = int(sys.argv[1]), int(sys.argv[2])
 try:
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
@@ -68,9 +88,79 @@ while True:
 """
 
 
-def supported() -> bool:
-    """Whether trees can be found here (``/proc`` is mounted)."""
-    return os.path.isdir("/proc/self")
+_cgroup_numbers = itertools.count(1)
+
+
+class Cgroup:
+    """A cgroup (v2) made for one process tree, below our own. ``procs`` is the file a process
+    writes its id to in order to join; ``kill`` ends every member; ``remove`` deletes the cgroup
+    once the members are gone. Any thread."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.procs = os.path.join(path, "cgroup.procs")
+
+    @classmethod
+    def create(cls) -> Optional["Cgroup"]:
+        """A new cgroup, or None where the system does not let us make one (no cgroup v2, our
+        cgroup not writable, or no ``cgroup.kill``)."""
+        parent = _own_cgroup()
+        if parent is None:
+            return None
+        path = os.path.join(parent, f"acp-lite-{os.getpid()}-{next(_cgroup_numbers)}")
+        try:
+            os.mkdir(path)
+        except OSError:
+            return None
+        if not os.path.exists(os.path.join(path, "cgroup.kill")):
+            os.rmdir(path)
+            return None
+        return cls(path)
+
+    def kill(self) -> None:
+        """SIGKILL every member; returns once none is left (or after a short wait)."""
+        try:
+            with open(os.path.join(self.path, "cgroup.kill"), "w") as kill:
+                kill.write("1")
+        except OSError:  # removed already
+            return
+        _wait_until(lambda: not self._populated())
+
+    def _populated(self) -> bool:
+        try:
+            with open(os.path.join(self.path, "cgroup.events")) as events:
+                return "populated 1" in events.read()
+        except OSError:
+            return False
+
+    def remove(self) -> None:
+        """Delete the cgroup, waiting a little for killed members to finish exiting. One that
+        cannot be deleted is left behind: empty or nearly, it holds nothing."""
+
+        def removed() -> bool:
+            try:
+                os.rmdir(self.path)
+            except OSError as exc:
+                return exc.errno != errno.EBUSY
+            return True
+
+        _wait_until(removed)
+
+
+def _own_cgroup() -> Optional[str]:
+    """The directory of our own cgroup v2, if it is writable."""
+    try:
+        with open("/proc/self/cgroup") as own:
+            path = next((line[3:].strip() for line in own if line.startswith("0::")), None)
+        with open("/proc/self/mountinfo") as mounts:
+            # mountinfo: id parent dev root mount-point options ... - fstype source options
+            mount = next((line.split()[4] for line in mounts if " - cgroup2 " in line), None)
+    except OSError:
+        return None
+    if path is None or mount is None:
+        return None
+    directory = mount + path.rstrip("/")
+    return directory if os.access(directory, os.W_OK) else None
 
 
 def descendants(root: int) -> List[ProcessId]:
@@ -108,7 +198,15 @@ def kill_tree(root: ProcessId) -> None:
         if not living:
             break
         signal_processes(reversed(living), signal.SIGKILL)
+    # Let a root that reaps (the supervisor) reap them, rather than leave zombies to init.
+    _wait_until(lambda: not any(parent == pid for _, parent, _, _ in _processes()))
     _signal(pid, root[1], signal.SIGKILL)
+
+
+def _wait_until(done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + _GONE_WAIT
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 def _processes() -> Iterable[Tuple[int, int, int, bool]]:

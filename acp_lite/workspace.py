@@ -45,7 +45,7 @@ Rules this module keeps (the README's "Security model" says what they add up to)
 - Terminals (POSIX only) are arbitrary command execution in the roots' directory with the
   editor user's rights: not confined to the roots. They run ``command`` with ``args`` directly,
   never through a shell, under a small supervisor (``proctree.SUPERVISOR``) that keeps every
-  descendant in its tree, with only ``terminal_environment``'s variables of the editor's
+  descendant in its tree (and in a cgroup of its own where the system allows), with only ``terminal_environment``'s variables of the editor's
   environment plus the requested ones. ``kill``, ``release``, the session's end, ``close()`` and
   the interpreter's exit kill the whole tree. Output beyond the limit is dropped from the start,
   see ``_OutputBuffer``; the limits below bound terminals per session and per connection and the
@@ -73,7 +73,7 @@ from typing import Any, BinaryIO, Callable, Deque, Dict, List, Optional, Sequenc
 from .beneath import MAX_SYMLINKS, O_DIRECTORY, O_NOFOLLOW, Escape, Root, open_beneath, path_beneath
 from .client import Client
 from .errors import AcpError, InternalError, InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound, UsageError
-from .proctree import SUPERVISOR, ProcessId, identify, kill_tree
+from .proctree import SUPERVISOR, Cgroup, ProcessId, identify, kill_tree
 from .schema import (
     ClientCapabilities,
     CreateTerminalRequest,
@@ -403,6 +403,12 @@ class _OutputBuffer:
         self._size = 0
 
     def append(self, chunk: bytes) -> None:
+        if self.truncated and not self._chunks:
+            # Emptied by a cut inside a character: the rest of that character is no start either.
+            start = 0
+            while start < min(3, len(chunk)) and chunk[start] & 0xC0 == 0x80:
+                start += 1
+            chunk = chunk[start:]
         if not chunk:
             return
         self._chunks.append(bytes(chunk))
@@ -500,11 +506,13 @@ class _Terminal:
         python = _python_interpreter()
         if python is None:
             raise InternalError("terminals need a Python interpreter to supervise them, and none was found")
+        self._cgroup = Cgroup.create()
         self._wake_read, self._wake_write = os.pipe()  # tells the output thread to stop
         self._status_read, status_write = os.pipe()
+        joins = self._cgroup.procs if self._cgroup is not None else "-"
         try:
             self._process = subprocess.Popen(
-                [python, "-I", "-S", "-c", SUPERVISOR, str(cwd), str(status_write), *argv],
+                [python, "-I", "-S", "-c", SUPERVISOR, joins, str(cwd), str(status_write), *argv],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -515,6 +523,8 @@ class _Terminal:
         except BaseException:
             for fd in (self._wake_read, self._wake_write, self._status_read):
                 os.close(fd)
+            if self._cgroup is not None:
+                self._cgroup.remove()
             raise
         finally:
             os.close(status_write)
@@ -549,6 +559,8 @@ class _Terminal:
         """SIGKILL the command's whole tree; returns once the command's exit is known."""
         # The supervisor is not reaped before close(), so its id is still ours.
         kill_tree(self._identity)
+        if self._cgroup is not None:
+            self._cgroup.kill()  # what escaped the supervisor (it killed it, say)
         try:
             os.killpg(self._process.pid, signal.SIGKILL)  # systems without /proc: the group at least
         except (ProcessLookupError, PermissionError):
@@ -571,6 +583,8 @@ class _Terminal:
             self._output = _OutputBuffer(0)  # the final output is the caller's now
         if exited:
             self._process.wait()  # reaps it
+        if self._cgroup is not None:
+            self._cgroup.remove()
         os.close(self._wake_read)
         os.close(self._wake_write)
         return final

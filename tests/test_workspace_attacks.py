@@ -24,6 +24,7 @@ from acp_lite import beneath
 from acp_lite.client import RemoteAgent
 from acp_lite.errors import AcpError, UsageError
 from acp_lite.process import AgentProcess
+from acp_lite.proctree import Cgroup, _own_cgroup
 from acp_lite.schema import ReadTextFileRequest, WriteTextFileRequest
 from acp_lite.wire import memory_pair
 from acp_lite.workspace import REFUSED, WorkspaceClient, _OutputBuffer
@@ -348,6 +349,31 @@ def test_processes_that_left_the_terminals_group_or_session_are_ended_with_it(ed
         else:
             editor.workspace.close()
         assert [pid for pid in pids if not _gone(pid)] == []  # at once: the answer came after the kill
+
+
+def _our_cgroups() -> List[str]:
+    parent = _own_cgroup()
+    return [name for name in os.listdir(parent) if name.startswith(f"acp-lite-{os.getpid()}-")] if parent else []
+
+
+@pytest.mark.req("ACP-V1-TERM-AGENT-RELEASE")
+def test_a_command_that_kills_its_supervisor_is_still_ended_by_its_cgroup(editor):
+    if not _try_cgroup():
+        pytest.skip("no cgroup v2 of our own to make cgroups in")
+    terminal = editor.run("import os, time; os.setsid(); os.kill(os.getppid(), 9); print(os.getpid(), flush=True); time.sleep(60)")
+    pid = int(editor.output_containing(terminal, "\n")["output"])
+    with killed_at_last([pid]):
+        assert not _gone(pid)
+        editor.result("terminal/release", terminalId=terminal)
+        assert _gone(pid)
+        assert _our_cgroups() == []
+
+
+def _try_cgroup() -> bool:
+    cgroup = Cgroup.create()
+    if cgroup is not None:
+        cgroup.remove()
+    return cgroup is not None
 
 
 def test_the_interpreters_exit_ends_the_terminals_an_editor_left_open(root, tmp_path):

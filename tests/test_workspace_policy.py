@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from unittest.mock import patch
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from acp_lite import beneath, workspace
@@ -258,6 +258,7 @@ def test_line_selection_matches_a_split_on_newlines_whatever_the_read_size(data,
     limit=st.integers(min_value=0, max_value=40),
 )
 @pytest.mark.req("ACP-V1-TERM-CLIENT-TRUNCATE-AT-CHARACTER-BOUNDARY")
+@example(text="0\x80\U00010000", cuts=[6], limit=1)  # emptied inside a character whose end comes later
 def test_the_buffer_keeps_the_longest_suffix_within_the_limit_that_starts_on_a_character(text, cuts, limit):
     data = text.encode("utf-8")
     buffer = _OutputBuffer(limit)
