@@ -4,7 +4,8 @@
 cheap round trips (an extension request the agent does not know: its -32601 answer is the
 cheapest reply any conforming agent gives; one that gets no answer within the timeout ends the
 timing), then runs prompt turns and measures each one. Files
-and terminals are served inside the session's root (``WorkspaceClient``); permission requests are
+are read inside the session's root (``WorkspaceClient``), written and terminals run there only with
+``allow=True``; permission requests are
 answered with the first reject option, or the first allow option with ``allow=True``, or
 cancelled when there is none.
 
@@ -74,7 +75,7 @@ class _MeasuringClient(WorkspaceClient):
     client_info = Implementation(name="acp-lite-bench", title="acp-lite bench", version="0.1.0")
 
     def __init__(self, allow: bool):
-        super().__init__()
+        super().__init__(terminals=allow, writes=allow)  # unattended: only what --yes allows
         self.allow = allow
         self.kinds: Counter = Counter()
         self.first_update_at: Optional[float] = None

@@ -76,7 +76,6 @@ from ..schema import (
     AgentMessageChunk,
     AgentThoughtChunk,
     AuthMethodTerminal,
-    ClientCapabilities,
     CreateTerminalRequest,
     CurrentModeUpdate,
     Implementation,
@@ -383,7 +382,7 @@ class _TerminalClient(WorkspaceClient):
     client_info = _RUN_CLIENT_INFO
 
     def __init__(self, screen: _Screen, questions: "queue.SimpleQueue[Any]", serve_changes: bool):
-        super().__init__()
+        super().__init__(terminals=serve_changes, writes=serve_changes)
         self.screen = screen
         self.questions = questions
         self.serve_changes = serve_changes
@@ -417,13 +416,6 @@ class _TerminalClient(WorkspaceClient):
     def read_text_file(self, params: ReadTextFileRequest) -> Any:
         self.screen.note(f"[fs] read {params.path}")
         return super().read_text_file(params)
-
-    def capabilities(self) -> ClientCapabilities:
-        capabilities = super().capabilities()
-        if not self.serve_changes:
-            capabilities.fs.write_text_file = False
-            capabilities.terminal = False
-        return capabilities
 
     def write_text_file(self, params: WriteTextFileRequest) -> Any:
         self._refuse_unless_served(f"[fs] write {params.path}", "fs/write_text_file")
