@@ -98,7 +98,7 @@ _KEEPING_METHODS = {
     for method, spec in CLIENT_METHODS.items()
 }
 
-_log = logging.getLogger("acp_lite.client")
+_client_log = logging.getLogger("acp_lite.client")
 
 # A prompt may always carry these; the rest need the agent's prompt capabilities.
 _BASELINE_CONTENT = {"text", "resource_link"}
@@ -134,7 +134,7 @@ class Client(Peer):
         it offers none), and logs once per client that it did, since the user never saw it."""
         if not getattr(self, "_denied_permissions_logged", False):
             self._denied_permissions_logged = True
-            _log.warning("%s does not override request_permission: permission requests are denied "
+            _client_log.warning("%s does not override request_permission: permission requests are denied "
                          "(the first reject option, else cancelled); logged once", type(self).__name__)
         reject = next((option for option in params.options if option.kind.startswith("reject")), None)
         if reject is None:
@@ -145,7 +145,7 @@ class Client(Peer):
         """A notification of the agent other than ``session/update`` whose params do not decode:
         ``raw`` is the params as they arrived, ``error`` says where and why. Runs like the other
         callbacks. Default: one warning on the ``acp_lite.client`` logger."""
-        _log.warning("the agent's %s does not decode: %s; params: %.300r", method, error, raw)
+        _client_log.warning("the agent's %s does not decode: %s; params: %.300r", method, error, raw)
 
     def read_text_file(self, params):
         raise NotImplementedError
