@@ -591,11 +591,6 @@ class Paging(Minimal):
         return schema.ListSessionsResponse(sessions=page, next_cursor=str(start + 2) if more else None)
 
 
-class Careless(Minimal):
-    def list_sessions(self, params):
-        return schema.ListSessionsResponse()
-
-
 @pytest.mark.timeout(10)
 @pytest.mark.req("ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-EMPTY-ARRAY")
 def test_session_list_pages_go_out_with_a_cursor_until_the_last_and_empty_when_nothing_matches():
@@ -603,9 +598,6 @@ def test_session_list_pages_go_out_with_a_cursor_until_the_last_and_empty_when_n
         first = raw.call("session/list", {"cwd": "/w"})["result"]
         last = raw.call("session/list", {"cwd": "/w", "cursor": first["nextCursor"]})["result"]
         none = raw.call("session/list", {"cwd": "/nowhere"})["result"]
-    with agent_with_raw_client(Careless()) as (_, raw):
-        # A result without its sessions array cannot be built, so none goes out.
-        assert raw.call("session/list", {})["error"]["code"] == -32603
     assert first == {"sessions": [{"sessionId": "s0", "cwd": "/w"}, {"sessionId": "s1", "cwd": "/w"}], "nextCursor": "2"}
     assert last == {"sessions": [{"sessionId": "s2", "cwd": "/w"}]}
     assert none == {"sessions": []}
@@ -618,3 +610,19 @@ def test_iter_sessions_walks_every_page_of_an_acp_lite_agent():
         remote.initialize()
         assert [info.session_id for info in remote.iter_sessions()] == ["s0", "s1", "s2", "s3"]
         assert [info.session_id for info in remote.iter_sessions("/other")] == ["s3"]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.req("ACP-V1-SETUP-NEW-SESSION-ID", "ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-EMPTY-ARRAY")
+def test_a_result_without_its_required_members_never_goes_out():
+    class Careless(Minimal):
+        def new_session(self, params):
+            return schema.NewSessionResponse()  # no session id
+
+        def list_sessions(self, params):
+            return schema.ListSessionsResponse()  # no sessions array, not even an empty one
+
+    with agent_with_raw_client(Careless()) as (_, raw):
+        for method, params in (("session/new", {"cwd": "/w", "mcpServers": []}), ("session/list", {})):
+            response = raw.call(method, params)
+            assert "result" not in response and response["error"]["code"] == -32603, response

@@ -106,12 +106,12 @@ def test_run_without_a_tty_prints_agent_text_to_stdout_and_rejects_permission():
     status, out, err = cli("run", "--", *MOCK_AGENT, stdin=b"hello\n\nsecond prompt\n")
     assert status == 0, err
     # Agent text only on stdout, one line per agent message; everything else on stderr.
-    assert out == ("Analyzing request: hello\nDone (permission: reject_once).\n"
-                   "Analyzing request: second prompt\nDone (permission: reject_once).\n")
+    assert out == ("Analyzing request: hello\nDid not read pyproject.toml (permission: reject_once).\n"
+                   "Analyzing request: second prompt\nDid not read pyproject.toml (permission: reject_once).\n")
     assert "[agent] ready on stdio" in err  # the agent's own stderr is passed on
     assert "[tool] Reading configuration file (read): pending" in err
     assert "[permission] Reading configuration file: reject_once" in err
-    assert "[tool] Reading configuration file (read): completed" in err
+    assert "[tool] Reading configuration file (read): failed" in err  # the agent honours the reject
     assert err.count("[turn] stopReason=end_turn") == 2
 
 
@@ -138,7 +138,7 @@ def test_run_ctrl_c_cancels_the_running_turn_and_the_session_goes_on(launched):
     tool.proc.stdin.close()
     assert tool.finish() == 0
     assert "^C cancelling the turn" in tool.seen["stderr"]
-    assert tool.seen["stdout"].endswith("Done (permission: reject_once).\n")
+    assert tool.seen["stdout"].endswith("Did not read pyproject.toml (permission: reject_once).\n")
 
 
 # Answers initialize and session/new, then never ends a turn, cancelled or not.

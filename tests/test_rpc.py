@@ -518,7 +518,7 @@ def test_host_delivery_runs_every_callback_on_the_host_thread_when_pumped():
 
     # A blocking call on the host thread would wait for a pump that cannot happen.
     with pytest.raises(UsageError):
-        host.call("x/anything")
+        host.call("x/anything", timeout=1.0)  # refused at once, or this fails in a second
     # call_future works, and its done-callbacks run on the host thread too.
     peer.on_request("y/answer", lambda params, ctx: 42)
     done_on: List[str] = []

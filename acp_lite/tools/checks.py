@@ -42,6 +42,8 @@ def text_prompt(text: str) -> List[Dict[str, Any]]:
 
 # -- the checks -----------------------------------------------------------------------------------
 class Check(NamedTuple):
+    """One check: its name and summary, the requirements it judges, and the function that runs it."""
+
     name: str
     summary: str
     requirements: Tuple[str, ...]
