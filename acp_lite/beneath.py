@@ -164,7 +164,8 @@ def _walk(dir_fd: int, relative: str, flags: int) -> int:
                 continue
             here = opened[-1] if opened else dir_fd
             last = not any(part not in ("", ".") for part in parts)
-            wanted = (flags | (O_DIRECTORY if relative.endswith("/") else 0)) if last else os.O_RDONLY | O_DIRECTORY
+            # A name followed by anything, even only "/" or "/.", must be a directory.
+            wanted = (flags | (O_DIRECTORY if parts else 0)) if last else os.O_RDONLY | O_DIRECTORY
             try:
                 fd = os.open(name, wanted | O_NOFOLLOW | _O_CLOEXEC, dir_fd=here)
             except OSError as exc:
