@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from acp_harness import WAIT, RawPeer, agent_with_raw_client, background, client_with_raw_agent, initialized
 from acp_lite import codec
+from acp_lite.codec import Undecodable
 from acp_lite.agent import Agent
 from acp_lite.client import Client
 from acp_lite.errors import SchemaError, UsageError
@@ -379,15 +380,18 @@ def test_a_client_answers_every_mutated_message_as_json_rpc_says_and_keeps_going
             before = len(editor.updates)
             raw.send(message)
             assert_reply(raw, expected_reply(message, CLIENT_METHODS))
-            # A session/update is delivered exactly when it is a valid notification.
-            delivered = (
+            # Every session/update notification with an object as params is delivered: typed when
+            # they are valid, as an Undecodable holding them and the decode error when they are not.
+            notification = (
                 message.get("method") == "session/update"
                 and "id" not in message
                 and message.get("jsonrpc") == "2.0"
                 and isinstance(message.get("params"), dict)
-                and not _params_error("session/update", message["params"], CLIENT_METHODS)
             )
-            assert len(editor.updates) == before + delivered
+            valid = notification and not _params_error("session/update", message["params"], CLIENT_METHODS)
+            assert len(editor.updates) == before + notification
+            if notification:
+                assert isinstance(editor.updates[-1], Undecodable) == (not valid)
 
         exchange()
 
