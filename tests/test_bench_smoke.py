@@ -52,3 +52,21 @@ def test_bench_runs_without_peers_and_writes_results(tmp_path):
     table = (tmp_path / "smoke.md").read_text()
     assert table.startswith("# Benchmark results: smoke")
     assert "| acp_lite | updates/s |" in table and "## Targets (issues 6 and 17)" in table
+
+
+@pytest.mark.timeout(10)
+def test_before_after_divides_todays_figures_by_the_baselines_run_by_run():
+    from bench.report import before_after
+
+    figures = {
+        ("B", "acp_lite", "updates/s"): [200.0, 300.0, None],
+        ("B", "acp_lite@abc123", "updates/s"): [100.0, 100.0, 100.0],
+        ("D", "acp_lite agent → bare reader", "p50 µs (100/s, busy sender)"): [10.0, 20.0, 30.0],
+        ("D", "acp_lite@abc123 agent → bare reader", "p50 µs (100/s, busy sender)"): [20.0, 20.0, 20.0],
+        ("D", "python-sdk", "p50 µs (100/s, busy sender)"): [1.0, 1.0, 1.0],
+    }
+    rows = {(r["workload"], r["subject"], r["metric"]): r for r in before_after(figures, "acp_lite@abc123")}
+    assert set(rows) == {("B", "acp_lite", "updates/s"),
+                         ("D", "acp_lite agent → bare reader", "p50 µs (100/s, busy sender)")}
+    assert rows[("B", "acp_lite", "updates/s")]["runs"] == [2.0, 3.0, None]
+    assert rows[("D", "acp_lite agent → bare reader", "p50 µs (100/s, busy sender)")]["summary"]["median"] == 1.0
