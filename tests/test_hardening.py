@@ -378,15 +378,19 @@ def test_a_client_answers_every_mutated_message_as_json_rpc_says_and_keeps_going
             before = len(editor.updates)
             raw.send(message)
             assert_reply(raw, expected_reply(message, CLIENT_METHODS))
-            # A session/update is delivered exactly when it is a valid notification.
+            # A session/update is delivered exactly when its envelope is a valid notification;
+            # params that do not decode arrive as an Undecodable, never dropped.
             delivered = (
                 message.get("method") == "session/update"
                 and "id" not in message
                 and message.get("jsonrpc") == "2.0"
-                and isinstance(message.get("params"), dict)
-                and not _params_error("session/update", message["params"], CLIENT_METHODS)
+                and ("params" not in message or isinstance(message["params"], (dict, list)))
             )
             assert len(editor.updates) == before + delivered
+            if delivered:
+                params = message.get("params", {})
+                undecodable = not isinstance(params, dict) or bool(_params_error("session/update", params, CLIENT_METHODS))
+                assert isinstance(editor.updates[-1], codec.Undecodable) == undecodable
 
         exchange()
 
