@@ -9,7 +9,6 @@ use) and by an independent JSON Schema validator on the project's v1 schema. The
 """
 import json
 import sys
-from pathlib import Path
 from typing import Any, Dict, List
 
 import jsonschema
