@@ -64,6 +64,8 @@ def test_the_mock_example_agent_passes_every_applicable_check():
     report = check(EXAMPLES["agent.py"])
     failed = [finding for finding in report.findings() if finding.status == FAIL]
     assert failed == [] and report.exit_status == 0
+    # It quotes the prompt, so its reply shows it read the text.
+    assert statuses(findings_of(report, "prompt"), "ACP-V1-CONTENT-TEXT-SUPPORT") == {PASS}
     # It asks for permission mid-turn, so the turn is surely busy when the probe cancels it.
     assert statuses(findings_of(report, "cancel"), "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON") == {PASS}
     skipped = {finding.requirement for finding in report.findings() if finding.status == SKIP}
@@ -100,6 +102,34 @@ def test_an_agent_that_wants_authentication_skips_session_checks_until_given_a_m
     assert f"pass --auth-method ID to run them (the agent advertises: token)" in summary
     report = check([*RAW_AGENT, "--require-auth"], pattern="prompt", auth_method="token")
     assert {finding.status for finding in findings_of(report, "prompt")} == {PASS}
+
+
+TERSE_AGENT = """
+from acp_lite import schema, updates
+from acp_lite.agent import Agent, serve_stdio
+
+class Terse(Agent):
+    def new_session(self, params):
+        return schema.NewSessionResponse(session_id="s1")
+
+    def prompt(self, params, turn):
+        turn.send(updates.text_chunk("OK."))
+        return "end_turn"
+
+serve_stdio(Terse())
+"""
+
+
+@pytest.mark.timeout(30)
+def test_a_turn_whose_reply_does_not_show_the_text_was_read_leaves_text_support_unjudged(tmp_path):
+    agent = tmp_path / "terse_agent.py"
+    agent.write_text(TERSE_AGENT)
+    report = check([sys.executable, str(agent)], pattern="prompt")
+    (text_support,) = [f for f in findings_of(report, "prompt") if f.requirement == "ACP-V1-CONTENT-TEXT-SUPPORT"]
+    assert text_support.status == SKIP
+    assert "without 'heliotrope' in the agent's reply (3 characters of it)" in text_support.detail
+    # The rest of the check still runs.
+    assert statuses(findings_of(report, "prompt"), "ACP-V1-INIT-PROMPT-BASELINE") == {PASS}
 
 
 # -- agents that do not -----------------------------------------------------------------------------
