@@ -64,8 +64,8 @@ from .schema import (
     RequestPermissionRequest,
     RequestPermissionResponse,
     ResumeSessionRequest,
-    SelectedPermissionOutcome,
     ResumeSessionResponse,
+    SelectedPermissionOutcome,
     SessionConfigOptionsCapabilities,
     SessionConfigBoolean,
     SessionConfigSelect,
@@ -138,7 +138,7 @@ class Client(Peer):
         if not getattr(self, "_denied_permissions_logged", False):
             self._denied_permissions_logged = True
             _client_log.warning("%s does not override request_permission: permission requests are denied "
-                         "(the first reject option, else cancelled); logged once", type(self).__name__)
+                                "(the first reject option, else cancelled); logged once", type(self).__name__)
         reject = next((option for option in params.options if option.kind.startswith("reject")), None)
         if reject is None:
             return RequestPermissionResponse(outcome=RequestPermissionOutcomeCancelled())

@@ -293,8 +293,9 @@ def convert(obj: Any, type_: Type[_T]) -> _T: ...
 def convert(obj: Any, type_: Any) -> Any: ...
 def convert(obj: Any, type_: Any) -> Any:
     """Like ``decode`` for an already parsed JSON value (dicts, lists, str, int ...). Any thread."""
+    strict_type = type_.type if isinstance(type_, _KeepingUndecodable) else type_
     try:
-        return msgspec.convert(obj, type_, dec_hook=_dec_hook)
+        return msgspec.convert(obj, strict_type, dec_hook=_dec_hook)
     except msgspec.ValidationError:
         pass
     return _Lenient().run(obj, type_)

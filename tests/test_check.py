@@ -18,10 +18,12 @@ import pytest
 
 from acp_lite.tools.check_probe import AUTH_SKIP, FAIL, PASS, REQUIREMENT_LEVELS, SKIP, CheckOptions
 from acp_lite.tools.check_report import format_summary
+from acp_lite.tools.wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT
 from acp_lite.tools.check_runner import run_checks, selected_checks
 from acp_lite.codec import set_diagnostics_hook
 
 from conftest import REPO
+from json_schema_judge import disagreements
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="the raw agent selects on its stdin")
 
@@ -65,6 +67,8 @@ def test_the_mock_example_agent_passes_every_applicable_check():
     report = check(EXAMPLES["agent.py"])
     failed = [finding for finding in report.findings() if finding.status == FAIL]
     assert failed == [] and report.exit_status == 0
+    # It quotes the prompt, so its reply shows it read the text.
+    assert statuses(findings_of(report, "prompt"), "ACP-V1-CONTENT-TEXT-SUPPORT") == {PASS}
     # It asks for permission mid-turn, so the turn is surely busy when the probe cancels it.
     assert statuses(findings_of(report, "cancel"), "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON") == {PASS}
     skipped = {finding.requirement for finding in report.findings() if finding.status == SKIP}
@@ -100,9 +104,37 @@ def test_an_agent_that_wants_authentication_skips_session_checks_until_given_a_m
     assert report.blocked_by_auth() == [result.name for result in report.checks if result.name != "initialize"]
     summary = format_summary(report)
     assert summary.count("--auth-method") == 1  # said once, with the methods the agent advertises
-    assert f"pass --auth-method ID to run them (the agent advertises: token)" in summary
+    assert "pass --auth-method ID to run them (the agent advertises: token)" in summary
     report = check([*RAW_AGENT, "--require-auth"], pattern="prompt", auth_method="token")
     assert {finding.status for finding in findings_of(report, "prompt")} == {PASS}
+
+
+TERSE_AGENT = """
+from acp_lite import schema, updates
+from acp_lite.agent import Agent, serve_stdio
+
+class Terse(Agent):
+    def new_session(self, params):
+        return schema.NewSessionResponse(session_id="s1")
+
+    def prompt(self, params, turn):
+        turn.send(updates.text_chunk("OK."))
+        return "end_turn"
+
+serve_stdio(Terse())
+"""
+
+
+@pytest.mark.timeout(30)
+def test_a_turn_whose_reply_does_not_show_the_text_was_read_leaves_text_support_unjudged(tmp_path):
+    agent = tmp_path / "terse_agent.py"
+    agent.write_text(TERSE_AGENT)
+    report = check([sys.executable, str(agent)], pattern="prompt")
+    (text_support,) = [f for f in findings_of(report, "prompt") if f.requirement == "ACP-V1-CONTENT-TEXT-SUPPORT"]
+    assert text_support.status == SKIP
+    assert "without 'heliotrope' in the agent's reply (3 characters of it)" in text_support.detail
+    # The rest of the check still runs.
+    assert statuses(findings_of(report, "prompt"), "ACP-V1-INIT-PROMPT-BASELINE") == {PASS}
 
 
 # -- agents that do not -----------------------------------------------------------------------------
@@ -179,6 +211,37 @@ def test_each_defect_is_caught_by_its_check(defect, defect_reports):
     found = findings_of(report, name)
     assert FAIL in statuses(found, requirement), found
     assert report.exit_status == 1
+
+
+def transcript_messages(report):
+    """Every JSON message of the report's transcripts, with its direction, one agent process at
+    a time (a check's processes are separated by a marker line)."""
+    arrows = {"->": CLIENT_TO_AGENT, "<-": AGENT_TO_CLIENT}
+    for result in report.checks:
+        process = []
+        for line in result.transcript:
+            parts = line.split(None, 2)
+            if "a new agent process" in line and process:
+                yield process
+                process = []
+            if len(parts) == 3 and parts[1] in arrows:
+                try:
+                    process.append((arrows[parts[1]], json.loads(parts[2])))
+                except ValueError:
+                    continue  # not JSON (the banner defect): not a message
+        if process:
+            yield process
+
+
+@pytest.mark.timeout(120)
+def test_the_probes_schema_verdicts_on_every_defect_agree_with_an_independent_json_schema_validator(defect_reports):
+    total = 0
+    for defect, report in sorted(defect_reports.items()):
+        for process in transcript_messages(report):
+            judged, disagreed = disagreements(process)
+            assert disagreed == [], defect
+            total += judged
+    assert total > 100
 
 
 @pytest.mark.timeout(120)

@@ -11,28 +11,21 @@ import json
 import sys
 from typing import Any, Dict, List
 
-import jsonschema
 import pytest
 
 from acp_lite.codec import set_diagnostics_hook
-from acp_lite.schema import AGENT_METHODS, CLIENT_METHODS, PROTOCOL_METHODS
+from acp_lite.schema import CLIENT_METHODS
 from acp_lite.tools.check_probe import AUTH_SKIP, FAIL, PASS, SKIP, CheckOptions
 from acp_lite.tools.check_report import format_check_result
 from acp_lite.tools.check_runner import run_checks
 from acp_lite.tools.wirecheck import CLIENT_TO_AGENT, WireChecker
 
 from conftest import REPO
+from json_schema_judge import disagreements, schema_name, schema_valid, v1_json_schema, wirecheck_schema_valid
 
 RECORDINGS = REPO / "tests" / "data" / "real_agents"
 REPLAY_AGENT = [sys.executable, str(REPO / "tests" / "check_agents" / "replay_agent.py")]
-METHODS = {**AGENT_METHODS, **CLIENT_METHODS, **PROTOCOL_METHODS}
 AGENTS = sorted(path.name for path in RECORDINGS.iterdir() if path.is_dir())
-
-
-def v1_json_schema() -> Dict[str, Any]:
-    """The project's v1 JSON Schema (its structure, without upstream prose, is a JSON Schema still):
-    the one place that says where it is read from."""
-    return json.loads((REPO / "schema" / "v1" / "structure.json").read_text(encoding="utf-8"))
 
 
 @pytest.fixture(autouse=True)
@@ -147,43 +140,15 @@ def messages(agent: str) -> List[Dict[str, Any]]:
     return entries
 
 
-def schema_name(method: str, part: str) -> str:
-    spec = METHODS[method]
-    if method == "elicitation/create":  # a Union on our side, one definition upstream
-        return {"params": "CreateElicitationRequest", "result": "CreateElicitationResponse"}[part]
-    return (spec.params_type if part == "params" else spec.result_type).__name__
-
-
-def schema_valid(validator_schema: Dict[str, Any], name: str, value: Any) -> bool:
-    schema = {"$ref": f"#/$defs/{name}", "$defs": validator_schema["$defs"]}
-    return jsonschema.Draft202012Validator(schema).is_valid(value)
-
-
-def wirecheck_schema_valid(verdict) -> bool:
-    """``check``'s judgement of the message's shape: no schema problem, nothing merely tolerated."""
-    return not any(item.startswith(("schema-invalid", "tolerated")) for item in verdict.problems + verdict.notes)
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("agent", AGENTS)
 def test_wirecheck_and_an_independent_json_schema_validator_agree_on_every_recorded_message(agent):
-    validator_schema = v1_json_schema()
-    judged = 0
+    total = 0
     for process in messages(agent):
-        checker = WireChecker()
-        for entry in process:
-            if "msg" not in entry:
-                continue
-            message = entry["msg"]
-            verdict = checker.check(message, entry["dir"])
-            part = "params" if "method" in message else "result"
-            if verdict.method not in METHODS or part not in message:
-                continue  # an extension or unknown method: no schema to judge it by
-            independent = schema_valid(validator_schema, schema_name(verdict.method, part), message[part])
-            assert wirecheck_schema_valid(verdict) == independent, (message, verdict)
-            judged += 1
-    set_diagnostics_hook(None)
-    assert judged > 20
+        judged, disagreed = disagreements((entry["dir"], entry["msg"]) for entry in process if "msg" in entry)
+        assert disagreed == []
+        total += judged
+    assert total > 20
 
 
 # Messages the recordings do not hold, each on a side of the line the schema draws: what real

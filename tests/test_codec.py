@@ -407,3 +407,30 @@ def test_strict_decoder_resolves_untagged_unions_inside_other_types():
     assert envelope.params.mcp_servers == [s.McpServerStdio(name="a", command="c", args=[], env=[])]
     with pytest.raises(msgspec.ValidationError):  # the strict path alone: no leniency
         decoder.decode(b'{"params":{"cwd":"/","mcpServers":[{"type":"ws","name":"a"}]}}')
+
+
+# -- keeping what does not decode, and unknown tags the schema accepts ------------------------------
+USAGE_NULL = {"sessionId": "s", "update": {"sessionUpdate": "usage_update", "used": None, "size": 10}}
+
+
+@pytest.mark.parametrize("entry", ["decode", "convert"])
+def test_a_kept_type_returns_what_does_not_decode_as_undecodable(entry, fallbacks):
+    kept = codec.keep_undecodable(s.SessionNotification)
+    value = codec.decode(json.dumps(USAGE_NULL), kept) if entry == "decode" else codec.convert(USAGE_NULL, kept)
+    assert isinstance(value, codec.Undecodable)
+    assert value.raw == USAGE_NULL
+    assert (value.error.path, type(value.error)) == ("$.update.used", SchemaError)
+    assert fallbacks == []  # not a leniency: the value is handed over as it is
+    valid = {"sessionId": "s", "update": {"sessionUpdate": "usage_update", "used": 3, "size": 10}}
+    assert codec.convert(valid, kept) == s.SessionNotification(session_id="s", update=s.UsageUpdate(used=3, size=10))
+    with pytest.raises(SchemaError):
+        codec.convert(USAGE_NULL, s.SessionNotification)  # without keeping, still an error
+
+
+def test_an_unknown_tag_that_the_untagged_member_accepts_is_kept_unknown_and_noted_as_valid(fallbacks):
+    methods = codec.convert([{"type": "env_var", "id": "key", "name": "Key", "vars": []}, {"type": "env_var"}],
+                            list[s.AuthMethod])
+    assert [type(method) for method in methods] == [UnknownVariant, UnknownVariant]
+    # The first is a valid agent method under the schema; the second (no id, no name) is not.
+    assert [(f.path, f.kind) for f in fallbacks] == [("$[0]", "unknown-tag"), ("$[1]", "unknown-variant")]
+    assert "valid as `AuthMethodAgent`" in fallbacks[0].detail
