@@ -890,7 +890,7 @@ def test_close_while_calls_are_pending_fails_them_all_once(linked):
     for thread in callers:
         thread.start()
     futures = [a.call_future("x/never") for _ in range(8)]
-    wait_for(lambda: len(a._pending) == 16)
+    wait_for(lambda: len(a._core.pending) == 16)
     a.close()
     for thread in callers:
         thread.join(WAIT)
