@@ -28,7 +28,7 @@ _WORKER_IDLE_SECONDS = 30.0
 # With every worker busy, a new task waits this long for one to finish before another worker is
 # started: a burst of quick handlers then shares a few threads, while a handler that blocks costs
 # the tasks behind it at most this delay.
-_SPAWN_WAIT_SECONDS = 0.001
+_SPAWN_WAIT_SECONDS = 0.0
 
 _delivery_log = logging.getLogger("acp_lite.delivery")
 

@@ -323,14 +323,21 @@ class Connection:
         if first:
             with self._read_ahead_cond:
                 self._read_ahead_cond.notify_all()  # a reader waiting for room stops
+            # The reading may be on a worker (see _read_loop): end it now, so that joining the
+            # workers below waits for handlers only.
+            self._transport.stop_reading()
             for call in pending.values():
                 settle(call.future, None, self._close_error)
             if isinstance(self._queue, HostLane):
                 self._drop_host_items()
             self._run_closing(None)
             if self._pool is not None and me.ident != self._queue.owner:
-                # (On the delivery thread, handlers may wait for answers queued behind this
-                # callback: they end once it returns, and the delivery thread runs the rest.)
+                # Handlers get until the deadline to answer: on workers, and on the reader thread
+                # (see _read_loop). (On the delivery thread, handlers may wait for answers queued
+                # behind this callback: they end once it returns, and the delivery thread runs
+                # the rest.)
+                if self._reader is not None and self._reader is not me:
+                    self._reader.join(max(0.0, deadline - time.monotonic()))
                 self._pool.join(deadline)
             self._refuse_unstarted()
             self._transport.close(max(0.0, deadline - time.monotonic()))
@@ -501,26 +508,33 @@ class Connection:
 
     def _start_request(self, ctx: RequestContext) -> None:
         # Delivery (or host) thread, in arrival order.
+        if not self._arrive(ctx):
+            return
+        if self._pool is None:
+            self._run_handler(ctx)
+        elif not self._pool.submit(self._run_handler_outliving_it, ctx):
+            self._refuse_to_start(ctx)  # closing
+
+    def _arrive(self, ctx: RequestContext) -> bool:
+        """A request's turn has come: run its arrival hook; True if it may start now (False:
+        answered meanwhile, or refused because the connection is closing)."""
         route = ctx._route
         if ctx._answered:
-            return  # refused by close() while it waited in the queue
+            return False  # refused by close() while it waited in the queue
         if route is not None and route.on_arrival is not None:
             try:
                 route.on_arrival(ctx._params, ctx)
             except Exception:
                 self._log.exception("%s: arrival hook for %s failed", self.name, ctx.method)
-        if self._pool is None:
-            if not self._close_called:
-                self._run_handler(ctx)
-                return
-        else:
+        if self._pool is not None:
             # A peer that does not read our answers: starting more handlers would only add
-            # threads blocked in their replies. Wait (the reading stops too, at the read-ahead).
+            # threads blocked in their replies. Wait (the reading stops too).
             while self._transport.backed_up and not self._close_called:
                 self._transport.flush(_BACKED_UP_POLL_SECONDS)
-            if not self._close_called and self._pool.submit(self._run_handler_outliving_it, ctx):
-                return
-        self._refuse_to_start(ctx)
+        if self._close_called:
+            self._refuse_to_start(ctx)
+            return False
+        return True
 
     def _refuse_to_start(self, ctx: RequestContext) -> None:
         # Closing: cancel it the way every other cancellation goes, so that the layer above may
@@ -574,21 +588,33 @@ class Connection:
         self._answer(ctx, None, error)
 
     # -- reader thread ----------------------------------------------------------------------------
-    def _read_loop(self) -> None:
+    def _read_loop(self, _: Any = None) -> None:
+        """The reading, on whichever thread holds it: the reader thread at first. When what it
+        read is a request it may run (see _route_read), a worker reads on while this thread runs
+        that request's handler (leader/followers: the wake-up of the next reader is not on the
+        request's path, and a handler that blocks holds nobody up)."""
         try:
             while self._wait_for_read_ahead_room():
                 blocks = self._transport.read_blocks()
                 if blocks is None:
                     break
-                self._route_read(blocks)
+                ctx = self._route_read(blocks)
+                if ctx is None:
+                    continue
+                assert self._pool is not None
+                if self._pool.submit(self._read_loop, None):
+                    self._run_handler_outliving_it(ctx)
+                    return
+                self._refuse_to_start(ctx)  # closing
         except Exception:
             self._log.exception("%s: reader failed; closing the connection", self.name)
         self._on_end_of_stream()
 
-    def _route_read(self, blocks: List[Any]) -> None:
+    def _route_read(self, blocks: List[Any]) -> Optional[RequestContext]:
         """Route what one read brought: decoded here when it is small, else left to whoever
         delivers (the delivery thread, or the host's thread as it pumps) as a burst of blocks,
-        so that the reader is back at reading at once."""
+        so that the reader is back at reading at once. Returns a request for the reading thread
+        to run itself (see _read_loop), if any."""
         queue = self._queue
         if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
             size = _burst_size(blocks)
@@ -598,27 +624,41 @@ class Connection:
                 queue.put([(self._expand_item, block) for block in blocks] + [(self._release_item, size)])
             else:
                 queue.put([(self._deliver_block, block) for block in blocks])
-            return
+            return None
         items: List[Callback] = []
         replies: List[bytes] = []
         self._core.route_lines(lines_of(blocks[0]), items, replies)
         for frame in replies:
             self._send_frame(frame)
         if not items:
-            return
+            return None
         if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
             # Answers only, to blocking calls, with nothing before them to deliver: settled here
             # (no application code runs: only call() waits on such a future).
             for _, outcome in items:
                 settle_item(outcome)
-            return
+            return None
         if isinstance(queue, HostLane):
             # The host pumps when it can: what this read brought counts against the read-ahead
             # until a pump has run its last callback.
             size = _burst_size(blocks)
             self._add_read_ahead(size)
             items.append((self._release_item, size))
+        elif queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
+            # Requests only, with nothing before them to deliver: started here, in order (their
+            # arrival hooks are the runtime's bookkeeping); the first runs on this thread once a
+            # worker reads on (see _read_loop), the others on workers.
+            here: Optional[RequestContext] = None
+            for _, ctx in items:
+                if not self._arrive(ctx):
+                    continue
+                if here is None:
+                    here = ctx
+                elif not self._pool.submit(self._run_handler_outliving_it, ctx):  # type: ignore[union-attr]
+                    self._refuse_to_start(ctx)
+            return here
         queue.put(items)
+        return None
 
     def _wait_for_read_ahead_room(self) -> bool:
         """Wait while the delivery thread (or the host's pumps) is far behind (a slow callback, a

@@ -137,8 +137,8 @@ def test_system_exit_in_a_callback_is_logged_and_delivery_goes_on(pair, caplog):
 
 def test_close_lets_a_running_handler_answer_and_refuses_requests_not_yet_started(pair):
     connection, peer = pair
-    started, release = threading.Event(), threading.Event()
-    connection.on_notification("x/slow", lambda params: release.wait(WAIT))
+    started, release, slow = threading.Event(), threading.Event(), threading.Event()
+    connection.on_notification("x/slow", lambda params: slow.set() or release.wait(WAIT))
 
     def running(params: Any, ctx: Any) -> Any:
         started.set()
@@ -150,7 +150,8 @@ def test_close_lets_a_running_handler_answer_and_refuses_requests_not_yet_starte
     connection.start()
     peer.send(request(1, "x/run"))
     assert started.wait(WAIT)
-    peer.send(note("x/slow"), request(2, "x/later"))  # waits behind the slow callback
+    peer.send(note("x/slow"), request(2, "x/later"))  # read at once, waits behind the slow callback
+    assert slow.wait(WAIT)
     closer = threading.Thread(target=connection.close, kwargs={"timeout": WAIT})
     closer.start()
     replies = {reply["id"]: reply for reply in (peer.recv(), peer.recv())}
