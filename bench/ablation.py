@@ -1,6 +1,6 @@
 """Ablation: the same workloads on two builds of acp_lite, interleaved run by run.
 
-    python bench/ablation.py BEFORE_ROOT AFTER_ROOT [--runs 5] [--scale 0.5] [--out FILE.md]
+    python bench/ablation.py BEFORE_ROOT AFTER_ROOT [--runs 5] [--scale 0.5] [--only ABCE] [--out FILE.md]
 
 Each ROOT is a folder holding an ``acp_lite`` package (e.g. ``git archive COMMIT acp_lite``
 unpacked there); a job runs with ``PYTHONPATH=ROOT`` so that its adapter imports that build.
@@ -71,13 +71,14 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=0.5)
     parser.add_argument("--out", type=Path, default=BENCH / "results" / "ablation.md")
     parser.add_argument("--title", default="before / after")
+    parser.add_argument("--only", default="ABCE", help="the workloads of acp_lite to measure")
     args = parser.parse_args()
     plan = suite.make_plan(args.runs, args.scale)
     streams_dir = BENCH / "results" / "tmp"
     py_sdk = peers.install_python_sdk()
     jobs = suite.make_jobs(plan, "ABCDE", [py_sdk] if py_sdk else [], streams_dir)
-    measured = [(key, pick(jobs, *key)) for key in MEASURED]
-    references = [(key, pick(jobs, *key)) for key in REFERENCES]
+    measured = [(key, pick(jobs, *key)) for key in MEASURED if key[0] in args.only]
+    references = [(key, pick(jobs, *key)) for key in REFERENCES if key[0] in args.only + "D"]
     figures: Dict[Tuple[str, ...], List[float]] = {}
     for number in range(args.runs):
         order = [("before", args.before), ("after", args.after)]
