@@ -6,10 +6,10 @@ thread a connection may have:
 
 | thread | started by | stopped by | may run |
 | --- | --- | --- | --- |
-| reader ``acp-reader-<name>`` | ``start()`` | end of stream, ``close()`` | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; never application code |
-| delivery ``acp-delivery-<name>`` (default mode) | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts requests in arrival order |
+| the reading: reader ``acp-reader-<name>`` first | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping), and runs the first one's handler itself once a worker has taken the reading on (leader/followers); no other application code |
+| delivery ``acp-delivery-<name>`` (default mode) | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
 | host thread (host mode, ``HostDelivery``) | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
-| workers ``acp-worker-<name>-<n>`` (default mode) | the first request that finds every worker busy | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes) |
+| workers ``acp-worker-<name>-<n>`` (default mode) | a request, or the reading, finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes); the reading, handed on |
 | flusher ``acp-flusher-<name>`` (the transport's) | the first stream of frames from one thread | ``close()`` | writing the backlog of frames |
 | any caller | the application | | ``call`` (blocks; not on the delivery or host thread: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
 
@@ -17,7 +17,9 @@ Invariants:
 
 - Ordering: callbacks run in the order their messages arrived, never two at once; a request is
   started (its arrival hook run, its handler handed to a worker) in its turn among them, so a
-  notification sent after a request (a cancel) finds it registered. An answer is never surfaced
+  notification sent after a request (a cancel) finds it registered. The reading thread starts
+  requests itself only when nothing is queued before them, and reads nothing more until they
+  started. An answer is never surfaced
   before a callback for a message that arrived before it: the reader settles a blocking call's
   answer itself only when nothing waits to be delivered, else it is queued behind.
 - Settle-once: every pending call settles exactly once: its result or error, ``CallTimeout``
