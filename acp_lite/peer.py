@@ -18,7 +18,8 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 from .errors import MethodNotFound, UsageError
-from .rpc import Connection, RequestContext, _settle
+from .jsonrpc import settle
+from .rpc import Connection, RequestContext
 from .schema import PROTOCOL_VERSION
 
 # The protocol versions this runtime speaks, newest last.
@@ -41,7 +42,7 @@ def future_then(future: Future, then: Callable[[Any], Any]) -> Future:
     done-callbacks run where the connection runs callbacks."""
     outcome: Future = Future()
 
-    def settle(done: Future) -> None:
+    def finish(done: Future) -> None:
         if done.cancelled():
             outcome.cancel()
             return
@@ -52,10 +53,10 @@ def future_then(future: Future, then: Callable[[Any], Any]) -> Future:
                 value = then(done.result())
             except Exception as exc:
                 error = exc
-        _settle(outcome, value, error)  # unless the application cancelled it meanwhile
+        settle(outcome, value, error)  # unless the application cancelled it meanwhile
 
     outcome.add_done_callback(lambda f: f.cancelled() and future.cancel())
-    future.add_done_callback(settle)
+    future.add_done_callback(finish)
     return outcome
 
 

@@ -274,6 +274,7 @@ class Transport:
         self._write_failed = False
         self._active = 0  # threads inside a read, or holding the writer role
         self._closing = False
+        self._reading_stopped = False
         self._released = False
 
     # -- reading (reader thread) --------------------------------------------------------------
@@ -311,10 +312,21 @@ class Transport:
                 frames.extend(block.split(b"\n"))
         return frames
 
-    def _read_chunk(self) -> Optional[int]:
-        """Read into the buffer; the byte count, 0 at end of stream, None once ``close()`` has begun."""
+    def stop_reading(self) -> None:
+        """End the reading: a read under way returns None at once (where the transport can wake
+        it), and so does every later one; writing goes on until ``close()``. Any thread."""
         with self._lock:
-            if self._closing:
+            if self._reading_stopped:
+                return
+            self._reading_stopped = True
+            if self._wake is not None and not self._released:
+                os.write(self._wake[1], b"x")
+
+    def _read_chunk(self) -> Optional[int]:
+        """Read into the buffer; the byte count, 0 at end of stream, None once ``close()`` (or
+        ``stop_reading()``) has begun."""
+        with self._lock:
+            if self._closing or self._reading_stopped:
                 return None
             self._active += 1
         try:

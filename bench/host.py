@@ -2,6 +2,7 @@
 
     python bench/host.py [--runs R] [--updates N] [--no-vim] [--out DIR]   measure; writes OUT/host.json, OUT/host.md
     python bench/host.py client-h -- AGENT_CMD...                         one measurement (the adapter)
+    python bench/host.py ceiling-h                                        the same host loop without the library
 
 The adapter is an editor as issue 18 describes one: a ``HostDelivery`` created on its main
 thread, set up through futures (no blocking call there), then one prompt turn of the replay
@@ -39,7 +40,9 @@ UPDATES = 400_000
 TARGETS = {"max pump ms": 12.0, "p99 pump ms": 9.0}  # at most
 UPDATES_TARGET = 150_000  # updates/s, at least
 IDLE_SECONDS = 10.0
-METRICS = ("updates/s", "max pump ms", "p99 pump ms", "p50 pump ms", "max pump CPU ms", "p99 pump CPU ms", "pumps", "CPU µs/update")
+METRICS = ("updates/s", "max pump ms", "p99 pump ms", "p50 pump ms", "max pump CPU ms", "p99 pump CPU ms", "pumps", "CPU µs/update",
+           "ceiling: max busy ms", "ceiling: p99 busy ms", "ceiling: p50 busy ms")
+CEILING_TICKS = 200
 
 
 # -- the adapter ----------------------------------------------------------------------------------
@@ -81,6 +84,22 @@ def client_h(argv: List[str]) -> dict:
         turn.result()
     return {"updates": counter.updates, **elapsed, "pumps": len(pumps), **_percentiles("pump_ms", pumps),
             **_percentiles("pump_cpu_ms", pump_cpu), "rss_kb": peak_rss_kb()}
+
+
+def ceiling_h(ticks: int) -> dict:
+    """The same host loop with no library in it: each tick spins for the budget, then sleeps.
+    Any of its ticks running past the budget is the machine's doing (the thread waited for a
+    core), and bounds what a pump can show on the same machine at the same moment."""
+    busy: List[float] = []
+    next_tick = time.perf_counter()
+    for _ in range(ticks):
+        started = time.perf_counter()
+        while time.perf_counter() - started < BUDGET:
+            pass
+        busy.append(time.perf_counter() - started)
+        next_tick += TICK
+        time.sleep(max(0.0, next_tick - time.perf_counter()))
+    return _percentiles("busy_ms", busy)
 
 
 def _percentiles(name: str, seconds: List[float]) -> Dict[str, float]:
@@ -155,6 +174,9 @@ def main(args: List[str]) -> int:
     if args[:1] == ["client-h"]:
         print(json.dumps(client_h(args[args.index("--") + 1:])))
         return 0
+    if args[:1] == ["ceiling-h"]:
+        print(json.dumps(ceiling_h(CEILING_TICKS)))
+        return 0
     import report
     from run import PY, Job, machine_meta, replay_agent
     from streams import stream_file
@@ -177,10 +199,12 @@ def main(args: List[str]) -> int:
 
     job = Job("H", "acp_lite", [PY, __file__, "client-h", "--", *replay_agent(stream)], metrics,
               expect=("updates", options.updates))
+    ceiling = Job("H", "ceiling", [PY, __file__, "ceiling-h"],
+                  lambda r: {f"ceiling: {p} busy ms": r[f"{p}_busy_ms"] for p in ("max", "p99", "p50")})
     series: Dict[str, List[Optional[float]]] = {}
     for i in range(options.runs):
         print(f"H run {i + 1}/{options.runs}", file=sys.stderr)
-        figures = job.run() or {}
+        figures = {**(job.run() or {}), **(ceiling.run() or {})}
         for name in METRICS:
             series.setdefault(name, []).append(figures.get(name))
     idle: Dict[str, Optional[float]] = {}
@@ -214,7 +238,8 @@ def markdown(doc: dict) -> str:
         f"on the client's main thread, which calls `pump(budget={doc['budget_ms'] / 1e3})` every {doc['tick_ms']:.0f} ms "
         f"and sleeps between. Median (min–max) over {len(doc['runs']['updates/s'])} runs; pump durations are over the "
         "pumps that ran at least one callback; a pump's CPU ms is its thread's CPU time, the rest of its wall time "
-        "the thread waited (for a core, or for the GIL).",
+        "the thread waited (for a core, or for the GIL). The ceiling is the same loop without the library, run right "
+        f"after each measurement: {CEILING_TICKS} ticks spinning for the budget, whose overruns are the machine's.",
         "",
         "| metric | median | min | max | target |",
         "| --- | ---: | ---: | ---: | --- |",

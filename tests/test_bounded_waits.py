@@ -4,27 +4,20 @@ import os
 import signal
 import sys
 import time
-from typing import Any
 
 import pytest
 
-from acp_lite import Client, RemoteAgent
+from acp_lite import RemoteAgent
 from acp_lite.errors import CallTimeout
 
+from test_peer_errors import EXAMPLES, WAIT, Printer
+
 pytestmark = pytest.mark.timeout(60)
-
-WAIT = 10.0
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-
-
-class Quiet(Client):
-    def session_update(self, params: Any) -> None:
-        pass
 
 
 def frozen_agent() -> RemoteAgent:
     """The example agent, initialized, then stopped with SIGSTOP: it reads nothing any more."""
-    agent = RemoteAgent.spawn([sys.executable, os.path.join(EXAMPLES, "agent.py")], Quiet())
+    agent = RemoteAgent.spawn([sys.executable, os.path.join(EXAMPLES, "agent.py")], Printer())
     try:
         agent.initialize(timeout=WAIT)
     except BaseException:

@@ -485,10 +485,35 @@ def test_broken_lines_get_a_parse_error_with_a_null_id_and_the_next_message_work
     with facing_raw_peer(side) as (_, raw):
 
         @GENERATED
-        @given(line=st.one_of(truncated(lines), with_invalid_utf8(lines), with_lone_surrogate(lines)))
+        @given(line=st.one_of(truncated(lines), with_invalid_utf8(lines)))
         def exchange(line):
             raw.send_bytes(line + b"\n")
             assert_reply(raw, (None, -32700))
+
+        exchange()
+
+
+@SIDES
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-ID-ECHO")
+def test_a_request_with_a_lone_surrogate_is_refused_with_its_id_when_the_id_is_readable(side):
+    # Valid JSON, but no UTF-8 text: a request whose id (and method) survive is answered -32600
+    # with that id; one whose id or method the surrogate broke gets -32700 with a null id.
+    lines = LINES[side]
+    with facing_raw_peer(side) as (_, raw):
+
+        @GENERATED
+        @given(line=with_lone_surrogate(lines))
+        def exchange(line):
+            message = json.loads(line)
+            request_id = message.get("id")
+            readable = isinstance(message.get("method"), str) and "id" in message
+            if readable and isinstance(request_id, str):
+                try:
+                    request_id.encode()
+                except UnicodeEncodeError:
+                    readable = False
+            raw.send_bytes(line + b"\n")
+            assert_reply(raw, (request_id, -32600) if readable else (None, -32700))
 
         exchange()
 

@@ -557,7 +557,7 @@ def test_random_traffic_both_ways_keeps_every_promise(seed, caplog):
         # Cancelled and timed-out requests may still be running on the far side: wait for them.
         handled_all = wait_until(lambda: soak.handled == soak.sent)
         settled = wait_until(
-            lambda: not any(s.connection._pending or s.connection._incoming for s in (a, b))
+            lambda: not any(s.connection._core.pending or s.connection._core.incoming for s in (a, b))
         )
         wait_until(  # every notification delivered (checked below, with what went wrong)
             lambda: all(
@@ -576,7 +576,7 @@ def test_random_traffic_both_ways_keeps_every_promise(seed, caplog):
     if not settled:
         soak.problem(
             "left pending: "
-            + ", ".join(f"{s.name}: calls {list(s.connection._pending)}, requests {list(s.connection._incoming)}" for s in (a, b))
+            + ", ".join(f"{s.name}: calls {list(s.connection._core.pending)}, requests {list(s.connection._core.incoming)}" for s in (a, b))
         )
     for driver in drivers:
         wrong = notes_problem(driver.name, soak.sides[driver.side.peer].notes.get(driver.name, []), driver.seq)
@@ -625,8 +625,8 @@ def test_closing_one_side_mid_traffic_ends_every_call(seed, closer, caplog):
         b.connection.close()
 
     for side in (a, b):
-        if side.connection._pending:
-            soak.problem(f"{side.name}: calls left pending after close: {list(side.connection._pending)}")
+        if side.connection._core.pending:
+            soak.problem(f"{side.name}: calls left pending after close: {list(side.connection._core.pending)}")
         if not side.connection.closed:
             soak.problem(f"{side.name}: not closed")
     if any(count > 1 for count in soak.handled.values()):

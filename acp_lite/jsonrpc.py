@@ -1,0 +1,820 @@
+"""JSON-RPC 2.0 without I/O: lines in; answers to write, callbacks to run, calls to settle out.
+
+This module starts no thread and touches no socket or descriptor (h11's habit): ``rpc.Connection``
+feeds it what its transport read and carries out what it asks. It owns the envelopes, the routing
+of every line, the table of our pending calls, the table of the peer's running requests, batches,
+``$/cancel_request`` and the error rules. Its rules:
+
+- A line is decoded once. Registered methods with typed params get an envelope struct each, and
+  one tagged-union decoder (tagged by ``method``) turns a line straight into the envelope of its
+  method, params already typed. Anything else (responses, unknown or malformed messages, values
+  only the lenient codec accepts) takes the general path: a generic envelope with the payload kept
+  raw, then ``codec.decode`` once the type is known. A block of several lines made only of
+  registered methods' messages is decoded in one call (the lines as one JSON array, checked to
+  hold exactly one message per line). Decoding runs no application code.
+- Routing a line appends what it asks for to ``items``, in arrival order, as ``(fn, arg)``
+  callbacks: a notification's handler with its params, ``start_request`` with a request's
+  ``RequestContext`` (``Connection`` starts it), ``settle_call`` with a call's outcome. Frames to
+  write at once (error answers to bad input) go to ``replies``. The caller runs the callbacks in
+  that order, one at a time, and writes the replies.
+- Every pending call settles exactly once: the reader pops it from the table before settling, and
+  ``forget`` (a timeout, a cancelled future) or ``take_pending`` (closing) pops it otherwise.
+- Bad input never stops the reading. Invalid JSON: -32700 with a null id (and when its first bytes
+  show it answers one of our calls, that call fails with ``ParseError``). Valid JSON that cannot
+  be decoded (a lone surrogate in a string) and holds a request with a readable id: -32600 with
+  that id. Valid JSON that is not a JSON-RPC message: -32600 (id echoed when readable). Responses
+  never get a reply, valid or not, so two peers can never bounce error messages back and forth.
+  Lines that do not even look like JSON (a banner on stdout) are counted and logged now and then,
+  not answered.
+- Error rules for answers (``error_for``): a handler raising an ``acp_lite`` protocol error sends
+  that error; any other exception sends -32603 (logged with its traceback by the caller). An error
+  the peer answered to a call the handler made stays the peer's: escaping the handler, it is
+  answered -32603 with ``data`` naming that call's method, code and message (a handler that wants
+  to send a code raises a fresh error). A cancelled request answers -32800.
+
+Threads: the tables are plain dicts, and the reader alone inserts into ``incoming``; single dict
+operations are atomic, and ``Connection`` serializes the compound ones (closing) with its lock.
+"""
+import functools
+import itertools
+import json
+import logging
+import re
+import time
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
+
+import msgspec
+from msgspec import UNSET, Raw, Struct
+
+from .codec import ENCODER, decode, strict_decoder
+from .delivery import Callback
+from .errors import (
+    AcpError,
+    InternalError,
+    InvalidRequest,
+    MethodNotFound,
+    ParseError,
+    ProtocolError,
+    RequestCancelled,
+    UsageError,
+    error_from_wire,
+)
+from .wire import OversizedFrame
+
+CANCEL_REQUEST_METHOD = "$/cancel_request"
+
+# What encoding a value the application gave us may raise: a type msgspec cannot write, a string
+# that is not valid Unicode (a lone surrogate), or nesting deeper than the stack allows.
+ENCODE_FAILURES = (TypeError, ValueError, NotImplementedError, msgspec.EncodeError, RecursionError)
+
+# Params that JSON-RPC does not allow (it wants an object or an array); bool is an int. A module
+# constant, since building the tuple on every outgoing message shows in the cost of a send.
+_SCALAR_PARAMS = (str, bytes, int, float)
+
+# Repeated complaints about the peer's input (noise lines, parse errors, oversized frames) are
+# logged at most once per this many seconds, with a running count.
+_COMPLAINT_INTERVAL = 5.0
+
+# The attribute that marks an error as the answer (received, or read from what the peer sent) to
+# one of our calls: the name of the call's method (see ``error_for``).
+_ANSWER_TO = "_acp_answer_to"
+
+
+# -- messages --------------------------------------------------------------------------------------
+class OutRequest(Struct):
+    jsonrpc: str
+    id: int
+    method: str
+    params: Any = UNSET
+
+
+class OutNotification(Struct):
+    jsonrpc: str
+    method: str
+    params: Any = UNSET
+
+
+class _OutResult(Struct):
+    jsonrpc: str
+    id: Any
+    result: Any
+
+
+class _OutError(Struct):
+    jsonrpc: str
+    id: Any
+    error: Any
+
+
+class _AnyMessage(Struct):
+    """Any JSON object, read loosely so that every field can be checked by hand."""
+
+    jsonrpc: Any = UNSET
+    id: Any = UNSET
+    method: Any = UNSET
+    params: Raw = UNSET
+    result: Raw = UNSET
+    error: Any = UNSET
+
+
+_ANY_LINE = msgspec.json.Decoder(Union[_AnyMessage, List[Raw]])
+_ANY_MESSAGE = msgspec.json.Decoder(_AnyMessage)
+
+
+class _CancelRequestParams(Struct):
+    requestId: Union[int, str]
+
+
+class _Unmatchable(Struct, tag_field="method", tag="\x00"):
+    """Keeps the fast decoders unions even with one method: a lone tagged struct would also
+    accept a message without any ``method``. Never decodes: a line naming its tag goes the
+    general way like any other unknown method."""
+
+    def __post_init__(self) -> None:
+        raise ValueError("not a registered method")
+
+
+class Route:
+    """A registered method: its handler, the type of its params, and for a request its arrival hook."""
+
+    __slots__ = ("method", "handler", "params_type", "is_request", "on_arrival")
+
+    def __init__(
+        self,
+        method: str,
+        handler: Callable[..., Any],
+        params_type: Any,
+        is_request: bool,
+        on_arrival: Optional[Callable[[Any, Any], Any]] = None,
+    ):
+        self.method = method
+        self.handler = handler
+        self.params_type = params_type
+        self.is_request = is_request
+        self.on_arrival = on_arrival
+
+
+class PendingCall:
+    """One of our calls waiting for its answer. ``direct``: a future only ``call()`` waits on,
+    with no done-callbacks, which the reader may settle itself."""
+
+    __slots__ = ("method", "future", "result_type", "direct")
+
+    def __init__(self, method: str, future: Any, result_type: Any, direct: bool):
+        self.method = method
+        self.future = future
+        self.result_type = result_type
+        self.direct = direct
+
+
+class BatchReply:
+    """Collects the answers to one incoming batch; the last one completes the array to send."""
+
+    def __init__(self, lock: Any):
+        self._lock = lock
+        self._parts: List[bytes] = []
+        self._expected: Optional[int] = None
+
+    def add(self, response: bytes) -> Optional[bytes]:
+        with self._lock:
+            self._parts.append(response)
+            return self._complete()
+
+    def seal(self, expected: int) -> Optional[bytes]:
+        with self._lock:
+            self._expected = expected
+            return self._complete()
+
+    def _complete(self) -> Optional[bytes]:
+        if self._expected is None or len(self._parts) != self._expected or not self._parts:
+            return None
+        parts, self._parts = self._parts, []
+        return b"[" + b",".join(parts) + b"]"
+
+
+class ConnectionStats:
+    """Counters of what the reading dropped or complained about."""
+
+    __slots__ = ("noise_lines", "parse_errors", "invalid_messages", "dropped_responses", "oversized_frames")
+
+    def __init__(self) -> None:
+        self.noise_lines = 0
+        self.parse_errors = 0
+        self.invalid_messages = 0
+        self.dropped_responses = 0
+        self.oversized_frames = 0
+
+    def __repr__(self) -> str:
+        return "ConnectionStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__) + ")"
+
+
+class _FastPath:
+    """The one-pass decoders for registered methods with typed params (of a line, and of a block
+    of lines made into an array) and, for each envelope type they produce, the notification
+    handler or the request route."""
+
+    __slots__ = ("decoder", "block_decoder", "handlers", "requests")
+
+    def __init__(self, decoders: Tuple[Any, Any], handlers: Dict[type, Callable[[Any], Any]], requests: Dict[type, Route]):
+        self.decoder, self.block_decoder = decoders
+        self.handlers = handlers
+        self.requests = requests
+
+
+# An oversized or unreadable frame is dropped; if its first bytes show a top-level id (after
+# nothing but "jsonrpc"/"method" strings), the request can still be answered or the call failed.
+_HEAD_ID = re.compile(
+    rb'\s*\{(?P<before>(?:\s*"(?:jsonrpc|method)"\s*:\s*"[^"\\]*"\s*,)*)'
+    rb'\s*"id"\s*:\s*(?P<id>-?\d+|"[^"\\]*")\s*,\s*"(?P<next>\w+)"'
+)
+
+
+@functools.lru_cache(maxsize=None)
+def _envelope_type(method: str, params_type: Any, is_request: bool) -> type:
+    """The envelope struct of ``method``, tagged by it for the union decoders.
+
+    Envelopes forbid other fields and require params, so that a line they accept needs no
+    further check: anything unusual fails over to the general path, which knows how to
+    complain. Built once per process for each method and type, since connections of one
+    application register the same ones.
+    """
+    fields = [("jsonrpc", Literal["2.0"]), ("params", params_type)]
+    if is_request:
+        fields.insert(1, ("id", Union[int, str, None]))
+    # gc=False as for the schema's structs: a block's envelopes live together for a moment, and
+    # tracked ones would cost the garbage collector passes over every one of them.
+    envelope = msgspec.defstruct(
+        "_Envelope", fields, tag_field="method", tag=method, forbid_unknown_fields=True, gc=False
+    )
+    strict_decoder(envelope)  # raises TypeError now, not in the union, for a type msgspec cannot decode
+    return envelope
+
+
+@functools.lru_cache(maxsize=64)
+def _union_decoders(envelopes: Tuple[type, ...]) -> Tuple[Any, Any]:
+    """Decoders of one message and of a JSON array of messages, into the envelopes."""
+    union = Union[envelopes + (_Unmatchable,)]  # type: ignore[valid-type]
+    return strict_decoder(union), strict_decoder(List[union])  # type: ignore[valid-type]
+
+
+def _fast_decodable(frame: Any) -> bool:
+    """False for a line with invalid UTF-8, which the typed decoders must leave to the general
+    path: msgspec checks the UTF-8 of the values it decodes, not of the fields it skips."""
+    if type(frame) is not bytes or frame.isascii():
+        return True
+    try:
+        frame.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _typed_decoder_may_read(frame: Any) -> bool:
+    """False for a line the typed decoders would reject, where that look is cheaper than their
+    exception: an answer (no ``"method"`` key), an extension method (its name begins with ``_``;
+    the typed decoders know the protocol's methods only), invalid UTF-8 (see _fast_decodable),
+    an oversized frame. A wrong True costs only the failed attempt, a wrong False (a nested
+    ``"method"`` key first) only the general path's slower decoding."""
+    if type(frame) is not bytes:
+        return False
+    at = frame.find(b'"method"')
+    if at < 0 or b'"_' in frame[at + 8 : at + 13]:  # ':"_' with up to two spaces around the colon
+        return False
+    return _fast_decodable(frame)
+
+
+def several_lines(block: Any) -> bool:
+    return type(block) is bytes and block.find(b"\n") >= 0
+
+
+def lines_of(block: Any) -> Sequence[Any]:
+    return block.split(b"\n") if type(block) is bytes else (block,)
+
+
+def _valid_id(value: Any) -> bool:
+    return value is None or type(value) in (int, str, float)
+
+
+def _sendable_id(value: Any) -> bool:
+    # A valid id that can be written back (not a string holding a lone surrogate itself).
+    if type(value) is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    return _valid_id(value)
+
+
+def _read_leniently(text: bytes) -> Any:
+    """A line msgspec refused, as Python's json module reads it (it accepts lone surrogates), or
+    None if that fails too. Only for the rare lines that take this path."""
+    try:
+        return json.loads(text.decode("utf-8"))  # (json.loads of bytes would let encoded surrogates through)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
+def check_method_name(method: str) -> None:
+    if method.startswith("rpc."):
+        raise UsageError(f"method names starting with 'rpc.' are reserved by JSON-RPC: {method!r}")
+
+
+def check_params(params: Any) -> None:
+    if isinstance(params, _SCALAR_PARAMS):
+        raise UsageError(f"params must be an object or an array, not {type(params).__name__}")
+
+
+def encode_outgoing(message: Any) -> bytes:
+    try:
+        return ENCODER.encode(message)
+    except ENCODE_FAILURES as exc:
+        raise UsageError(f"cannot encode the params: {exc}") from exc
+
+
+def _decode_params(raw: Any, params_type: Any) -> Any:
+    if raw is UNSET:
+        return None if params_type is Any else _decode_payload(b"{}", params_type)
+    return _decode_payload(raw, params_type)
+
+
+def _decode_payload(data: Any, type_: Any) -> Any:
+    """``codec.decode``, with any failure an ``AcpError`` (a decode hook may raise anything)."""
+    try:
+        return decode(data, type_)
+    except AcpError:
+        raise
+    except Exception as exc:
+        raise InternalError(f"cannot decode a {getattr(type_, '__name__', type_)}: {exc}") from exc
+
+
+def _error_from_object(error: Any) -> ProtocolError:
+    if isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str):
+        return error_from_wire(error["code"], error["message"], error.get("data"))
+    return InvalidRequest(f"malformed error object from the peer: {error!r}")
+
+
+def _received(error: Optional[BaseException], method: str) -> Optional[BaseException]:
+    if error is not None:
+        setattr(error, _ANSWER_TO, method)
+    return error
+
+
+def error_for(exc: BaseException, cancelled: bool) -> Tuple[AcpError, bool]:
+    """The error to answer a request whose handler raised ``exc`` (see the module's rules), and
+    whether ``exc`` is the application's own failure (to be logged with its traceback)."""
+    nested = getattr(exc, _ANSWER_TO, None)
+    if cancelled:
+        return (exc if isinstance(exc, RequestCancelled) and nested is None else RequestCancelled()), False
+    if nested is not None:
+        # The peer's error to a call the handler made is not the handler's own answer: sent as
+        # it is, a -32601 for a nested call would read as "this method is not supported".
+        assert isinstance(exc, AcpError)
+        data = {"method": nested, "code": exc.code, "message": exc.message}
+        return InternalError(f"Internal error: {nested} failed with {exc.code}: {exc.message}", data=data), False
+    if isinstance(exc, ProtocolError):
+        return exc, False
+    return InternalError(), True
+
+
+def settle(future: Any, value: Any, error: Optional[BaseException]) -> None:
+    """Settle ``future`` once: one already cancelled (or settled) keeps its first outcome."""
+    try:
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+    except Exception:  # InvalidStateError (3.8+) or the older RuntimeError-like errors
+        pass
+
+
+def settle_item(outcome: Tuple[PendingCall, Any, Optional[BaseException]]) -> None:
+    call, value, error = outcome
+    settle(call.future, value, error)
+
+
+class RpcCore:
+    """The JSON-RPC state of one connection, with no I/O: routes, tables, routing, answers.
+
+    ``make_context(request_id, route, params, batch)`` builds the object that stands for an
+    incoming request (a ``RequestContext``); ``start_request`` is the callback that starts one
+    (appended to ``items`` in its turn); ``cancel_request(ctx)`` cancels one (for
+    ``$/cancel_request``, also in its turn). ``send_late(frame)`` writes the rare answer that
+    routing produces inside a callback (a block decoded in one call, delivered later) rather
+    than into ``replies``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        log: logging.Logger,
+        make_context: Callable[[Any, Route, Any, Optional[BatchReply]], Any],
+        start_request: Callable[[Any], Any],
+        cancel_request: Callable[[Any], Any],
+        batch_lock: Callable[[], Any],
+        send_late: Callable[[bytes], None],
+        max_message_size: int,
+    ):
+        self.name = name
+        self.stats = ConnectionStats()
+        self.pending: Dict[Any, PendingCall] = {}
+        self.incoming: Dict[Any, Any] = {}
+        self.notifications: Dict[str, Route] = {}
+        self.requests: Dict[str, Route] = {}
+        self.unknown_request: Optional[Callable[[str, Any, Any], Any]] = None
+        self.unknown_notification: Optional[Callable[[str, Any], Any]] = None
+        self._log = log
+        self._make_context = make_context
+        self._start_request = start_request
+        self._batch_lock = batch_lock
+        self._send_late = send_late
+        self._max_message_size = max_message_size
+        self._ids = itertools.count(1)
+        self._complained_at: Dict[str, float] = {}
+        self._fast: Optional[_FastPath] = None
+        self.notifications[CANCEL_REQUEST_METHOD] = Route(
+            CANCEL_REQUEST_METHOD, self._cancel_by_id(cancel_request), _CancelRequestParams, False
+        )
+
+    def _cancel_by_id(self, cancel_request: Callable[[Any], Any]) -> Callable[[_CancelRequestParams], None]:
+        def on_cancel_request(params: _CancelRequestParams) -> None:
+            ctx = self.incoming.get(params.requestId)
+            if ctx is not None:
+                cancel_request(ctx)
+
+        return on_cancel_request
+
+    # -- registration -------------------------------------------------------------------------
+    def register(self, route: Route) -> None:
+        check_method_name(route.method)
+        if route.method == CANCEL_REQUEST_METHOD:
+            raise UsageError(f"{CANCEL_REQUEST_METHOD} is handled by the connection itself")
+        (self.requests if route.is_request else self.notifications)[route.method] = route
+        if self._fast is not None:
+            self.rebuild()  # already reading: from the next line on
+
+    def rebuild(self) -> None:
+        """(Re)build the one-pass decoders: one envelope per method, for its notification route
+        if it has a typed one, else for its typed request route."""
+        handlers: Dict[type, Callable[[Any], Any]] = {}
+        requests: Dict[type, Route] = {}
+        for method in sorted(set(self.notifications) | set(self.requests)):
+            route = self.notifications.get(method)
+            if route is None or route.params_type is Any:
+                route = self.requests.get(method)
+            if route is None or route.params_type is Any:
+                continue
+            try:
+                envelope = _envelope_type(method, route.params_type, route.is_request)
+            except TypeError:  # an unhashable type annotation: the general path serves it
+                continue
+            if route.is_request:
+                requests[envelope] = route
+            else:
+                handlers[envelope] = route.handler
+        self._fast = _FastPath(_union_decoders(tuple(handlers) + tuple(requests)), handlers, requests)
+
+    # -- outgoing -----------------------------------------------------------------------------
+    def request(self, method: str, params: Any) -> Tuple[int, bytes]:
+        """A new request id and the request's frame (``UsageError`` for what cannot be sent)."""
+        check_method_name(method)
+        check_params(params)
+        request_id = next(self._ids)
+        return request_id, encode_outgoing(OutRequest("2.0", request_id, method, UNSET if params is None else params))
+
+    def forget(self, request_id: Any) -> bool:
+        """Drop a pending call (its answer, if it comes, is dropped); True if it was pending."""
+        return self.pending.pop(request_id, None) is not None
+
+    def answer_frame(self, request_id: Any, method: str, result: Any, error: Optional[AcpError]) -> bytes:
+        """The frame answering a request with ``result`` or ``error``."""
+        if error is None:
+            try:
+                return ENCODER.encode(_OutResult("2.0", request_id, result))
+            except ENCODE_FAILURES:
+                self._log.exception("%s: the result of %s could not be encoded", self.name, method)
+                error = InternalError()
+        return self.error_frame(request_id, error)
+
+    def error_frame(self, request_id: Any, error: AcpError) -> bytes:
+        try:
+            return ENCODER.encode(_OutError("2.0", request_id, error.to_wire()))
+        except ENCODE_FAILURES:
+            self._log.warning("%s: the data of error %r could not be encoded; sent without it", self.name, error)
+            return ENCODER.encode(_OutError("2.0", request_id, {"code": error.code, "message": error.message}))
+
+    # -- incoming -----------------------------------------------------------------------------
+    def route_block(self, block: Any, items: List[Callback], replies: List[bytes]) -> None:
+        """Route a block's lines: append what they ask for to ``items``, answers to ``replies``.
+        A block decoded in one call becomes one callback, which delivers its messages in order."""
+        fast = self._fast
+        assert fast is not None
+        envelopes = self._decode_block(block, fast)
+        if envelopes is None:
+            self.route_lines(lines_of(block), items, replies)
+        else:
+            items.append((self._deliver_envelopes, (fast, envelopes)))
+
+    def expand_block(self, block: Any, items: List[Callback], replies: List[bytes]) -> None:
+        """Like ``route_block``, but one callback per message (for pumps that count messages)."""
+        fast = self._fast
+        assert fast is not None
+        envelopes = self._decode_block(block, fast)
+        if envelopes is None:
+            self.route_lines(lines_of(block), items, replies)
+            return
+        for envelope in envelopes:
+            handler = fast.handlers.get(type(envelope))
+            if handler is not None:
+                items.append((handler, envelope.params))
+            else:
+                self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, replies, None)
+
+    def _deliver_envelopes(self, decoded: Tuple[_FastPath, List[Any]]) -> None:
+        # Each notification's handler at once; a request is accepted and started in its turn.
+        fast, envelopes = decoded
+        items: List[Callback] = []
+        replies: List[bytes] = []
+        for envelope in envelopes:
+            handler = fast.handlers.get(type(envelope))
+            if handler is None:
+                self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, replies, None)
+                for fn, arg in items:
+                    fn(arg)
+                items.clear()
+                continue
+            try:
+                handler(envelope.params)
+            except Exception:
+                self._log.exception("%s: notification handler %r failed", self.name, handler)
+        for frame in replies:  # a request refused (a duplicate id)
+            self._send_late(frame)
+
+    def _decode_block(self, block: Any, fast: _FastPath) -> Optional[List[Any]]:
+        """The envelopes of a block's lines, or None when it must be read line by line.
+
+        The lines become one JSON array: each newline a comma. A message that is valid JSON
+        across several lines cannot survive that (a comma lands next to a bracket, colon or
+        another comma), and the count check catches two messages on one line, so the array
+        holds exactly one message per line, as line-by-line reading would have found them.
+        """
+        if not several_lines(block) or not _fast_decodable(block):
+            return None
+        try:
+            envelopes = fast.block_decoder.decode(b"".join((b"[", block.replace(b"\n", b","), b"]")))
+        except Exception:  # a line of another kind (a response), or anything unusual
+            return None
+        # Counting newlines by deleting them is several times faster than bytes.count.
+        if len(envelopes) != len(block) - len(block.replace(b"\n", b"")) + 1:
+            return None
+        return envelopes
+
+    def route_lines(self, frames: Sequence[Any], items: List[Callback], replies: List[bytes]) -> None:
+        """Decode each line once, straight into the typed envelope of its method, and append
+        what it asks for to ``items`` (answers to bad input to ``replies``)."""
+        fast = self._fast
+        assert fast is not None
+        decode_envelope, handlers, requests = fast.decoder.decode, fast.handlers, fast.requests
+        for frame in frames:
+            if not _typed_decoder_may_read(frame):
+                self._route_slowly(frame, items, replies)
+                continue
+            try:
+                envelope = decode_envelope(frame)
+            except Exception:  # anything unusual: the general path sorts it out
+                self._route_slowly(frame, items, replies)
+                continue
+            handler = handlers.get(type(envelope))
+            if handler is not None:
+                items.append((handler, envelope.params))
+                continue
+            route = requests.get(type(envelope))
+            if route is not None:
+                self._accept_request(route, envelope.id, envelope.params, items, replies, None)
+            else:
+                self._route_slowly(frame, items, replies)
+
+    def _route_slowly(self, frame: Any, items: List[Callback], replies: List[bytes]) -> None:
+        try:
+            self._route_generally(frame, items, replies)
+        except Exception:
+            # A bug, or a decode hook failing in a way nobody foresaw: one line is lost, not the
+            # connection.
+            self._log.exception("%s: could not route a message; dropped it", self.name)
+
+    def _route_generally(self, frame: Any, items: List[Callback], replies: List[bytes]) -> None:
+        if isinstance(frame, OversizedFrame):
+            self._on_oversized(frame, items, replies)
+            return
+        if not frame.isascii():
+            # msgspec checks the UTF-8 of what it decodes, not of fields it skips.
+            try:
+                frame.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                self._on_undecodable(frame, exc, items, replies)
+                return
+        try:
+            message = _ANY_LINE.decode(frame)
+        except msgspec.ValidationError:
+            self._reject(None, "not a JSON-RPC message", None, replies)
+            return
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested deeper than the stack allows
+            self._on_undecodable(frame, exc, items, replies)
+            return
+        if isinstance(message, list):
+            self._route_batch(message, items, replies)
+        else:
+            self._route_message(message, items, replies, None)
+
+    def _on_undecodable(self, frame: bytes, exc: Exception, items: List[Callback], replies: List[bytes]) -> None:
+        text = frame.strip()
+        if not text:
+            return  # a blank line between messages
+        readable = _read_leniently(text) if text[:1] == b"{" else None
+        if isinstance(readable, dict) and isinstance(readable.get("method"), str) and _sendable_id(readable.get("id", UNSET)):
+            # Valid JSON that msgspec cannot decode (a lone surrogate such as "\ud800" in a
+            # string): a request whose id is readable is answered with its id.
+            self._reject(readable["id"], f"valid JSON that cannot be decoded ({exc})", None, replies)
+        elif text[:1] in (b"{", b"["):
+            self.stats.parse_errors += 1
+            self._complain("parse", "%s: invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, exc)
+            replies.append(self.error_frame(None, ParseError(f"Parse error: {exc}")))
+            # If it was the answer to one of our calls, its caller must not wait forever.
+            self._fail_call_answered_by(text, ParseError(f"the answer could not be read: {exc}"), items)
+        else:
+            self.stats.noise_lines += 1
+            self._complain(
+                "noise", "%s: ignored a line that is not JSON-RPC (%d so far): %r", self.stats.noise_lines, text[:200]
+            )
+
+    def _complain(self, kind: str, template: str, *args: Any) -> None:
+        now = time.monotonic()
+        last = self._complained_at.get(kind)
+        if last is None or now - last >= _COMPLAINT_INTERVAL:
+            self._complained_at[kind] = now
+            self._log.warning(template, self.name, *args)
+        else:
+            self._log.debug(template, self.name, *args)
+
+    def _reply(self, frame: bytes, batch: Optional[BatchReply], replies: List[bytes]) -> None:
+        done = frame if batch is None else batch.add(frame)
+        if done is not None:
+            replies.append(done)
+
+    def _reject(self, request_id: Any, reason: str, batch: Optional[BatchReply], replies: List[bytes]) -> None:
+        self.stats.invalid_messages += 1
+        self._complain("invalid", "%s: invalid message from the peer (%d so far): %s", self.stats.invalid_messages, reason)
+        self._reply(self.error_frame(request_id, InvalidRequest(f"Invalid request: {reason}")), batch, replies)
+
+    def _route_batch(self, elements: List[Raw], items: List[Callback], replies: List[bytes]) -> None:
+        if not elements:
+            self._reject(None, "empty batch", None, replies)
+            return
+        batch = BatchReply(self._batch_lock())
+        expected = 0
+        for element in elements:
+            try:
+                message = _ANY_MESSAGE.decode(element)
+            except msgspec.DecodeError:
+                expected += 1
+                self._reject(None, "a batch element is not a JSON-RPC message", batch, replies)
+                continue
+            expected += self._route_message(message, items, replies, batch)
+        done = batch.seal(expected)
+        if done is not None:
+            replies.append(done)
+
+    def _route_message(
+        self, message: _AnyMessage, items: List[Callback], replies: List[bytes], batch: Optional[BatchReply]
+    ) -> int:
+        """Route one decoded message; returns how many replies it will produce (0 or 1)."""
+        if message.method is UNSET and (message.result is not UNSET or message.error is not UNSET):
+            self._on_response(message, items)
+            return 0
+        params_raw = message.params
+        if params_raw is not UNSET and bytes(memoryview(params_raw)[:1]) == b"n":
+            params_raw = UNSET  # null params are read as absent
+        if message.jsonrpc != "2.0":
+            problem = 'jsonrpc must be "2.0"'
+        elif not isinstance(message.method, str):
+            problem = "method must be a string"
+        elif message.id is not UNSET and not _valid_id(message.id):
+            problem = "id must be a string, a number or null"
+        elif params_raw is not UNSET and bytes(memoryview(params_raw)[:1]) not in (b"{", b"["):
+            problem = "params must be an object or an array"
+        else:
+            problem = ""
+        if problem:
+            if message.id is UNSET and message.method is not UNSET:
+                # Shaped like a notification: complain here, never to the peer.
+                self._complain("invalid", "%s: dropped an invalid notification: %s", problem)
+                return 0
+            self._reject(message.id if _valid_id(message.id) else None, problem, batch, replies)
+            return 1
+        request_id = message.id
+        method = message.method
+        if message.id is UNSET:
+            self._route_notification(method, params_raw, items)
+            return 0
+        route = self.requests.get(method)
+        if route is None and self.unknown_request is not None:
+            route = Route(method, _unknown_handler(self.unknown_request, method), Any, True)
+        if route is None:
+            self._reply(self.error_frame(request_id, MethodNotFound(f"Method not found: {method}")), batch, replies)
+            return 1
+        try:
+            params = _decode_params(params_raw, route.params_type)
+        except AcpError as exc:
+            self._reply(self.error_frame(request_id, exc), batch, replies)
+            return 1
+        return self._accept_request(route, request_id, params, items, replies, batch)
+
+    def _route_notification(self, method: str, params_raw: Any, items: List[Callback]) -> None:
+        route = self.notifications.get(method)
+        if route is None:
+            if self.unknown_notification is None:
+                self._log.debug("%s: ignored notification %s (no handler)", self.name, method)
+                return
+            route = Route(method, _unknown_notification_handler(self.unknown_notification, method), Any, False)
+        try:
+            params = _decode_params(params_raw, route.params_type)
+        except AcpError as exc:
+            self._complain("invalid", "%s: dropped a notification %s whose params do not decode: %s", method, exc)
+            return
+        items.append((route.handler, params))
+
+    def _accept_request(
+        self,
+        route: Route,
+        request_id: Any,
+        params: Any,
+        items: List[Callback],
+        replies: List[bytes],
+        batch: Optional[BatchReply],
+    ) -> int:
+        if request_id in self.incoming:
+            self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch, replies)
+            return 1
+        ctx = self._make_context(request_id, route, params, batch)
+        self.incoming[request_id] = ctx
+        items.append((self._start_request, ctx))
+        return 1
+
+    def _on_response(self, message: _AnyMessage, items: List[Callback]) -> None:
+        call = self.pending.pop(message.id, None) if _valid_id(message.id) else None
+        if call is None:
+            self.stats.dropped_responses += 1
+            if message.error is not UNSET and message.id is None:
+                # The peer could not even read the id of something we sent.
+                self._log.warning("%s: the peer reported an error: %r", self.name, message.error)
+            else:
+                self._log.debug("%s: dropped a response for unknown id %r", self.name, message.id)
+            return
+        value: Any = None
+        error: Optional[BaseException] = None
+        if message.jsonrpc != "2.0" or (message.result is not UNSET and message.error is not UNSET):
+            error = InvalidRequest("malformed response from the peer")
+        elif message.error is not UNSET:
+            error = _error_from_object(message.error)
+        else:
+            try:
+                value = _decode_payload(message.result, call.result_type)
+            except AcpError as exc:
+                error = exc
+        items.append((settle_item, (call, value, _received(error, call.method))))
+
+    def _on_oversized(self, frame: OversizedFrame, items: List[Callback], replies: List[bytes]) -> None:
+        self.stats.oversized_frames += 1
+        limit = self._max_message_size
+        self._complain(
+            "oversized", "%s: dropped a message of %d bytes (limit %d; %d so far)", frame.size, limit, self.stats.oversized_frames
+        )
+        match = _HEAD_ID.match(frame.head)
+        if match is None:
+            return
+        request_id = msgspec.json.decode(match.group("id"))
+        reason = f"message of {frame.size} bytes exceeds the limit of {limit} bytes"
+        if b'"method"' in match.group("before") or match.group("next") == b"method":
+            replies.append(self.error_frame(request_id, InvalidRequest(f"Invalid request: {reason}")))
+        else:
+            self._fail_call_answered_by(frame.head, InvalidRequest(f"response dropped: {reason}"), items)
+
+    def _fail_call_answered_by(self, head: bytes, error: AcpError, items: List[Callback]) -> None:
+        """Fail the pending call whose answer a dropped line was, if its first bytes show that."""
+        match = _HEAD_ID.match(head)
+        if match is None or match.group("next") not in (b"result", b"error") or b'"method"' in match.group("before"):
+            return
+        try:
+            request_id = msgspec.json.decode(match.group("id"))
+        except msgspec.DecodeError:
+            return
+        call = self.pending.pop(request_id, None)
+        if call is not None:
+            items.append((settle_item, (call, None, _received(error, call.method))))
+
+
+def _unknown_handler(fallback: Callable[[str, Any, Any], Any], method: str) -> Callable[[Any, Any], Any]:
+    return lambda params, ctx: fallback(method, params, ctx)
+
+
+def _unknown_notification_handler(fallback: Callable[[str, Any], Any], method: str) -> Callable[[Any], Any]:
+    return lambda params: fallback(method, params)

@@ -1,0 +1,197 @@
+"""The sans-IO JSON-RPC core (acp_lite.jsonrpc): lines in, callbacks and answers out.
+
+No pipe, no thread: each test feeds ``RpcCore`` lines and looks at what it asks for (the
+callbacks to run, in order, and the frames to write). The wire-level behaviour is tested over
+real pipes in test_rpc*.py.
+"""
+import json
+import logging
+import threading
+from concurrent.futures import Future
+from typing import Any, List, Tuple
+
+import msgspec
+import pytest
+
+from acp_lite.errors import InternalError, InvalidParams, MethodNotFound, RequestCancelled
+from acp_lite.jsonrpc import PendingCall, Route, RpcCore, error_for, settle_item
+from acp_lite.wire import OversizedFrame
+
+pytestmark = pytest.mark.timeout(10)
+
+
+class Item(msgspec.Struct):
+    text: str
+
+
+class Ctx:
+    """Stands for a RequestContext."""
+
+    def __init__(self, request_id: Any, route: Route, params: Any, batch: Any):
+        self.id, self.route, self.params, self.batch = request_id, route, params, batch
+        self.cancelled = False
+
+
+def make_core() -> Tuple[RpcCore, List[bytes]]:
+    late: List[bytes] = []
+    core = RpcCore(
+        "core",
+        logging.getLogger("test.jsonrpc"),
+        Ctx,
+        lambda ctx: None,  # start_request: identified by the items it appears in
+        lambda ctx: setattr(ctx, "cancelled", True),
+        threading.Lock,
+        late.append,
+        1024,
+    )
+    return core, late
+
+
+def feed(core: RpcCore, *lines: Any) -> Tuple[List[Any], List[Any]]:
+    items: List[Any] = []
+    replies: List[bytes] = []
+    core.route_lines([line if isinstance(line, (bytes, OversizedFrame)) else json.dumps(line).encode() for line in lines], items, replies)
+    return items, [json.loads(reply) for reply in replies]
+
+
+def test_notifications_and_requests_come_out_in_order_typed_or_not():
+    core, _ = make_core()
+    seen: List[Any] = []
+    core.register(Route("x/typed", seen.append, Item, False))
+    core.register(Route("x/any", seen.append, Any, False))
+    core.register(Route("x/ask", lambda params, ctx: None, Item, True))
+    core.rebuild()
+    items, replies = feed(
+        core,
+        {"jsonrpc": "2.0", "method": "x/typed", "params": {"text": "a"}},
+        {"jsonrpc": "2.0", "id": 1, "method": "x/ask", "params": {"text": "b"}},
+        {"jsonrpc": "2.0", "method": "x/any", "params": {"text": "c"}},
+    )
+    assert replies == []
+    assert items[0] == (seen.append, Item(text="a"))
+    assert isinstance(items[1][1], Ctx) and items[1][1].id == 1 and items[1][1].params == Item(text="b")
+    assert items[2] == (seen.append, {"text": "c"})
+    assert core.incoming == {1: items[1][1]}
+
+
+def test_a_block_decoded_in_one_call_delivers_its_messages_in_order():
+    core, _ = make_core()
+    seen: List[str] = []
+    core.register(Route("x/typed", lambda params: seen.append(params.text), Item, False))
+    core.rebuild()
+    block = b"\n".join(json.dumps({"jsonrpc": "2.0", "method": "x/typed", "params": {"text": str(i)}}).encode() for i in range(50))
+    items: List[Any] = []
+    replies: List[bytes] = []
+    core.route_block(block, items, replies)
+    assert len(items) == 1 and replies == []  # one callback for the block
+    items[0][0](items[0][1])
+    assert seen == [str(i) for i in range(50)]
+    expanded: List[Any] = []
+    core.expand_block(block, expanded, replies)
+    assert [arg.text for _, arg in expanded] == [str(i) for i in range(50)]  # one per message
+
+
+def test_answers_settle_pending_calls_once_and_unknown_ids_are_dropped():
+    core, _ = make_core()
+    core.rebuild()
+    future: Future = Future()
+    request_id, frame = core.request("x/call", {"a": 1})
+    assert json.loads(frame) == {"jsonrpc": "2.0", "id": request_id, "method": "x/call", "params": {"a": 1}}
+    core.pending[request_id] = PendingCall("x/call", future, Item, True)
+    items, replies = feed(core, {"jsonrpc": "2.0", "id": request_id, "result": {"text": "ok"}})
+    assert replies == [] and core.pending == {}
+    for fn, arg in items:
+        fn(arg)
+    assert future.result(0) == Item(text="ok")
+    items, replies = feed(core, {"jsonrpc": "2.0", "id": request_id, "result": {"text": "again"}})
+    assert items == [] and replies == [] and core.stats.dropped_responses == 1
+
+
+def test_bad_input_gets_the_error_rules_answers():
+    core, _ = make_core()
+    core.register(Route("x/ask", lambda params, ctx: None, Item, True))
+    core.rebuild()
+    _, replies = feed(
+        core,
+        b'{"jsonrpc":"2.0","id":1,"method":',  # invalid JSON
+        {"jsonrpc": "2.0", "id": 2, "method": "x/missing"},
+        {"jsonrpc": "2.0", "id": 3, "method": "x/ask", "params": {"text": 5}},
+        {"jsonrpc": "1.0", "id": 4, "method": "x/ask"},
+        rb'{"jsonrpc":"2.0","id":5,"method":"x/ask","params":{"text":"\ud800"}}',  # valid JSON, no text
+        {"jsonrpc": "2.0", "id": 6, "error": {"code": 1, "message": "m"}},  # a response: never answered
+        b"a banner line",
+    )
+    assert [(r["id"], r["error"]["code"]) for r in replies] == [(None, -32700), (2, -32601), (3, -32602), (4, -32600), (5, -32600)]
+    assert core.stats.noise_lines == 1 and core.stats.parse_errors == 1
+
+
+def test_a_duplicate_id_of_a_running_request_is_refused():
+    core, _ = make_core()
+    core.register(Route("x/ask", lambda params, ctx: None, Any, True))
+    core.rebuild()
+    first, _ = feed(core, {"jsonrpc": "2.0", "id": 9, "method": "x/ask"})
+    items, replies = feed(core, {"jsonrpc": "2.0", "id": 9, "method": "x/ask"})
+    assert len(first) == 1 and items == []
+    assert replies[0]["id"] == 9 and replies[0]["error"]["code"] == -32600
+
+
+def test_a_batch_is_answered_as_one_array_once_every_answer_is_in():
+    core, _ = make_core()
+    core.register(Route("x/ask", lambda params, ctx: None, Any, True))
+    core.rebuild()
+    items, replies = feed(core, [{"jsonrpc": "2.0", "id": 1, "method": "x/ask"}, {"jsonrpc": "2.0", "id": 2, "method": "x/nope"}, 5])
+    assert replies == []  # x/ask is still to answer
+    ctx = items[0][1]
+    done = ctx.batch.add(core.answer_frame(1, "x/ask", "yes", None))
+    assert json.loads(done) == [
+        {"jsonrpc": "2.0", "id": 2, "error": {"code": -32601, "message": "Method not found: x/nope"}},
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid request: a batch element is not a JSON-RPC message"}},
+        {"jsonrpc": "2.0", "id": 1, "result": "yes"},
+    ]
+
+
+def test_cancel_request_cancels_the_request_in_its_turn():
+    core, _ = make_core()
+    core.register(Route("x/ask", lambda params, ctx: None, Any, True))
+    core.rebuild()
+    items, _ = feed(core, {"jsonrpc": "2.0", "id": "r", "method": "x/ask"}, {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "r"}})
+    ctx = items[0][1]
+    assert not ctx.cancelled
+    items[1][0](items[1][1])  # the cancel's callback, run after the request's start
+    assert ctx.cancelled
+
+
+def test_an_oversized_request_is_answered_and_an_oversized_answer_fails_its_call():
+    core, _ = make_core()
+    core.rebuild()
+    future: Future = Future()
+    core.pending[7] = PendingCall("x/call", future, Any, True)
+    items, replies = feed(
+        core,
+        OversizedFrame(5000, b'{"jsonrpc":"2.0","id":3,"method":"x/big","params":'),
+        OversizedFrame(5000, b'{"jsonrpc":"2.0","id":7,"result":"'),
+    )
+    assert [(r["id"], r["error"]["code"]) for r in replies] == [(3, -32600)]
+    (fn, arg), = items
+    assert fn is settle_item
+    fn(arg)
+    assert future.exception(0).code == -32600
+
+
+def test_error_rules_for_what_a_handler_raised():
+    assert error_for(MethodNotFound("no"), cancelled=False)[0].code == -32601  # its own, as it is
+    error, own = error_for(ValueError("bug"), cancelled=False)
+    assert isinstance(error, InternalError) and own  # to be logged with its traceback
+    assert isinstance(error_for(ValueError("any"), cancelled=True)[0], RequestCancelled)
+    # An error the peer answered to a nested call stays the peer's.
+    core, _ = make_core()
+    core.rebuild()
+    future: Future = Future()
+    core.pending[1] = PendingCall("y/inner", future, Any, True)
+    items, _ = feed(core, {"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "bad"}})
+    items[0][0](items[0][1])
+    received = future.exception(0)
+    assert isinstance(received, InvalidParams)
+    error, own = error_for(received, cancelled=False)
+    assert error.code == -32603 and not own
+    assert error.data == {"method": "y/inner", "code": -32602, "message": "bad"}

@@ -1,0 +1,217 @@
+"""What the thread roles of a connection promise (acp_lite.rpc's table), over real pipes.
+
+Each test pins a behaviour, not a mechanism: handlers may block and call the peer while the rest
+goes on; callbacks run in arrival order, one at a time; what a close or the end of the stream
+does to running and waiting requests; failures in handlers and callbacks end nothing.
+"""
+import logging
+import threading
+from concurrent.futures import Future
+from typing import Any, List
+
+import pytest
+
+from acp_lite.errors import ConnectionClosed, UsageError
+from acp_lite.rpc import Connection
+from acp_lite.wire import memory_pair
+
+from raw_peer import RawPeer
+
+pytestmark = pytest.mark.timeout(30)
+
+WAIT = 10
+
+
+@pytest.fixture
+def pair():
+    peer = RawPeer()
+    connection = Connection(peer.transport_for_connection, name="under-test")
+    connection.on_request("test/ping", lambda params, ctx: "pong")
+    yield connection, peer
+    connection.close()
+    peer.close()
+
+
+def request(request_id: Any, method: str, params: Any = None) -> Any:
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def note(method: str, params: Any = None) -> Any:
+    return {"jsonrpc": "2.0", "method": method, "params": params if params is not None else {}}
+
+
+def test_a_blocked_handler_does_not_stop_other_requests(pair):
+    connection, peer = pair
+    release = threading.Event()
+    connection.on_request("x/block", lambda params, ctx: release.wait(WAIT) and "released")
+    connection.start()
+    peer.send(request(1, "x/block"))
+    for _ in range(3):
+        peer.ping()  # answered while x/block still blocks
+    release.set()
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": "released"}
+
+
+@pytest.mark.parametrize("how", ["call", "call with a timeout", "call_future"])
+def test_handlers_on_both_sides_may_call_each_other_back(how):
+    ours, theirs = memory_pair()
+    a, b = Connection(ours, name="a"), Connection(theirs, name="b")
+
+    def ask(connection: Connection, method: str, params: Any) -> Any:
+        if how == "call":
+            return connection.call(method, params)
+        if how == "call with a timeout":
+            return connection.call(method, params, timeout=WAIT)
+        return connection.call_future(method, params).result(WAIT)
+
+    # a -> b -> a -> b ... five levels deep, each handler blocking on the next.
+    a.on_request("x/down", lambda params, ctx: params["n"] if params["n"] == 0 else ask(a, "y/down", {"n": params["n"] - 1}))
+    b.on_request("y/down", lambda params, ctx: params["n"] if params["n"] == 0 else ask(b, "x/down", {"n": params["n"] - 1}))
+    a.start()
+    b.start()
+    try:
+        assert b.call("x/down", {"n": 5}, timeout=WAIT) == 0
+    finally:
+        a.close()
+        b.close()
+
+
+def test_arrival_hooks_run_in_arrival_order_between_the_notifications(pair):
+    connection, peer = pair
+    order: List[Any] = []
+    connection.on_notification("x/n", lambda params: order.append(("note", params["i"])))
+    connection.on_request("x/r", lambda params, ctx: params["i"], on_arrival=lambda params, ctx: order.append(("request", params["i"])))
+    connection.start()
+    peer.send(note("x/n", {"i": 0}), request(1, "x/r", {"i": 1}), note("x/n", {"i": 2}), request(3, "x/r", {"i": 3}), note("x/n", {"i": 4}))
+    answers = {peer.recv()["id"], peer.recv()["id"]}
+    peer.ping()
+    assert answers == {1, 3}
+    assert order == [("note", 0), ("request", 1), ("note", 2), ("request", 3), ("note", 4)]
+
+
+def test_a_cancel_request_reaches_a_request_still_waiting_behind_a_callback(pair):
+    connection, peer = pair
+    release = threading.Event()
+    connection.on_notification("x/slow", lambda params: release.wait(WAIT))
+    connection.on_request("x/r", lambda params, ctx: "cancelled" if ctx.cancel_token.is_cancelled else "ran")
+    connection.start()
+    peer.send(note("x/slow"), request(7, "x/r"), note("$/cancel_request", {"requestId": 7}))
+    release.set()
+    reply = peer.recv()
+    assert reply["id"] == 7 and reply["result"] == "cancelled"
+
+
+def test_system_exit_in_a_handler_is_answered_and_the_connection_goes_on(pair, caplog):
+    connection, peer = pair
+
+    def leave(params: Any, ctx: Any) -> Any:
+        raise SystemExit(3)
+
+    connection.on_request("x/exit", leave)
+    connection.start()
+    with caplog.at_level(logging.ERROR, logger="acp_lite.rpc"):
+        peer.send(request(1, "x/exit"))
+        assert peer.recv()["error"]["code"] == -32603
+    peer.ping()
+
+
+def test_system_exit_in_a_callback_is_logged_and_delivery_goes_on(pair, caplog):
+    connection, peer = pair
+    seen: List[int] = []
+
+    def record(params: Any) -> None:
+        seen.append(params["i"])
+        if params["i"] == 0:
+            raise SystemExit(3)
+
+    connection.on_notification("x/n", record)
+    connection.start()
+    with caplog.at_level(logging.ERROR, logger="acp_lite.rpc"):
+        peer.send(note("x/n", {"i": 0}), note("x/n", {"i": 1}))
+        peer.ping()
+    assert seen == [0, 1]
+
+
+def test_close_lets_a_running_handler_answer_and_refuses_requests_not_yet_started(pair):
+    connection, peer = pair
+    started, release, slow = threading.Event(), threading.Event(), threading.Event()
+    connection.on_notification("x/slow", lambda params: slow.set() or release.wait(WAIT))
+
+    def running(params: Any, ctx: Any) -> Any:
+        started.set()
+        ctx.cancel_token.wait(WAIT)  # close() cancels it
+        return "answered after the cancel"
+
+    connection.on_request("x/run", running)
+    connection.on_request("x/later", lambda params, ctx: "ran")
+    connection.start()
+    peer.send(request(1, "x/run"))
+    assert started.wait(WAIT)
+    peer.send(note("x/slow"), request(2, "x/later"))  # read at once, waits behind the slow callback
+    assert slow.wait(WAIT)
+    closer = threading.Thread(target=connection.close, kwargs={"timeout": WAIT})
+    closer.start()
+    replies = {reply["id"]: reply for reply in (peer.recv(), peer.recv())}
+    release.set()
+    closer.join(WAIT)
+    assert replies[1]["result"] == "answered after the cancel"
+    assert replies[2]["error"]["code"] == -32800
+
+
+def test_end_of_stream_cancels_running_handlers(pair):
+    connection, peer = pair
+    started = threading.Event()
+    cancelled: "Future[bool]" = Future()
+
+    def running(params: Any, ctx: Any) -> Any:
+        started.set()
+        cancelled.set_result(ctx.cancel_token.wait(WAIT))
+
+    connection.on_request("x/run", running)
+    connection.start()
+    peer.send(request(1, "x/run"))
+    assert started.wait(WAIT)
+    peer.end_stream()
+    assert cancelled.result(WAIT) is True
+
+
+def test_a_done_callback_may_not_block_but_may_call_future(pair):
+    connection, peer = pair
+    connection.start()
+    outcome: "Future[Any]" = Future()
+
+    def done(future: Future) -> None:
+        try:
+            connection.call("x/blocking")
+        except UsageError:
+            outcome.set_result(connection.call_future("x/second"))
+
+    connection.call_future("x/first").add_done_callback(done)
+    first = peer.recv()
+    peer.send({"jsonrpc": "2.0", "id": first["id"], "result": 1})
+    second = outcome.result(WAIT)
+    asked = peer.recv()
+    assert asked["method"] == "x/second"
+    peer.send({"jsonrpc": "2.0", "id": asked["id"], "result": 2})
+    assert second.result(WAIT) == 2
+
+
+def test_close_from_a_callback_returns_and_fails_pending_calls(pair):
+    connection, peer = pair
+    pending = []
+    closed = threading.Event()
+
+    def closing(params: Any) -> None:
+        connection.close(timeout=WAIT)
+        closed.set()
+
+    connection.on_notification("x/close", closing)
+    connection.start()
+    pending.append(connection.call_future("x/never"))
+    assert peer.recv()["method"] == "x/never"
+    peer.send(note("x/close"))
+    assert closed.wait(WAIT)
+    assert isinstance(pending[0].exception(WAIT), ConnectionClosed)
