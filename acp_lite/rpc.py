@@ -10,7 +10,7 @@ thread a connection may have:
 | delivery ``acp-delivery-<name>`` (default mode) | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
 | host thread (host mode, ``HostDelivery``) | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
 | workers ``acp-worker-<name>-<n>`` (default mode) | a request, or the reading, finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes); the reading, handed on |
-| flusher ``acp-flusher-<name>`` (the transport's) | the first stream of frames from one thread | ``close()`` | writing the backlog of frames |
+| flusher ``acp-flusher-<name>`` (the transport's) | a stream of frames from one thread (its 64th quick send in a row) | ``close()`` | writing the backlog of frames |
 | any caller | the application | | ``call`` (blocks; not on the delivery or host thread: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
 
 Invariants:
