@@ -422,8 +422,7 @@ class _TerminalClient(WorkspaceClient):
     def capabilities(self) -> ClientCapabilities:
         capabilities = super().capabilities()
         if not self.serve_changes:
-            if capabilities.fs is not None:
-                capabilities.fs.write_text_file = False
+            capabilities.fs.write_text_file = False
             capabilities.terminal = False
         return capabilities
 
