@@ -180,7 +180,9 @@ class Client(Peer):
 
     # Each request handler returns its result, or a Future of it to answer later (from a dialog,
     # another thread, ...); those whose result is an empty object may return None for it.
-    def read_text_file(self, params: ReadTextFileRequest) -> Union[ReadTextFileResponse, "Future[ReadTextFileResponse]"]:
+    def read_text_file(
+        self, params: ReadTextFileRequest
+    ) -> Union[ReadTextFileResponse, "Future[ReadTextFileResponse]"]:
         raise NotImplementedError
 
     def write_text_file(
@@ -203,7 +205,9 @@ class Client(Peer):
     ) -> Union[WaitForTerminalExitResponse, "Future[WaitForTerminalExitResponse]"]:
         raise NotImplementedError
 
-    def kill_terminal(self, params: KillTerminalRequest) -> Union[KillTerminalResponse, "Future[KillTerminalResponse]", None]:
+    def kill_terminal(
+        self, params: KillTerminalRequest
+    ) -> Union[KillTerminalResponse, "Future[KillTerminalResponse]", None]:
         raise NotImplementedError
 
     def release_terminal(

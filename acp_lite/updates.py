@@ -63,7 +63,12 @@ def user_chunk(text: str, message_id: Optional[str] = None) -> UserMessageChunk:
 
 
 def tool_call(
-    tool_call_id: str, title: str, *, kind: Optional[ToolKind] = None, status: Optional[ToolCallStatus] = None, **fields: Any
+    tool_call_id: str,
+    title: str,
+    *,
+    kind: Optional[ToolKind] = None,
+    status: Optional[ToolCallStatus] = None,
+    **fields: Any,
 ) -> ToolCall:
     """A ``tool_call`` update; ``fields`` are ``ToolCall``'s other optional ones (content, locations, ...)."""
     return ToolCall(tool_call_id=tool_call_id, title=title, kind=kind, status=status, **fields)

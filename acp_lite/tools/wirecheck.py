@@ -300,7 +300,9 @@ class WireChecker:
         """The pending requests a response with this id may answer: (request direction, method)."""
         key = _request_id_key(request_id)
         request_directions = [_OPPOSITE[direction]] if direction else list(DIRECTIONS)
-        found: List[Tuple[Optional[str], str]] = [(d, self._pending[(d, key)]) for d in request_directions if (d, key) in self._pending]
+        found: List[Tuple[Optional[str], str]] = [
+            (d, self._pending[(d, key)]) for d in request_directions if (d, key) in self._pending
+        ]
         if not found and (None, key) in self._pending:
             found = [(None, self._pending[(None, key)])]
         return found
