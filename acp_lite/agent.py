@@ -22,7 +22,7 @@ import logging
 import threading
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Dict, List, Optional, Sequence, Set, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union
 
 from .errors import CallTimeout, CapabilityError, InvalidParams, MethodNotFound, RequestCancelled, UsageError
 from .peer import (
@@ -40,22 +40,38 @@ from .schema import (
     CLIENT_METHODS,
     AgentAuthCapabilities,
     AgentCapabilities,
+    AuthenticateRequest,
+    AuthenticateResponse,
     AuthMethodTerminal,
+    CancelNotification,
     ClientCapabilities,
+    CloseSessionRequest,
+    CloseSessionResponse,
+    CompleteElicitationNotification,
     ConfigOptionUpdate,
-    SessionConfigBoolean,
     CreateElicitationRequest,
     CreateElicitationResponse,
     CreateTerminalRequest,
     CreateTerminalResponse,
+    DeleteSessionRequest,
+    DeleteSessionResponse,
+    Diff,
     EnvVariable,
     Implementation,
     InitializeRequest,
     InitializeResponse,
     KillTerminalRequest,
     KillTerminalResponse,
+    ListSessionsRequest,
+    ListSessionsResponse,
+    LoadSessionRequest,
+    LoadSessionResponse,
     LogoutCapabilities,
+    LogoutRequest,
+    LogoutResponse,
     McpCapabilities,
+    NewSessionRequest,
+    NewSessionResponse,
     PermissionOption,
     PromptCapabilities,
     PromptRequest,
@@ -66,24 +82,31 @@ from .schema import (
     ReleaseTerminalResponse,
     RequestPermissionRequest,
     RequestPermissionResponse,
+    ResumeSessionRequest,
+    ResumeSessionResponse,
     SessionAdditionalDirectoriesCapabilities,
     SessionCapabilities,
     SessionCloseCapabilities,
+    SessionConfigBoolean,
     SessionDeleteCapabilities,
     SessionListCapabilities,
     SessionNotification,
     SessionResumeCapabilities,
+    SessionUpdate,
+    SessionUpdateToolCallUpdate,
+    SetSessionConfigOptionRequest,
+    SetSessionConfigOptionResponse,
+    SetSessionModeRequest,
+    SetSessionModeResponse,
+    StopReason,
     TerminalOutputRequest,
     TerminalOutputResponse,
+    ToolCall,
     ToolCallUpdate,
     WaitForTerminalExitRequest,
     WaitForTerminalExitResponse,
     WriteTextFileRequest,
     WriteTextFileResponse,
-    CompleteElicitationNotification,
-    Diff,
-    SessionUpdateToolCallUpdate,
-    ToolCall,
 )
 from .updates import variant_tag
 from .wire import stdio_transport
@@ -141,7 +164,7 @@ class PromptTurn:
     def raise_if_cancelled(self) -> None:
         self.context.cancel_token.raise_if_cancelled()
 
-    def send(self, update: Any, *, meta: Optional[Dict[str, Any]] = None) -> None:
+    def send(self, update: SessionUpdate, *, meta: Optional[Dict[str, Any]] = None) -> None:
         """Send one ``session/update`` for this turn's session."""
         self.client.session_update(self.session_id, update, meta=meta)
 
@@ -192,7 +215,7 @@ class RemoteClient:
         self._resuming: Set[str] = set()
 
     # -- notifications ------------------------------------------------------------------------
-    def session_update(self, session_id: str, update: Any, *, meta: Optional[Dict[str, Any]] = None) -> None:
+    def session_update(self, session_id: str, update: SessionUpdate, *, meta: Optional[Dict[str, Any]] = None) -> None:
         """Send a ``session/update`` notification (see ``acp_lite.updates`` for builders);
         ``meta`` becomes the notification's ``_meta``.
 
@@ -492,43 +515,44 @@ class Agent(Peer):
         return [m for m in self.auth_methods if terminal_ok or not isinstance(m, AuthMethodTerminal)]
 
     # -- the methods an agent may implement (the defaults mean "not offered") -----------------
-    def authenticate(self, params):
+    # Those whose result is an empty object may return None for it.
+    def authenticate(self, params: AuthenticateRequest) -> Optional[AuthenticateResponse]:
         raise MethodNotFound("authenticate")
 
-    def logout(self, params):
+    def logout(self, params: LogoutRequest) -> Optional[LogoutResponse]:
         raise MethodNotFound("logout")
 
-    def new_session(self, params):
+    def new_session(self, params: NewSessionRequest) -> NewSessionResponse:
         raise MethodNotFound("session/new")
 
-    def load_session(self, params):
+    def load_session(self, params: LoadSessionRequest) -> Optional[LoadSessionResponse]:
         """Replay the conversation with ``self.client.session_update`` before returning."""
         raise MethodNotFound("session/load")
 
-    def resume_session(self, params):
+    def resume_session(self, params: ResumeSessionRequest) -> Optional[ResumeSessionResponse]:
         raise MethodNotFound("session/resume")
 
-    def list_sessions(self, params):
+    def list_sessions(self, params: ListSessionsRequest) -> ListSessionsResponse:
         raise MethodNotFound("session/list")
 
-    def close_session(self, params):
+    def close_session(self, params: CloseSessionRequest) -> Optional[CloseSessionResponse]:
         """Free the session. The runtime has already cancelled its running prompt, if any."""
         raise MethodNotFound("session/close")
 
-    def delete_session(self, params):
+    def delete_session(self, params: DeleteSessionRequest) -> Optional[DeleteSessionResponse]:
         raise MethodNotFound("session/delete")
 
-    def prompt(self, params: PromptRequest, turn: PromptTurn) -> Union[PromptResponse, str]:
+    def prompt(self, params: PromptRequest, turn: PromptTurn) -> Union[PromptResponse, StopReason]:
         """Run one turn; return a ``PromptResponse`` or just its stop reason."""
         raise MethodNotFound("session/prompt")
 
-    def cancel(self, params) -> None:
+    def cancel(self, params: CancelNotification) -> None:
         """Called after the runtime cancelled the session's running turn; override to do more."""
 
-    def set_mode(self, params):
+    def set_mode(self, params: SetSessionModeRequest) -> Optional[SetSessionModeResponse]:
         raise MethodNotFound("session/set_mode")
 
-    def set_config_option(self, params):
+    def set_config_option(self, params: SetSessionConfigOptionRequest) -> SetSessionConfigOptionResponse:
         raise MethodNotFound("session/set_config_option")
 
 
@@ -548,7 +572,7 @@ class _AgentService:
         self._turns: Dict[str, Set[PromptTurn]] = {}
         self._turn_of: Dict[RequestContext, PromptTurn] = {}
         self._lock = threading.Lock()
-        wrappers = {
+        wrappers: Dict[str, Callable[..., Any]] = {
             "initialize": self._initialize,
             "session/prompt": self._prompt,
             "session/cancel": self._cancel,

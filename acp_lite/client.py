@@ -26,8 +26,15 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 
 from .codec import Undecodable, UnknownVariant, keep_undecodable
 from .errors import CapabilityError, InvalidParams, SchemaError, UsageError, VersionMismatch
-from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, Request, bind_handlers, extension_name, future_then, require_absolute_path
-
+from .peer import (
+    SUPPORTED_PROTOCOL_VERSIONS,
+    Peer,
+    Request,
+    bind_handlers,
+    extension_name,
+    future_then,
+    require_absolute_path,
+)
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
@@ -43,6 +50,12 @@ from .schema import (
     ClientCapabilities,
     ClientSessionCapabilities,
     CloseSessionRequest,
+    CompleteElicitationNotification,
+    ContentBlock,
+    CreateElicitationRequest,
+    CreateElicitationResponse,
+    CreateTerminalRequest,
+    CreateTerminalResponse,
     DeleteSessionRequest,
     ElicitationCapabilities,
     ElicitationFormCapabilities,
@@ -51,6 +64,8 @@ from .schema import (
     Implementation,
     InitializeRequest,
     InitializeResponse,
+    KillTerminalRequest,
+    KillTerminalResponse,
     ListSessionsRequest,
     ListSessionsResponse,
     LoadSessionRequest,
@@ -60,20 +75,31 @@ from .schema import (
     NewSessionResponse,
     PromptRequest,
     PromptResponse,
+    ReadTextFileRequest,
+    ReadTextFileResponse,
+    ReleaseTerminalRequest,
+    ReleaseTerminalResponse,
     RequestPermissionOutcomeCancelled,
     RequestPermissionRequest,
     RequestPermissionResponse,
     ResumeSessionRequest,
     ResumeSessionResponse,
     SelectedPermissionOutcome,
-    SessionConfigOptionsCapabilities,
     SessionConfigBoolean,
+    SessionConfigOptionsCapabilities,
     SessionConfigSelect,
     SessionConfigSelectGroup,
+    SessionNotification,
     SetSessionConfigOptionRequestBoolean,
     SetSessionConfigOptionRequestValueId,
     SetSessionConfigOptionResponse,
     SetSessionModeRequest,
+    TerminalOutputRequest,
+    TerminalOutputResponse,
+    WaitForTerminalExitRequest,
+    WaitForTerminalExitResponse,
+    WriteTextFileRequest,
+    WriteTextFileResponse,
 )
 from .updates import cancelled_permission, text_block, variant_tag
 from .wire import process_transport
@@ -121,7 +147,7 @@ class Client(Peer):
     terminal_auth: bool = False  # the editor can run an agent's terminal login
     boolean_config_options: bool = False  # the editor shows type "boolean" config options
 
-    def session_update(self, params) -> None:
+    def session_update(self, params: Union[SessionNotification, Undecodable]) -> None:
         """One ``session/update`` notification, in arrival order. Hot path: keep it quick.
 
         ``params`` is a ``SessionNotification``, or an ``Undecodable`` (``raw``: the params as
@@ -129,7 +155,9 @@ class Client(Peer):
         leniently; an update of a kind this version does not know is a ``SessionNotification``
         whose ``update`` is an ``UnknownVariant``."""
 
-    def request_permission(self, params: RequestPermissionRequest) -> Union[RequestPermissionResponse, Future]:
+    def request_permission(
+        self, params: RequestPermissionRequest
+    ) -> Union[RequestPermissionResponse, "Future[RequestPermissionResponse]"]:
         """Ask the user; return the outcome, or a Future of it (e.g. from a dialog). If the turn
         is cancelled meanwhile, the runtime answers ``cancelled`` for you and drops your answer.
 
@@ -150,31 +178,49 @@ class Client(Peer):
         callbacks. Default: one warning on the ``acp_lite.client`` logger."""
         _client_log.warning("the agent's %s does not decode: %s; params: %.300r", method, error, raw)
 
-    def read_text_file(self, params):
+    # Each request handler returns its result, or a Future of it to answer later (from a dialog,
+    # another thread, ...); those whose result is an empty object may return None for it.
+    def read_text_file(
+        self, params: ReadTextFileRequest
+    ) -> Union[ReadTextFileResponse, "Future[ReadTextFileResponse]"]:
         raise NotImplementedError
 
-    def write_text_file(self, params):
+    def write_text_file(
+        self, params: WriteTextFileRequest
+    ) -> Union[WriteTextFileResponse, "Future[WriteTextFileResponse]", None]:
         raise NotImplementedError
 
-    def create_terminal(self, params):
+    def create_terminal(
+        self, params: CreateTerminalRequest
+    ) -> Union[CreateTerminalResponse, "Future[CreateTerminalResponse]"]:
         raise NotImplementedError
 
-    def terminal_output(self, params):
+    def terminal_output(
+        self, params: TerminalOutputRequest
+    ) -> Union[TerminalOutputResponse, "Future[TerminalOutputResponse]"]:
         raise NotImplementedError
 
-    def wait_for_terminal_exit(self, params):
+    def wait_for_terminal_exit(
+        self, params: WaitForTerminalExitRequest
+    ) -> Union[WaitForTerminalExitResponse, "Future[WaitForTerminalExitResponse]"]:
         raise NotImplementedError
 
-    def kill_terminal(self, params):
+    def kill_terminal(
+        self, params: KillTerminalRequest
+    ) -> Union[KillTerminalResponse, "Future[KillTerminalResponse]", None]:
         raise NotImplementedError
 
-    def release_terminal(self, params):
+    def release_terminal(
+        self, params: ReleaseTerminalRequest
+    ) -> Union[ReleaseTerminalResponse, "Future[ReleaseTerminalResponse]", None]:
         raise NotImplementedError
 
-    def create_elicitation(self, params):
+    def create_elicitation(
+        self, params: CreateElicitationRequest
+    ) -> Union[CreateElicitationResponse, "Future[CreateElicitationResponse]"]:
         raise NotImplementedError
 
-    def complete_elicitation(self, params) -> None:
+    def complete_elicitation(self, params: CompleteElicitationNotification) -> None:
         """Ignore it when the id is unknown or already complete."""
 
     def on_session(self, session_id: str, cwd: str, additional_directories: Sequence[str]) -> None:
@@ -612,6 +658,7 @@ class RemoteAgent:
 
     def _prompt_request(self, session_id: str, prompt: Any, meta: Optional[Dict[str, Any]]) -> Request:
         self._require_session(session_id)
+        blocks: List[ContentBlock]
         if isinstance(prompt, str):
             blocks = [text_block(prompt)]
         else:
@@ -621,7 +668,7 @@ class RemoteAgent:
             kind = variant_tag(block)
             if kind in _BASELINE_CONTENT:
                 continue
-            needed = _CONTENT_CAPABILITY.get(kind)
+            needed = None if kind is None else _CONTENT_CAPABILITY.get(kind)
             if needed is None or not (prompt_caps and getattr(prompt_caps, needed)):
                 raise CapabilityError(f"the agent's prompt capabilities do not allow {kind!r} content")
         with self._lock:

@@ -32,8 +32,24 @@ Everything here is pure and may be called from any thread; the diagnostics hook 
 that called ``decode``/``convert``.
 """
 import logging
-from typing import (Annotated, Any, Callable, Dict, List, Literal, NamedTuple, Optional, Set, Tuple, Type, TypeVar,
-                    Union, get_args, get_origin, overload)
+from typing import (
+    Annotated,
+    Any,
+    Callable,
+    Dict,
+    List,
+    Literal,
+    NamedTuple,
+    Optional,
+    Set,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    overload,
+)
 
 import msgspec
 
@@ -92,7 +108,7 @@ class Undecodable:
     ``decode`` returns one only for a type wrapped in ``keep_undecodable``.
     """
 
-    __slots__ = ("raw", "error")
+    __slots__ = ("error", "raw")
 
     def __init__(self, raw: Any, error: SchemaError):
         self.raw = raw
@@ -527,8 +543,8 @@ def _extra(type_: Any) -> Dict[str, Any]:
 def _without_markers(type_: Any) -> Any:
     """An ``Annotated`` type without its ``extra`` markers, keeping its other constraints."""
     base, *metas = get_args(type_)
-    kept = tuple(m for m in metas if not (isinstance(m, msgspec.Meta) and m.extra))
-    return Annotated[(base,) + kept] if kept else base
+    kept = [m for m in metas if not (isinstance(m, msgspec.Meta) and m.extra)]
+    return Annotated[tuple([base, *kept])] if kept else base
 
 
 def _empty_value(type_: Any) -> Any:

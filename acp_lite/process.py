@@ -40,14 +40,13 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from typing import BinaryIO, Callable, Deque, Dict, Mapping, Optional, Sequence, Union, cast
 
 from .errors import AgentStartError, ConnectionClosed, UsageError
 from .proctree import descendants, signal_processes
-
-_AGENT_ON_WINDOWS = os.name == "nt"
 
 # A line longer than this is handed on in pieces, so that an agent writing megabytes without a
 # newline cannot make the ring buffer (lines x this size at most) grow without bound.
@@ -116,7 +115,7 @@ class AgentProcess:
         if program is None:
             raise AgentStartError(_why_not_found(argv[0], cwd, env))
         options: Dict[str, object] = {}
-        if _AGENT_ON_WINDOWS:
+        if sys.platform == "win32":
             args = [program, *argv[1:]]
             if program.lower().endswith((".cmd", ".bat")):
                 args = ["cmd.exe", "/c", *args]
@@ -192,7 +191,7 @@ class AgentProcess:
             self._stopped = True
             # Children that left the agent's group (setsid, daemons) are beyond killpg: note the
             # agent's tree while its parent links hold, and end what is left of it at the end.
-            tree = [] if _AGENT_ON_WINDOWS else descendants(self.pid)
+            tree = [] if sys.platform == "win32" else descendants(self.pid)
             self.stdin.close()
             if not self._wait_for_group(timeout):
                 self._signal_group(force=False)
@@ -220,7 +219,7 @@ class AgentProcess:
             self._proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return False
-        if _AGENT_ON_WINDOWS:
+        if sys.platform == "win32":
             return True
         while _agent_group_alive(self.pid):
             if time.monotonic() >= deadline:
@@ -230,13 +229,13 @@ class AgentProcess:
 
     def _alive_at_exit(self) -> bool:
         """Whether anything of the agent still runs; never blocks (``_end_running_agents``)."""
-        if _AGENT_ON_WINDOWS:
+        if sys.platform == "win32":
             return self._proc.poll() is None
         return _agent_group_alive(self.pid)
 
     def _signal_group(self, force: bool) -> None:
         """Ask (SIGTERM) or force (SIGKILL) every process of the agent's group to end."""
-        if _AGENT_ON_WINDOWS:
+        if sys.platform == "win32":
             subprocess.run(
                 ["taskkill", "/F", "/T", "/PID", str(self.pid)],
                 stdin=subprocess.DEVNULL,

@@ -11,8 +11,11 @@ from .schema import (
     Content,
     Diff,
     PermissionOption,
+    PermissionOptionKind,
     Plan,
     PlanEntry,
+    PlanEntryPriority,
+    PlanEntryStatus,
     RequestPermissionOutcomeCancelled,
     RequestPermissionResponse,
     SelectedPermissionOutcome,
@@ -21,7 +24,9 @@ from .schema import (
     TextContent,
     ToolCall,
     ToolCallLocation,
+    ToolCallStatus,
     ToolCallUpdate,
+    ToolKind,
     UsageUpdate,
     UserMessageChunk,
 )
@@ -57,19 +62,30 @@ def user_chunk(text: str, message_id: Optional[str] = None) -> UserMessageChunk:
     return UserMessageChunk(content=TextContent(text=text), message_id=message_id)
 
 
-def tool_call(tool_call_id: str, title: str, **fields: Any) -> ToolCall:
-    """A ``tool_call`` update; ``fields`` are ``ToolCall``'s optional ones (kind, status, content, ...)."""
-    return ToolCall(tool_call_id=tool_call_id, title=title, **fields)
+def tool_call(
+    tool_call_id: str,
+    title: str,
+    *,
+    kind: Optional[ToolKind] = None,
+    status: Optional[ToolCallStatus] = None,
+    **fields: Any,
+) -> ToolCall:
+    """A ``tool_call`` update; ``fields`` are ``ToolCall``'s other optional ones (content, locations, ...)."""
+    return ToolCall(tool_call_id=tool_call_id, title=title, kind=kind, status=status, **fields)
 
 
-def tool_call_update(tool_call_id: str, **fields: Any) -> SessionUpdateToolCallUpdate:
-    """A ``tool_call_update`` update changing only the given ``fields`` (status, content, ...)."""
-    return SessionUpdateToolCallUpdate(tool_call_id=tool_call_id, **fields)
+def tool_call_update(
+    tool_call_id: str, *, kind: Optional[ToolKind] = None, status: Optional[ToolCallStatus] = None, **fields: Any
+) -> SessionUpdateToolCallUpdate:
+    """A ``tool_call_update`` update changing only the given fields (status, content, ...)."""
+    return SessionUpdateToolCallUpdate(tool_call_id=tool_call_id, kind=kind, status=status, **fields)
 
 
-def tool_call_ref(tool_call_id: str, **fields: Any) -> ToolCallUpdate:
+def tool_call_ref(
+    tool_call_id: str, *, kind: Optional[ToolKind] = None, status: Optional[ToolCallStatus] = None, **fields: Any
+) -> ToolCallUpdate:
     """The tool call a permission request is about."""
-    return ToolCallUpdate(tool_call_id=tool_call_id, **fields)
+    return ToolCallUpdate(tool_call_id=tool_call_id, kind=kind, status=status, **fields)
 
 
 def tool_content(block: Union[str, Any]) -> Content:
@@ -91,7 +107,7 @@ def location(path: str, line: Optional[int] = None) -> ToolCallLocation:
     return ToolCallLocation(path=path, line=line)
 
 
-def plan(entries: Iterable[Union[PlanEntry, Tuple[str, str, str]]]) -> Plan:
+def plan(entries: Iterable[Union[PlanEntry, Tuple[str, PlanEntryPriority, PlanEntryStatus]]]) -> Plan:
     """A ``plan`` update: the complete list of entries, each a ``PlanEntry`` or a
     ``(content, priority, status)`` tuple."""
     return Plan(entries=[e if isinstance(e, PlanEntry) else PlanEntry(content=e[0], priority=e[1], status=e[2]) for e in entries])
@@ -102,11 +118,11 @@ def usage(used: int, size: int, **fields: Any) -> UsageUpdate:
     return UsageUpdate(used=used, size=size, **fields)
 
 
-def permission_option(option_id: str, name: str, kind: str) -> PermissionOption:
+def permission_option(option_id: str, name: str, kind: PermissionOptionKind) -> PermissionOption:
     return PermissionOption(option_id=option_id, name=name, kind=kind)
 
 
-def permission_options(*options: Tuple[str, str, str]) -> List[PermissionOption]:
+def permission_options(*options: Tuple[str, str, PermissionOptionKind]) -> List[PermissionOption]:
     """Several ``(option_id, name, kind)`` options at once."""
     return [permission_option(*option) for option in options]
 

@@ -41,10 +41,13 @@ def main() -> int:
     parser.add_argument("--protocol-version", type=int, default=schema.PROTOCOL_VERSION)
     args = parser.parse_args()
 
-    forward_log = lambda line: print(line, file=sys.stderr)  # the agent's stderr is its log
+    def forward_log(line: str) -> None:  # the agent's stderr is its log
+        print(line, file=sys.stderr)
+
     with RemoteAgent.spawn([sys.executable, str(AGENT)], MockEditor(), on_stderr_line=forward_log) as agent:
         init = agent.initialize(protocol_version=args.protocol_version)
-        print(f"[init] agent={init.agent_info.name} v{init.protocol_version}")
+        agent_name = init.agent_info.name if init.agent_info else "(unnamed)"
+        print(f"[init] agent={agent_name} v{init.protocol_version}")
         session = agent.new_session(cwd=os.getcwd())
         print(f"[session] {session.session_id}")
         turn1 = agent.prompt(session.session_id, "Check this project for configuration issues")

@@ -28,10 +28,8 @@ def _section(title):
     return README[start:end]
 
 
-@pytest.fixture(scope="module")
-def snippets(tmp_path_factory):
-    """Every Python block of the README in a fresh directory: {file name: path}."""
-    folder = tmp_path_factory.mktemp("readme")
+def write_snippets(folder):
+    """Every Python block of the README, written into ``folder``: {file name: path}."""
     names = {}
     blocks = re.finditer(r"(?:Save this as `([\w.]+)`[^\n]*\n\n)?```python\n(.*?)```", README, re.S)
     for number, match in enumerate(blocks):
@@ -39,6 +37,12 @@ def snippets(tmp_path_factory):
         (folder / name).write_text(match.group(2), encoding="utf-8")
         names[name] = folder / name
     return names
+
+
+@pytest.fixture(scope="module")
+def snippets(tmp_path_factory):
+    """Every Python block of the README in a fresh directory: {file name: path}."""
+    return write_snippets(tmp_path_factory.mktemp("readme"))
 
 
 def _run(snippets, name, *args):

@@ -34,9 +34,17 @@ from ..codec import convert
 from ..errors import AcpError, CallTimeout
 from ..process import AgentProcess
 from ..rpc import Connection
-from ..schema import Implementation, NewSessionResponse, SessionNotification, SessionUpdate
+from ..schema import (
+    Implementation,
+    NewSessionRequest,
+    NewSessionResponse,
+    PromptRequest,
+    SessionNotification,
+    SessionUpdate,
+    StopReason,
+)
 from ..updates import cancelled_permission, select_permission, variant_tag
-from ..wire import Transport
+from ..wire import OversizedFrame, Transport
 from ..workspace import WorkspaceClient
 from .workload import PING_METHOD, mix_update
 
@@ -58,7 +66,7 @@ class _CountingTransport(Transport):
     def read_blocks(self) -> Any:
         blocks = super().read_blocks()
         for block in blocks or ():
-            if type(block) is not bytes:  # an OversizedFrame: dropped, but it did arrive
+            if isinstance(block, OversizedFrame):  # dropped, but it did arrive
                 self.bytes_in += block.size + 1
                 continue
             self.bytes_in += len(block) + 1
@@ -282,10 +290,10 @@ class ReplayAgent(Agent):
         self._sessions = itertools.count(1)
         self._update_bytes = sum(len(msgspec.json.encode(update)) for update in self.updates)
 
-    def new_session(self, params: Any) -> NewSessionResponse:
+    def new_session(self, params: NewSessionRequest) -> NewSessionResponse:
         return NewSessionResponse(session_id=f"bench-{next(self._sessions)}")
 
-    def prompt(self, params: Any, turn: PromptTurn) -> str:
+    def prompt(self, params: PromptRequest, turn: PromptTurn) -> StopReason:
         started = time.perf_counter()
         count = self._stream(turn, started)
         sent = time.perf_counter()

@@ -53,21 +53,10 @@ import signal
 import sys
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from .. import __version__
 from ..agent import serve_stdio
-from .argtypes import existing_directory, positive_seconds, writable_file_or_stdout
-from .benchmark import (
-    ReplayAgent,
-    format_agent_report,
-    format_client_turn,
-    generated_updates,
-    measure_agent,
-    recorded_updates,
-    serve_replay,
-)
-from .check import check_command, configure_check_command
 from ..client import RemoteAgent
 from ..codec import UnknownVariant
 from ..errors import AcpError, AgentStartError, AuthRequired, CallTimeout, ConnectionClosed, MethodNotFound
@@ -87,12 +76,23 @@ from ..schema import (
     ToolCall,
     WriteTextFileRequest,
 )
-from .tap import run_tap
-from .vendor import configure_vendor_command, vendor_command
 from ..updates import select_permission
 from ..wire import process_transport
-from .wirecheck import DIRECTIONS, WireChecker, WireVerdict, parse_wire_line
 from ..workspace import WorkspaceClient
+from .argtypes import existing_directory, positive_seconds, writable_file_or_stdout
+from .benchmark import (
+    ReplayAgent,
+    format_agent_report,
+    format_client_turn,
+    generated_updates,
+    measure_agent,
+    recorded_updates,
+    serve_replay,
+)
+from .check import check_command, configure_check_command
+from .tap import run_tap
+from .vendor import configure_vendor_command, vendor_command
+from .wirecheck import DIRECTIONS, WireChecker, WireVerdict, parse_wire_line
 
 _RUN_CLIENT_INFO = Implementation(name="acp-lite-run", title="acp-lite run", version="0.1.0")
 _INTERRUPTED = 130
@@ -213,6 +213,7 @@ def _validate_command(args: argparse.Namespace) -> int:
     """One verdict per message line. An input without any message (empty, or blank lines only) is
     a failure: a capture that caught nothing must not pass. So is pretty-printed JSON, said once
     rather than as one garbage verdict per line."""
+    source: BinaryIO
     if args.file:
         try:
             source = open(args.file, "rb")
@@ -434,7 +435,7 @@ class _TerminalClient(WorkspaceClient):
                              "without a terminal or --yes")
 
     def request_permission(self, params: RequestPermissionRequest) -> "Future[Any]":
-        answer: "Future[Any]" = Future()
+        answer: Future[Any] = Future()
         self.questions.put((params, answer))
         return answer
 
@@ -476,7 +477,7 @@ class _RunSession:
         self.auto_allow = args.yes
         self.interactive = sys.stdin.isatty()
         self.screen = screen
-        self.questions: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # put() is safe in a signal handler
+        self.questions: queue.SimpleQueue[Any] = queue.SimpleQueue()  # put() is safe in a signal handler
         self.client = _TerminalClient(screen, self.questions, serve_changes=self.interactive or args.yes)
         self._asking = False
 

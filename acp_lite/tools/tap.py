@@ -68,7 +68,7 @@ class _TapLog:
             if b"\n" not in chunk and not end_of_stream:
                 pieces.append(chunk)
                 return
-            lines = b"".join(pieces + [chunk]).split(b"\n")
+            lines = b"".join([*pieces, chunk]).split(b"\n")
             rest = lines.pop()
             self._partial[direction] = [] if end_of_stream else [rest]
             self._queue.extend((direction, seen_at, line, []) for line in lines if line.strip())

@@ -162,7 +162,7 @@ def _parse_module(path: Path) -> _ParsedModule:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             imports.update(_imports_of(node))
             removed.append(node)
-        elif name != "__init__" and _assigns_all(node):
+        elif name != "__init__" and isinstance(node, ast.Assign) and _assigns_all(node):
             try:
                 public = list(ast.literal_eval(node.value))
             except ValueError:
@@ -170,9 +170,9 @@ def _parse_module(path: Path) -> _ParsedModule:
             removed.append(node)
         else:
             defines |= _bound_names(node)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id == "__file__":
-            raise VendorError(f"{where}:{node.lineno}: uses __file__, which in one file would name that file")
+    for name_node in ast.walk(tree):
+        if isinstance(name_node, ast.Name) and name_node.id == "__file__":
+            raise VendorError(f"{where}:{name_node.lineno}: uses __file__, which in one file would name that file")
     # ``global x`` in a function binds a module-level name too.
     defines |= {n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names}
 
@@ -227,8 +227,8 @@ def _imports_of(node: ast.stmt) -> List[_Import]:
     return [_Import(node.module, a.name, a.asname or a.name) for a in node.names]
 
 
-def _assigns_all(node: ast.stmt) -> bool:
-    return isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+def _assigns_all(node: ast.Assign) -> bool:
+    return any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
 
 
 def _nested_imports(tree: ast.Module, where: str) -> List[Tuple[ast.stmt, bool]]:
@@ -242,7 +242,7 @@ def _nested_imports(tree: ast.Module, where: str) -> List[Tuple[ast.stmt, bool]]
                 if not isinstance(child, ast.AST):
                     continue
                 child_runs = runs and not (
-                    isinstance(node, ast.If) and field == "body" and _is_type_checking(node.test)
+                    (isinstance(node, ast.If) and field == "body" and _is_type_checking(node.test))
                     or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
                 )
                 if not isinstance(child, (ast.Import, ast.ImportFrom)):
@@ -292,7 +292,7 @@ def _edit(lines: List[str], removed: List[ast.stmt], to_pass: List[ast.stmt], wh
     ``pass``. Each must sit alone on its lines, so that the edit touches nothing else."""
     out: List[Optional[str]] = list(lines)
     for node, replacement in [(n, None) for n in removed] + [(n, "pass") for n in to_pass]:
-        first, last = node.lineno - 1, node.end_lineno - 1
+        first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
         head, tail = lines[first][: node.col_offset], lines[last][node.end_col_offset :].strip()
         if head.strip() or (tail and not tail.startswith("#")):
             raise VendorError(f"{where}:{node.lineno}: put this statement on lines of its own")
@@ -303,7 +303,7 @@ def _edit(lines: List[str], removed: List[ast.stmt], to_pass: List[ast.stmt], wh
 
 
 def _import_order(modules: Dict[str, _ParsedModule]) -> List[str]:
-    sorter: "graphlib.TopologicalSorter[str]" = graphlib.TopologicalSorter()
+    sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
     for name in sorted(modules):
         missing = modules[name].depends_on - modules.keys()
         if missing:

@@ -116,13 +116,18 @@ def _prompt_content_needs(params: Any) -> List[Tuple[str, ...]]:
     needed = {"image": ("promptCapabilities", "image"), "audio": ("promptCapabilities", "audio"),
               "resource": ("promptCapabilities", "embeddedContext")}
     kinds = {block.get("type") for block in blocks or () if isinstance(block, dict)}
-    return [needed[kind] for kind in sorted(kinds) if kind in needed]
+    return [needed[kind] for kind in sorted(needed) if kind in kinds]
 
 
 def _extra_directories_need(params: Any) -> List[Tuple[str, ...]]:
     if isinstance(params, dict) and params.get("additionalDirectories") is not None:
         return [("sessionCapabilities", "additionalDirectories")]
     return []
+
+
+def _elicitation_need(params: Any) -> List[Tuple[str, ...]]:
+    mode = params.get("mode") if isinstance(params, dict) else None
+    return [("elicitation", mode if isinstance(mode, str) else "form")]
 
 
 def _fixed_need(*path: str) -> Callable[[Any], List[Tuple[str, ...]]]:
@@ -132,8 +137,8 @@ def _fixed_need(*path: str) -> Callable[[Any], List[Tuple[str, ...]]]:
 # Method -> the capabilities of the *called* side that the call needs, given its params.
 _NEEDS: Dict[str, Callable[[Any], List[Tuple[str, ...]]]] = {
     "session/new": _extra_directories_need,
-    "session/load": lambda params: [("loadSession",)] + _extra_directories_need(params),
-    "session/resume": lambda params: [("sessionCapabilities", "resume")] + _extra_directories_need(params),
+    "session/load": lambda params: [("loadSession",), *_extra_directories_need(params)],
+    "session/resume": lambda params: [("sessionCapabilities", "resume"), *_extra_directories_need(params)],
     "session/list": _fixed_need("sessionCapabilities", "list"),
     "session/delete": _fixed_need("sessionCapabilities", "delete"),
     "session/close": _fixed_need("sessionCapabilities", "close"),
@@ -146,9 +151,7 @@ _NEEDS: Dict[str, Callable[[Any], List[Tuple[str, ...]]]] = {
     "terminal/wait_for_exit": _fixed_need("terminal"),
     "terminal/kill": _fixed_need("terminal"),
     "terminal/release": _fixed_need("terminal"),
-    "elicitation/create": lambda params: [
-        ("elicitation", params.get("mode") if isinstance(params, dict) and isinstance(params.get("mode"), str) else "form")
-    ],
+    "elicitation/create": _elicitation_need,
 }
 
 
@@ -297,7 +300,9 @@ class WireChecker:
         """The pending requests a response with this id may answer: (request direction, method)."""
         key = _request_id_key(request_id)
         request_directions = [_OPPOSITE[direction]] if direction else list(DIRECTIONS)
-        found = [(d, self._pending[(d, key)]) for d in request_directions if (d, key) in self._pending]
+        found: List[Tuple[Optional[str], str]] = [
+            (d, self._pending[(d, key)]) for d in request_directions if (d, key) in self._pending
+        ]
         if not found and (None, key) in self._pending:
             found = [(None, self._pending[(None, key)])]
         return found

@@ -24,7 +24,7 @@ class EditorHost:
     """The editor's main loop: one thread runs posted functions in order."""
 
     def __init__(self) -> None:
-        self._posted: "queue.Queue[Callable[[], Any]]" = queue.Queue()
+        self._posted: queue.Queue[Callable[[], Any]] = queue.Queue()
 
     def post(self, fn: Callable[[], Any]) -> None:
         """Run ``fn()`` on the main thread soon. Any thread."""

@@ -16,9 +16,12 @@ that cannot happen). Every request has a ``_future`` form: setup chains ``initia
 ``new_session_future``, prompts use ``prompt_future``.
 """
 from concurrent.futures import Future
-from typing import Any, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
-from . import _acp
+if TYPE_CHECKING:  # _acp.py is generated: type checkers read the package it is built from
+    import acp_lite as _acp
+else:
+    from . import _acp
 
 PUMP_BUDGET = 0.008  # seconds: the longest the main thread runs the connection's callbacks at once
 
@@ -73,7 +76,7 @@ class _PanelClient(_acp.Client):
     def __init__(self, panel: AgentPanel, dialog: PermissionDialog) -> None:
         self._panel = panel
         self._dialog = dialog
-        self._titles = {}
+        self._titles: Dict[str, str] = {}
 
     def session_update(self, params: Any) -> None:
         update = params.update
@@ -125,6 +128,8 @@ class AgentSession:
     def ask(self, text: str, on_done: Callable[[str], None]) -> None:
         """Send a prompt; the reply streams into the panel, then ``on_done(stop_reason)``, or
         ``on_done("error: ...")``."""
+        if self.session_id is None:
+            raise RuntimeError("no session: ask once start() has reported success")
         self.panel.show_note(f"> {text}")
 
         def finished(future: Future) -> None:  # a done-callback: runs on the main thread
