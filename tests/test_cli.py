@@ -298,6 +298,7 @@ PLANNING_AGENT = STUBBORN_AGENT.replace("""        else:
             update(sessionUpdate="tool_call", toolCallId="t1", title="grep TODO", kind="search")
             update(sessionUpdate="tool_call_update", toolCallId="t1", status="in_progress")
             update(sessionUpdate="tool_call_update", toolCallId="t1", status="completed")
+            update(sessionUpdate="usage_update", used=None, size=1000)  # does not decode: shown all the same
             update(sessionUpdate="agent_message_chunk", content={"type": "text", "text": "All done."})
             result = {"stopReason": "end_turn"}
 """)
@@ -312,6 +313,7 @@ def test_run_shows_thoughts_plans_and_tool_call_changes_on_stderr():
     assert "[plan]\n  [in_progress] Read the code\n  [pending] Fix the bug\n" in err
     assert ("[tool] grep TODO (search): pending\n[tool] grep TODO (search): in_progress\n"
             "[tool] grep TODO (search): completed\n") in err
+    assert "[update that does not decode] " in err and " at `$.update.used`" in err
 
 
 # -- run: failing agents --------------------------------------------------------------------------
@@ -638,6 +640,9 @@ BENCH_TARGET = inline_agent("""
                 turn.send(updates.text_chunk("x" * 100, message_id="m"))
             turn.send(updates.text_chunk("y" * 5000, message_id="m"))  # the largest message
             turn.send(updates.tool_call("c1", "Edit"))
+            # claude-agent-acp's usage_update: its params do not decode, and it counts all the same
+            self.client.connection.notify("session/update", {"sessionId": "s", "update": {
+                "sessionUpdate": "usage_update", "used": None, "size": 1000}})
             options = updates.permission_options(("ok", "Allow", "allow_once"), ("no", "Reject", "reject_once"))
             answer = self.client.request_permission(turn.session_id, updates.tool_call_ref("c1"), options)
             return "end_turn" if updates.selected_option(answer) == "ok" else "refusal"
@@ -662,7 +667,8 @@ def test_bench_measures_an_agents_startup_round_trips_and_turns(tmp_path, allow)
     assert [turn["prompt"] for turn in report["turns"]] == ["one", "two", "one", "two"]
     for turn in report["turns"]:
         assert turn["stop_reason"] == ("end_turn" if allow else "refusal")
-        assert turn["updates"] == 32 and turn["kinds"] == {"agent_message_chunk": 31, "tool_call": 1}
+        assert turn["updates"] == 33
+        assert turn["kinds"] == {"agent_message_chunk": 31, "tool_call": 1, "undecodable": 1}
         assert 8000 < turn["bytes"] < 20000  # the updates, the permission request and the answer
         assert 0 <= turn["first_update_ms"] <= turn["duration_ms"]
         assert turn["updates_per_s"] > 0 and turn["bytes_per_s"] > 0

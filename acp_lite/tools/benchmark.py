@@ -30,7 +30,7 @@ import msgspec
 
 from ..agent import Agent, PromptTurn, serve
 from ..client import RemoteAgent
-from ..codec import convert
+from ..codec import Undecodable, convert
 from ..errors import AcpError, CallTimeout
 from ..process import AgentProcess
 from ..rpc import Connection
@@ -92,7 +92,7 @@ class _MeasuringClient(WorkspaceClient):
     def session_update(self, params: Any) -> None:
         if self.first_update_at is None:
             self.first_update_at = time.perf_counter()
-        self.kinds[variant_tag(params.update)] += 1
+        self.kinds["undecodable" if isinstance(params, Undecodable) else variant_tag(params.update)] += 1
 
     def request_permission(self, params: Any) -> Any:
         self.permissions += 1

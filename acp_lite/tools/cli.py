@@ -58,7 +58,7 @@ from typing import Any, BinaryIO, Callable, Dict, Iterator, List, NamedTuple, Op
 from .. import __version__
 from ..agent import serve_stdio
 from ..client import RemoteAgent
-from ..codec import UnknownVariant
+from ..codec import Undecodable, UnknownVariant
 from ..errors import AcpError, AgentStartError, AuthRequired, CallTimeout, ConnectionClosed, MethodNotFound
 from ..process import AgentProcess
 from ..schema import (
@@ -391,6 +391,9 @@ class _TerminalClient(WorkspaceClient):
         self.message_id: Optional[str] = None  # of the agent message being shown
 
     def session_update(self, params: Any) -> None:
+        if isinstance(params, Undecodable):  # kept, not lost: the user sees that something came
+            self.screen.note(f"[update that does not decode] {params.error}")
+            return
         update = params.update
         if isinstance(update, AgentMessageChunk):
             if update.message_id != self.message_id:  # a new message starts on a new line
