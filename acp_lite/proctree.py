@@ -190,14 +190,17 @@ def signal_processes(processes: Iterable[ProcessId], sig: int) -> None:
 
 
 def kill_tree(root: ProcessId) -> None:
-    """SIGKILL every descendant of ``root`` (the deepest first), then ``root`` itself.
-    ``root`` must not be reaped before this returns, or its id could name another process."""
+    """SIGKILL every descendant of ``root``, then ``root`` itself. The descendants are stopped
+    first, all of them, so that none sees another die (a shell waiting for a killed child would
+    exit 0 before its own SIGKILL lands, and report a clean exit). ``root`` must not be reaped
+    before this returns, or its id could name another process."""
     pid = root[0]
     for _ in range(_KILL_ROUNDS):
         living = descendants(pid)
         if not living:
             break
-        signal_processes(reversed(living), signal.SIGKILL)
+        signal_processes(living, signal.SIGSTOP)
+        signal_processes(living, signal.SIGKILL)
     # Let a root that reaps (the supervisor) reap them, rather than leave zombies to init.
     _wait_until(lambda: not any(parent == pid for _, parent, _, _ in _processes()))
     _signal(pid, root[1], signal.SIGKILL)
