@@ -105,13 +105,13 @@ def test_on_the_wire_no_update_follows_the_answer_of_a_turn_cancelled_before_dur
 
 
 class Recorder(Client):
+    """Records, in delivery order, each update's text and each turn's answer."""
+
     def __init__(self) -> None:
-        self.turn: Any = None
-        self.late: List[str] = []
+        self.events: List[Any] = []
 
     def session_update(self, params: Any) -> None:
-        if self.turn is not None and self.turn.done():
-            self.late.append(params.update.content.text)
+        self.events.append(("update", params.update.content.text))
 
 
 @pytest.mark.req("ACP-V1-PROMPT-AGENT-STOP-ON-CANCEL")
@@ -124,11 +124,22 @@ def test_at_session_update_no_update_follows_the_answer_of_a_turn_cancelled_at_o
         remote.initialize(timeout=WAIT)
         session = remote.new_session("/w").session_id
         for n in range(TURNS):
-            editor.turn = remote.prompt_future(session, f"t{n}")
+            turn = remote.prompt_future(session, f"t{n}")
             remote.cancel(session)
-            editor.turn.result(WAIT)
+            # Runs where the answer is delivered, in order with the updates (or here at once,
+            # when it already was: every update before it was then delivered too).
+            turn.add_done_callback(lambda _, text=f"t{n}": editor.events.append(("answered", text)))
+            turn.result(WAIT)
         remote.new_session("/w")  # a round trip: every update sent before it has been delivered
-        assert editor.late == []
+        answered = set()
+        late = []
+        for kind, text in list(editor.events):
+            if kind == "answered":
+                answered.add(text)
+            elif text in answered:
+                late.append(text)
+        assert late == []
+        assert len(answered) == TURNS
     finally:
         remote.close()
         served.connection.close()
