@@ -17,7 +17,7 @@ from acp_harness import RawPeer, background, client_with_raw_agent, initialized
 
 from acp_lite.agent import Agent, serve
 from acp_lite.client import RemoteAgent
-from acp_lite.errors import InvalidParams, ResourceNotFound
+from acp_lite.errors import ResourceNotFound, UsageError
 from acp_lite.rpc import HostDelivery
 from acp_lite.schema import NewSessionResponse
 from acp_lite.wire import Transport, memory_pair
@@ -630,7 +630,7 @@ def test_an_agents_tools_use_the_workspace_from_a_prompt_handler(root):
             ):
                 try:
                     call()
-                except (ResourceNotFound, InvalidParams) as exc:
+                except (ResourceNotFound, UsageError) as exc:  # a relative path never leaves the agent
                     seen.setdefault("refused", []).append(type(exc))
             return "end_turn"
 
@@ -649,4 +649,4 @@ def test_an_agents_tools_use_the_workspace_from_a_prompt_handler(root):
     assert seen["read"] == "world\n"
     assert (root / "out.txt").read_text() == "WORLD\n"
     assert (seen["exit"].exit_code, seen["output"]) == (0, "WORLD\n")
-    assert seen["refused"] == [ResourceNotFound, InvalidParams]
+    assert seen["refused"] == [ResourceNotFound, UsageError]
