@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -173,7 +174,7 @@ def run_mutant(mutant: Dict[str, Any], tests: Sequence[str], project: Path) -> D
     if run.returncode == 0:
         return {"outcome": SURVIVED, "detail": lines[-1], "seconds": seconds}
     if run.returncode == 1 and (" failed" in run.stdout or " error" in run.stdout):
-        failed = [line.split(" - ")[0] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+        failed = [line.split(" - ")[0] for line in lines if re.match(r"(FAILED|ERROR) \S+::", line)]
         return {"outcome": KILLED, "detail": (failed or lines)[0][:300], "seconds": seconds}
     return {"outcome": ERROR, "detail": f"pytest exit {run.returncode}: {(run.stdout + run.stderr)[-600:]}", "seconds": seconds}
 

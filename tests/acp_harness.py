@@ -180,6 +180,13 @@ def background(fn: Any, *args: Any, **kwargs: Any) -> "Future[Any]":
     return future
 
 
+def capability_cases(checks: Dict[str, Tuple[Any, ...]]) -> Tuple[List[Tuple[str, Any]], List[str]]:
+    """For a table of capability checks (name -> (call, method, refusing shapes, allowing shape)):
+    a (name, capabilities) case per refusing shape, and a readable test id for each."""
+    cases = [(name, shape) for name, check in checks.items() for shape in check[2]]
+    return cases, [f"{name.replace(' ', '-')}:{json.dumps(shape, separators=(',', ':'))}" for name, shape in cases]
+
+
 def refused(call: Callable[[], Any], error: Type[BaseException]) -> BaseException:
     """Assert that ``call()`` raises ``error`` at once, without waiting for the peer; returns it."""
     pending = background(call)

@@ -1,5 +1,4 @@
 """The agent side over a real pipe pair: the test plays the editor with raw JSON lines."""
-import json
 import threading
 import time
 from concurrent.futures import wait as futures_wait
@@ -12,7 +11,7 @@ from acp_lite.agent import Agent
 from acp_lite.codec import convert
 from acp_lite.errors import CapabilityError, RequestCancelled, UsageError
 from acp_lite.client import Client
-from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, refused, sent
+from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, capability_cases, refused, sent
 
 
 class Minimal(Agent):
@@ -371,11 +370,7 @@ CLIENT_CAPABILITY_CHECKS = {
     "url elicitation": (lambda c: c.create_elicitation(convert(URL_REQUEST, schema.CreateElicitationRequest)), "elicitation/create",
                         [{}, {"elicitation": {}}, {"elicitation": {"form": {}}}], {"elicitation": {"url": {}}}),
 }
-def _case_id(name, capabilities):
-    return f"{name.replace(' ', '-')}:{json.dumps(capabilities, separators=(',', ':'))}"
-
-
-CLIENT_REFUSALS = [(name, shape) for name, check in CLIENT_CAPABILITY_CHECKS.items() for shape in check[2]]
+CLIENT_REFUSALS, CLIENT_REFUSAL_IDS = capability_cases(CLIENT_CAPABILITY_CHECKS)
 
 
 def _initialize_with(capabilities):
@@ -391,7 +386,7 @@ def _initialize_with(capabilities):
     "ACP-V1-ELIC-AGENT-NO-UNADVERTISED-MODE",
     "ACP-V1-INIT-OMITTED-UNSUPPORTED",
 )
-@pytest.mark.parametrize("name, capabilities", CLIENT_REFUSALS, ids=[_case_id(n, c) for n, c in CLIENT_REFUSALS])
+@pytest.mark.parametrize("name, capabilities", CLIENT_REFUSALS, ids=CLIENT_REFUSAL_IDS)
 def test_client_methods_not_advertised_raise_before_anything_is_sent(name, capabilities):
     call = CLIENT_CAPABILITY_CHECKS[name][0]
     with agent_with_raw_client(Minimal(), initialize=_initialize_with(capabilities)) as (client, raw):

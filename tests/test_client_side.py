@@ -11,7 +11,7 @@ from acp_lite import schema, updates
 from acp_lite.codec import UnknownVariant
 from acp_lite.errors import CapabilityError, ConnectionClosed, UsageError, VersionMismatch
 from acp_lite.client import Client
-from acp_harness import WAIT, background, client_with_raw_agent, initialized, refused, sent
+from acp_harness import WAIT, background, capability_cases, client_with_raw_agent, initialized, refused, sent
 
 ALL_SESSION_CAPS = {
     "loadSession": True,
@@ -135,11 +135,7 @@ CAPABILITY_CHECKS = {
     "embedded resource": (lambda r: r.prompt("s1", [RESOURCE]), "session/prompt",
                           [{}, {"promptCapabilities": {}}, {"promptCapabilities": {"embeddedContext": False, "image": True}}], {"promptCapabilities": {"embeddedContext": True}}),
 }
-def _case_id(name, capabilities):
-    return f"{name.replace(' ', '-')}:{json.dumps(capabilities, separators=(',', ':'))}"
-
-
-REFUSALS = [(name, shape) for name, check in CAPABILITY_CHECKS.items() for shape in check[2]]
+REFUSALS, REFUSAL_IDS = capability_cases(CAPABILITY_CHECKS)
 
 
 @pytest.mark.timeout(10)
@@ -160,7 +156,7 @@ REFUSALS = [(name, shape) for name, check in CAPABILITY_CHECKS.items() for shape
     "ACP-V1-PROMPT-CLIENT-RESTRICT-CONTENT",
     "ACP-V1-INIT-OMITTED-UNSUPPORTED",
 )
-@pytest.mark.parametrize("name, capabilities", REFUSALS, ids=[_case_id(name, shape) for name, shape in REFUSALS])
+@pytest.mark.parametrize("name, capabilities", REFUSALS, ids=REFUSAL_IDS)
 def test_calls_the_agent_did_not_advertise_are_refused_before_sending(name, capabilities):
     call = CAPABILITY_CHECKS[name][0]
     with client_with_raw_agent() as (remote, raw):

@@ -145,6 +145,7 @@ def test_concurrent_senders_never_interleave_or_reorder():
     b.close()
 
 
+@pytest.mark.req("ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
 def test_send_rejects_a_frame_with_a_newline():
     a, b = memory_pair()
     with pytest.raises(UsageError):
