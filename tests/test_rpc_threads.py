@@ -104,6 +104,7 @@ def test_a_cancel_request_reaches_a_request_still_waiting_behind_a_callback(pair
     assert reply["id"] == 7 and reply["result"] == "cancelled"
 
 
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-REQUIRED")
 def test_system_exit_in_a_handler_is_answered_and_the_connection_goes_on(pair, caplog):
     connection, peer = pair
 
