@@ -450,6 +450,8 @@ class Agent(Peer):
     _declares_protocol = True
 
     agent_info: Optional[Implementation] = None
+    # The protocol versions this agent speaks; list 2 to opt in to the v2 draft (acp_lite.v2).
+    protocol_versions: Sequence[int] = SUPPORTED_PROTOCOL_VERSIONS
     prompt_capabilities: PromptCapabilities = PromptCapabilities()
     mcp_capabilities: McpCapabilities = McpCapabilities()
     auth_methods: Sequence[Any] = ()
@@ -543,11 +545,19 @@ class _AgentService:
 
     def __init__(self, agent: Agent, connection: Connection):
         self.agent = agent
-        self.client = RemoteClient(connection)
+        self.client = self.make_client(connection)
         agent.client = self.client
         self._turns: Dict[str, Set[PromptTurn]] = {}
         self._turn_of: Dict[RequestContext, PromptTurn] = {}
         self._lock = threading.Lock()
+        self.bind(connection)
+
+    def make_client(self, connection: Connection) -> RemoteClient:
+        return RemoteClient(connection)
+
+    def bind(self, connection: Connection) -> None:
+        """Register this version's methods on ``connection`` (the v2 service has its own)."""
+        agent = self.agent
         wrappers = {
             "initialize": self._initialize,
             "session/prompt": self._prompt,
@@ -686,7 +696,13 @@ def serve(agent: Agent, transport: Any, *, delivery: Optional[HostDelivery] = No
     if current is not None and not current.connection.closed:
         raise UsageError("this Agent instance already serves an open connection; create one per client")
     connection = Connection(transport, delivery=delivery, name=name)
-    service = _AgentService(agent, connection)
+    if tuple(agent.protocol_versions) == SUPPORTED_PROTOCOL_VERSIONS:
+        service: Any = _AgentService(agent, connection)
+    else:
+        # Opted in to v2 (a subpackage, not vendored): one service per version, picked at initialize.
+        from .v2.agent import VersionedService
+
+        service = VersionedService(agent, connection)
     connection.on_closing(lambda: service.cancel_turns())
     connection.start()
     return service.client
