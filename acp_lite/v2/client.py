@@ -160,6 +160,8 @@ class RemoteAgent(v1client.RemoteAgent):
         if not self._in_v2:
             return super()._authenticate_request(method_id)
         self._initialized()
+        if not self.auth_methods:
+            raise CapabilityError("the agent offers no auth methods, so no auth/login")
         for method in self.auth_methods:
             if isinstance(method, v2.AuthMethodTerminal) and method.id == method_id:
                 raise UsageError(f"{method_id!r} is a terminal method: run it in a terminal, do not log in with it")

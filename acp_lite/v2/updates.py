@@ -80,14 +80,14 @@ def user_chunk(text: Union[str, Any], message_id: str) -> UserMessageChunk:
     return UserMessageChunk(message_id=message_id, content=_block(text))
 
 
-def agent_message(message_id: str, content: Optional[Iterable[Union[str, Any]]]) -> AgentMessage:
-    """An ``agent_message`` upsert: ``content`` replaces the message's content (None clears it)."""
-    return AgentMessage(message_id=message_id, content=None if content is None else [_block(c) for c in content])
+def agent_message(message_id: str, content: Iterable[Union[str, Any]]) -> AgentMessage:
+    """An ``agent_message`` upsert: ``content`` replaces the message's content (empty clears it)."""
+    return AgentMessage(message_id=message_id, content=[_block(c) for c in content])
 
 
-def user_message(message_id: str, content: Optional[Iterable[Union[str, Any]]]) -> UserMessage:
+def user_message(message_id: str, content: Iterable[Union[str, Any]]) -> UserMessage:
     """A ``user_message`` upsert (the agent's acknowledgment of a prompt, or a replayed one)."""
-    return UserMessage(message_id=message_id, content=None if content is None else [_block(c) for c in content])
+    return UserMessage(message_id=message_id, content=[_block(c) for c in content])
 
 
 def tool_call(tool_call_id: str, title: str, **fields: Any) -> SessionUpdateToolCallUpdate:
