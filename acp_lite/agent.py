@@ -33,6 +33,7 @@ from .peer import (
     extension_name,
     is_absolute_path,
     require_absolute_path,
+    v2_module,
 )
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
@@ -700,9 +701,7 @@ def serve(agent: Agent, transport: Any, *, delivery: Optional[HostDelivery] = No
         service: Any = _AgentService(agent, connection)
     else:
         # Opted in to v2 (a subpackage, not vendored): one service per version, picked at initialize.
-        from .v2.agent import VersionedService
-
-        service = VersionedService(agent, connection)
+        service = v2_module("agent").VersionedService(agent, connection)
     connection.on_closing(lambda: service.cancel_turns())
     connection.start()
     return service.client

@@ -26,7 +26,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 
 from .codec import Undecodable, UnknownVariant, keep_undecodable
 from .errors import CapabilityError, InvalidParams, SchemaError, UsageError, VersionMismatch
-from .peer import SUPPORTED_PROTOCOL_VERSIONS, Peer, Request, bind_handlers, extension_name, future_then, require_absolute_path
+from .peer import (SUPPORTED_PROTOCOL_VERSIONS, Peer, Request, bind_handlers, extension_name, future_then, require_absolute_path,
+                   v2_module)
 
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
@@ -293,9 +294,7 @@ class RemoteAgent:
         if tuple(versions) == SUPPORTED_PROTOCOL_VERSIONS:
             return cls(connection, client, process)
         # Opted in to v2 (a subpackage, not vendored).
-        from .v2.client import RemoteAgent as VersionedRemoteAgent
-
-        return VersionedRemoteAgent(connection, client, process, protocol_versions=versions)
+        return v2_module("client").RemoteAgent(connection, client, process, protocol_versions=versions)
 
     def close(self, timeout: float = 5.0) -> None:
         """Close the connection, stop the agent process (stdin close, then TERM, then KILL), then
