@@ -111,12 +111,20 @@ class VersionRouter:
         try:
             params = _decoded(raw, route[1])
         except Exception as exc:  # answered by the handler, below
-            with self._lock:
-                self._arrived[ctx] = (None, exc)
-            return
+            params, error = None, exc
+        else:
+            error = None
         with self._lock:
-            self._arrived[ctx] = (params, None)
-        route[2](params, ctx)
+            self._arrived[ctx] = (params, error)
+        # A request cancelled before its handler starts may never reach it: forget it then (a
+        # handler that still runs decodes the params again).
+        ctx.cancel_token.add_callback(lambda: self._forget(ctx))
+        if error is None:
+            route[2](params, ctx)
+
+    def _forget(self, ctx: RequestContext) -> None:
+        with self._lock:
+            self._arrived.pop(ctx, None)
 
     def _request(self, method: str, raw: Any, ctx: RequestContext) -> Any:
         view = self.view()
