@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from acp_lite import updates
 from acp_lite.agent import Agent, serve
@@ -42,15 +42,27 @@ OPTIONS = [{"id": "model", "name": "Model", "type": "select", "currentValue": "f
 
 
 class Recording(Transport):
-    """Keeps every frame this end writes."""
+    """Appends every frame this end writes to ``log``, as ``(name, frame)``: two ends sharing a
+    log keep the order in which the frames were sent."""
 
-    def __init__(self, read_fd: int, write_fd: int, name: str):
+    def __init__(self, read_fd: int, write_fd: int, name: str, log: List[Tuple[str, str]]):
         super().__init__(read_fd, write_fd, name=name)
-        self.written: List[str] = []
+        self.log = log
 
     def send(self, frame: bytes, awaited: bool = False, timeout: Any = None) -> None:
-        self.written.append(bytes(frame).decode("utf-8"))
+        self.log.append((self.name, bytes(frame).decode("utf-8")))
         super().send(frame, awaited, timeout)
+
+    @property
+    def written(self) -> List[str]:
+        return [frame for name, frame in self.log if name == self.name]
+
+
+def recording_pair(log: List[Tuple[str, str]]) -> Tuple[Recording, Recording]:
+    """The agent's and the client's ends of a pipe pair, both recording into ``log``."""
+    agent_read, client_write = os.pipe()
+    client_read, agent_write = os.pipe()
+    return Recording(agent_read, agent_write, "wire-agent", log), Recording(client_read, client_write, "wire-editor", log)
 
 
 class V1Agent(Agent):
@@ -101,10 +113,7 @@ class V1Editor(Client):
 def record(agent_versions: Sequence[int] = (), client_versions: Sequence[int] = ()) -> Dict[str, List[str]]:
     """Run the session; the frames each side wrote. Empty versions: the keyword is not passed at
     all (as an application that never heard of v2)."""
-    agent_read, client_write = os.pipe()
-    client_read, agent_write = os.pipe()
-    agent_end = Recording(agent_read, agent_write, "wire-agent")
-    client_end = Recording(client_read, client_write, "wire-editor")
+    agent_end, client_end = recording_pair([])
     agent = type("Opted", (V1Agent,), {"protocol_versions": tuple(agent_versions)})() if agent_versions else V1Agent()
     served = serve(agent, agent_end)
     extra = {"protocol_versions": tuple(client_versions)} if client_versions else {}
