@@ -205,7 +205,11 @@ class RemoteClient:
             _require_absolute_tool_call_paths(update)
         if type(update) is ConfigOptionUpdate and not self.accepts_boolean_options():
             update = ConfigOptionUpdate(config_options=self.without_boolean_options(update.config_options), meta=update.meta)
-        self.connection._send_notification("session/update", SessionNotification(session_id=session_id, update=update, meta=meta))
+        self._send_update(SessionNotification(session_id=session_id, update=update, meta=meta))
+
+    def _send_update(self, notification: Any) -> None:
+        # The hot path of a turn (the v2 client sends its own notifications through it too).
+        self.connection._send_notification("session/update", notification)
 
     def accepts_boolean_options(self) -> bool:
         """True when the client advertised ``session.configOptions.boolean``."""

@@ -28,13 +28,13 @@ The rules it keeps:
 """
 import logging
 from concurrent.futures import Future
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, get_args
 
 import msgspec
 
 from .. import schema as v1
 from ..agent import Agent, PromptTurn, RemoteClient as RemoteClientV1, _AgentService, _checking_session_paths, _current_turn
-from ..codec import convert
+from ..codec import UnknownVariant, convert
 from ..errors import UsageError
 from ..peer import Request, bind_handlers
 from ..rpc import Connection, RequestContext
@@ -69,6 +69,10 @@ def as_v2(value: Any, type_: Any) -> Any:
     return convert(msgspec.to_builtins(value), type_)
 
 
+# What a v2 session/update may carry: the draft's variants, or one kept raw (forwarded unchanged).
+_UPDATES = frozenset(get_args(v2.SessionUpdate)) | {UnknownVariant}
+
+
 class RemoteClient(RemoteClientV1):
     """The agent's handle on a v2 editor. As in v1, any thread; see the module docstring."""
 
@@ -80,9 +84,9 @@ class RemoteClient(RemoteClientV1):
     def session_update(self, session_id: str, update: Any, *, meta: Optional[Dict[str, Any]] = None) -> None:
         """Send one v2 ``session/update`` (builders in ``acp_lite.v2.updates``). Replaying
         history while a ``session/resume`` with ``replayFrom`` runs is what v2 asks for."""
-        if type(update).__module__ != v2.__name__:
+        if type(update) not in _UPDATES:
             raise UsageError(f"a v2 session/update takes acp_lite.v2 values, not {type(update).__module__}.{type(update).__name__}")
-        self.connection.notify("session/update", v2.UpdateSessionNotification(session_id=session_id, update=update, meta=meta))
+        self._send_update(v2.UpdateSessionNotification(session_id=session_id, update=update, meta=meta))
 
     def request_permission(  # type: ignore[override]
         self, session_id: str, title: str, options: Sequence[Any], *, subject: Any = None,

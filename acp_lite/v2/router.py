@@ -58,7 +58,12 @@ class VersionView:
 
     def __getattr__(self, name: str) -> Any:
         # Everything but the registrations is the connection's own (call, notify, close, ...).
-        return getattr(self._router.connection, name)
+        # Its methods are kept once looked up (a turn sends thousands of updates); values such as
+        # ``closed`` are read afresh every time.
+        value = getattr(self._router.connection, name)
+        if callable(value):
+            self.__dict__[name] = value
+        return value
 
 
 class VersionRouter:
