@@ -3,7 +3,6 @@ version reaches the other's callbacks. Each side is driven over a real pipe by a
 asserts the exact messages, or meets the other acp_lite side over an in-memory pair. The rule ids
 are those of the draft manifest, spec/draft/v2.json.
 """
-import contextlib
 import json
 import threading
 
@@ -18,7 +17,7 @@ from acp_lite.errors import CapabilityError, ConnectionClosed, UsageError, Versi
 from acp_lite.v2 import schema as v2
 from acp_lite.v2 import updates
 from acp_lite.wire import memory_pair
-from acp_harness import WAIT, _raw_pair, agent_with_raw_client, background, refused
+from acp_harness import WAIT, _raw_pair, agent_with_raw_client, background, client_with_raw_agent, refused
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -231,16 +230,8 @@ def test_a_batch_is_answered_entry_by_entry_on_a_v2_connection():
 # ----- negotiation, client side --------------------------------------------------------------------
 
 
-@contextlib.contextmanager
 def _client_with_raw_agent(client=None, versions=(2, 1)):
-    transport, raw = _raw_pair("v2-client-under-test")
-    remote = RemoteAgent.connect(transport, client, protocol_versions=versions)
-    try:
-        yield remote, raw
-    finally:
-        raw.close_writing()
-        remote.close()
-        raw.close()
+    return client_with_raw_agent(client, protocol_versions=versions)
 
 
 def _answer(raw, result):
@@ -250,6 +241,16 @@ def _answer(raw, result):
 
 
 V2_ANSWER = {"protocolVersion": 2, "info": {"name": "raw-agent", "version": "1"}, "capabilities": {"session": {}}}
+
+
+def _in_session(remote, raw):
+    """Initialize in v2 against the raw agent and open session s1."""
+    pending = background(remote.initialize)
+    _answer(raw, V2_ANSWER)
+    pending.result(WAIT)
+    session = background(remote.new_session, "/tmp")
+    _answer(raw, {"sessionId": "s1"})
+    session.result(WAIT)
 
 
 @pytest.mark.req("ACP-V2-NEGOTIATE-CLIENT-ASKS-LATEST", "ACP-V2-CAPS-INFO-REQUIRED", "ACP-V2-CAPS-OBJECT-MARKERS")
@@ -328,12 +329,7 @@ def test_prompt_returns_at_the_idle_after_its_acknowledgment_with_every_update_d
             seen.append(params.update if not isinstance(params, Undecodable) else params)
 
     with _client_with_raw_agent(Records()) as (remote, raw):
-        pending = background(remote.initialize)
-        _answer(raw, V2_ANSWER)
-        pending.result(WAIT)
-        session = background(remote.new_session, "/tmp")
-        _answer(raw, {"sessionId": "s1"})
-        session.result(WAIT)
+        _in_session(remote, raw)
         turn = background(remote.prompt, "s1", "hi")
         request = raw.recv()
         assert request["params"] == {"sessionId": "s1", "prompt": TEXT}
@@ -357,12 +353,7 @@ def test_prompt_returns_at_the_idle_after_its_acknowledgment_with_every_update_d
 
 def test_a_pending_v2_turn_fails_when_the_connection_closes():
     with _client_with_raw_agent() as (remote, raw):
-        pending = background(remote.initialize)
-        _answer(raw, V2_ANSWER)
-        pending.result(WAIT)
-        session = background(remote.new_session, "/tmp")
-        _answer(raw, {"sessionId": "s1"})
-        session.result(WAIT)
+        _in_session(remote, raw)
         turn = remote.prompt_future("s1", "hi")
         request = raw.recv()
         raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"messageId": "u1"}})

@@ -11,23 +11,21 @@ display-only bytes (``terminal_output``, ``terminal_update``); the turn's progre
 """
 import base64
 import uuid
-from typing import Any, Iterable, List, Optional, Tuple, Union
+from typing import Any, Iterable, Optional, Tuple, Union
 
-from ..updates import variant_tag
+# Permission options and answers are written the same in both versions: v1's builders serve.
+from ..updates import cancelled_permission, permission_option, permission_options, select_permission, variant_tag
 from .schema import (
     AgentMessage,
     AgentMessageChunk,
     AgentThoughtChunk,
-    CancelledPermissionOutcome,
     Content,
     Diff,
     DiffChangeModify,
     DiffPatch,
-    PermissionOption,
     PlanEntry,
     PlanItems,
     PlanUpdate,
-    RequestPermissionResponse,
     SelectedPermissionOutcome,
     SessionUpdateStateUpdate,
     SessionUpdateToolCallUpdate,
@@ -165,22 +163,6 @@ def running() -> SessionUpdateStateUpdate:
 def idle(stop_reason: Optional[str] = None, **fields: Any) -> SessionUpdateStateUpdate:
     """``idle``, with the stop reason when it ends foreground work."""
     return SessionUpdateStateUpdate(state="idle", stop_reason=stop_reason, **fields)
-
-
-def permission_option(option_id: str, name: str, kind: str) -> PermissionOption:
-    return PermissionOption(option_id=option_id, name=name, kind=kind)
-
-
-def permission_options(*options: Tuple[str, str, str]) -> List[PermissionOption]:
-    return [permission_option(*option) for option in options]
-
-
-def select_permission(option_id: str) -> RequestPermissionResponse:
-    return RequestPermissionResponse(outcome=SelectedPermissionOutcome(option_id=option_id))
-
-
-def cancelled_permission() -> RequestPermissionResponse:
-    return RequestPermissionResponse(outcome=CancelledPermissionOutcome())
 
 
 def selected_option(response: Any) -> Optional[str]:

@@ -19,14 +19,14 @@ import pytest
 import interop_peers
 import test_interop
 from test_interop import workspace  # noqa: F401 (the fixture, for the v1 scenario)
-from acp_lite.agent import Agent, serve
+from acp_lite.agent import serve
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.codec import encode
 from acp_lite.errors import RequestCancelled
 from acp_lite.process import AgentProcess
 from acp_lite.wire import process_transport
-from acp_lite.v2 import schema as v2
 from acp_lite.v2 import updates
+from test_v2 import DualAgent
 
 HERE = Path(__file__).resolve().parent
 WAIT_SECONDS = 20.0
@@ -95,25 +95,12 @@ def test_our_v2_client_drives_the_typescript_v2_agent(tmp_path: Path):
     assert not [line for line in stderr if "rror" in line], stderr
 
 
-class LiteAgent(Agent):
-    """acp_lite's side of the turn, in both versions."""
-
-    protocol_versions = (1, 2)
+class LiteAgent(DualAgent):
+    """acp_lite's side of the turn (in both versions, with the sessions of test_v2's agent)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.answers: List[Any] = []
-
-    def new_session(self, params):
-        return v2.NewSessionResponse(session_id="lite-v2-session")
-
-    def list_sessions(self, params):
-        return v2.ListSessionsResponse(sessions=[])
-
-    def resume_session(self, params):
-        return None
-
-    def close_session(self, params):
-        return None
 
     def prompt(self, params, turn):
         waiting = params.prompt[0].text.startswith("wait")
