@@ -174,15 +174,19 @@ def test_a_v2_turn_is_acknowledged_then_reported_by_updates_until_idle():
     assert updates.selected_option(agent.permission) == "ok"
 
 
+def _asked_permission(raw):
+    """Open session s1, prompt, and read up to the agent's permission request; returns it."""
+    raw.call("session/new", {"cwd": "/tmp"})
+    raw.request("session/prompt", {"sessionId": "s1", "prompt": TEXT})
+    ask = [raw.recv() for _ in range(6)][-1]
+    assert ask["method"] == "session/request_permission"
+    return ask
+
+
 @pytest.mark.req("ACP-V2-CANCEL-IDLE-CANCELLED")
 def test_a_cancelled_v2_turn_ends_with_idle_cancelled_after_its_pending_request_is_withdrawn():
-    agent = DualAgent()
-    with agent_with_raw_client(agent, initialize=V2_INIT) as (_, raw):
-        raw.call("session/new", {"cwd": "/tmp"})
-        raw.request("session/prompt", {"sessionId": "s1", "prompt": TEXT})
-        seen = [raw.recv() for _ in range(6)]
-        ask = seen[-1]
-        assert ask["method"] == "session/request_permission"
+    with agent_with_raw_client(DualAgent(), initialize=V2_INIT) as (_, raw):
+        ask = _asked_permission(raw)
         raw.notify("session/cancel", {"sessionId": "s1"})
         withdrawn = raw.recv()
         assert withdrawn == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": ask["id"]}}
@@ -194,9 +198,7 @@ def test_a_cancelled_v2_turn_ends_with_idle_cancelled_after_its_pending_request_
 def test_an_outcome_the_agent_does_not_know_is_never_an_approval():
     agent = DualAgent()
     with agent_with_raw_client(agent, initialize=V2_INIT) as (_, raw):
-        raw.call("session/new", {"cwd": "/tmp"})
-        raw.request("session/prompt", {"sessionId": "s1", "prompt": TEXT})
-        ask = [raw.recv() for _ in range(6)][-1]
+        ask = _asked_permission(raw)
         raw.send({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "later", "optionId": "ok"}}})
         raw.recv(), raw.recv()  # the tool call update, the idle
     assert isinstance(agent.permission.outcome, UnknownVariant)
