@@ -206,9 +206,8 @@ def test_an_outcome_the_agent_does_not_know_is_never_an_approval():
 
 
 def test_a_v2_session_update_takes_v2_values_only():
-    agent = DualAgent()
-    with agent_with_raw_client(agent, initialize=V2_INIT) as (_, raw):
-        client = agent.client  # the negotiated version's handle
+    with agent_with_raw_client(DualAgent(), initialize=V2_INIT) as (client, raw):
+        assert client.protocol_version == 2  # serve's handle, taken before initialize, is v2's now
         refused(lambda: client.session_update("s1", v1updates.text_chunk("v1 shape")), UsageError)
         refused(lambda: client.read_text_file("s1", "/etc/hosts"), UsageError)
         raw.expect_silence()

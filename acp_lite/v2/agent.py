@@ -233,6 +233,18 @@ def _markers(flags: Any, type_: Any, names: Sequence[str]) -> Any:
     return type_(**values)
 
 
+class _NegotiatedClient:
+    """What ``serve`` returns for an agent speaking several versions: the handle of the version
+    the connection negotiated (``agent.client``), looked up at each use, so that a handle taken
+    before ``initialize`` never speaks the other version."""
+
+    def __init__(self, agent: Agent):
+        self._agent = agent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._agent.client, name)
+
+
 class VersionedService:
     """Serves one connection in the version its first ``initialize`` asks for (see the module)."""
 
@@ -255,11 +267,8 @@ class VersionedService:
             self.services[version] = kind(agent, self.router.views[version])
         self.agent = agent
         agent.client = self.services[versions[0]].client
+        self.client = _NegotiatedClient(agent)
         self._negotiated = False
-
-    @property
-    def client(self) -> RemoteClientV1:
-        return self.agent.client
 
     def _negotiate(self, requested: Any) -> None:
         if self._negotiated:  # a repeated initialize goes to the version already chosen
