@@ -33,6 +33,7 @@ from .peer import (
     extension_name,
     is_absolute_path,
     require_absolute_path,
+    v2_module,
 )
 from .rpc import Connection, HostDelivery, RequestContext
 from .schema import (
@@ -227,7 +228,11 @@ class RemoteClient:
             _require_absolute_tool_call_paths(update)
         if type(update) is ConfigOptionUpdate and not self.accepts_boolean_options():
             update = ConfigOptionUpdate(config_options=self.without_boolean_options(update.config_options), meta=update.meta)
-        self.connection._send_notification("session/update", SessionNotification(session_id=session_id, update=update, meta=meta))
+        self._send_update(SessionNotification(session_id=session_id, update=update, meta=meta))
+
+    def _send_update(self, notification: Any) -> None:
+        # The hot path of a turn (the v2 client sends its own notifications through it too).
+        self.connection._send_notification("session/update", notification)
 
     def accepts_boolean_options(self) -> bool:
         """True when the client advertised ``session.configOptions.boolean``."""
@@ -473,6 +478,8 @@ class Agent(Peer):
     _declares_protocol = True
 
     agent_info: Optional[Implementation] = None
+    # The protocol versions this agent speaks; list 2 to opt in to the v2 draft (acp_lite.v2).
+    protocol_versions: Sequence[int] = SUPPORTED_PROTOCOL_VERSIONS
     prompt_capabilities: PromptCapabilities = PromptCapabilities()
     mcp_capabilities: McpCapabilities = McpCapabilities()
     auth_methods: Sequence[Any] = ()
@@ -567,11 +574,19 @@ class _AgentService:
 
     def __init__(self, agent: Agent, connection: Connection):
         self.agent = agent
-        self.client = RemoteClient(connection)
+        self.client = self.make_client(connection)
         agent.client = self.client
         self._turns: Dict[str, Set[PromptTurn]] = {}
         self._turn_of: Dict[RequestContext, PromptTurn] = {}
         self._lock = threading.Lock()
+        self.bind(connection)
+
+    def make_client(self, connection: Connection) -> RemoteClient:
+        return RemoteClient(connection)
+
+    def bind(self, connection: Connection) -> None:
+        """Register this version's methods on ``connection`` (the v2 service has its own)."""
+        agent = self.agent
         wrappers: Dict[str, Callable[..., Any]] = {
             "initialize": self._initialize,
             "session/prompt": self._prompt,
@@ -710,7 +725,11 @@ def serve(agent: Agent, transport: Any, *, delivery: Optional[HostDelivery] = No
     if current is not None and not current.connection.closed:
         raise UsageError("this Agent instance already serves an open connection; create one per client")
     connection = Connection(transport, delivery=delivery, name=name)
-    service = _AgentService(agent, connection)
+    if tuple(agent.protocol_versions) == SUPPORTED_PROTOCOL_VERSIONS:
+        service: Any = _AgentService(agent, connection)
+    else:
+        # Opted in to v2 (a subpackage, not vendored): one service per version, picked at initialize.
+        service = v2_module("agent").VersionedService(agent, connection)
     connection.on_closing(lambda: service.cancel_turns())
     connection.start()
     return service.client

@@ -34,6 +34,7 @@ from .peer import (
     extension_name,
     future_then,
     require_absolute_path,
+    v2_module,
 )
 from .process import AgentProcess
 from .rpc import Connection, HostDelivery, RequestContext
@@ -285,6 +286,11 @@ class RemoteAgent:
         self._permissions: Dict[str, Set[RequestContext]] = {}
         self._cancelled_turns: Set[str] = set()  # sessions cancelled and not prompted since
         self._lock = threading.Lock()
+        self._bind(connection)
+        connection.start()
+
+    def _bind(self, connection: Connection) -> None:
+        """Register the client's methods on ``connection`` (the v2 subclass adds its own)."""
         bind_handlers(
             connection,
             self.client,
@@ -292,7 +298,6 @@ class RemoteAgent:
             _KEEPING_METHODS,
             self._wrappers(),
         )
-        connection.start()
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -306,25 +311,36 @@ class RemoteAgent:
         delivery: Optional[HostDelivery] = None,
         on_stderr_line: Any = None,
         name: str = "agent",
+        protocol_versions: Sequence[int] = SUPPORTED_PROTOCOL_VERSIONS,
     ) -> "RemoteAgent":
         """Start the agent subprocess ``argv`` and connect to it over its stdio. ``name`` tells
         this connection from others in its thread names (``acp-reader-<name>``, ...) and log
-        records. Any thread."""
+        records. ``protocol_versions`` lists the versions this client speaks: listing 2 opts in
+        to the v2 draft (``acp_lite.v2.client``). Any thread."""
         process = AgentProcess(argv, cwd=cwd, env=env, on_stderr_line=on_stderr_line)
         try:
             connection = Connection(process_transport(process), delivery=delivery, name=name)
-            return cls(connection, client, process)
+            return cls._speaking(protocol_versions, connection, client, process)
         except BaseException:
             process.stop()
             raise
 
     @classmethod
     def connect(
-        cls, transport: Any, client: Optional[Client] = None, *, delivery: Optional[HostDelivery] = None, name: str = "agent"
+        cls, transport: Any, client: Optional[Client] = None, *, delivery: Optional[HostDelivery] = None,
+        name: str = "agent", protocol_versions: Sequence[int] = SUPPORTED_PROTOCOL_VERSIONS,
     ) -> "RemoteAgent":
         """Talk to an agent over an already open transport (socket, in-memory pair, ...);
-        ``name`` as for ``spawn``."""
-        return cls(Connection(transport, delivery=delivery, name=name), client)
+        ``name`` and ``protocol_versions`` as for ``spawn``."""
+        return cls._speaking(protocol_versions, Connection(transport, delivery=delivery, name=name), client)
+
+    @classmethod
+    def _speaking(cls, versions: Sequence[int], connection: Connection, client: Optional[Client],
+                  process: Optional[AgentProcess] = None) -> "RemoteAgent":
+        if tuple(versions) == SUPPORTED_PROTOCOL_VERSIONS:
+            return cls(connection, client, process)
+        # Opted in to v2 (a subpackage, not vendored).
+        return v2_module("client").RemoteAgent(connection, client, process, protocol_versions=versions)
 
     def close(self, timeout: float = 5.0) -> None:
         """Close the connection, stop the agent process (stdin close, then TERM, then KILL), then

@@ -13,6 +13,7 @@ signature and types.
 
 Every file path in the protocol is absolute: each side refuses a relative one before sending it.
 """
+import importlib
 from concurrent.futures import Future
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
@@ -79,6 +80,18 @@ class Peer:
 
     def ext_notification(self, method: str, params: Any) -> None:
         """An extension notification; ignored unless overridden."""
+
+
+def v2_module(name: str) -> Any:
+    """``acp_lite.v2.<name>``, imported once an application opts in to ACP v2. The vendored
+    single file holds no subpackage, so there it raises ``UsageError`` saying so."""
+    module = f"{__package__}.v2.{name}"
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module.startswith(exc.name):
+            raise
+        raise UsageError("ACP v2 (acp_lite.v2) is not part of the vendored single file: install acp_lite to use it") from None
 
 
 def is_absolute_path(path: str) -> bool:

@@ -1,7 +1,7 @@
 """Adapters driving acp_lite through its public API, as an application would.
 
-    python lite.py client-a [--sessions K] [--host-delivery] -- AGENT_CMD...   workloads A and E
-    python lite.py agent --n N --updates STREAM_FILE                         workload B's agent, C's peer
+    python lite.py client-a [--sessions K] [--host-delivery] [--v2] -- AGENT_CMD...   workloads A and E
+    python lite.py agent --n N --updates STREAM_FILE [--v2]                  workload B's agent, C's peer
     python lite.py client-c --k K --inflight M [--futures] -- AGENT_CMD...   workload C
     python lite.py agent --paced                                             workload D's agent
     python lite.py client-d --rates R1,R2 --seconds S -- AGENT_CMD...        workload D's client
@@ -13,7 +13,8 @@ instead of the connection's delivery thread. ``client-c`` keeps M requests in fl
 making blocking calls; with ``--futures``, from one thread with ``call_future``, each answer's
 done-callback sending the next request. ``client-d`` runs a turn per rate and kind of sender and
 reports the latency of each turn's stamped updates, which the ``--paced`` agent sends (see
-pacing.py).
+pacing.py). ``--v2``: the client asks for ACP v2 only, the agent speaks only v2 (the same stream,
+decoded into the v2 types).
 """
 import json
 import sys
@@ -25,6 +26,7 @@ from typing import Callable, List
 from acp_lite import Agent, Client, HostDelivery, RemoteAgent, serve_stdio
 from acp_lite.codec import convert
 from acp_lite.schema import AgentMessageChunk, NewSessionResponse, SessionUpdate, TextContent
+from acp_lite.v2 import schema as v2
 
 import pacing
 from measure import Stopwatch, peak_rss_kb, round_trips
@@ -58,6 +60,25 @@ class StreamingAgent(Agent):
 
     def ext_method(self, method, params):
         return {}
+
+
+class StreamingAgentV2(StreamingAgent):
+    """Workload B's agent in v2: the same stream as v2 values, and the methods v2 requires."""
+
+    protocol_versions = (2,)
+
+    def __init__(self, n: int, stream_file: str):
+        self.n = n
+        self.updates = [convert(update, v2.SessionUpdate) for update in agent_updates(stream_file)]
+
+    def list_sessions(self, params):
+        return v2.ListSessionsResponse(sessions=[])
+
+    def resume_session(self, params):
+        return None
+
+    def close_session(self, params):
+        return None
 
 
 class PacedAgent(Agent):
@@ -98,10 +119,11 @@ def client_d(rates: List[float], seconds: float, argv: List[str]) -> dict:
     return pacing.client_result(turns, peak_rss_kb())
 
 
-def client_a(argv: List[str], sessions: int = 1, host_delivery: bool = False) -> dict:
+def client_a(argv: List[str], sessions: int = 1, host_delivery: bool = False, v2_only: bool = False) -> dict:
     counter = CountingClient()
     delivery = HostDelivery() if host_delivery else None
-    with RemoteAgent.spawn(argv, client=counter, delivery=delivery) as agent:
+    versions = {"protocol_versions": (2,)} if v2_only else {}
+    with RemoteAgent.spawn(argv, client=counter, delivery=delivery, **versions) as agent:
         def drive() -> dict:
             agent.initialize()
             session_ids = [agent.new_session(cwd="/tmp").session_id for _ in range(sessions)]
@@ -194,14 +216,15 @@ def main(args: List[str]) -> None:
         if "--paced" in options:
             serve_stdio(PacedAgent())
             return
-        opts = dict(zip(options[::2], options[1::2]))
-        serve_stdio(StreamingAgent(int(opts["--n"]), opts["--updates"]))
+        kind = StreamingAgentV2 if "--v2" in options else StreamingAgent
+        opts = dict(zip(*[iter(option for option in options if option != "--v2")] * 2))
+        serve_stdio(kind(int(opts["--n"]), opts["--updates"]))
         return
     if mode == "client-d":
         result = client_d(*pacing.parse_options(options), argv)
     elif mode == "client-a":
         sessions = int(options[options.index("--sessions") + 1]) if "--sessions" in options else 1
-        result = client_a(argv, sessions, "--host-delivery" in options)
+        result = client_a(argv, sessions, "--host-delivery" in options, "--v2" in options)
     else:
         futures = "--futures" in options
         opts = dict(zip(*[iter(option for option in options if option != "--futures")] * 2))

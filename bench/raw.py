@@ -2,7 +2,7 @@
 an agent under test (workload B), the bare ping-pong (workload C) and the bare reader of a paced
 stream (workload D).
 
-    python raw.py receive {split,json,msgspec,schema} [--pipe-size BYTES] -- AGENT_CMD...
+    python raw.py receive {split,json,msgspec,schema} [--pipe-size BYTES] [--v2] -- AGENT_CMD...
     python raw.py pingpong --k K --inflight M [--threads] -- AGENT_CMD...
     python raw.py latency --rates R1,R2 --seconds S -- AGENT_CMD...
 
@@ -12,7 +12,9 @@ mode names: nothing (``split``), ``json.loads``, a msgspec decode into Structs s
 types (``msgspec``, the ceiling of issue 6), or the same into acp_lite's generated types
 (``schema``). It reports the agent's peak RSS and CPU time as well, since in workload B the agent
 is the subject. ``--pipe-size`` asks the OS for a larger pipe from the agent (Linux), as
-acp_lite does for the pipes it reads: the ceiling with the same advantage. ``latency`` runs workload
+acp_lite does for the pipes it reads: the ceiling with the same advantage. ``--v2`` speaks ACP v2 to
+the agent: the turn's lines then also hold the prompt's acknowledgment, the user message and the
+``running`` state, and end with the ``idle`` state (not counted as updates). ``latency`` runs workload
 D's turns in a single thread that blocks in ``os.read`` and reports the latency of the stamped
 updates (see pacing.py): the sending side alone.
 """
@@ -147,7 +149,10 @@ class RawAgent:
                     raise RuntimeError(f"{method} failed: {message['error']}")
                 return message["result"]
 
-    def open_session(self) -> str:
+    def open_session(self, v2: bool = False) -> str:
+        if v2:
+            self.request("initialize", {"protocolVersion": 2, "info": {"name": "bench-raw", "version": "1"}, "capabilities": {}})
+            return self.request("session/new", {"cwd": "/tmp"})["sessionId"]
         self.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
         return self.request("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
 
@@ -179,10 +184,10 @@ class RawAgent:
         return peak
 
 
-def receive(mode: str, argv: List[str], pipe_size: int = 0) -> dict:
+def receive(mode: str, argv: List[str], pipe_size: int = 0, v2: bool = False) -> dict:
     decode = DECODERS[mode]()
     agent = RawAgent(argv, pipe_size)
-    session_id = agent.open_session()
+    session_id = agent.open_session(v2)
     lines = 0
     nbytes = len(agent.buf)
     unfinished = [agent.buf]  # the pieces of a line still being read
@@ -202,13 +207,14 @@ def receive(mode: str, argv: List[str], pipe_size: int = 0) -> dict:
             for line in parts:
                 decode(line)
         lines += len(parts)
-        # The prompt result is the last line of the turn; updates never mention a stopReason.
+        # The prompt result (v2: the idle state) is the last line of the turn; updates never
+        # mention a stopReason.
         if parts and b'"stopReason"' in parts[-1]:
             break
     elapsed = stopwatch.elapsed()
     agent_cpu_after = agent.cpu_seconds()
     agent_rss = agent.close()
-    return {"updates": lines - 1, **elapsed, "bytes": nbytes, "rss_kb": peak_rss_kb(), "agent_rss_kb": agent_rss,
+    return {"updates": lines - (4 if v2 else 1), **elapsed, "bytes": nbytes, "rss_kb": peak_rss_kb(), "agent_rss_kb": agent_rss,
             "agent_cpu_seconds": None if agent_cpu is None else agent_cpu_after - agent_cpu}
 
 
@@ -292,7 +298,7 @@ def main(args: List[str]) -> None:
     options, argv = args[:split], args[split + 1:]
     if options[0] == "receive":
         pipe_size = int(options[options.index("--pipe-size") + 1]) if "--pipe-size" in options else 0
-        result = receive(options[1], argv, pipe_size)
+        result = receive(options[1], argv, pipe_size, "--v2" in options)
     elif options[0] == "latency":
         result = latency(*pacing.parse_options(options[1:]), argv)
     else:

@@ -3,6 +3,7 @@
 Usage, from the repository root:
 
     python schema/generate.py schema/v1/structure.json --out acp_lite/schema.py
+    python schema/generate.py schema/v2/structure.json --out acp_lite/v2/schema.py --codec ..codec
 
 The generator reads nothing but that file: the ACP JSON Schema reduced to its structure by
 ``schema/derive.py``, with the protocol version and the method names under ``x-acp-lite-methods``
@@ -26,6 +27,8 @@ reader meets them in the output:
   the union object itself declares are copied into every variant.
 * Alternatives of an object that carry no discriminator and no tagged sibling (scopes such as
   "either sessionId or requestId") are merged into the object as optional fields.
+* A tagged alternative whose payload is a union tagged by another property becomes one class:
+  the inner tag a required field, the inner variants' properties optional fields.
 * Unions msgspec can decode natively stay ``typing.Union``. The others (an alternative without a
   tag beside tagged ones, two untagged objects, two arrays) become ``untagged_union(...)`` stand-ins
   that the codec resolves. An alternative without a tag beside tagged ones is chosen when the tag
@@ -463,6 +466,8 @@ class Generator:
             return self.annotation(alt, union, alt.get("title", ""))
         if ref and not tag and not base and not inline:
             return ref
+        if ref and tag and self.is_tagged_union(ref):
+            return self.flattened_variant(union, ref, tag, base, base_required)
         if ref and not _is_object(self.defs.get(ref, {})):
             return ref
         label = tag[1] if tag else alt.get("title", "variant")
@@ -478,6 +483,35 @@ class Generator:
             groups.append(self.fields(self.defs[ref], name))
         groups.append(self.fields({"properties": inline, "required": alt.get("required", [])}, name))
         doc = f"The ``{label}`` variant of ``{union}``." if tag else f"The ``{label}`` form of ``{union}`` (no tag)."
+        self.variants.append(StructSpec(name, self.ordered(groups), tag=tag, doc=doc))
+        return name
+
+    def is_tagged_union(self, name: str) -> bool:
+        node = self.defs.get(name, {})
+        return not _is_object(node) and any(_tag_of(a) for a in _alternatives(node))
+
+    def flattened_variant(self, union: str, ref: str, tag: Tuple[str, str],
+                          base: Dict[str, Any], base_required: List[str]) -> str:
+        """A tagged variant whose payload is itself a union tagged by another property
+        (``state_update`` holding ``running``/``idle``/...): msgspec reads one tag per class, so
+        the variant is one class holding the inner tag as a required field and the inner
+        variants' properties as optional ones."""
+        inner = [a for a in _alternatives(self.defs[ref]) if not _is_null(a)]
+        inner_field = next(_tag_of(a) for a in inner if _tag_of(a))[0]
+        known = [_tag_of(a)[1] for a in inner if _tag_of(a)]
+        open_set = any(_is_catch_all(a) for a in inner)
+        annotation = "str" if open_set else "Literal[" + ", ".join(json.dumps(v) for v in known) + "]"
+        name = self.unique(union + pascal(tag[1]))
+        groups = [self.fields(_shared_part(base, base_required, tag), name), [Field(inner_field, annotation, True)]]
+        for alt in inner:
+            if _is_catch_all(alt):
+                continue
+            target = self.defs.get(_ref_name(alt) or "", alt)
+            props = {k: v for k, v in target.get("properties", {}).items() if k != inner_field}
+            groups.append(self.fields({"properties": props}, name, optional_all=True))
+            groups.append(self.mixin_fields(target, _alternatives(target), name))
+        doc = (f"The ``{tag[1]}`` variant of ``{union}``: the variants of ``{ref}`` (told apart by "
+               f"``{inner_field}``) in one class.")
         self.variants.append(StructSpec(name, self.ordered(groups), tag=tag, doc=doc))
         return name
 
@@ -562,14 +596,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Dict, List, Literal, Optional,
 
 import msgspec
 
-from .codec import MethodSpec, UnknownVariant, untagged_union
+from {codec} import MethodSpec, UnknownVariant, untagged_union
 
 '''
 
 
 def render(gen: Generator, source: str, digest: str, tables: Dict[str, List[Tuple[str, str, Optional[str]]]],
-           version: int) -> str:
-    parts = [HEADER.format(source=source, digest=digest), f"PROTOCOL_VERSION = {version}\n\n"]
+           version: int, codec: str = ".codec") -> str:
+    parts = [HEADER.format(source=source, digest=digest, codec=codec), f"PROTOCOL_VERSION = {version}\n\n"]
     parts.append(
         "# Leniency markers read by acp_lite.codec: a malformed value falls back to the field's default,\n"
         "# and a malformed item of an array is dropped.\n"
@@ -599,7 +633,7 @@ def render(gen: Generator, source: str, digest: str, tables: Dict[str, List[Tupl
     return "".join(parts)
 
 
-def generate(structure_path: str) -> str:
+def generate(structure_path: str, codec: str = ".codec") -> str:
     with open(structure_path, encoding="utf-8") as f:
         schema = json.load(f)
     meta = schema["x-acp-lite-methods"]
@@ -607,15 +641,17 @@ def generate(structure_path: str) -> str:
     gen.run()
     tables = method_tables(gen.defs, meta)
     source = os.path.relpath(structure_path).replace(os.sep, "/")
-    return render(gen, source, schema["x-acp-lite-derived"]["schema_sha256"], tables, meta["version"])
+    return render(gen, source, schema["x-acp-lite-derived"]["schema_sha256"], tables, meta["version"], codec)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="Generate acp_lite/schema.py from a structure file of schema/.")
     parser.add_argument("structure", help="the structure file made by schema/derive.py (schema/v1/structure.json)")
     parser.add_argument("--out", required=True, help="where to write the module")
+    parser.add_argument("--codec", default=".codec",
+                        help="the module the output imports acp_lite.codec as, relative to the output (..codec in a subpackage)")
     args = parser.parse_args(argv)
-    text = generate(args.structure)
+    text = generate(args.structure, args.codec)
     with open(args.out, "w", encoding="utf-8", newline="\n") as f:
         f.write(text)
     return 0

@@ -129,6 +129,27 @@ def load(manifest_dir: Path = MANIFEST_DIR) -> Tuple[Dict[str, Any], Dict[str, A
     return manifest, classification
 
 
+DRAFT_V2 = SPEC_DIR / "draft" / "v2.json"
+_DRAFT_STATUSES = ("tested", "pending")
+
+
+def load_draft(path: Path = DRAFT_V2) -> Dict[str, Dict[str, Any]]:
+    """The v2 draft manifest (written here, not imported: v2 has no derived list), by id. Its ids
+    must not collide with v1's, and each entry needs a source line and a status."""
+    document = json.loads(path.read_text(encoding="utf-8"))
+    if document.get("status") != "draft":
+        raise ManifestError(f"{path.name} must be marked draft")
+    entries: Dict[str, Dict[str, Any]] = {}
+    for entry in document["requirements"]:
+        req_id = entry.get("id", "")
+        if not req_id.startswith("ACP-V2-") or req_id in entries:
+            raise ManifestError(f"{path.name}: bad or repeated id {req_id!r}")
+        if not entry.get("source") or entry.get("status") not in _DRAFT_STATUSES:
+            raise ManifestError(f"{path.name}: {req_id} needs a source and a status among {_DRAFT_STATUSES}")
+        entries[req_id] = entry
+    return entries
+
+
 def import_file(source_path: Path, manifest_dir: Path = MANIFEST_DIR) -> List[str]:
     """Write the manifest for ``source_path`` into ``manifest_dir``; returns the dropped ids."""
     manifest = build_manifest(source_path.read_bytes())

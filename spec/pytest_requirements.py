@@ -3,7 +3,11 @@
 Loaded by ``tests/conftest.py``. During a session it records which test functions name which
 requirement ids and how each test ended. At the end:
 
-- a test naming an id the manifest does not know always fails the session;
+- a test naming an id the manifest does not know always fails the session; the ids of the v2
+  draft manifest (``spec/draft/v2.json``) are known too, but traced apart: they never enter the v1
+  coverage rows, reports or gate;
+- on a whole-suite run, a draft requirement marked ``tested`` without a passing test fails the
+  session too (the draft's own gate, next to v1's);
 - on a whole-suite run only (no path arguments, nothing deselected by ``-k``/``-m``/``--lf``, no
   collection error, every collected test ran) it writes ``spec/COVERAGE.md`` and ``spec/coverage.json`` and applies the coverage
   gate of ``spec/coverage.py``. A partial run proves nothing about coverage: it neither writes nor
@@ -20,7 +24,7 @@ from typing import Dict, List, Set, Tuple
 import pytest
 
 from .coverage import build_rows, coverage_document, gate, render_markdown, summary_line
-from .import_requirements import SPEC_DIR, ManifestError, dump_json, load
+from .import_requirements import SPEC_DIR, ManifestError, dump_json, load, load_draft
 from .mutate import LISTING_VARIABLE, load_mutation_counts
 
 _RANK = {"skipped": 0, "passed": 1, "failed": 2}
@@ -39,6 +43,8 @@ class _RequirementTracker:
         self.manifest = manifest
         self.classification = classification
         self.known_ids = set(classification)
+        self.draft = load_draft()
+        self.draft_tests: Dict[str, Set[str]] = {}
         self.tests_by_id: Dict[str, Set[str]] = {}
         self.unknown: List[Tuple[str, str]] = []  # (id as written, test)
         self.function_of: Dict[str, str] = {}  # case node id -> test function node id
@@ -66,6 +72,8 @@ class _RequirementTracker:
                 for req_id in marker.args or ("(empty req marker)",):
                     if isinstance(req_id, str) and req_id in self.known_ids:
                         self.tests_by_id.setdefault(req_id, set()).add(test)
+                    elif isinstance(req_id, str) and req_id in self.draft:
+                        self.draft_tests.setdefault(req_id, set()).add(test)
                     else:
                         self.unknown.append((str(req_id), test))
 
@@ -105,8 +113,18 @@ class _RequirementTracker:
             (SPEC_DIR / "coverage.json").write_text(dump_json(document), encoding="utf-8")
             self.summary = summary_line(rows)
             self.problems += gate(rows)
+            self.summary += "; " + self._draft_gate()
         if self.problems and session.exitstatus == 0:
             session.exitstatus = 1
+
+    def _draft_gate(self) -> str:
+        """The v2 draft's line of the summary; its untraced ``tested`` ids go to the problems."""
+        passing = {req_id for req_id, tests in self.draft_tests.items()
+                   if any(self.results.get(test) == "passed" for test in tests)}
+        untraced = sorted(req_id for req_id, entry in self.draft.items() if entry["status"] == "tested" and req_id not in passing)
+        if untraced:
+            self.problems.append(("v2 draft requirements marked tested have no passing test", untraced))
+        return f"v2 draft: {len(passing)} of {len(self.draft)} traced by passing tests"
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         terminalreporter.section("ACP requirements")

@@ -145,10 +145,11 @@ def agent_with_raw_client(agent: Agent, initialize: Optional[Dict[str, Any]] = I
 
 
 @contextlib.contextmanager
-def client_with_raw_agent(client: Optional[Client] = None) -> Iterator[Tuple[RemoteAgent, RawPeer]]:
-    """A ``RemoteAgent`` whose agent is played by the test through the ``RawPeer``."""
+def client_with_raw_agent(client: Optional[Client] = None, **connect: Any) -> Iterator[Tuple[RemoteAgent, RawPeer]]:
+    """A ``RemoteAgent`` whose agent is played by the test through the ``RawPeer``; ``connect``
+    goes to ``RemoteAgent.connect`` (``protocol_versions=...``)."""
     transport, raw = _raw_pair("client-under-test")
-    remote = RemoteAgent.connect(transport, client)
+    remote = RemoteAgent.connect(transport, client, **connect)
     try:
         yield remote, raw
     finally:

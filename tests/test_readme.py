@@ -69,7 +69,14 @@ def test_the_minimal_examples_in_the_readme_are_the_files_and_stay_short(name, s
 
 
 def test_every_snippet_is_run_by_a_test_here(snippets):
-    assert sorted(snippets) == ["minimal_agent.py", "minimal_client.py", "snippet_2.py", "snippet_3.py"]
+    assert sorted(snippets) == ["minimal_agent.py", "minimal_client.py", "snippet_2.py", "snippet_3.py", "v2_echo.py"]
+
+
+def test_the_v2_snippet_runs_a_v2_turn_as_the_readme_says(snippets):
+    done = _run(snippets, "v2_echo.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["UserMessage", "SessionUpdateStateUpdate", "AgentMessageChunk",
+                                        "SessionUpdateStateUpdate", "2 end_turn"]
 
 
 @pytest.mark.slow

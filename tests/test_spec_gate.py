@@ -26,6 +26,13 @@ MANIFEST = {
     ],
 }
 
+DRAFT = {
+    "revision": "r-draft",
+    "status": "draft",
+    "requirements": [{"id": "ACP-V2-DRAFT-RULE", "keyword": "MUST", "role": "agent", "source": "b L3", "status": "pending"}],
+}
+DRAFT_TESTED = dict(DRAFT, requirements=[dict(DRAFT["requirements"][0], status="tested")])
+
 TESTS = """
 import pytest
 
@@ -38,10 +45,19 @@ def test_plain():
 """
 
 
-def make_project(tmp_path, classification, tests=TESTS):
+DRAFT_TEST = """
+@pytest.mark.req("ACP-V2-DRAFT-RULE")
+def test_draft_rule():
+    pass
+"""
+
+
+def make_project(tmp_path, classification, tests=TESTS, draft=DRAFT):
     project = tmp_path / "main"
     spec = project / "spec"
     (spec / "manifest").mkdir(parents=True)
+    (spec / "draft").mkdir()
+    (spec / "draft" / "v2.json").write_text(dump_json(draft), encoding="utf-8")
     for module in (REPO / "spec").glob("*.py"):
         shutil.copy(module, spec / module.name)
     (spec / "manifest" / "requirements.json").write_text(dump_json(MANIFEST), encoding="utf-8")
@@ -79,6 +95,20 @@ def test_a_whole_suite_run_passes_and_writes_the_same_reports_every_time(tmp_pat
     second = run(project)
     assert second.returncode == 0, second.stdout
     assert (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8") == report
+
+
+def test_draft_ids_are_traced_apart_from_v1_and_gated_on_their_own(tmp_path):
+    classification = {"ACP-V1-MUST-SDK": {"status": "pending"}, "ACP-V1-MAY-SDK": {"status": "tested"}}
+    traced = run(make_project(tmp_path / "traced", classification, TESTS + DRAFT_TEST, DRAFT_TESTED))
+    assert traced.returncode == 0, traced.stdout
+    assert "v2 draft: 1 of 1 traced by passing tests" in traced.stdout
+    report = (tmp_path / "traced" / "main" / "spec" / "COVERAGE.md").read_text(encoding="utf-8")
+    assert "ACP-V2" not in report
+
+    untraced = run(make_project(tmp_path / "untraced", classification, TESTS, DRAFT_TESTED))
+    assert untraced.returncode == 1, untraced.stdout
+    assert "v2 draft requirements marked tested have no passing test" in untraced.stdout
+    assert "ACP-V2-DRAFT-RULE" in untraced.stdout
 
 
 def test_an_unknown_id_fails_even_a_partial_run(tmp_path):

@@ -84,6 +84,26 @@ def test_scenario_against_the_single_file(isolated, scenario):
 
 
 @pytest.mark.timeout(60)
+def test_the_single_file_says_v2_is_not_in_it_when_an_application_opts_in(isolated):
+    code = (
+        "from my_plugin import _acp\n"
+        "a, b = _acp.memory_pair()\n"
+        "class V2(_acp.Agent):\n"
+        "    protocol_versions = (1, 2)\n"
+        "try:\n"
+        "    _acp.serve(V2(), a)\n"
+        "except _acp.UsageError as exc:\n"
+        "    print(exc)\n"
+        "try:\n"
+        "    _acp.RemoteAgent.connect(b, protocol_versions=(2, 1))\n"
+        "except _acp.UsageError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = isolated("-c", code)
+    assert done.stdout.splitlines() == ["ACP v2 (acp_lite.v2) is not part of the vendored single file: install acp_lite to use it"] * 2, done.stderr
+
+
+@pytest.mark.timeout(60)
 def test_single_file_process_cannot_import_the_package(isolated):
     done = isolated("-c", "import sys; print(sys.path); import acp_lite")
     assert done.returncode == 1 and "No module named 'acp_lite'" in done.stderr

@@ -19,6 +19,11 @@ a ``WireVerdict`` listing
 
 Extension methods (names starting with ``_``) are checked for their envelope only.
 
+The protocol version comes from the ``initialize`` exchange: the request is judged as the version
+it asks for, the response as the version it chooses, and every message after it as that version
+(v1, or the v2 draft of ``acp_lite.v2``), so a v1 method or shape on a v2 connection is
+``unknown-method`` or ``schema-invalid`` and the reverse. Until an answer is seen, v1.
+
 Lenient decodings are seen through the codec's diagnostics hook, which a checker takes over when it
 is created: it is a tool for the command line, not for embedding in an application that sets its
 own hook. A checker is not thread-safe: feed it from one thread at a time (``tap`` holds a lock).
@@ -30,15 +35,14 @@ import msgspec
 
 from ..codec import Fallback, convert, set_diagnostics_hook
 from ..errors import SchemaError
-from ..schema import AGENT_METHODS, CLIENT_METHODS, PROTOCOL_METHODS
+from .. import schema as v1
+from ..v2 import schema as v2
 
 CLIENT_TO_AGENT = "client->agent"
 AGENT_TO_CLIENT = "agent->client"
 DIRECTIONS = (CLIENT_TO_AGENT, AGENT_TO_CLIENT)
 
 _OPPOSITE = {CLIENT_TO_AGENT: AGENT_TO_CLIENT, AGENT_TO_CLIENT: CLIENT_TO_AGENT}
-# The methods a message travelling in each direction may call.
-_CALLABLE = {CLIENT_TO_AGENT: AGENT_METHODS, AGENT_TO_CLIENT: CLIENT_METHODS}
 
 _JSON_DECODER = msgspec.json.Decoder()
 
@@ -155,6 +159,53 @@ _NEEDS: Dict[str, Callable[[Any], List[Tuple[str, ...]]]] = {
 }
 
 
+def _v2_prompt_content_needs(params: Any) -> List[Tuple[str, ...]]:
+    return [("session", "prompt") + path[1:] for path in _prompt_content_needs(params)]
+
+
+def _v2_extra_directories_need(params: Any) -> List[Tuple[str, ...]]:
+    return [("session", "additionalDirectories")] if _extra_directories_need(params) else []
+
+
+# The same for v2, where the baseline session methods need only the session capabilities.
+_NEEDS_V2: Dict[str, Callable[[Any], List[Tuple[str, ...]]]] = {
+    "session/new": lambda params: [("session",)] + _v2_extra_directories_need(params),
+    "session/resume": lambda params: [("session",)] + _v2_extra_directories_need(params),
+    "session/list": _fixed_need("session"),
+    "session/close": _fixed_need("session"),
+    "session/delete": _fixed_need("session", "delete"),
+    "session/prompt": _v2_prompt_content_needs,
+    "elicitation/create": _NEEDS["elicitation/create"],
+}
+
+
+class _Version(NamedTuple):
+    """What a protocol version gives the checker: the methods each direction may call, the
+    protocol methods, the capability needs and where initialize carries each side's capabilities."""
+
+    number: int
+    callable: Dict[str, Dict[str, Any]]
+    protocol: Dict[str, Any]
+    needs: Dict[str, Callable[[Any], List[Tuple[str, ...]]]]
+    client_capabilities: str
+    agent_capabilities: str
+
+
+_VERSIONS = {
+    1: _Version(1, {CLIENT_TO_AGENT: v1.AGENT_METHODS, AGENT_TO_CLIENT: v1.CLIENT_METHODS}, v1.PROTOCOL_METHODS,
+                _NEEDS, "clientCapabilities", "agentCapabilities"),
+    2: _Version(2, {CLIENT_TO_AGENT: v2.AGENT_METHODS, AGENT_TO_CLIENT: v2.CLIENT_METHODS}, v2.PROTOCOL_METHODS,
+                _NEEDS_V2, "capabilities", "capabilities"),
+}
+
+
+def _version_of(value: Any) -> _Version:
+    """The version a message's protocolVersion names (v2 for 2 and later, else v1)."""
+    number = value.get("protocolVersion") if isinstance(value, dict) else None
+    is_number = isinstance(number, int) and not isinstance(number, bool)
+    return _VERSIONS[2] if is_number and number >= 2 else _VERSIONS[1]
+
+
 def _request_id_key(request_id: Any) -> Tuple[str, Any]:
     # 1 and "1" are different ids; the type is part of the key.
     return (type(request_id).__name__, request_id)
@@ -173,6 +224,7 @@ class WireChecker:
         self._pending: Dict[Tuple[Optional[str], Tuple[str, Any]], str] = {}
         # What each side advertised in initialize, keyed by the direction its calls travel in.
         self._capabilities: Dict[str, Any] = {}
+        self._version = _VERSIONS[1]  # until the initialize answer says otherwise
 
     def check_line(self, line: bytes, direction: Optional[str] = None) -> Tuple[Any, WireVerdict]:
         """Parse and check one line (without its newline); returns the parsed message (None
@@ -220,11 +272,13 @@ class WireChecker:
             self._pending[(direction, _request_id_key(request_id))] = method
         if method.startswith("_"):
             return verdict
-        spec = PROTOCOL_METHODS.get(method)
+        version = _version_of(params) if method == "initialize" else self._version
+        spec = version.protocol.get(method)
         if spec is None and direction is not None:
-            spec = _CALLABLE[direction].get(method)
+            spec = version.callable[direction].get(method)
         if spec is None:
-            where = f"from the {direction.split('->')[0]}" if direction else "in ACP v1"
+            where = f"from the {direction.split('->')[0]}" if direction else f"in ACP v{version.number}"
+            where += " in ACP v2" if direction and version.number == 2 else ""
             problems.append(f"unknown-method: {method} is not a method that can be called {where}")
             return verdict
         if (spec.result_type is None) == is_request:
@@ -233,24 +287,23 @@ class WireChecker:
         _decode_noting(params, spec.params_type, "$.params", verdict)
         if method == "initialize" and isinstance(params, dict):
             # The client's capabilities govern what the agent may call.
-            self._capabilities[AGENT_TO_CLIENT] = params.get("clientCapabilities") or {}
+            self._capabilities[AGENT_TO_CLIENT] = params.get(version.client_capabilities) or {}
         self._check_advertised(method, params, direction, verdict)
         return verdict
 
     def _infer_call_direction(self, method: str) -> Optional[str]:
-        if method in AGENT_METHODS:
-            return CLIENT_TO_AGENT
-        if method in CLIENT_METHODS:
-            return AGENT_TO_CLIENT
+        for direction in DIRECTIONS:
+            if method in self._version.callable[direction]:
+                return direction
         return None
 
     def _check_advertised(self, method: str, params: Any, direction: Optional[str], verdict: WireVerdict) -> None:
-        needs = _NEEDS.get(method)
+        needs = self._version.needs.get(method)
         capabilities = self._capabilities.get(direction) if direction else None
         if needs is None or capabilities is None:
             return
         peer = "client" if direction == AGENT_TO_CLIENT else "agent"
-        owner = "clientCapabilities" if peer == "client" else "agentCapabilities"
+        owner = self._version.client_capabilities if peer == "client" else self._version.agent_capabilities
         for path in needs(params):
             if not advertised(capabilities, *path):
                 verdict.problems.append(f"not-advertised: {method} needs {owner}.{'.'.join(path)}, which the {peer} did not advertise")
@@ -308,12 +361,14 @@ class WireChecker:
         return found
 
     def _check_result(self, method: str, result: Any, request_direction: Optional[str], verdict: WireVerdict) -> None:
-        spec = PROTOCOL_METHODS.get(method) or (_CALLABLE[request_direction].get(method) if request_direction else None)
+        version = _version_of(result) if method == "initialize" else self._version
+        spec = version.protocol.get(method) or (version.callable[request_direction].get(method) if request_direction else None)
         if spec is None or spec.result_type is None:
             return  # an extension method or a call already reported as unknown
         if _decode_noting(result, spec.result_type, "$.result", verdict) and method == "initialize":
-            # The agent's capabilities govern what the client may call.
-            agent_caps = result.get("agentCapabilities") if isinstance(result, dict) else None
+            # The version the agent chose governs the rest; its capabilities what the client may call.
+            self._version = version
+            agent_caps = result.get(version.agent_capabilities) if isinstance(result, dict) else None
             self._capabilities[CLIENT_TO_AGENT] = agent_caps if isinstance(agent_caps, dict) else {}
 
     @staticmethod

@@ -53,6 +53,12 @@ def ts_sdk_entry() -> Optional[Path]:
     return found[0] / found[1]["exports"]["."]["import"] if found else None
 
 
+def ts_sdk_v2_entry() -> Optional[Path]:
+    """The pinned TypeScript SDK's experimental v2 module, or None when it is not installed."""
+    found = _npm_package(TS_SDK, TS_SDK_VERSION)
+    return found[0] / found[1]["exports"]["./experimental/v2"]["import"] if found else None
+
+
 def acpx_cli() -> Optional[Path]:
     """The pinned acpx's command-line script (run it with node), or None when it is not installed."""
     found = _npm_package(ACPX, ACPX_VERSION)
