@@ -35,7 +35,7 @@ INVALID_PARAMS = -32602
 
 class RecordingWorkspace(WorkspaceClient):
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(terminals=True)
         self.released: List[Any] = []
 
     def on_terminal_released(self, session_id, terminal_id, final):
@@ -143,16 +143,25 @@ def _gone(pid: int) -> bool:
 
 
 # -- capabilities and sessions --------------------------------------------------------------------
-def test_initialize_advertises_file_system_and_terminals(root):
-    workspace = WorkspaceClient()
+@pytest.mark.req("ACP-V1-INIT-CLIENT-SPECIFY-CAPABILITIES")
+@pytest.mark.parametrize(
+    "options, fs, terminal",
+    [
+        ({}, {"readTextFile": True, "writeTextFile": True}, False),
+        ({"terminals": True}, {"readTextFile": True, "writeTextFile": True}, True),
+        ({"writes": False}, {"readTextFile": True, "writeTextFile": False}, False),
+    ],
+)
+def test_initialize_advertises_terminals_and_writes_only_as_the_application_enabled_them(root, options, fs, terminal):
+    workspace = WorkspaceClient(**options)
     try:
         with client_with_raw_agent(workspace) as (remote, raw):
             request = initialized(remote, raw)
     finally:
         workspace.close()
     capabilities = request["params"]["clientCapabilities"]
-    assert capabilities["fs"] == {"readTextFile": True, "writeTextFile": True}
-    assert capabilities["terminal"] is True
+    assert capabilities["fs"] == fs
+    assert capabilities["terminal"] is terminal
 
 
 @pytest.mark.parametrize(
@@ -321,7 +330,7 @@ def test_writing_through_a_symlink_inside_the_roots_updates_its_target(editor):
     target = editor.root / "src" / "real.txt"
     target.write_text("before")
     link = editor.root / "alias.txt"
-    link.symlink_to(target)
+    link.symlink_to("src/real.txt")  # relative: an absolute symlink is outside, see test_workspace_attacks
     assert editor.result("fs/write_text_file", path=str(link), content="after") == {}
     assert link.is_symlink() and target.read_text() == "after"
 
@@ -398,14 +407,16 @@ def test_arguments_and_variables_the_system_cannot_pass_are_invalid_params(edito
     assert error["code"] == INVALID_PARAMS and error["message"].startswith("cannot start")
 
 
-def test_the_environment_is_the_editors_plus_the_requested_variables(editor, monkeypatch):
-    monkeypatch.setenv("ACP_KEPT", "from the editor")
-    monkeypatch.setenv("ACP_REPLACED", "from the editor")
+def test_the_environment_is_the_allowed_part_of_the_editors_plus_the_requested_variables(editor, monkeypatch):
+    monkeypatch.setenv("LC_ACP_KEPT", "from the editor")  # LC_* is on the allow-list
+    monkeypatch.setenv("TZ", "from the editor")
+    monkeypatch.setenv("EDITOR_GITHUB_TOKEN", "ghp_secret")
     terminal = editor.run(
-        "import os; print(os.environ['ACP_KEPT'], os.environ['ACP_REPLACED'], os.environ['ACP_ADDED'], sep='|')",
-        env=[{"name": "ACP_REPLACED", "value": "from the agent"}, {"name": "ACP_ADDED", "value": "new"}],
+        "import os; print(os.environ['LC_ACP_KEPT'], os.environ['TZ'], os.environ['ACP_ADDED'],"
+        " os.environ.get('EDITOR_GITHUB_TOKEN'), sep='|')",
+        env=[{"name": "TZ", "value": "from the agent"}, {"name": "ACP_ADDED", "value": "new"}],
     )
-    assert editor.finished_output(terminal)["output"] == "from the editor|from the agent|new\n"
+    assert editor.finished_output(terminal)["output"] == "from the editor|from the agent|new|None\n"
     editor.result("terminal/release", terminalId=terminal)
 
 
@@ -417,7 +428,7 @@ def test_the_working_directory_defaults_to_the_session_cwd_and_must_be_inside_th
     for terminal in (default, chosen):
         editor.result("terminal/release", terminalId=terminal)
     missing = editor.error("terminal/create", command=sys.executable, cwd=str(editor.root / "gone"))
-    assert missing["code"] == NOT_FOUND and "not an existing directory" in missing["message"]
+    assert missing["code"] == NOT_FOUND and missing["message"] == f"{editor.root / 'gone'}: no such file"
     (editor.root / "file.txt").write_text("")
     not_a_directory = editor.error("terminal/create", command=sys.executable, cwd=str(editor.root / "file.txt"))
     assert not_a_directory["code"] == NOT_FOUND
@@ -452,9 +463,12 @@ def test_all_output_written_before_exit_is_kept(editor):
     editor.result("terminal/release", terminalId=terminal)
 
 
+@needs_proc
+@pytest.mark.req("ACP-V1-TERM-AGENT-RELEASE")
 def test_the_exit_is_the_commands_even_when_a_detached_child_keeps_the_output_open(editor):
     # The child leaves the process group (its own session) and inherits the output pipe, so the
-    # pipe never reaches end-of-file while it lives; the command's own exit still counts.
+    # pipe never reaches end-of-file while it lives; the command's own exit still counts, and
+    # the release still ends the child.
     terminal = editor.run(
         "import subprocess, sys;"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True);"
@@ -463,9 +477,12 @@ def test_the_exit_is_the_commands_even_when_a_detached_child_keeps_the_output_op
     detached = int(editor.output_containing(terminal, "\n")["output"])
     try:
         assert editor.result("terminal/wait_for_exit", terminalId=terminal) == {"exitCode": 0}
+        assert not _gone(detached)
         assert editor.result("terminal/release", terminalId=terminal) == {}
+        assert _gone(detached)
     finally:
-        os.kill(detached, signal.SIGKILL)  # beyond kill's reach by design: it left the group
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(detached, signal.SIGKILL)
 
 
 @pytest.mark.req("ACP-V1-TERM-CLIENT-TRUNCATE-AT-CHARACTER-BOUNDARY")
@@ -513,13 +530,14 @@ def test_release_kills_a_running_command_and_forgets_the_terminal(editor):
 
 
 @needs_proc
-def test_an_exited_command_is_reaped_when_its_terminal_is_released(editor):
-    terminal = editor.run("import os; print(os.getpid())")
+def test_an_exited_commands_supervisor_is_reaped_when_its_terminal_is_released(editor):
+    terminal = editor.run("import os; print(os.getppid())")
     output = editor.finished_output(terminal)
-    pid = int(output["output"])
+    pid = int(output["output"])  # the supervisor's, which ends once the command's tree is gone
     # Not reaped yet: its id, which is also its group's, cannot be reused while the terminal may
     # still be killed.
-    assert _state(pid) == b"Z"
+    while _state(pid) != b"Z":
+        time.sleep(0.01)
     editor.result("terminal/release", terminalId=terminal)
     assert _state(pid) is None
 
@@ -557,7 +575,7 @@ def test_close_kills_the_terminals_the_agent_left_behind(editor):
     editor.workspace.close()
     assert _state(pid) is None
     assert [released for _, released, _ in editor.workspace.released] == [terminal]
-    assert editor.error("terminal/create", command=sys.executable)["code"] == -32603
+    assert editor.error("terminal/create", command=sys.executable)["code"] == NOT_FOUND  # the session ended with it
 
 
 def test_a_pending_wait_leaves_the_host_thread_free(root, tmp_path):
@@ -636,7 +654,7 @@ def test_an_agents_tools_use_the_workspace_from_a_prompt_handler(root):
 
     agent_end, editor_end = memory_pair()
     handle = serve(ToolAgent(), agent_end)
-    workspace = WorkspaceClient()
+    workspace = WorkspaceClient(terminals=True)
     remote = RemoteAgent.connect(editor_end, workspace)
     try:
         remote.initialize()
