@@ -200,10 +200,11 @@ _VERSIONS = {
 
 
 def _version_of(value: Any) -> _Version:
-    """The version a message's protocolVersion names (v2 for 2 and later, else v1)."""
+    """The version a message's protocolVersion names: v2 for 2, else v1. A version neither side
+    knows (a probe's 99) is judged as v1, whose initialize any client may send to ask for it."""
     number = value.get("protocolVersion") if isinstance(value, dict) else None
-    is_number = isinstance(number, int) and not isinstance(number, bool)
-    return _VERSIONS[2] if is_number and number >= 2 else _VERSIONS[1]
+    is_two = isinstance(number, int) and not isinstance(number, bool) and number == 2
+    return _VERSIONS[2] if is_two else _VERSIONS[1]
 
 
 def _request_id_key(request_id: Any) -> Tuple[str, Any]:
