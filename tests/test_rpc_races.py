@@ -11,7 +11,6 @@ from typing import Any, List
 import pytest
 
 from acp_lite.rpc import Connection
-from acp_lite.wire import memory_pair
 
 from raw_peer import RawPeer
 
