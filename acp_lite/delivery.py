@@ -25,11 +25,6 @@ Callback = Tuple[Callable[[Any], Any], Any]
 # Idle worker threads wait this long for another request before they exit.
 _WORKER_IDLE_SECONDS = 30.0
 
-# With every worker busy, a new task waits this long for one to finish before another worker is
-# started: a burst of quick handlers then shares a few threads, while a handler that blocks costs
-# the tasks behind it at most this delay.
-_SPAWN_WAIT_SECONDS = 0.0
-
 _delivery_log = logging.getLogger("acp_lite.delivery")
 
 
@@ -283,17 +278,14 @@ class HostDelivery:
 
 
 class WorkerPool:
-    """Threads for request handlers: grows when every worker stays busy (handlers may block for
+    """Threads for request handlers: grows when every worker is busy (handlers may block for
     minutes), shrinks when a worker has been idle for a while. Tasks start in submission order."""
 
     def __init__(self, name: str, logger: logging.Logger):
         self._name = name
         self._logger = logger
-        lock = threading.Lock()
-        self._cond = threading.Condition(lock)  # idle workers wait on it for tasks
-        self._taken_cond = threading.Condition(lock)  # a submit waits on it for a busy worker to take its task
+        self._cond = threading.Condition(threading.Lock())
         self._tasks: List[Callback] = []
-        self._taken = 0  # tasks ever taken by a worker
         self._idle = 0
         self._threads: List[threading.Thread] = []
         self._numbers = itertools.count(1)
@@ -308,10 +300,6 @@ class WorkerPool:
             if self._idle >= len(self._tasks):
                 self._cond.notify()
                 return True
-            if self._threads:
-                target = self._taken + len(self._tasks)
-                if self._taken_cond.wait_for(lambda: self._taken >= target or self._shut, _SPAWN_WAIT_SECONDS):
-                    return True  # a worker took it (or, shut down, the busy ones will)
             thread = threading.Thread(
                 target=self._work, name=f"acp-worker-{self._name}-{next(self._numbers)}", daemon=True
             )
@@ -333,8 +321,6 @@ class WorkerPool:
                     self._threads.remove(me)
                     return
                 fn, arg = self._tasks.pop(0)
-                self._taken += 1
-                self._taken_cond.notify()
             try:
                 fn(arg)
             except Exception:

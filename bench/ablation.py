@@ -20,7 +20,6 @@ sys.path.insert(0, str(BENCH))
 
 import peers  # noqa: E402
 import run as suite  # noqa: E402
-from streams import stream_file  # noqa: E402
 
 # (workload, subject in run.make_jobs, metric) for acp_lite, and the references beside them.
 MEASURED = [

@@ -14,7 +14,7 @@ from typing import Any, List
 import msgspec
 import pytest
 
-from acp_lite import rpc, wire
+from acp_lite import wire
 from acp_lite.rpc import Connection, HostDelivery
 
 from raw_peer import RawPeer
