@@ -413,3 +413,37 @@ def test_the_v2_builders_write_the_draft_shapes():
         {"type": "diff", "changes": [{"operation": "modify", "path": "/a.txt"}],
          "patch": {"format": "git_patch", "text": "diff --git a/a.txt b/a.txt\n"}},
     ]
+
+
+def test_elicitation_runs_both_ways_in_v2():
+    asked, completed = [], []
+
+    class Asks(DualAgent):
+        def prompt(self, params, turn):
+            schema = v2.ElicitationSchema(type="object", properties={"name": v2.StringPropertySchema(title="Name")})
+            answer = self.client.create_elicitation(v2.ElicitationFormMode(
+                message="Your name?", requested_schema=schema, session_id=params.session_id))
+            self.client.complete_elicitation("e1")
+            turn.send(updates.text_chunk(answer.content["name"], "m1"))
+            return "end_turn"
+
+    class Answers(Client):
+        def create_elicitation(self, params):
+            asked.append(params)
+            return v2.ElicitationAcceptAction(content={"name": "Ada"})
+
+        def complete_elicitation(self, params):
+            completed.append(params)
+
+    agent_end, client_end = memory_pair()
+    served = serve(Asks(), agent_end)
+    remote = RemoteAgent.connect(client_end, Answers(), protocol_versions=(2,))
+    try:
+        remote.initialize(timeout=WAIT)
+        remote.new_session("/tmp", timeout=WAIT)
+        assert remote.prompt("s1", "hi", timeout=WAIT).stop_reason == "end_turn"
+    finally:
+        remote.close()
+        served.connection.close()
+    assert [type(p) for p in asked] == [v2.ElicitationFormMode] and asked[0].message == "Your name?"
+    assert completed == [v2.CompleteElicitationNotification(elicitation_id="e1")]
