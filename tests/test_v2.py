@@ -79,6 +79,19 @@ def test_an_agent_speaking_both_answers_2_in_v2_shape_to_a_client_asking_2():
     }
 
 
+def test_auth_methods_are_offered_in_v2_shape():
+    class WithLogin(DualAgent):
+        auth_methods = [AuthMethodAgent(id="login", name="Log in")]
+
+        def logout(self, params):
+            return None
+
+    with agent_with_raw_client(WithLogin(), initialize=None) as (_, raw):
+        result = raw.call("initialize", V2_INIT)["result"]
+    assert result["authMethods"] == [{"type": "agent", "methodId": "login", "name": "Log in"}]
+    assert result["capabilities"]["auth"] == {}
+
+
 @pytest.mark.req("ACP-V2-NEGOTIATE-AGENT-ANSWER")
 def test_an_agent_without_the_flag_answers_1_to_a_client_asking_2():
     class V1Only(Agent):

@@ -4,7 +4,7 @@ import fnmatch
 import os
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .check_probe import (FAIL, PASS, SHAPE_REQUIREMENTS, SKIP, WIRE_REQUIREMENTS, CheckFailed, CheckOptions,
                           CheckSkipped, Finding, finding_for)
@@ -17,7 +17,7 @@ from .wirecheck import advertised
 _DISCOVERING_CHECKS = ("initialize", "new-session")
 
 
-def _checks(protocol: int) -> List[Check]:
+def _checks(protocol: int) -> Sequence[Check]:
     return CHECKS_V2 if protocol == 2 else CHECKS
 
 

@@ -34,9 +34,9 @@ def _open_session(run: CheckRun, agent: ProbedAgent, name: str) -> str:
 def _updates_until_idle(run: CheckRun, agent: ProbedAgent, session_id: str, seen: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Read on until the session's ``idle`` state update (appending every update of the session
     to ``seen``); returns it."""
-    for message in seen:
-        if _is_idle(message):
-            return message
+    for update in seen:
+        if _is_idle(update):
+            return update
     while True:
         try:
             message = agent.receive(run.options.timeout)

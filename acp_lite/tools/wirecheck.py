@@ -199,8 +199,9 @@ _VERSIONS = {
 def _version_of(value: Any) -> _Version:
     """The version a message's protocolVersion names (v2 for 2 and later, else v1)."""
     number = value.get("protocolVersion") if isinstance(value, dict) else None
-    is_number = isinstance(number, int) and not isinstance(number, bool)
-    return _VERSIONS[2] if is_number and number >= 2 else _VERSIONS[1]
+    if isinstance(number, int) and not isinstance(number, bool) and number >= 2:
+        return _VERSIONS[2]
+    return _VERSIONS[1]
 
 
 def _request_id_key(request_id: Any) -> Tuple[str, Any]:

@@ -152,9 +152,10 @@ class V2Service(_AgentService):
             wrappers[method] = _checking_session_paths(_plain_call(getattr(agent, _HANDLERS[method])))
         bind_handlers(connection, agent, _HANDLERS, v2.AGENT_METHODS, wrappers, {"session/prompt": self._prompt_arrived})
 
-    def _initialize(self, params: v2.InitializeRequest, ctx: RequestContext) -> v2.InitializeResponse:
-        self.client.capabilities = params.capabilities or v2.ClientCapabilities()
-        self.client.info = params.info
+    def _initialize(self, params: v2.InitializeRequest, ctx: RequestContext) -> v2.InitializeResponse:  # type: ignore[override]
+        # v2's types in the attributes v1 declares: the handle is v2's.
+        self.client.capabilities = params.capabilities or v2.ClientCapabilities()  # type: ignore[assignment]
+        self.client.info = params.info  # type: ignore[assignment]
         agent = self.agent
         terminal_ok = bool(params.capabilities and params.capabilities.auth and params.capabilities.auth.terminal)
         methods = [m for m in agent.auth_methods if terminal_ok or not isinstance(m, v1.AuthMethodTerminal)]
@@ -175,10 +176,10 @@ class V2Service(_AgentService):
                 ),
                 auth=v2.AgentAuthCapabilities() if methods else None,
             ),
-            auth_methods=[as_v2(m, v2.AuthMethod) for m in methods] or None,
+            auth_methods=[_auth_method(m) for m in methods] or None,
         )
 
-    def _prompt(self, params: v2.PromptRequest, ctx: RequestContext) -> Any:
+    def _prompt(self, params: v2.PromptRequest, ctx: RequestContext) -> Any:  # type: ignore[override]
         with self._lock:
             turn = self._turn_of.get(ctx)
             if turn is None:  # answered by _cancelled_before_start: this return value is dropped
@@ -189,7 +190,7 @@ class V2Service(_AgentService):
         _current_turn.value = turn
         error = None
         try:
-            result = self.agent.prompt(params, turn)
+            result = self.agent.prompt(params, turn)  # type: ignore[arg-type]  # v2's params on a v2 connection
         except Exception as exc:
             result = "cancelled" if turn.cancelled else "error"
             if not turn.cancelled:
@@ -217,6 +218,15 @@ class V2Service(_AgentService):
         params = v2.PromptRequest(session_id=turn.session_id, prompt=[])
         self._accept(params, turn.context)
         self.client.session_update(turn.session_id, idle("cancelled"))
+
+
+def _auth_method(method: Any) -> Any:
+    """An ``auth_methods`` entry (v1's types) as v2 writes it: ``methodId`` for ``id``, and its
+    ``type`` always there (v1 leaves out ``agent``)."""
+    fields = msgspec.to_builtins(method)
+    fields["methodId"] = fields.pop("id", None)
+    fields.setdefault("type", "agent")
+    return convert(fields, v2.AuthMethod)
 
 
 def _plain_call(handler: Any) -> Any:
@@ -264,7 +274,7 @@ class VersionedService:
         self.services: Dict[int, _AgentService] = {}
         for version in versions:
             kind = V2Service if version == 2 else _AgentService
-            self.services[version] = kind(agent, self.router.views[version])
+            self.services[version] = kind(agent, self.router.views[version].as_connection())
         self.agent = agent
         agent.client = self.services[versions[0]].client
         self.client = _NegotiatedClient(agent)
