@@ -115,3 +115,17 @@ def test_check_protocol_2_says_a_v1_agent_does_not_speak_v2(tmp_path):
 def test_the_v2_probe_grades_its_rules_as_the_draft_manifest_does():
     draft = load_draft()
     assert {req_id: draft[req_id]["keyword"] for req_id in V2_REQUIREMENT_LEVELS} == V2_REQUIREMENT_LEVELS
+
+
+@pytest.mark.timeout(60)
+def test_tap_logs_a_v2_session_with_no_flags(tmp_path):
+    log = tmp_path / "tap.jsonl"
+    argv = [sys.executable, "-m", "acp_lite", "tap", "--log", str(log), "--", *_agent_argv(tmp_path, "dual")]
+    with RemoteAgent.spawn(argv, protocol_versions=(2, 1)) as agent:
+        agent.initialize(timeout=20)
+        agent.new_session("/tmp", timeout=20)
+        assert agent.prompt("s1", "hi", timeout=20).stop_reason == "end_turn"
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["msg"].get("method") for e in entries][:1] == ["initialize"]
+    assert any(e["msg"].get("params", {}).get("update", {}).get("sessionUpdate") == "state_update" for e in entries)
+    assert [e["flags"] for e in entries if e["flags"]] == []
