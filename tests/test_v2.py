@@ -460,3 +460,29 @@ def test_elicitation_runs_both_ways_in_v2():
         served.connection.close()
     assert [type(p) for p in asked] == [v2.ElicitationFormMode] and asked[0].message == "Your name?"
     assert completed == [v2.CompleteElicitationNotification(elicitation_id="e1")]
+
+
+def test_a_tool_call_is_cancelled_only_once_its_updates_said_it_may_be():
+    cancelled = []
+
+    class Cancels(DualAgent):
+        def cancel_tool_call(self, params):
+            cancelled.append(params.tool_call_id)
+
+    agent_end, client_end = memory_pair()
+    served = serve(Cancels(), agent_end)
+    remote = RemoteAgent.connect(client_end, protocol_versions=(2,))
+    try:
+        remote.initialize(timeout=WAIT)
+        remote.new_session("/tmp", timeout=WAIT)
+        refused(lambda: remote.cancel_tool_call("s1", "t9"), CapabilityError)
+        # The agent's upsert says t9 may be cancelled (delivered through the client's callbacks).
+        served.session_update("s1", updates.tool_call("t9", "Long job", capabilities=v2.ToolCallCapabilities(
+            cancel=v2.ToolCallCancelCapabilities())))
+        remote.list_sessions(timeout=WAIT)  # answered after the update was delivered
+        assert remote.cancel_tool_call("s1", "t9", timeout=WAIT) == v2.CancelToolCallResponse()
+        refused(lambda: remote.cancel_terminal("s1", "term"), CapabilityError)
+    finally:
+        remote.close()
+        served.connection.close()
+    assert cancelled == ["t9"]

@@ -10,7 +10,8 @@ The rules it keeps:
   whatever is asked.
 * The agent's methods keep their names (``new_session``, ``prompt``, ``authenticate`` for
   ``auth/login``, ``logout`` for ``auth/logout`` ...) and get the v2 params types on a v2
-  connection. ``load_session`` and ``set_mode`` do not exist in v2 (resume with ``replayFrom``,
+  connection; ``cancel_tool_call`` and ``cancel_terminal`` answer v2's ``tool_call/cancel`` and
+  ``terminal/cancel`` when an agent defines them. ``load_session`` and ``set_mode`` do not exist in v2 (resume with ``replayFrom``,
   modes are config options). The initialize response is derived as in v1: from what the class
   overrides and its attributes (``agent_info``, ``prompt_capabilities``, ``mcp_capabilities``,
   ``auth_methods``), turned into v2's capability objects.
@@ -57,6 +58,10 @@ _HANDLERS = {
     "session/set_config_option": "set_config_option",
     "session/prompt": "prompt",
     "session/cancel": "cancel",
+    # v2 only: offered by defining them (advertise each in the tool call's or terminal's
+    # ``capabilities.cancel``).
+    "tool_call/cancel": "cancel_tool_call",
+    "terminal/cancel": "cancel_terminal",
 }
 _REQUIRED = ("list_sessions", "resume_session", "close_session", "new_session", "prompt")
 _SPOKEN = (1, 2)

@@ -28,7 +28,7 @@ The rules it keeps:
 from concurrent.futures import Future
 from concurrent.futures import InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Dict, List, Optional, Sequence, cast
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from .. import client as v1client
 from .. import schema as v1
@@ -77,6 +77,8 @@ class RemoteAgent(v1client.RemoteAgent):
         self.protocol_versions = versions
         self.router = VersionRouter(connection, versions, versions[0])
         self._turn_ends: Dict[str, _Turn] = {}
+        # (session, "tool_call" or "terminal", id) of what the agent's updates said may be cancelled
+        self._cancellable: Set[Tuple[str, str, str]] = set()
         connection.on_closing(self._fail_turns)
         super().__init__(connection, client, process)
 
@@ -300,6 +302,7 @@ class RemoteAgent(v1client.RemoteAgent):
                 del self._turn_ends[session_id]
 
     def _session_update(self, params: Any) -> None:
+        self._note_cancellable(params)
         try:
             self.client.session_update(params)
         finally:
@@ -313,6 +316,53 @@ class RemoteAgent(v1client.RemoteAgent):
                         turn = None
                 if turn is not None:
                     _settle(turn.done, update, None)
+
+    def _note_cancellable(self, params: Any) -> None:
+        # An upsert that carries capabilities says whether its tool call or terminal may be
+        # cancelled; one without them leaves that as it was.
+        update = getattr(params, "update", None)
+        if type(update) is v2.SessionUpdateToolCallUpdate:
+            key = (params.session_id, "tool_call", update.tool_call_id)
+        elif type(update) is v2.TerminalUpdate:
+            key = (params.session_id, "terminal", update.terminal_id)
+        else:
+            return
+        if update.capabilities is None:
+            return
+        with self._lock:
+            if update.capabilities.cancel is not None:
+                self._cancellable.add(key)
+            else:
+                self._cancellable.discard(key)
+
+    # -- cancelling a tool call or a terminal (v2) ---------------------------------------------------
+    def cancel_tool_call(self, session_id: str, tool_call_id: str, *, timeout: Optional[float] = None) -> Any:
+        """Ask the agent to cancel one tool call; only one whose updates advertised ``capabilities.cancel``."""
+        return self._wait(self._cancel_request("tool_call", session_id, tool_call_id), timeout)
+
+    def cancel_tool_call_future(self, session_id: str, tool_call_id: str) -> Future:
+        return self._start(self._cancel_request("tool_call", session_id, tool_call_id))
+
+    def cancel_terminal(self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None) -> Any:
+        """Ask the agent to cancel the command of one display terminal that advertised ``capabilities.cancel``."""
+        return self._wait(self._cancel_request("terminal", session_id, terminal_id), timeout)
+
+    def cancel_terminal_future(self, session_id: str, terminal_id: str) -> Future:
+        return self._start(self._cancel_request("terminal", session_id, terminal_id))
+
+    def _cancel_request(self, kind: str, session_id: str, item_id: str) -> Request:
+        if not self._in_v2:
+            raise UsageError(f"{kind}/cancel is ACP v2's: this connection speaks v1")
+        self._require_session(session_id)
+        with self._lock:
+            cancellable = (session_id, kind, item_id) in self._cancellable
+        if not cancellable:
+            raise CapabilityError(f"the agent did not advertise capabilities.cancel for {kind} {item_id!r}")
+        if kind == "tool_call":
+            params: Any = v2.CancelToolCallRequest(session_id=session_id, tool_call_id=item_id)
+        else:
+            params = v2.CancelTerminalRequest(session_id=session_id, terminal_id=item_id)
+        return self._request(f"{kind}/cancel", params)
 
     def _fail_turns(self) -> None:
         with self._lock:
