@@ -486,3 +486,20 @@ def test_a_tool_call_is_cancelled_only_once_its_updates_said_it_may_be():
         remote.close()
         served.connection.close()
     assert cancelled == ["t9"]
+
+
+@pytest.mark.req("ACP-V2-NEGOTIATE-AGENT-ANSWER", "ACP-V2-NEGOTIATE-CLIENT-DECIDES")
+def test_an_agent_speaking_only_2_answers_2_to_a_v1_client_which_then_closes():
+    class Only2(DualAgent):
+        protocol_versions = (2,)
+
+    agent_end, client_end = memory_pair()
+    served = serve(Only2(), agent_end)
+    remote = RemoteAgent.connect(client_end)  # v1 only, as today
+    try:
+        with pytest.raises(VersionMismatch) as caught:
+            remote.initialize(timeout=WAIT)
+    finally:
+        remote.close()
+        served.connection.close()
+    assert str(caught.value) == "the agent chose protocol version 2; this client supports [1]"

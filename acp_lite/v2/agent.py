@@ -155,9 +155,10 @@ class V2Service(_AgentService):
         }
         for method in ("session/new", "session/resume", "session/list"):
             wrappers[method] = _checking_session_paths(_plain_call(getattr(agent, _HANDLERS[method])))
-        bind_handlers(connection, agent, _HANDLERS, v2.AGENT_METHODS, wrappers, {"session/prompt": self._prompt_arrived})
+        bind_handlers(connection, agent, _HANDLERS, _METHODS, wrappers, {"session/prompt": self._prompt_arrived})
 
-    def _initialize(self, params: v2.InitializeRequest, ctx: RequestContext) -> v2.InitializeResponse:  # type: ignore[override]
+    def _initialize(self, raw: Any, ctx: RequestContext) -> v2.InitializeResponse:  # type: ignore[override]
+        params = _initialize_params(raw)
         # v2's types in the attributes v1 declares: the handle is v2's.
         self.client.capabilities = params.capabilities or v2.ClientCapabilities()  # type: ignore[assignment]
         self.client.info = params.info  # type: ignore[assignment]
@@ -223,6 +224,21 @@ class V2Service(_AgentService):
         params = v2.PromptRequest(session_id=turn.session_id, prompt=[])
         self._accept(params, turn.context)
         self.client.session_update(turn.session_id, idle("cancelled"))
+
+
+# initialize's params arrive as plain JSON: a client asking for an older version wrote them in its
+# version's shape, and is answered 2 all the same (it then decides whether to go on).
+_METHODS = dict(v2.AGENT_METHODS, initialize=v2.AGENT_METHODS["initialize"]._replace(params_type=Any))
+_UNKNOWN_CLIENT = v2.Implementation(name="unknown", version="unknown")
+
+
+def _initialize_params(raw: Any) -> v2.InitializeRequest:
+    """The params of ``initialize``: v2's, checked strictly when 2 or later is asked for; for an
+    older version only what v2 can read of them."""
+    asked = raw.get("protocolVersion") if isinstance(raw, dict) else None
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 2:
+        return convert(raw, v2.InitializeRequest)
+    return v2.InitializeRequest(protocol_version=2, info=_UNKNOWN_CLIENT)
 
 
 def _auth_method(method: Any) -> Any:
