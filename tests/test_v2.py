@@ -79,6 +79,19 @@ def test_an_agent_speaking_both_answers_2_in_v2_shape_to_a_client_asking_2():
     }
 
 
+def test_auth_methods_are_offered_in_v2_shape():
+    class WithLogin(DualAgent):
+        auth_methods = [AuthMethodAgent(id="login", name="Log in")]
+
+        def logout(self, params):
+            return None
+
+    with agent_with_raw_client(WithLogin(), initialize=None) as (_, raw):
+        result = raw.call("initialize", V2_INIT)["result"]
+    assert result["authMethods"] == [{"type": "agent", "methodId": "login", "name": "Log in"}]
+    assert result["capabilities"]["auth"] == {}
+
+
 @pytest.mark.req("ACP-V2-NEGOTIATE-AGENT-ANSWER")
 def test_an_agent_without_the_flag_answers_1_to_a_client_asking_2():
     class V1Only(Agent):
@@ -413,3 +426,80 @@ def test_the_v2_builders_write_the_draft_shapes():
         {"type": "diff", "changes": [{"operation": "modify", "path": "/a.txt"}],
          "patch": {"format": "git_patch", "text": "diff --git a/a.txt b/a.txt\n"}},
     ]
+
+
+def test_elicitation_runs_both_ways_in_v2():
+    asked, completed = [], []
+
+    class Asks(DualAgent):
+        def prompt(self, params, turn):
+            schema = v2.ElicitationSchema(type="object", properties={"name": v2.StringPropertySchema(title="Name")})
+            answer = self.client.create_elicitation(v2.ElicitationFormMode(
+                message="Your name?", requested_schema=schema, session_id=params.session_id))
+            self.client.complete_elicitation("e1")
+            turn.send(updates.text_chunk(answer.content["name"], "m1"))
+            return "end_turn"
+
+    class Answers(Client):
+        def create_elicitation(self, params):
+            asked.append(params)
+            return v2.ElicitationAcceptAction(content={"name": "Ada"})
+
+        def complete_elicitation(self, params):
+            completed.append(params)
+
+    agent_end, client_end = memory_pair()
+    served = serve(Asks(), agent_end)
+    remote = RemoteAgent.connect(client_end, Answers(), protocol_versions=(2,))
+    try:
+        remote.initialize(timeout=WAIT)
+        remote.new_session("/tmp", timeout=WAIT)
+        assert remote.prompt("s1", "hi", timeout=WAIT).stop_reason == "end_turn"
+    finally:
+        remote.close()
+        served.connection.close()
+    assert [type(p) for p in asked] == [v2.ElicitationFormMode] and asked[0].message == "Your name?"
+    assert completed == [v2.CompleteElicitationNotification(elicitation_id="e1")]
+
+
+def test_a_tool_call_is_cancelled_only_once_its_updates_said_it_may_be():
+    cancelled = []
+
+    class Cancels(DualAgent):
+        def cancel_tool_call(self, params):
+            cancelled.append(params.tool_call_id)
+
+    agent_end, client_end = memory_pair()
+    served = serve(Cancels(), agent_end)
+    remote = RemoteAgent.connect(client_end, protocol_versions=(2,))
+    try:
+        remote.initialize(timeout=WAIT)
+        remote.new_session("/tmp", timeout=WAIT)
+        refused(lambda: remote.cancel_tool_call("s1", "t9"), CapabilityError)
+        # The agent's upsert says t9 may be cancelled (delivered through the client's callbacks).
+        served.session_update("s1", updates.tool_call("t9", "Long job", capabilities=v2.ToolCallCapabilities(
+            cancel=v2.ToolCallCancelCapabilities())))
+        remote.list_sessions(timeout=WAIT)  # answered after the update was delivered
+        assert remote.cancel_tool_call("s1", "t9", timeout=WAIT) == v2.CancelToolCallResponse()
+        refused(lambda: remote.cancel_terminal("s1", "term"), CapabilityError)
+    finally:
+        remote.close()
+        served.connection.close()
+    assert cancelled == ["t9"]
+
+
+@pytest.mark.req("ACP-V2-NEGOTIATE-AGENT-ANSWER", "ACP-V2-NEGOTIATE-CLIENT-DECIDES")
+def test_an_agent_speaking_only_2_answers_2_to_a_v1_client_which_then_closes():
+    class Only2(DualAgent):
+        protocol_versions = (2,)
+
+    agent_end, client_end = memory_pair()
+    served = serve(Only2(), agent_end)
+    remote = RemoteAgent.connect(client_end)  # v1 only, as today
+    try:
+        with pytest.raises(VersionMismatch) as caught:
+            remote.initialize(timeout=WAIT)
+    finally:
+        remote.close()
+        served.connection.close()
+    assert str(caught.value) == "the agent chose protocol version 2; this client supports [1]"

@@ -1,15 +1,20 @@
-"""The wire judge (``validate``, ``tap``) on v2: the version comes from the initialize exchange, a
-whole v2 session between acp_lite's sides is valid, and a message of the other version is not."""
+"""The tools on v2: the wire judge (``validate``, ``tap``) takes the version from the initialize
+exchange, so a whole v2 session between acp_lite's sides is valid and a message of the other
+version is not; ``check --protocol 2`` probes an agent's v2 surface."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import List, Tuple
 
 import pytest
 
 from acp_lite.agent import serve
 from acp_lite.client import RemoteAgent
+from acp_lite.tools.check_probe import PASS, SKIP, V2_REQUIREMENT_LEVELS, CheckOptions
+from acp_lite.tools.check_runner import run_checks
 from acp_lite.tools.wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker
+from spec.import_requirements import load_draft
 from test_v1_wire_unchanged import recording_pair
 from test_v2 import DualAgent
 
@@ -67,3 +72,60 @@ def test_validate_judges_a_raw_v2_capture(tmp_path):
     done = subprocess.run([sys.executable, "-m", "acp_lite", "validate", str(capture)],
                           capture_output=True, text=True, timeout=25)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+AGENT_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from acp_lite.agent import Agent, serve_stdio
+from test_v2 import DualAgent
+
+class V1Only(Agent):
+    def new_session(self, params):
+        return {{"sessionId": "s1"}}
+
+serve_stdio(DualAgent() if sys.argv[1] == "dual" else V1Only())
+"""
+
+
+def _agent_argv(tmp_path: Path, kind: str) -> List[str]:
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT_SCRIPT.format(tests=str(Path(__file__).resolve().parent)))
+    return [sys.executable, str(script), kind]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.req("ACP-V2-NEGOTIATE-AGENT-ANSWER", "ACP-V2-SESSION-BASELINE", "ACP-V2-PROMPT-ACK",
+                 "ACP-V2-CANCEL-IDLE-CANCELLED")
+def test_check_protocol_2_finds_every_v2_rule_met_by_a_dual_version_agent(tmp_path):
+    report = run_checks(CheckOptions(_agent_argv(tmp_path, "dual"), timeout=10.0, protocol=2))
+    v2 = {f.requirement: f.status for result in report.checks for f in result.findings}
+    assert v2 == dict.fromkeys(V2_REQUIREMENT_LEVELS, PASS)
+    assert report.exit_status == 0
+
+
+@pytest.mark.timeout(60)
+def test_check_protocol_2_says_a_v1_agent_does_not_speak_v2(tmp_path):
+    report = run_checks(CheckOptions(_agent_argv(tmp_path, "v1"), timeout=10.0, protocol=2))
+    first = report.checks[0]
+    assert [(f.status, f.detail) for f in first.findings][0] == (SKIP, "asked for 2, the agent answered 1: it does not speak ACP v2")
+    assert {f.status for result in report.checks for f in result.findings} == {SKIP}
+
+
+def test_the_v2_probe_grades_its_rules_as_the_draft_manifest_does():
+    draft = load_draft()
+    assert {req_id: draft[req_id]["keyword"] for req_id in V2_REQUIREMENT_LEVELS} == V2_REQUIREMENT_LEVELS
+
+
+@pytest.mark.timeout(60)
+def test_tap_logs_a_v2_session_with_no_flags(tmp_path):
+    log = tmp_path / "tap.jsonl"
+    argv = [sys.executable, "-m", "acp_lite", "tap", "--log", str(log), "--", *_agent_argv(tmp_path, "dual")]
+    with RemoteAgent.spawn(argv, protocol_versions=(2, 1)) as agent:
+        agent.initialize(timeout=20)
+        agent.new_session("/tmp", timeout=20)
+        assert agent.prompt("s1", "hi", timeout=20).stop_reason == "end_turn"
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["msg"].get("method") for e in entries][:1] == ["initialize"]
+    assert any(e["msg"].get("params", {}).get("update", {}).get("sessionUpdate") == "state_update" for e in entries)
+    assert [e["flags"] for e in entries if e["flags"]] == []

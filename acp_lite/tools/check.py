@@ -28,8 +28,11 @@ manifest id (the agent exits when its stdin closes) is the probe's advice, grade
 that outlives its client leaks a process in every editor that does not stop it, but the transports
 page does not require the agent to exit.
 
+With ``--protocol 2`` the checks are those of ``checks_v2``: the agent's ACP v2 (draft) surface,
+judged by the draft manifest's rules; the wire findings are the same.
+
 The parts: ``check_probe`` (one agent process driven by hand, the wire judgement, the requirement
-tables), ``checks`` (the checks), ``check_runner`` (selection and running), ``check_report`` (the
+tables), ``checks`` (the checks), ``checks_v2`` (those of ``--protocol 2``), ``check_runner`` (selection and running), ``check_report`` (the
 report as text and JSON); this module is the command.
 """
 import argparse
@@ -52,6 +55,8 @@ def configure_check_command(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--auth-method", metavar="ID",
                         help="authenticate with this method after initialize (and exercise authenticate/logout)")
     parser.add_argument("--json", type=writable_file, metavar="FILE", help="write the full report, with the transcript of each failure, here")
+    parser.add_argument("--protocol", type=int, choices=(1, 2), default=1,
+                        help="2: probe the agent's ACP v2 (draft) surface instead of v1 (default: 1)")
     parser.add_argument("-k", metavar="PATTERN", dest="pattern",
                         help="run only the checks whose name or a requirement id contains PATTERN "
                              "(or matches it as a shell pattern, e.g. 'ACP-V1-SETUP-*')")
@@ -60,8 +65,9 @@ def configure_check_command(parser: argparse.ArgumentParser) -> None:
 def check_command(args: argparse.Namespace) -> int:
     """``acp-lite check``: run the probe, print each check's result as it ends and then the
     summary; 0 when no MUST-level requirement failed. Main thread (it prints)."""
-    options = CheckOptions(list(args.agent_command), args.timeout, args.cancel_prompt, args.auth_method, args.pattern)
-    if not selected_checks(options.pattern):
+    options = CheckOptions(list(args.agent_command), args.timeout, args.cancel_prompt, args.auth_method, args.pattern,
+                           args.protocol)
+    if not selected_checks(options.pattern, options.protocol):
         print(f"acp-lite: no check matches -k {options.pattern!r}", file=sys.stderr, flush=True)
         return 2
     print(f"acp-lite check: {' '.join(options.agent_command)}", flush=True)

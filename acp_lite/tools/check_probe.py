@@ -95,6 +95,20 @@ REQUIREMENT_LEVELS: Dict[str, str] = {
     "probe:exits-on-stdin-eof": "SHOULD",
 }
 MUST_LEVELS = ("MUST", "MUST NOT")
+# The same for the rules of the ACP v2 draft that ``check --protocol 2`` judges (a test compares
+# them with the draft manifest, spec/draft/v2.json).
+V2_REQUIREMENT_LEVELS: Dict[str, str] = {
+    "ACP-V2-NEGOTIATE-AGENT-ANSWER": "MUST",
+    "ACP-V2-CAPS-INFO-REQUIRED": "MUST",
+    "ACP-V2-CAPS-OBJECT-MARKERS": "MUST",
+    "ACP-V2-SESSION-BASELINE": "MUST",
+    "ACP-V2-PROMPT-ACK": "MUST",
+    "ACP-V2-PROMPT-USER-MESSAGE": "MUST",
+    "ACP-V2-PROMPT-RUNNING": "MUST",
+    "ACP-V2-PROMPT-IDLE-STOP-REASON": "MUST",
+    "ACP-V2-MESSAGE-ID-REQUIRED": "MUST",
+    "ACP-V2-CANCEL-IDLE-CANCELLED": "MUST",
+}
 
 # The message-shape requirement of each method, for schema findings on the wire.
 SHAPE_REQUIREMENTS: Dict[str, str] = {
@@ -172,6 +186,7 @@ class CheckOptions(NamedTuple):
     cancel_prompt: str = DEFAULT_CANCEL_PROMPT
     auth_method: Optional[str] = None
     pattern: Optional[str] = None
+    protocol: int = 1  # 2: probe the agent's ACP v2 (draft) surface instead
 
 
 class CheckSkipped(Exception):
@@ -505,7 +520,8 @@ def id_key(request_id: Any) -> Tuple[str, Any]:
 
 
 def finding_for(requirement: str, status: str, detail: str) -> Finding:
-    return Finding(requirement, REQUIREMENT_LEVELS[requirement], status, detail)
+    level = REQUIREMENT_LEVELS.get(requirement) or V2_REQUIREMENT_LEVELS[requirement]
+    return Finding(requirement, level, status, detail)
 
 
 def _reject_outcome(params: Any) -> Dict[str, Any]:

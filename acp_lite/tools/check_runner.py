@@ -4,33 +4,39 @@ import fnmatch
 import os
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .check_probe import (FAIL, PASS, SHAPE_REQUIREMENTS, SKIP, WIRE_REQUIREMENTS, CheckFailed, CheckOptions,
                           CheckSkipped, Finding, finding_for)
 from .check_report import CheckReport, CheckResult
 from .checks import CHECKS, Check, CheckRun
+from .checks_v2 import CHECKS_V2
 from .wirecheck import advertised
 
 # The checks that find what the checks with ``needs`` look at.
 _DISCOVERING_CHECKS = ("initialize", "new-session")
 
 
-def selected_checks(pattern: Optional[str]) -> List[str]:
+def _checks(protocol: int) -> Sequence[Check]:
+    return CHECKS_V2 if protocol == 2 else CHECKS
+
+
+def selected_checks(pattern: Optional[str], protocol: int = 1) -> List[str]:
     """The names of the checks ``-k PATTERN`` selects: those whose name or a requirement id
     matches (a case-insensitive substring, or a shell-style pattern), plus the discovering checks
-    when a selected check needs what they find."""
+    when a selected check needs what they find. ``protocol`` 2: among the v2 checks."""
+    checks = _checks(protocol)
     if not pattern:
-        return [check.name for check in CHECKS]
+        return [check.name for check in checks]
     wanted = pattern.lower()
 
     def matches(text: str) -> bool:
         text = text.lower()
         return wanted in text or fnmatch.fnmatchcase(text, wanted)
 
-    chosen = [check for check in CHECKS if matches(check.name) or any(map(matches, check.requirements))]
+    chosen = [check for check in checks if matches(check.name) or any(map(matches, check.requirements))]
     needed = _DISCOVERING_CHECKS if any(check.needs for check in chosen) else ()
-    return [check.name for check in CHECKS if check in chosen or check.name in needed]
+    return [check.name for check in checks if check in chosen or check.name in needed]
 
 
 def run_checks(options: CheckOptions, on_result: Optional[Callable[[CheckResult], None]] = None) -> CheckReport:
@@ -40,9 +46,9 @@ def run_checks(options: CheckOptions, on_result: Optional[Callable[[CheckResult]
     discovered: Dict[str, Any] = {}
     wire_seen: Dict[str, int] = {}
     results: List[CheckResult] = []
-    names = selected_checks(options.pattern)
+    names = selected_checks(options.pattern, options.protocol)
     with tempfile.TemporaryDirectory(prefix="acp-lite-check-") as workdir:
-        for check in CHECKS:
+        for check in _checks(options.protocol):
             if check.name not in names:
                 continue
             if results and results[0].name == "initialize" and "initialize" not in discovered:
@@ -54,7 +60,7 @@ def run_checks(options: CheckOptions, on_result: Optional[Callable[[CheckResult]
             if on_result is not None:
                 on_result(result)
     initialized = discovered.get("initialize", {})
-    info = initialized.get("agentInfo")
+    info = initialized.get("agentInfo" if options.protocol == 1 else "info")
     auth_methods = [str(method.get("id")) for method in initialized.get("authMethods") or () if isinstance(method, dict)]
     return CheckReport(list(options.agent_command), info if isinstance(info, dict) else None, results,
                        _wire_findings(results, wire_seen), auth_methods)

@@ -10,7 +10,8 @@ The rules it keeps:
   whatever is asked.
 * The agent's methods keep their names (``new_session``, ``prompt``, ``authenticate`` for
   ``auth/login``, ``logout`` for ``auth/logout`` ...) and get the v2 params types on a v2
-  connection. ``load_session`` and ``set_mode`` do not exist in v2 (resume with ``replayFrom``,
+  connection; ``cancel_tool_call`` and ``cancel_terminal`` answer v2's ``tool_call/cancel`` and
+  ``terminal/cancel`` when an agent defines them. ``load_session`` and ``set_mode`` do not exist in v2 (resume with ``replayFrom``,
   modes are config options). The initialize response is derived as in v1: from what the class
   overrides and its attributes (``agent_info``, ``prompt_capabilities``, ``mcp_capabilities``,
   ``auth_methods``), turned into v2's capability objects.
@@ -57,6 +58,10 @@ _HANDLERS = {
     "session/set_config_option": "set_config_option",
     "session/prompt": "prompt",
     "session/cancel": "cancel",
+    # v2 only: offered by defining them (advertise each in the tool call's or terminal's
+    # ``capabilities.cancel``).
+    "tool_call/cancel": "cancel_tool_call",
+    "terminal/cancel": "cancel_terminal",
 }
 _REQUIRED = ("list_sessions", "resume_session", "close_session", "new_session", "prompt")
 _SPOKEN = (1, 2)
@@ -150,11 +155,13 @@ class V2Service(_AgentService):
         }
         for method in ("session/new", "session/resume", "session/list"):
             wrappers[method] = _checking_session_paths(_plain_call(getattr(agent, _HANDLERS[method])))
-        bind_handlers(connection, agent, _HANDLERS, v2.AGENT_METHODS, wrappers, {"session/prompt": self._prompt_arrived})
+        bind_handlers(connection, agent, _HANDLERS, _METHODS, wrappers, {"session/prompt": self._prompt_arrived})
 
-    def _initialize(self, params: v2.InitializeRequest, ctx: RequestContext) -> v2.InitializeResponse:
-        self.client.capabilities = params.capabilities or v2.ClientCapabilities()
-        self.client.info = params.info
+    def _initialize(self, raw: Any, ctx: RequestContext) -> v2.InitializeResponse:  # type: ignore[override]
+        params = _initialize_params(raw)
+        # v2's types in the attributes v1 declares: the handle is v2's.
+        self.client.capabilities = params.capabilities or v2.ClientCapabilities()  # type: ignore[assignment]
+        self.client.info = params.info  # type: ignore[assignment]
         agent = self.agent
         terminal_ok = bool(params.capabilities and params.capabilities.auth and params.capabilities.auth.terminal)
         methods = [m for m in agent.auth_methods if terminal_ok or not isinstance(m, v1.AuthMethodTerminal)]
@@ -175,10 +182,10 @@ class V2Service(_AgentService):
                 ),
                 auth=v2.AgentAuthCapabilities() if methods else None,
             ),
-            auth_methods=[as_v2(m, v2.AuthMethod) for m in methods] or None,
+            auth_methods=[_auth_method(m) for m in methods] or None,
         )
 
-    def _prompt(self, params: v2.PromptRequest, ctx: RequestContext) -> Any:
+    def _prompt(self, params: v2.PromptRequest, ctx: RequestContext) -> Any:  # type: ignore[override]
         with self._lock:
             turn = self._turn_of.get(ctx)
             if turn is None:  # answered by _cancelled_before_start: this return value is dropped
@@ -189,7 +196,7 @@ class V2Service(_AgentService):
         _current_turn.value = turn
         error = None
         try:
-            result = self.agent.prompt(params, turn)
+            result = self.agent.prompt(params, turn)  # type: ignore[arg-type]  # v2's params on a v2 connection
         except Exception as exc:
             result = "cancelled" if turn.cancelled else "error"
             if not turn.cancelled:
@@ -217,6 +224,30 @@ class V2Service(_AgentService):
         params = v2.PromptRequest(session_id=turn.session_id, prompt=[])
         self._accept(params, turn.context)
         self.client.session_update(turn.session_id, idle("cancelled"))
+
+
+# initialize's params arrive as plain JSON: a client asking for an older version wrote them in its
+# version's shape, and is answered 2 all the same (it then decides whether to go on).
+_METHODS = dict(v2.AGENT_METHODS, initialize=v2.AGENT_METHODS["initialize"]._replace(params_type=Any))
+_UNKNOWN_CLIENT = v2.Implementation(name="unknown", version="unknown")
+
+
+def _initialize_params(raw: Any) -> v2.InitializeRequest:
+    """The params of ``initialize``: v2's, checked strictly when 2 or later is asked for; for an
+    older version only what v2 can read of them."""
+    asked = raw.get("protocolVersion") if isinstance(raw, dict) else None
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 2:
+        return convert(raw, v2.InitializeRequest)
+    return v2.InitializeRequest(protocol_version=2, info=_UNKNOWN_CLIENT)
+
+
+def _auth_method(method: Any) -> Any:
+    """An ``auth_methods`` entry (v1's types) as v2 writes it: ``methodId`` for ``id``, and its
+    ``type`` always there (v1 leaves out ``agent``)."""
+    fields = msgspec.to_builtins(method)
+    fields["methodId"] = fields.pop("id", None)
+    fields.setdefault("type", "agent")
+    return convert(fields, v2.AuthMethod)
 
 
 def _plain_call(handler: Any) -> Any:
@@ -264,7 +295,7 @@ class VersionedService:
         self.services: Dict[int, _AgentService] = {}
         for version in versions:
             kind = V2Service if version == 2 else _AgentService
-            self.services[version] = kind(agent, self.router.views[version])
+            self.services[version] = kind(agent, self.router.views[version].as_connection())
         self.agent = agent
         agent.client = self.services[versions[0]].client
         self.client = _NegotiatedClient(agent)

@@ -28,7 +28,7 @@ The rules it keeps:
 from concurrent.futures import Future
 from concurrent.futures import InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from .. import client as v1client
 from .. import schema as v1
@@ -77,12 +77,14 @@ class RemoteAgent(v1client.RemoteAgent):
         self.protocol_versions = versions
         self.router = VersionRouter(connection, versions, versions[0])
         self._turn_ends: Dict[str, _Turn] = {}
+        # (session, "tool_call" or "terminal", id) of what the agent's updates said may be cancelled
+        self._cancellable: Set[Tuple[str, str, str]] = set()
         connection.on_closing(self._fail_turns)
         super().__init__(connection, client, process)
 
     def _bind(self, connection: Connection) -> None:
         if 1 in self.protocol_versions:
-            super()._bind(self.router.views[1])
+            super()._bind(self.router.views[1].as_connection())
         if 2 in self.protocol_versions:
             wrappers: Dict[str, Any] = {
                 "session/update": self._session_update,
@@ -91,18 +93,18 @@ class RemoteAgent(v1client.RemoteAgent):
             }
             if self.client.offers("create_elicitation"):
                 wrappers["elicitation/create"] = self._create_elicitation
-            bind_handlers(self.router.views[2], self.client, _HANDLERS, _KEEPING, wrappers)
+            bind_handlers(self.router.views[2].as_connection(), self.client, _HANDLERS, _KEEPING, wrappers)
 
     @property
     def _in_v2(self) -> bool:
         return self.protocol_version == 2
 
     # -- initialization -----------------------------------------------------------------------
-    def initialize(self, protocol_version: Optional[int] = None, timeout: Optional[float] = None) -> Any:  # type: ignore[override]
+    def initialize(self, protocol_version: Optional[int] = None, timeout: Optional[float] = None) -> Any:
         """Ask for ``protocol_version`` (default: the highest listed); see the module docstring."""
         return self._wait(self._initialize_request(protocol_version), timeout)
 
-    def initialize_future(self, protocol_version: Optional[int] = None) -> Future:  # type: ignore[override]
+    def initialize_future(self, protocol_version: Optional[int] = None) -> Future:
         return self._start(self._initialize_request(protocol_version))
 
     def _initialize_request(self, protocol_version: Optional[int]) -> Request:
@@ -127,8 +129,9 @@ class RemoteAgent(v1client.RemoteAgent):
             return self._on_initialized(convert(answer, v1.InitializeResponse))
         response = convert(answer, v2.InitializeResponse)
         self.protocol_version = 2
-        self.capabilities = response.capabilities or v2.AgentCapabilities()
-        self.info = response.info
+        # v2's types in the attributes v1 declares (read through _v2_capabilities).
+        self.capabilities = response.capabilities or v2.AgentCapabilities()  # type: ignore[assignment]
+        self.info = response.info  # type: ignore[assignment]
         self.auth_methods = list(response.auth_methods or ())
         return response
 
@@ -163,7 +166,7 @@ class RemoteAgent(v1client.RemoteAgent):
         if not self.auth_methods:
             raise CapabilityError("the agent offers no auth methods, so no auth/login")
         for method in self.auth_methods:
-            if isinstance(method, v2.AuthMethodTerminal) and method.id == method_id:
+            if isinstance(method, v2.AuthMethodTerminal) and method.method_id == method_id:
                 raise UsageError(f"{method_id!r} is a terminal method: run it in a terminal, do not log in with it")
         return self._request("auth/login", v2.LoginAuthRequest(method_id=method_id))
 
@@ -199,7 +202,7 @@ class RemoteAgent(v1client.RemoteAgent):
             return super()._set_mode_request(session_id, mode_id)
         raise UsageError("session/set_mode does not exist in ACP v2: modes are config options (set_config_option)")
 
-    def resume_session(  # type: ignore[override]
+    def resume_session(
         self, session_id: str, cwd: str, mcp_servers: Sequence[Any] = (), additional_directories: Optional[Sequence[str]] = None,
         *, replay_from: Optional[str] = None, timeout: Optional[float] = None,
     ) -> Any:
@@ -207,7 +210,7 @@ class RemoteAgent(v1client.RemoteAgent):
         ``Client.session_update`` before this returns."""
         return self._wait(self._resume(session_id, cwd, mcp_servers, additional_directories, replay_from), timeout)
 
-    def resume_session_future(  # type: ignore[override]
+    def resume_session_future(
         self, session_id: str, cwd: str, mcp_servers: Sequence[Any] = (), additional_directories: Optional[Sequence[str]] = None,
         *, replay_from: Optional[str] = None,
     ) -> Future:
@@ -243,13 +246,13 @@ class RemoteAgent(v1client.RemoteAgent):
         self._require_session(session_id)
         blocks = [as_v2(v2.TextContent(text=prompt) if isinstance(prompt, str) else block, v2.ContentBlock)
                   for block in ([prompt] if isinstance(prompt, str) else prompt)]
-        session = self.capabilities.session
+        session = self._v2_capabilities().session
         allowed = session.prompt if session is not None else None
         for block in blocks:
             kind = variant_tag(block)
             if kind in _BASELINE_CONTENT:
                 continue
-            needed = _CONTENT_CAPABILITY.get(kind)
+            needed = _CONTENT_CAPABILITY.get(kind or "")
             if needed is None or allowed is None or getattr(allowed, needed) is None:
                 raise CapabilityError(f"the agent's prompt capabilities do not allow {kind!r} content")
         with self._lock:
@@ -257,7 +260,7 @@ class RemoteAgent(v1client.RemoteAgent):
         return self._request("session/prompt", v2.PromptRequest(session_id=session_id, prompt=blocks, meta=meta))
 
     # -- prompt turns ------------------------------------------------------------------------------
-    def prompt(self, session_id: str, prompt: Any, timeout: Optional[float] = None, *,  # type: ignore[override]
+    def prompt(self, session_id: str, prompt: Any, timeout: Optional[float] = None, *,
                meta: Optional[Dict[str, Any]] = None) -> Any:
         """Run one turn; see the module docstring for what v2 returns."""
         if not self._in_v2:
@@ -270,7 +273,7 @@ class RemoteAgent(v1client.RemoteAgent):
             self._drop_turn(session_id, future)
             raise CallTimeout(f"session/prompt: the turn did not end within {timeout} s") from None
 
-    def prompt_future(self, session_id: str, prompt: Any, *, meta: Optional[Dict[str, Any]] = None) -> Future:  # type: ignore[override]
+    def prompt_future(self, session_id: str, prompt: Any, *, meta: Optional[Dict[str, Any]] = None) -> Future:
         if not self._in_v2:
             return super().prompt_future(session_id, prompt, meta=meta)
         request = self._prompt_request(session_id, prompt, meta)
@@ -299,6 +302,7 @@ class RemoteAgent(v1client.RemoteAgent):
                 del self._turn_ends[session_id]
 
     def _session_update(self, params: Any) -> None:
+        self._note_cancellable(params)
         try:
             self.client.session_update(params)
         finally:
@@ -313,6 +317,53 @@ class RemoteAgent(v1client.RemoteAgent):
                 if turn is not None:
                     _settle(turn.done, update, None)
 
+    def _note_cancellable(self, params: Any) -> None:
+        # An upsert that carries capabilities says whether its tool call or terminal may be
+        # cancelled; one without them leaves that as it was.
+        update = getattr(params, "update", None)
+        if type(update) is v2.SessionUpdateToolCallUpdate:
+            key = (params.session_id, "tool_call", update.tool_call_id)
+        elif type(update) is v2.TerminalUpdate:
+            key = (params.session_id, "terminal", update.terminal_id)
+        else:
+            return
+        if update.capabilities is None:
+            return
+        with self._lock:
+            if update.capabilities.cancel is not None:
+                self._cancellable.add(key)
+            else:
+                self._cancellable.discard(key)
+
+    # -- cancelling a tool call or a terminal (v2) ---------------------------------------------------
+    def cancel_tool_call(self, session_id: str, tool_call_id: str, *, timeout: Optional[float] = None) -> Any:
+        """Ask the agent to cancel one tool call; only one whose updates advertised ``capabilities.cancel``."""
+        return self._wait(self._cancel_request("tool_call", session_id, tool_call_id), timeout)
+
+    def cancel_tool_call_future(self, session_id: str, tool_call_id: str) -> Future:
+        return self._start(self._cancel_request("tool_call", session_id, tool_call_id))
+
+    def cancel_terminal(self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None) -> Any:
+        """Ask the agent to cancel the command of one display terminal that advertised ``capabilities.cancel``."""
+        return self._wait(self._cancel_request("terminal", session_id, terminal_id), timeout)
+
+    def cancel_terminal_future(self, session_id: str, terminal_id: str) -> Future:
+        return self._start(self._cancel_request("terminal", session_id, terminal_id))
+
+    def _cancel_request(self, kind: str, session_id: str, item_id: str) -> Request:
+        if not self._in_v2:
+            raise UsageError(f"{kind}/cancel is ACP v2's: this connection speaks v1")
+        self._require_session(session_id)
+        with self._lock:
+            cancellable = (session_id, kind, item_id) in self._cancellable
+        if not cancellable:
+            raise CapabilityError(f"the agent did not advertise capabilities.cancel for {kind} {item_id!r}")
+        if kind == "tool_call":
+            params: Any = v2.CancelToolCallRequest(session_id=session_id, tool_call_id=item_id)
+        else:
+            params = v2.CancelTerminalRequest(session_id=session_id, terminal_id=item_id)
+        return self._request(f"{kind}/cancel", params)
+
     def _fail_turns(self) -> None:
         with self._lock:
             turns = list(self._turn_ends.values())
@@ -321,10 +372,13 @@ class RemoteAgent(v1client.RemoteAgent):
             _settle(turn.done, None, ConnectionClosed("the connection closed before the turn ended"))
 
     # -- checks ------------------------------------------------------------------------------------
+    def _v2_capabilities(self) -> v2.AgentCapabilities:
+        return cast(v2.AgentCapabilities, self._initialized())
+
     def _require_session_capability(self, name: str) -> None:
         if not self._in_v2:
             return super()._require_session_capability(name)
-        session = self._initialized().session
+        session = self._v2_capabilities().session
         if session is None:
             raise CapabilityError("the agent did not advertise session capabilities")
         if name in ("delete", "additional_directories") and getattr(session, name) is None:
@@ -332,8 +386,10 @@ class RemoteAgent(v1client.RemoteAgent):
 
     def _check_session_setup(self, cwd: str, mcp_servers: Sequence[Any],  # type: ignore[override]
                              additional_directories: Optional[Sequence[str]]) -> List[Any]:
+        """v1's checks, and the MCP servers as v2 writes them (each with its type)."""
         if not self._in_v2:
-            return super()._check_session_setup(cwd, mcp_servers, additional_directories)
+            super()._check_session_setup(cwd, mcp_servers, additional_directories)
+            return list(mcp_servers)
         self._require_session_capability("list")  # any: the session baseline is there
         require_absolute_path(cwd, "cwd")
         if additional_directories is not None:
@@ -341,13 +397,14 @@ class RemoteAgent(v1client.RemoteAgent):
             for directory in additional_directories:
                 require_absolute_path(directory, "additional directory")
         servers = []
-        mcp = self.capabilities.session.mcp
+        session = self._v2_capabilities().session
+        mcp = session.mcp if session is not None else None
         for server in mcp_servers:
             try:
                 server = as_v2(server, v2.McpServer)
             except SchemaError as exc:
                 raise UsageError(f"an MCP server v2 cannot carry (every one needs its type): {exc}") from None
-            kind = variant_tag(server)
+            kind = variant_tag(server) or ""
             if mcp is None or getattr(mcp, kind, None) is None:
                 raise CapabilityError(f"the agent did not advertise session.mcp.{kind}")
             servers.append(server)

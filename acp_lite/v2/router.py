@@ -19,7 +19,7 @@ The rules it keeps:
   routed by it.
 """
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, cast
 
 import msgspec
 
@@ -52,6 +52,10 @@ class VersionView:
 
     def on_unknown_request(self, handler: Callable[[str, Any, RequestContext], Any]) -> None:
         self.unknown_request = handler
+
+    def as_connection(self) -> Connection:
+        """This view, for the code written against ``Connection`` (it stands in for one)."""
+        return cast(Connection, self)
 
     def on_unknown_notification(self, handler: Callable[[str, Any], Any]) -> None:
         self.unknown_notification = handler
@@ -113,12 +117,11 @@ class VersionRouter:
         route = self.view().requests.get(method)
         if route is None or route[2] is None:
             return
+        error: Optional[Exception] = None
         try:
             params = _decoded(raw, route[1])
         except Exception as exc:  # answered by the handler, below
             params, error = None, exc
-        else:
-            error = None
         with self._lock:
             self._arrived[ctx] = (params, error)
         # A request cancelled before its handler starts may never reach it: forget it then (a
