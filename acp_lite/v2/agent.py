@@ -6,8 +6,9 @@ The rules it keeps:
 * Negotiation: the first ``initialize`` picks the version, on its arrival, before anything after
   it is routed: the highest version the agent speaks at or below the one asked for, else the
   agent's latest. Later messages go to that version's handlers only (``router``); a repeated
-  ``initialize`` does not re-route. An agent that does not list 2 never gets here: it answers 1,
-  whatever is asked.
+  ``initialize`` does not re-route. An agent speaking only 2 answers 2 to a client asking for 1
+  (reading of its v1-shaped params only what v2 can use), and the client decides. An agent that
+  does not list 2 never gets here: it answers 1, whatever is asked.
 * The agent's methods keep their names (``new_session``, ``prompt``, ``authenticate`` for
   ``auth/login``, ``logout`` for ``auth/logout`` ...) and get the v2 params types on a v2
   connection; ``cancel_tool_call`` and ``cancel_terminal`` answer v2's ``tool_call/cancel`` and
