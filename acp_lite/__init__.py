@@ -15,11 +15,8 @@ A library never prints: every module logs to a child of the ``acp_lite`` logger 
 application nothing reaches stderr (Python's last-resort handler would print warnings there,
 which an editor embedding us shows as errors).
 """
+
 import logging
-
-__version__ = "0.1.0"
-
-logging.getLogger("acp_lite").addHandler(logging.NullHandler())
 
 from .agent import Agent, PromptTurn, RemoteClient, serve, serve_stdio
 from .client import Client, RemoteAgent
@@ -29,6 +26,11 @@ from .rpc import HostDelivery
 from .wire import connect_tcp, connect_unix, listen_tcp, listen_unix, memory_pair, stdio_transport
 from .workspace import WorkspaceClient
 
+__version__ = "0.1.0"
+
+# Set before anything logs: importing the package logs nothing.
+logging.getLogger("acp_lite").addHandler(logging.NullHandler())
+
 __all__ = [
     "AcpError",
     "Agent",
@@ -37,6 +39,8 @@ __all__ = [
     "PromptTurn",
     "RemoteAgent",
     "RemoteClient",
+    "Undecodable",
+    "WorkspaceClient",
     "connect_tcp",
     "connect_unix",
     "listen_tcp",
@@ -45,6 +49,4 @@ __all__ = [
     "serve",
     "serve_stdio",
     "stdio_transport",
-    "Undecodable",
-    "WorkspaceClient",
 ]

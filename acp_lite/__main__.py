@@ -1,4 +1,5 @@
 """``python -m acp_lite``: the command-line tool (see ``acp_lite.tools.cli``)."""
+
 import sys
 
 from .tools.cli import main

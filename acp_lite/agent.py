@@ -18,6 +18,7 @@ closing). Once cancelled, whatever the handler raises, or a ``"cancelled"`` retu
 Threads: handlers run on the connection's reader or worker threads (or the host thread with
 host-thread delivery) and may block; ``RemoteClient`` methods may be called from any thread.
 """
+
 import logging
 import threading
 from concurrent.futures import CancelledError, Future
@@ -227,7 +228,9 @@ class RemoteClient:
         if type(update) in _TOOL_CALL_UPDATES:
             _require_absolute_tool_call_paths(update)
         if type(update) is ConfigOptionUpdate and not self.accepts_boolean_options():
-            update = ConfigOptionUpdate(config_options=self.without_boolean_options(update.config_options), meta=update.meta)
+            update = ConfigOptionUpdate(
+                config_options=self.without_boolean_options(update.config_options), meta=update.meta
+            )
         self._send_update(SessionNotification(session_id=session_id, update=update, meta=meta))
 
     def _send_update(self, notification: Any) -> None:
@@ -243,7 +246,9 @@ class RemoteClient:
         """``options`` less the boolean ones, which a client must not see unless it advertised them."""
         kept = [option for option in options if not isinstance(option, SessionConfigBoolean)]
         if len(kept) != len(options):
-            _agent_log.warning("left out %d boolean config option(s): the client did not advertise them", len(options) - len(kept))
+            _agent_log.warning(
+                "left out %d boolean config option(s): the client did not advertise them", len(options) - len(kept)
+            )
         return kept
 
     def complete_elicitation(self, elicitation_id: str) -> None:
@@ -294,7 +299,9 @@ class RemoteClient:
     ) -> "Future[ReadTextFileResponse]":
         return self._start(self._read_request(session_id, path, line, limit))
 
-    def write_text_file(self, session_id: str, path: str, content: str, *, timeout: Optional[float] = None) -> WriteTextFileResponse:
+    def write_text_file(
+        self, session_id: str, path: str, content: str, *, timeout: Optional[float] = None
+    ) -> WriteTextFileResponse:
         return self._wait(self._write_request(session_id, path, content), timeout)
 
     def write_text_file_future(self, session_id: str, path: str, content: str) -> "Future[WriteTextFileResponse]":
@@ -311,7 +318,9 @@ class RemoteClient:
         *,
         timeout: Optional[float] = None,
     ) -> CreateTerminalResponse:
-        return self._wait(self._create_terminal_request(session_id, command, args, env, cwd, output_byte_limit), timeout)
+        return self._wait(
+            self._create_terminal_request(session_id, command, args, env, cwd, output_byte_limit), timeout
+        )
 
     def create_terminal_future(
         self,
@@ -324,8 +333,12 @@ class RemoteClient:
     ) -> "Future[CreateTerminalResponse]":
         return self._start(self._create_terminal_request(session_id, command, args, env, cwd, output_byte_limit))
 
-    def terminal_output(self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None) -> TerminalOutputResponse:
-        return self._wait(self._terminal_request("terminal/output", TerminalOutputRequest, session_id, terminal_id), timeout)
+    def terminal_output(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> TerminalOutputResponse:
+        return self._wait(
+            self._terminal_request("terminal/output", TerminalOutputRequest, session_id, terminal_id), timeout
+        )
 
     def terminal_output_future(self, session_id: str, terminal_id: str) -> "Future[TerminalOutputResponse]":
         return self._start(self._terminal_request("terminal/output", TerminalOutputRequest, session_id, terminal_id))
@@ -341,19 +354,29 @@ class RemoteClient:
         request = self._terminal_request("terminal/wait_for_exit", WaitForTerminalExitRequest, session_id, terminal_id)
         return self._start(request)
 
-    def kill_terminal(self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None) -> KillTerminalResponse:
-        return self._wait(self._terminal_request("terminal/kill", KillTerminalRequest, session_id, terminal_id), timeout)
+    def kill_terminal(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> KillTerminalResponse:
+        return self._wait(
+            self._terminal_request("terminal/kill", KillTerminalRequest, session_id, terminal_id), timeout
+        )
 
     def kill_terminal_future(self, session_id: str, terminal_id: str) -> "Future[KillTerminalResponse]":
         return self._start(self._terminal_request("terminal/kill", KillTerminalRequest, session_id, terminal_id))
 
-    def release_terminal(self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None) -> ReleaseTerminalResponse:
-        return self._wait(self._terminal_request("terminal/release", ReleaseTerminalRequest, session_id, terminal_id), timeout)
+    def release_terminal(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> ReleaseTerminalResponse:
+        return self._wait(
+            self._terminal_request("terminal/release", ReleaseTerminalRequest, session_id, terminal_id), timeout
+        )
 
     def release_terminal_future(self, session_id: str, terminal_id: str) -> "Future[ReleaseTerminalResponse]":
         return self._start(self._terminal_request("terminal/release", ReleaseTerminalRequest, session_id, terminal_id))
 
-    def create_elicitation(self, params: CreateElicitationRequest, *, timeout: Optional[float] = None) -> CreateElicitationResponse:
+    def create_elicitation(
+        self, params: CreateElicitationRequest, *, timeout: Optional[float] = None
+    ) -> CreateElicitationResponse:
         """Ask the user for input in a mode (``form`` or ``url``) the client advertised."""
         return self._wait(self._elicitation_request(params), timeout)
 
@@ -393,7 +416,11 @@ class RemoteClient:
         return Request(method, params, CLIENT_METHODS[method].result_type)
 
     def _permission_request(
-        self, session_id: str, tool_call: ToolCallUpdate, options: Sequence[PermissionOption], meta: Optional[Dict[str, Any]]
+        self,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: Sequence[PermissionOption],
+        meta: Optional[Dict[str, Any]],
     ) -> Request:
         _require_absolute_tool_call_paths(tool_call)
         params = RequestPermissionRequest(session_id=session_id, tool_call=tool_call, options=list(options), meta=meta)
@@ -403,13 +430,17 @@ class RemoteClient:
         if not (self.capabilities.fs and self.capabilities.fs.read_text_file):
             raise CapabilityError("the client did not advertise fs.readTextFile")
         require_absolute_path(path, "the file path")
-        return self._request("fs/read_text_file", ReadTextFileRequest(session_id=session_id, path=path, line=line, limit=limit))
+        return self._request(
+            "fs/read_text_file", ReadTextFileRequest(session_id=session_id, path=path, line=line, limit=limit)
+        )
 
     def _write_request(self, session_id: str, path: str, content: str) -> Request:
         if not (self.capabilities.fs and self.capabilities.fs.write_text_file):
             raise CapabilityError("the client did not advertise fs.writeTextFile")
         require_absolute_path(path, "the file path")
-        return self._request("fs/write_text_file", WriteTextFileRequest(session_id=session_id, path=path, content=content))
+        return self._request(
+            "fs/write_text_file", WriteTextFileRequest(session_id=session_id, path=path, content=content)
+        )
 
     def _create_terminal_request(
         self,
@@ -713,7 +744,9 @@ def _checking_session_paths(handler: Any) -> Any:
     return call
 
 
-def serve(agent: Agent, transport: Any, *, delivery: Optional[HostDelivery] = None, name: str = "client") -> RemoteClient:
+def serve(
+    agent: Agent, transport: Any, *, delivery: Optional[HostDelivery] = None, name: str = "client"
+) -> RemoteClient:
     """Serve ``agent`` over ``transport`` in the background; returns the handle on the client.
 
     An ``Agent`` instance serves one connection (its ``self.client`` is that connection's

@@ -16,6 +16,7 @@ served cannot lead the request outside. Rules this module keeps:
 - ``Root`` also remembers the directory's identity (device, inode): once the name no longer leads
   to it (moved away, replaced), the root counts as gone for good.
 """
+
 import ctypes
 import errno
 import os
@@ -144,7 +145,7 @@ def path_beneath(root_fd: int, fd: int) -> Optional[str]:
     if here == top:
         return ""
     prefix = top.rstrip("/") + "/"
-    return here[len(prefix):] if here.startswith(prefix) else None
+    return here[len(prefix) :] if here.startswith(prefix) else None
 
 
 def _walk(dir_fd: int, relative: str, flags: int) -> int:

@@ -18,6 +18,7 @@ the ``*_future`` forms). ``Client`` callbacks run one at a time, in order, on th
 delivery thread (or its reader, delivering in its stead when nothing else waits), or on the host
 thread when it pumps.
 """
+
 import logging
 import threading
 import time
@@ -166,8 +167,11 @@ class Client(Peer):
         it offers none), and logs once per client that it did, since the user never saw it."""
         if not getattr(self, "_denied_permissions_logged", False):
             self._denied_permissions_logged = True
-            _client_log.warning("%s does not override request_permission: permission requests are denied "
-                                "(the first reject option, else cancelled); logged once", type(self).__name__)
+            _client_log.warning(
+                "%s does not override request_permission: permission requests are denied "
+                "(the first reject option, else cancelled); logged once",
+                type(self).__name__,
+            )
         reject = next((option for option in params.options if option.kind.startswith("reject")), None)
         if reject is None:
             return RequestPermissionResponse(outcome=RequestPermissionOutcomeCancelled())
@@ -327,16 +331,26 @@ class RemoteAgent:
 
     @classmethod
     def connect(
-        cls, transport: Any, client: Optional[Client] = None, *, delivery: Optional[HostDelivery] = None,
-        name: str = "agent", protocol_versions: Sequence[int] = SUPPORTED_PROTOCOL_VERSIONS,
+        cls,
+        transport: Any,
+        client: Optional[Client] = None,
+        *,
+        delivery: Optional[HostDelivery] = None,
+        name: str = "agent",
+        protocol_versions: Sequence[int] = SUPPORTED_PROTOCOL_VERSIONS,
     ) -> "RemoteAgent":
         """Talk to an agent over an already open transport (socket, in-memory pair, ...);
         ``name`` and ``protocol_versions`` as for ``spawn``."""
         return cls._speaking(protocol_versions, Connection(transport, delivery=delivery, name=name), client)
 
     @classmethod
-    def _speaking(cls, versions: Sequence[int], connection: Connection, client: Optional[Client],
-                  process: Optional[AgentProcess] = None) -> "RemoteAgent":
+    def _speaking(
+        cls,
+        versions: Sequence[int],
+        connection: Connection,
+        client: Optional[Client],
+        process: Optional[AgentProcess] = None,
+    ) -> "RemoteAgent":
         if tuple(versions) == SUPPORTED_PROTOCOL_VERSIONS:
             return cls(connection, client, process)
         # Opted in to v2 (a subpackage, not vendored).
@@ -365,7 +379,9 @@ class RemoteAgent:
     # Every request comes twice (see ``peer``): ``x(..., timeout=None)`` blocks, raising
     # ``CallTimeout`` after ``timeout`` seconds; ``x_future(...)`` does not, and its Future is
     # settled where callbacks run. Both check their arguments at once, before anything is sent.
-    def initialize(self, protocol_version: int = PROTOCOL_VERSION, timeout: Optional[float] = None) -> InitializeResponse:
+    def initialize(
+        self, protocol_version: int = PROTOCOL_VERSION, timeout: Optional[float] = None
+    ) -> InitializeResponse:
         """Send ``initialize`` with our latest version and capabilities. If the agent answers with
         a version we do not speak, the connection is closed and ``VersionMismatch`` raised."""
         return self._wait(self._initialize_request(protocol_version), timeout)
@@ -456,7 +472,9 @@ class RemoteAgent:
         """One page of sessions; pass ``next_cursor`` back unchanged for the next one."""
         return self._wait(self._list_sessions_request(cwd, cursor), timeout)
 
-    def list_sessions_future(self, cwd: Optional[str] = None, cursor: Optional[str] = None) -> "Future[ListSessionsResponse]":
+    def list_sessions_future(
+        self, cwd: Optional[str] = None, cursor: Optional[str] = None
+    ) -> "Future[ListSessionsResponse]":
         return self._start(self._list_sessions_request(cwd, cursor))
 
     def iter_sessions(self, cwd: Optional[str] = None, *, timeout: Optional[float] = None) -> Iterable[Any]:
@@ -511,7 +529,9 @@ class RemoteAgent:
         (trace context, say)."""
         return self._wait(self._prompt_request(session_id, prompt, meta), timeout)
 
-    def prompt_future(self, session_id: str, prompt: Any, *, meta: Optional[Dict[str, Any]] = None) -> "Future[PromptResponse]":
+    def prompt_future(
+        self, session_id: str, prompt: Any, *, meta: Optional[Dict[str, Any]] = None
+    ) -> "Future[PromptResponse]":
         return self._start(self._prompt_request(session_id, prompt, meta))
 
     def cancel(self, session_id: str) -> None:
@@ -577,7 +597,9 @@ class RemoteAgent:
         self._initialized()
         for method in self.auth_methods:
             if isinstance(method, AuthMethodTerminal) and method.id == method_id:
-                raise UsageError(f"{method_id!r} is a terminal method: run it in a terminal, do not authenticate with it")
+                raise UsageError(
+                    f"{method_id!r} is a terminal method: run it in a terminal, do not authenticate with it"
+                )
         return self._request("authenticate", AuthenticateRequest(method_id=method_id))
 
     def _logout_request(self) -> Request:
@@ -653,7 +675,9 @@ class RemoteAgent:
 
     def _delete_session_request(self, session_id: str) -> Request:
         self._require_session_capability("delete")
-        return self._request("session/delete", DeleteSessionRequest(session_id=session_id), self._forgetting(session_id))
+        return self._request(
+            "session/delete", DeleteSessionRequest(session_id=session_id), self._forgetting(session_id)
+        )
 
     def _set_mode_request(self, session_id: str, mode_id: str) -> Request:
         self._require_session(session_id)
@@ -670,7 +694,9 @@ class RemoteAgent:
             params: Any = SetSessionConfigOptionRequestBoolean(session_id=session_id, config_id=config_id, value=value)
         else:
             params = SetSessionConfigOptionRequestValueId(session_id=session_id, config_id=config_id, value=value)
-        return self._request("session/set_config_option", params, lambda response: self._note_state(session_id, response))
+        return self._request(
+            "session/set_config_option", params, lambda response: self._note_state(session_id, response)
+        )
 
     def _prompt_request(self, session_id: str, prompt: Any, meta: Optional[Dict[str, Any]]) -> Request:
         self._require_session(session_id)
@@ -826,7 +852,11 @@ class RemoteAgent:
 
 def _flat_select_choices(options: Any) -> List[Any]:
     # Select options come flat or in groups.
-    return [choice for item in options for choice in (item.options if isinstance(item, SessionConfigSelectGroup) else [item])]
+    return [
+        choice
+        for item in options
+        for choice in (item.options if isinstance(item, SessionConfigSelectGroup) else [item])
+    ]
 
 
 def _optional_list(items: Optional[Sequence[str]]) -> Optional[List[str]]:

@@ -31,6 +31,7 @@ The rules this module keeps:
 Everything here is pure and may be called from any thread; the diagnostics hook runs on the thread
 that called ``decode``/``convert``.
 """
+
 import logging
 from typing import (
     Annotated,
@@ -424,8 +425,15 @@ class _Lenient:
             raise _schema_error(failure, path)
         return self._variant(value, tags[0], tags[1], (), path, failure)
 
-    def _variant(self, value: Any, tag_field: Optional[str], tagged: Dict[str, Any],
-                 untagged: Tuple[Any, ...], path: str, failure: Exception) -> Any:
+    def _variant(
+        self,
+        value: Any,
+        tag_field: Optional[str],
+        tagged: Dict[str, Any],
+        untagged: Tuple[Any, ...],
+        path: str,
+        failure: Exception,
+    ) -> Any:
         """Pick the member of a union: by tag, else (no tag) the first untagged one that fits."""
         has_tag = tag_field is not None and isinstance(value, dict) and tag_field in value
         tag = value[tag_field] if has_tag else None
@@ -434,8 +442,12 @@ class _Lenient:
         if isinstance(tag, str):
             accepted_by = next((variant for variant in untagged if _accepts(variant, value)), None)
             if accepted_by is not None:
-                self._note(path, "unknown-tag", f"{tag_field} {tag!r} is not known to this version; "
-                                                f"valid as `{_type_name(accepted_by)}`, kept unknown")
+                self._note(
+                    path,
+                    "unknown-tag",
+                    f"{tag_field} {tag!r} is not known to this version; "
+                    f"valid as `{_type_name(accepted_by)}`, kept unknown",
+                )
             else:
                 self._note(path, "unknown-variant", f"{tag_field} {tag!r} is not known to this version")
             return UnknownVariant(value, tag)
@@ -459,8 +471,11 @@ class _Lenient:
             sub = _key_path(path, field.encode_name)
             if field.encode_name not in value:
                 if field.required:
-                    raise SchemaError(f"Object missing required field `{field.encode_name}` - at `{path}`",
-                                      path=path, expected=f"field `{field.encode_name}`")
+                    raise SchemaError(
+                        f"Object missing required field `{field.encode_name}` - at `{path}`",
+                        path=path,
+                        expected=f"field `{field.encode_name}`",
+                    )
                 continue
             mark = len(self.fallbacks)
             try:

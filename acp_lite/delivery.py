@@ -11,6 +11,7 @@
 
 Nothing here knows JSON-RPC; a callback is a ``(fn, arg)`` pair.
 """
+
 import collections
 import itertools
 import logging
@@ -118,7 +119,7 @@ class HostLane:
     """One connection's place in a ``HostDelivery``: what it puts there, what it has queued and
     not yet run (``unfinished``), and whether it is closed (then nothing of it runs any more)."""
 
-    __slots__ = ("_delivery", "unfinished", "closed")
+    __slots__ = ("_delivery", "closed", "unfinished")
 
     def __init__(self, delivery: "HostDelivery"):
         self._delivery = delivery

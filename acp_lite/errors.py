@@ -29,6 +29,7 @@ answered with an error). Errors split in two families, as h11 does:
 ``DATA_SHOWN_CHARS`` characters: peers often put the actual reason there (``{"details":
 "Permission denied"}`` under a bare "Internal error"), and a log line must stay a line.
 """
+
 import json
 from typing import Any, Dict, Optional, Type
 

@@ -35,6 +35,7 @@ of every line, the table of our pending calls, the table of the peer's running r
 Threads: the tables are plain dicts, and the reader alone inserts into ``incoming``; single dict
 operations are atomic, and ``Connection`` serializes the compound ones (closing) with its lock.
 """
+
 import functools
 import itertools
 import json
@@ -137,7 +138,7 @@ class _Unmatchable(Struct, tag_field="method", tag="\x00"):
 class Route:
     """A registered method: its handler, the type of its params, and for a request its arrival hook."""
 
-    __slots__ = ("method", "handler", "params_type", "is_request", "on_arrival")
+    __slots__ = ("handler", "is_request", "method", "on_arrival", "params_type")
 
     def __init__(
         self,
@@ -158,7 +159,7 @@ class PendingCall:
     """One of our calls waiting for its answer. ``direct``: a future only ``call()`` waits on,
     with no done-callbacks, which the reader may settle itself."""
 
-    __slots__ = ("method", "future", "result_type", "direct")
+    __slots__ = ("direct", "future", "method", "result_type")
 
     def __init__(self, method: str, future: Any, result_type: Any, direct: bool):
         self.method = method
@@ -195,7 +196,7 @@ class BatchReply:
 class ConnectionStats:
     """Counters of what the reading dropped or complained about."""
 
-    __slots__ = ("noise_lines", "parse_errors", "invalid_messages", "dropped_responses", "oversized_frames")
+    __slots__ = ("dropped_responses", "invalid_messages", "noise_lines", "oversized_frames", "parse_errors")
 
     def __init__(self) -> None:
         self.noise_lines = 0
@@ -213,9 +214,11 @@ class _FastPath:
     of lines made into an array) and, for each envelope type they produce, the notification
     handler or the request route."""
 
-    __slots__ = ("decoder", "block_decoder", "handlers", "requests")
+    __slots__ = ("block_decoder", "decoder", "handlers", "requests")
 
-    def __init__(self, decoders: Tuple[Any, Any], handlers: Dict[type, Callable[[Any], Any]], requests: Dict[type, Route]):
+    def __init__(
+        self, decoders: Tuple[Any, Any], handlers: Dict[type, Callable[[Any], Any]], requests: Dict[type, Route]
+    ):
         self.decoder, self.block_decoder = decoders
         self.handlers = handlers
         self.requests = requests
@@ -229,7 +232,7 @@ _HEAD_ID = re.compile(
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _envelope_type(method: str, params_type: Any, is_request: bool) -> type:
     """The envelope struct of ``method``, tagged by it for the union decoders.
 
@@ -253,7 +256,7 @@ def _envelope_type(method: str, params_type: Any, is_request: bool) -> type:
 @functools.lru_cache(maxsize=64)
 def _union_decoders(envelopes: Tuple[type, ...]) -> Tuple[Any, Any]:
     """Decoders of one message and of a JSON array of messages, into the envelopes."""
-    union = Union[envelopes + (_Unmatchable,)]  # type: ignore[valid-type]
+    union = Union[(*envelopes, _Unmatchable)]  # type: ignore[valid-type]
     return strict_decoder(union), strict_decoder(List[union])  # type: ignore[valid-type]
 
 
@@ -630,7 +633,11 @@ class RpcCore:
         if not text:
             return  # a blank line between messages
         readable = _read_leniently(text) if text[:1] == b"{" else None
-        if isinstance(readable, dict) and isinstance(readable.get("method"), str) and _sendable_id(readable.get("id", UNSET)):
+        if (
+            isinstance(readable, dict)
+            and isinstance(readable.get("method"), str)
+            and _sendable_id(readable.get("id", UNSET))
+        ):
             # Valid JSON that msgspec cannot decode (a lone surrogate such as "\ud800" in a
             # string): a request whose id is readable is answered with its id.
             self._reject(readable["id"], f"valid JSON that cannot be decoded ({exc})", None, replies)
@@ -662,7 +669,9 @@ class RpcCore:
 
     def _reject(self, request_id: Any, reason: str, batch: Optional[BatchReply], replies: List[bytes]) -> None:
         self.stats.invalid_messages += 1
-        self._complain("invalid", "%s: invalid message from the peer (%d so far): %s", self.stats.invalid_messages, reason)
+        self._complain(
+            "invalid", "%s: invalid message from the peer (%d so far): %s", self.stats.invalid_messages, reason
+        )
         self._reply(self.error_frame(request_id, InvalidRequest(f"Invalid request: {reason}")), batch, replies)
 
     def _route_batch(self, elements: List[Raw], items: List[Callback], replies: List[bytes]) -> None:
@@ -786,7 +795,11 @@ class RpcCore:
         self.stats.oversized_frames += 1
         limit = self._max_message_size
         self._complain(
-            "oversized", "%s: dropped a message of %d bytes (limit %d; %d so far)", frame.size, limit, self.stats.oversized_frames
+            "oversized",
+            "%s: dropped a message of %d bytes (limit %d; %d so far)",
+            frame.size,
+            limit,
+            self.stats.oversized_frames,
         )
         match = _HEAD_ID.match(frame.head)
         if match is None:

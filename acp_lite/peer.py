@@ -13,6 +13,7 @@ signature and types.
 
 Every file path in the protocol is absolute: each side refuses a relative one before sending it.
 """
+
 import importlib
 from concurrent.futures import Future
 from pathlib import PurePosixPath, PureWindowsPath
@@ -91,7 +92,9 @@ def v2_module(name: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name is None or not module.startswith(exc.name):
             raise
-        raise UsageError("ACP v2 (acp_lite.v2) is not part of the vendored single file: install acp_lite to use it") from None
+        raise UsageError(
+            "ACP v2 (acp_lite.v2) is not part of the vendored single file: install acp_lite to use it"
+        ) from None
 
 
 def is_absolute_path(path: str) -> bool:

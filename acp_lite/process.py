@@ -32,6 +32,7 @@ programs (their arguments then go through cmd's own parsing: keep shell metachar
 here, so both escalation rungs end the process tree with ``taskkill /F /T``, which reaches the
 tree only while the process we started is alive.
 """
+
 import atexit
 import collections
 import io
@@ -143,9 +144,7 @@ class AgentProcess:
         _install_exit_hooks()
         self.stdin = cast(BinaryIO, self._proc.stdin)
         self.stdout = cast(BinaryIO, self._proc.stdout)
-        self._stderr_thread = threading.Thread(
-            target=self._drain_stderr, name=f"acp-stderr-{self.pid}", daemon=True
-        )
+        self._stderr_thread = threading.Thread(target=self._drain_stderr, name=f"acp-stderr-{self.pid}", daemon=True)
         self._stderr_thread.start()
 
     def stderr_tail(self) -> str:
@@ -207,9 +206,7 @@ class AgentProcess:
             if threading.current_thread() is not self._stderr_thread:
                 self._stderr_thread.join(timeout)
                 if self._stderr_thread.is_alive():
-                    self._logger.warning(
-                        "agent %d: a process outside its group still holds its stderr open", self.pid
-                    )
+                    self._logger.warning("agent %d: a process outside its group still holds its stderr open", self.pid)
             return self._proc.returncode
 
     def _wait_for_group(self, timeout: float) -> bool:
@@ -276,9 +273,8 @@ class AgentProcess:
                     if callback_failures == 1:  # one traceback, not one per line of a chatty agent
                         self._logger.exception("agent %d: the stderr line callback raised", self.pid)
         if callback_failures > 1:
-            self._logger.error(
-                "agent %d: the stderr line callback raised %d times in all", self.pid, callback_failures
-            )
+            self._logger.error("agent %d: the stderr line callback raised %d times in all", self.pid, callback_failures)
+
 
 def _resolve_agent_command(
     program: str, cwd: Optional[Union[str, "os.PathLike[str]"]], env: Optional[Mapping[str, str]]
@@ -307,8 +303,11 @@ def _why_not_found(
     if os.path.dirname(program):
         candidates = [os.path.join(cwd, program) if cwd is not None else program]
     else:
-        path = os.environ.get("PATH", os.defpath) if env is None else next(
-            (value for key, value in env.items() if key.upper() == "PATH"), os.defpath)
+        path = (
+            os.environ.get("PATH", os.defpath)
+            if env is None
+            else next((value for key, value in env.items() if key.upper() == "PATH"), os.defpath)
+        )
         candidates = [os.path.join(directory, program) for directory in path.split(os.pathsep) if directory]
     for candidate in candidates:
         if os.path.isdir(candidate):

@@ -23,6 +23,7 @@ Rules this module keeps:
 Processes outside these rules stay out of reach: without a cgroup, one that kills its supervisor
 first re-parents its tree to init (the editor runs with the user's rights, not as a jailer).
 """
+
 import errno
 import itertools
 import os

@@ -37,6 +37,7 @@ Invariants:
   the timeout. After it nothing more is delivered in host mode. It may be called from any
   thread, a handler's or a callback's included.
 """
+
 import logging
 import threading
 import time
@@ -53,6 +54,7 @@ from .jsonrpc import (
     BatchReply,
     ConnectionStats,
     OutNotification,
+    PendingCall,
     Route,
     RpcCore,
     check_method_name,
@@ -63,7 +65,6 @@ from .jsonrpc import (
     settle,
     settle_item,
     several_lines,
-    PendingCall,
 )
 from .wire import Transport
 
@@ -93,7 +94,7 @@ class CancelToken:
     that raises is logged and the others still run.
     """
 
-    __slots__ = ("_cancelled", "_lock", "_callbacks", "_event")
+    __slots__ = ("_callbacks", "_cancelled", "_event", "_lock")
 
     def __init__(self) -> None:
         self._cancelled = False
@@ -157,7 +158,7 @@ class RequestContext:
     and later ones (including the handler's own return value) are dropped.
     """
 
-    __slots__ = ("id", "method", "cancel_token", "_connection", "_batch", "_answered", "_route", "_params")
+    __slots__ = ("_answered", "_batch", "_connection", "_params", "_route", "cancel_token", "id", "method")
 
     def __init__(self, connection: "Connection", request_id: Any, method: str, batch: Optional[BatchReply]):
         self.id = request_id
@@ -179,7 +180,6 @@ class RequestContext:
 
     def __repr__(self) -> str:
         return f"RequestContext(id={self.id!r}, method={self.method!r})"
-
 
 
 # -- the connection --------------------------------------------------------------------------------
@@ -586,7 +586,9 @@ class Connection:
         if own_failure:
             self._log.error("%s: handler for %s failed", self.name, ctx.method, exc_info=exc)
         elif error is not exc and not ctx.cancel_token.is_cancelled:
-            self._log.warning("%s: handler for %s let the error of a call it made escape: %s", self.name, ctx.method, exc)
+            self._log.warning(
+                "%s: handler for %s let the error of a call it made escape: %s", self.name, ctx.method, exc
+            )
         self._answer(ctx, None, error)
 
     # -- reader thread ----------------------------------------------------------------------------

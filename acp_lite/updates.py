@@ -2,6 +2,7 @@
 tool calls, plans and permission answers. Each returns a plain ``acp_lite.schema`` value, so the
 full types stay available for anything these do not cover. Pure functions: any thread.
 """
+
 from typing import Any, Iterable, List, Optional, Tuple, Union
 
 from .codec import UnknownVariant
@@ -110,7 +111,11 @@ def location(path: str, line: Optional[int] = None) -> ToolCallLocation:
 def plan(entries: Iterable[Union[PlanEntry, Tuple[str, PlanEntryPriority, PlanEntryStatus]]]) -> Plan:
     """A ``plan`` update: the complete list of entries, each a ``PlanEntry`` or a
     ``(content, priority, status)`` tuple."""
-    return Plan(entries=[e if isinstance(e, PlanEntry) else PlanEntry(content=e[0], priority=e[1], status=e[2]) for e in entries])
+    return Plan(
+        entries=[
+            e if isinstance(e, PlanEntry) else PlanEntry(content=e[0], priority=e[1], status=e[2]) for e in entries
+        ]
+    )
 
 
 def usage(used: int, size: int, **fields: Any) -> UsageUpdate:

@@ -40,6 +40,7 @@ prefix or handshake. Either side may send first once the connection is accepted;
 dials plays whichever ACP role the application gives it (usually the client). Closing the socket
 (or shutting down its sending half) ends the session exactly as closing a stdio pipe does.
 """
+
 import atexit
 import os
 import select
@@ -121,7 +122,7 @@ class OversizedFrame:
     ``size`` is the length of the whole line and ``head`` its first bytes.
     """
 
-    __slots__ = ("size", "head")
+    __slots__ = ("head", "size")
 
     def __init__(self, size: int, head: bytes):
         self.size = size
@@ -199,7 +200,7 @@ def _write_all_fd(fd: int, data: bytes) -> None:
     if written < len(data):  # a full pipe took part of it: the rest goes without copying
         view = memoryview(data)[written:]
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
 
 
 class Transport:
@@ -435,7 +436,8 @@ class Transport:
                 self._senders_held += 1
                 try:
                     room = self._wait(
-                        lambda: self._backlog_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed, timeout
+                        lambda: self._backlog_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed,
+                        timeout,
                     )
                 finally:
                     self._senders_held -= 1
@@ -692,7 +694,9 @@ def socket_transport(sock: socket.socket, *, max_message_size: int = DEFAULT_MAX
     return Transport(sock, sock, max_message_size=max_message_size, name=f"socket-{peer}")
 
 
-def connect_tcp(host: str, port: int, *, timeout: Optional[float] = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Transport:
+def connect_tcp(
+    host: str, port: int, *, timeout: Optional[float] = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> Transport:
     """Dial ``host:port`` over TCP; ``timeout`` bounds the connect only. Any thread."""
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
@@ -701,7 +705,9 @@ def connect_tcp(host: str, port: int, *, timeout: Optional[float] = None, max_me
     return socket_transport(sock, max_message_size=max_message_size)
 
 
-def connect_unix(path: str, *, timeout: Optional[float] = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Transport:
+def connect_unix(
+    path: str, *, timeout: Optional[float] = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> Transport:
     """Dial the Unix-domain socket at ``path``. Any thread (POSIX only)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
@@ -760,7 +766,9 @@ class Listener:
         self.close()
 
 
-def listen_tcp(host: str = "127.0.0.1", port: int = 0, *, backlog: int = 8, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Listener:
+def listen_tcp(
+    host: str = "127.0.0.1", port: int = 0, *, backlog: int = 8, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> Listener:
     """Listen on ``host:port`` (port 0 picks a free one; see ``Listener.address``). Any thread."""
     sock = socket.create_server((host, port), backlog=backlog)
     return Listener(sock, max_message_size=max_message_size)

@@ -42,16 +42,18 @@ Rules this module keeps (the README's "Security model" says what they add up to)
   the application enabled them and ``approve_terminal`` allows. A hook answers True/False or a
   ``Future`` of it; one that raises, answers anything but True, or does not answer within
   ``approval_timeout`` seconds refuses (-32001, logged when it is the hook's fault).
-- Terminals (POSIX only) are arbitrary command execution in the roots' directory with the
-  editor user's rights: not confined to the roots. They run ``command`` with ``args`` directly,
-  never through a shell, under a small supervisor (``proctree.SUPERVISOR``) that keeps every
-  descendant in its tree (and in a cgroup of its own where the system allows), with only ``terminal_environment``'s variables of the editor's
-  environment plus the requested ones. ``kill``, ``release``, the session's end, ``close()`` and
-  the interpreter's exit kill the whole tree. Output beyond the limit is dropped from the start,
-  see ``_OutputBuffer``; the limits below bound terminals per session and per connection and the
-  output kept in all. An exited command's supervisor is reaped when its terminal is released,
-  not before, so its process id is never reused while we may still signal it.
+- Terminals (POSIX only) are arbitrary command execution in the roots' directory with the editor
+  user's rights: not confined to the roots. They run ``command`` with ``args`` directly, never
+  through a shell, under a small supervisor (``proctree.SUPERVISOR``) that keeps every descendant in
+  its tree (and in a cgroup of its own where the system allows), with only
+  ``terminal_environment``'s variables of the editor's environment plus the requested ones.
+  ``kill``, ``release``, the session's end, ``close()`` and the interpreter's exit kill the whole
+  tree. Output beyond the limit is dropped from the start, see ``_OutputBuffer``; the limits below
+  bound terminals per session and per connection and the output kept in all. An exited command's
+  supervisor is reaped when its terminal is released, not before, so its process id is never reused
+  while we may still signal it.
 """
+
 import atexit
 import errno
 import itertools
@@ -258,7 +260,9 @@ def _require_regular_file(info: os.stat_result, path: str, refuse_hard_links: bo
         raise InvalidParams(f"{path} has other hard links; this editor refuses them")
 
 
-def _read_text(fd: int, path: str, line: Optional[int], limit: Optional[int], max_bytes: int, refuse_hard_links: bool) -> str:
+def _read_text(
+    fd: int, path: str, line: Optional[int], limit: Optional[int], max_bytes: int, refuse_hard_links: bool
+) -> str:
     try:
         _require_regular_file(os.fstat(fd), path, refuse_hard_links)
     except BaseException:
@@ -270,7 +274,9 @@ def _read_text(fd: int, path: str, line: Optional[int], limit: Optional[int], ma
         except OSError as exc:
             raise _file_error(exc, path) from exc
     if data is None:
-        raise InvalidParams(f"{path}: the selection is larger than {max_bytes} bytes; read it in parts with line and limit")
+        raise InvalidParams(
+            f"{path}: the selection is larger than {max_bytes} bytes; read it in parts with line and limit"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -320,7 +326,9 @@ class _WriteTarget:
                 raise InvalidParams(f"{path} is a directory, not a file")
             try:
                 self.directory = open_beneath(root.fd, parent, os.O_RDONLY | O_DIRECTORY)  # type: ignore[arg-type]
-                self.current: Optional[os.stat_result] = os.stat(self.name, dir_fd=self.directory, follow_symlinks=False)
+                self.current: Optional[os.stat_result] = os.stat(
+                    self.name, dir_fd=self.directory, follow_symlinks=False
+                )
             except FileNotFoundError:
                 if self.directory < 0:
                     raise ResourceNotFound(f"{path}: the directory it would go in does not exist") from None
@@ -696,7 +704,10 @@ class TerminalManager:
                 raise ProtocolError(f"too many terminals: at most {self.max_per_session} per session", code=REFUSED)
             left = self.max_total_output - sum(share for _, share in live)
             if left <= 0 and wanted > 0:
-                raise ProtocolError(f"the terminals alive keep {self.max_total_output} bytes of output already; release one", code=REFUSED)
+                raise ProtocolError(
+                    f"the terminals alive keep {self.max_total_output} bytes of output already; release one",
+                    code=REFUSED,
+                )
             reservation = (session_id, min(wanted, left))
             self._starting.append(reservation)
             terminal_id = f"term_{next(self._numbers)}"
@@ -717,7 +728,6 @@ class TerminalManager:
                 return terminal_id
         terminal.close()  # close() ran while this one was starting
         raise InternalError("the workspace is closed")
-
 
     def output(self, session_id: str, terminal_id: str) -> TerminalOutputResponse:
         return self._get(session_id, terminal_id).output()
@@ -782,14 +792,33 @@ def _find_command(command: str, env: Dict[str, str], cwd: int) -> bool:
 # in ``*`` stands for every name it starts. Not there: tokens, keys, proxies with credentials,
 # anything else the editor's environment holds.
 TERMINAL_ENVIRONMENT = (
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM", "TZ", "TMPDIR",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TERM",
+    "COLORTERM",
+    "TZ",
+    "TMPDIR",
 )
 
 # Paths whose content makes tools run code later (git hooks and config, direnv, editor tasks,
 # pre-commit hooks, CI workflows); see ``_protected`` for how they match.
 PROTECTED_PATHS = (
-    ".git", ".envrc", ".vscode/tasks.json", ".vscode/settings.json", ".vscode/launch.json", ".idea",
-    ".husky", ".pre-commit-config.yaml", ".github/workflows", ".gitmodules",
+    ".git",
+    ".envrc",
+    ".vscode/tasks.json",
+    ".vscode/settings.json",
+    ".vscode/launch.json",
+    ".idea",
+    ".husky",
+    ".pre-commit-config.yaml",
+    ".github/workflows",
+    ".gitmodules",
 )
 
 # Every WorkspaceClient not closed yet, for the interpreter's exit (see _close_all).
@@ -857,7 +886,10 @@ class WorkspaceClient(Client):
         with self._sessions_lock:
             if self._terminal_manager is None:
                 self._terminal_manager = TerminalManager(
-                    self.max_terminal_output, self.max_total_terminal_output, self.max_terminals, self.max_terminals_per_session
+                    self.max_terminal_output,
+                    self.max_total_terminal_output,
+                    self.max_terminals,
+                    self.max_terminals_per_session,
                 )
                 if self._closed:
                     self._terminal_manager.close()
@@ -925,7 +957,9 @@ class WorkspaceClient(Client):
         content = _read_text(fd, params.path, params.line, params.limit, self.max_read_bytes, self.refuse_hard_links)
         return ReadTextFileResponse(content=content)
 
-    def write_text_file(self, params: WriteTextFileRequest) -> Union[WriteTextFileResponse, "Future[WriteTextFileResponse]"]:
+    def write_text_file(
+        self, params: WriteTextFileRequest
+    ) -> Union[WriteTextFileResponse, "Future[WriteTextFileResponse]"]:
         if not self.serves_writes:
             raise MethodNotFound("Method not found: fs/write_text_file (this editor serves no writes)")
         data = params.content.encode("utf-8")
@@ -943,11 +977,16 @@ class WorkspaceClient(Client):
         if protected is None:
             return write()
         return self._when_approved(
-            f"writing {params.path} (under {protected})", lambda: self.approve_write(params, protected), write, target.close
+            f"writing {params.path} (under {protected})",
+            lambda: self.approve_write(params, protected),
+            write,
+            target.close,
         )
 
     # -- terminals --------------------------------------------------------------------------------
-    def create_terminal(self, params: CreateTerminalRequest) -> Union[CreateTerminalResponse, "Future[CreateTerminalResponse]"]:
+    def create_terminal(
+        self, params: CreateTerminalRequest
+    ) -> Union[CreateTerminalResponse, "Future[CreateTerminalResponse]"]:
         if not self.serves_terminals:
             raise MethodNotFound("Method not found: terminal/create (this editor serves no terminals)")
         with self.root_set(params.session_id) as roots:
@@ -958,7 +997,10 @@ class WorkspaceClient(Client):
         env = {
             name: value
             for name, value in os.environ.items()
-            if any(name == wanted or (wanted.endswith("*") and name.startswith(wanted[:-1])) for wanted in self.terminal_environment)
+            if any(
+                name == wanted or (wanted.endswith("*") and name.startswith(wanted[:-1]))
+                for wanted in self.terminal_environment
+            )
         }
         env.update((variable.name, variable.value) for variable in params.env or ())
         argv = [params.command, *(params.args or ())]
@@ -972,7 +1014,9 @@ class WorkspaceClient(Client):
                 os.close(cwd)
             return CreateTerminalResponse(terminal_id=terminal_id)
 
-        return self._when_approved(f"the terminal {' '.join(argv)!r}", lambda: self.approve_terminal(params), start, lambda: os.close(cwd))
+        return self._when_approved(
+            f"the terminal {' '.join(argv)!r}", lambda: self.approve_terminal(params), start, lambda: os.close(cwd)
+        )
 
     def terminal_output(self, params: TerminalOutputRequest) -> TerminalOutputResponse:
         return self.terminals.output(params.session_id, params.terminal_id)
@@ -1030,7 +1074,7 @@ class WorkspaceClient(Client):
                 return serve()
             drop()
             raise _refused(what)
-        result: "Future[T]" = Future()
+        result: Future[T] = Future()
         settled = threading.Lock()
 
         def settle(verdict: Optional[bool], reason: Optional[str]) -> None:
@@ -1064,7 +1108,9 @@ class WorkspaceClient(Client):
         def refuse_now() -> None:
             settle(None, "got no answer before the connection closed")
 
-        timer = threading.Timer(self.approval_timeout, lambda: settle(None, f"did not answer within {self.approval_timeout} s"))
+        timer = threading.Timer(
+            self.approval_timeout, lambda: settle(None, f"did not answer within {self.approval_timeout} s")
+        )
         timer.name = "acp-approval-timeout"
         timer.daemon = True
         with self._sessions_lock:

@@ -8,6 +8,7 @@ it marks the tool call failed and says it did not read the file. Every tool call
 its own. A prompt starting with ``wait`` runs for two seconds unless the editor cancels it. Logs go
 to stderr; stdout carries only the protocol.
 """
+
 import logging
 import os
 import sys
@@ -56,10 +57,14 @@ class MockAgent(Agent):
         if chosen is None or turn.cancelled:
             return "cancelled"
         if chosen.startswith("reject"):
-            turn.send(updates.tool_call_update(call_id, status="failed",
-                                               content=[updates.tool_content("Permission denied by the user.")]))
-            turn.send(updates.text_chunk(f"Did not read {CONFIG_FILE} (permission: {chosen}).",
-                                         message_id=uuid.uuid4().hex))
+            turn.send(
+                updates.tool_call_update(
+                    call_id, status="failed", content=[updates.tool_content("Permission denied by the user.")]
+                )
+            )
+            turn.send(
+                updates.text_chunk(f"Did not read {CONFIG_FILE} (permission: {chosen}).", message_id=uuid.uuid4().hex)
+            )
             return "end_turn"
         turn.send(updates.tool_call_update(call_id, status="completed"))
         turn.send(updates.text_chunk(f"Done (permission: {chosen}).", message_id=uuid.uuid4().hex))

@@ -6,6 +6,7 @@ It initializes (showing the negotiated version), creates a session, runs a promp
 question it answers with ``allow_once``, then starts a slow ``wait:`` prompt and cancels it after
 300 ms. The last two lines it prints are the two turns' stop reasons.
 """
+
 import argparse
 import os
 import sys

@@ -5,6 +5,7 @@ never be written or a timeout that can never be met.
 Each type takes the option's text and returns the value, or raises ``ArgumentTypeError`` with
 what is wrong; argparse prints it with the option's name.
 """
+
 import argparse
 import math
 import os

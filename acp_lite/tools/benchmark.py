@@ -19,6 +19,7 @@ message chunks of about 60 characters, every tenth a tool call update, as worklo
 Threads: ``measure_agent`` blocks its caller (not a callback thread). A ``ReplayAgent`` serves one
 connection; its report callback runs on the thread that ran the turn.
 """
+
 import itertools
 import json
 import statistics
@@ -304,16 +305,18 @@ class ReplayAgent(Agent):
                 pass  # -32601 is the expected answer: it came after every update
         drained = time.perf_counter()
         sent_bytes = self._wire_bytes(params.session_id, count)
-        self.on_turn({
-            "updates": count,
-            "bytes": sent_bytes,
-            "send_ms": _milliseconds(sent - started),
-            "drained_ms": _milliseconds(drained - started),
-            "updates_per_s": round(count / (drained - started), 1),
-            "bytes_per_s": round(sent_bytes / (drained - started), 1),
-            "target_rate": self.rate or None,
-            "cancelled": turn.cancelled,
-        })
+        self.on_turn(
+            {
+                "updates": count,
+                "bytes": sent_bytes,
+                "send_ms": _milliseconds(sent - started),
+                "drained_ms": _milliseconds(drained - started),
+                "updates_per_s": round(count / (drained - started), 1),
+                "bytes_per_s": round(sent_bytes / (drained - started), 1),
+                "target_rate": self.rate or None,
+                "cancelled": turn.cancelled,
+            }
+        )
         return "cancelled" if turn.cancelled else "end_turn"
 
     def _wire_bytes(self, session_id: str, count: int) -> int:
@@ -323,11 +326,17 @@ class ReplayAgent(Agent):
             return 0
         probe = self.updates[0]
         envelope = msgspec.json.encode(
-            {"jsonrpc": "2.0", "method": "session/update", "params": SessionNotification(session_id=session_id, update=probe)}
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": SessionNotification(session_id=session_id, update=probe),
+            }
         )
         per_message = len(envelope) - len(msgspec.json.encode(probe)) + 1
-        updates_bytes = self._update_bytes if count == len(self.updates) else sum(
-            len(msgspec.json.encode(update)) for update in self.updates[:count]
+        updates_bytes = (
+            self._update_bytes
+            if count == len(self.updates)
+            else sum(len(msgspec.json.encode(update)) for update in self.updates[:count])
         )
         return updates_bytes + per_message * count
 
@@ -351,7 +360,8 @@ def format_client_turn(number: int, turn: Dict[str, Any]) -> str:
     """One replayed turn's figures as a line of text."""
     target = f" (target {turn['target_rate']:,.0f}/s)" if turn["target_rate"] else ""
     return (
-        f"turn {number}: {turn['updates']:,} updates, {turn['bytes']:,} bytes sent in {turn['send_ms']:.1f} ms{target}; "
+        f"turn {number}: {turn['updates']:,} updates, {turn['bytes']:,} bytes sent in "
+        f"{turn['send_ms']:.1f} ms{target}; "
         f"drained after {turn['drained_ms']:.1f} ms: {turn['updates_per_s']:,.0f} updates/s, "
         f"{turn['bytes_per_s'] / 1e6:.2f} MB/s"
     )

@@ -32,9 +32,10 @@ With ``--protocol 2`` the checks are those of ``checks_v2``: the agent's ACP v2 
 judged by the draft manifest's rules; the wire findings are the same.
 
 The parts: ``check_probe`` (one agent process driven by hand, the wire judgement, the requirement
-tables), ``checks`` (the checks), ``checks_v2`` (those of ``--protocol 2``), ``check_runner`` (selection and running), ``check_report`` (the
-report as text and JSON); this module is the command.
+tables), ``checks`` (the checks), ``checks_v2`` (those of ``--protocol 2``), ``check_runner``
+(selection and running), ``check_report`` (the report as text and JSON); this module is the command.
 """
+
 import argparse
 import json
 import sys
@@ -48,25 +49,52 @@ from .check_runner import run_checks, selected_checks
 
 # -- the command ----------------------------------------------------------------------------------
 def configure_check_command(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--timeout", type=positive_seconds, default=10.0, metavar="S",
-                        help="how long to wait for each answer of the agent (default: 10)")
-    parser.add_argument("--cancel-prompt", default=DEFAULT_CANCEL_PROMPT, metavar="TEXT",
-                        help="a prompt that keeps the agent busy long enough to cancel it")
-    parser.add_argument("--auth-method", metavar="ID",
-                        help="authenticate with this method after initialize (and exercise authenticate/logout)")
-    parser.add_argument("--json", type=writable_file, metavar="FILE", help="write the full report, with the transcript of each failure, here")
-    parser.add_argument("--protocol", type=int, choices=(1, 2), default=1,
-                        help="2: probe the agent's ACP v2 (draft) surface instead of v1 (default: 1)")
-    parser.add_argument("-k", metavar="PATTERN", dest="pattern",
-                        help="run only the checks whose name or a requirement id contains PATTERN "
-                             "(or matches it as a shell pattern, e.g. 'ACP-V1-SETUP-*')")
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=10.0,
+        metavar="S",
+        help="how long to wait for each answer of the agent (default: 10)",
+    )
+    parser.add_argument(
+        "--cancel-prompt",
+        default=DEFAULT_CANCEL_PROMPT,
+        metavar="TEXT",
+        help="a prompt that keeps the agent busy long enough to cancel it",
+    )
+    parser.add_argument(
+        "--auth-method",
+        metavar="ID",
+        help="authenticate with this method after initialize (and exercise authenticate/logout)",
+    )
+    parser.add_argument(
+        "--json",
+        type=writable_file,
+        metavar="FILE",
+        help="write the full report, with the transcript of each failure, here",
+    )
+    parser.add_argument(
+        "--protocol",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="2: probe the agent's ACP v2 (draft) surface instead of v1 (default: 1)",
+    )
+    parser.add_argument(
+        "-k",
+        metavar="PATTERN",
+        dest="pattern",
+        help="run only the checks whose name or a requirement id contains PATTERN "
+        "(or matches it as a shell pattern, e.g. 'ACP-V1-SETUP-*')",
+    )
 
 
 def check_command(args: argparse.Namespace) -> int:
     """``acp-lite check``: run the probe, print each check's result as it ends and then the
     summary; 0 when no MUST-level requirement failed. Main thread (it prints)."""
-    options = CheckOptions(list(args.agent_command), args.timeout, args.cancel_prompt, args.auth_method, args.pattern,
-                           args.protocol)
+    options = CheckOptions(
+        list(args.agent_command), args.timeout, args.cancel_prompt, args.auth_method, args.pattern, args.protocol
+    )
     if not selected_checks(options.pattern, options.protocol):
         print(f"acp-lite: no check matches -k {options.pattern!r}", file=sys.stderr, flush=True)
         return 2

@@ -9,6 +9,7 @@ here say which requirement each judgement belongs to and at which manifest level
 Everything runs on the calling thread, except one reader thread per agent process that only moves
 stdout lines into a queue.
 """
+
 import json
 import ntpath
 import os
@@ -177,7 +178,6 @@ class Finding(NamedTuple):
     detail: str
 
 
-
 class CheckOptions(NamedTuple):
     """The probe's settings: the agent's argv and the command-line options."""
 
@@ -226,12 +226,14 @@ class ProbedAgent:
         self._responses: Dict[Tuple[str, Any], Optional[Dict[str, Any]]] = {}
         self._next_id = 0
         self._started = time.monotonic()
-        self._lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
+        self._lines: queue.Queue[Optional[bytes]] = queue.Queue()
         self.process = AgentProcess(options.agent_command, on_stderr_line=lambda line: None)
         # The reader owns a duplicate of the stdout pipe: stop() closes the original, and a read
         # on a closed (and perhaps reused) descriptor number could take the next agent's bytes.
         self._stdout_fd = os.dup(self.process.stdout.fileno())
-        self._reader = threading.Thread(target=self._read_stdout, name=f"acp-check-reader-{self.process.pid}", daemon=True)
+        self._reader = threading.Thread(
+            target=self._read_stdout, name=f"acp-check-reader-{self.process.pid}", daemon=True
+        )
         self._reader.start()
 
     def _read_stdout(self) -> None:
@@ -265,7 +267,7 @@ class ProbedAgent:
         data = memoryview(line.encode("utf-8") + b"\n")
         try:
             while data:  # the pipe is unbuffered: a write may take only part of it
-                data = data[self.process.stdin.write(data):]
+                data = data[self.process.stdin.write(data) :]
         except (BrokenPipeError, ValueError) as exc:
             raise CheckFailed("ACP-V1-JSONRPC-RESPONSE-REQUIRED", f"the agent closed its stdin: {exc}") from None
 
@@ -321,24 +323,33 @@ class ProbedAgent:
             try:
                 message = self.receive(deadline - time.monotonic())
             except TimeoutError:
-                raise CheckFailed("ACP-V1-JSONRPC-RESPONSE-REQUIRED",
-                                   f"no response to request {request_id!r} within {self.timeout:g} s") from None
+                raise CheckFailed(
+                    "ACP-V1-JSONRPC-RESPONSE-REQUIRED",
+                    f"no response to request {request_id!r} within {self.timeout:g} s",
+                ) from None
             if message is None:
-                raise CheckFailed("ACP-V1-JSONRPC-RESPONSE-REQUIRED",
-                                   f"the agent closed stdout before answering request {request_id!r}{self._exit_note()}")
+                raise CheckFailed(
+                    "ACP-V1-JSONRPC-RESPONSE-REQUIRED",
+                    f"the agent closed stdout before answering request {request_id!r}{self._exit_note()}",
+                )
             if "method" in message or "id" not in message:
                 before.append(message)
                 continue
             if message["id"] is None and self.notified:
-                self._wire_fail("ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION", f"a reply to a notification: {json.dumps(message)}")
+                self._wire_fail(
+                    "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION", f"a reply to a notification: {json.dumps(message)}"
+                )
                 continue
             if id_key(message["id"]) in self._responses:
                 continue  # ours: kept by receive()
-            raise CheckFailed("ACP-V1-JSONRPC-RESPONSE-SAME-ID",
-                               f"waiting for the response to id {request_id!r}, got one with id {message['id']!r}")
+            raise CheckFailed(
+                "ACP-V1-JSONRPC-RESPONSE-SAME-ID",
+                f"waiting for the response to id {request_id!r}, got one with id {message['id']!r}",
+            )
 
-    def call(self, method: str, params: Any, request_id: Any = None,
-             auth_blocks: bool = True) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    def call(
+        self, method: str, params: Any, request_id: Any = None, auth_blocks: bool = True
+    ) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
         return self.wait_response(self.request(method, params, request_id), auth_blocks)
 
     def skip_if_auth_required(self, response: Dict[str, Any]) -> None:
@@ -381,8 +392,11 @@ class ProbedAgent:
             self._wire_fail(self._problem_requirement(problem, verdict.method, self.notified), problem)
         if verdict.kind == "garbage":
             return None
-        for requirement in ("ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP", "ACP-V1-JSONRPC-VERSION-MEMBER",
-                            SHAPE_REQUIREMENTS.get(verdict.method or "")):
+        for requirement in (
+            "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",
+            "ACP-V1-JSONRPC-VERSION-MEMBER",
+            SHAPE_REQUIREMENTS.get(verdict.method or ""),
+        ):
             if requirement:
                 self._wire_pass(requirement)
         if verdict.kind == "request":
@@ -422,7 +436,9 @@ class ProbedAgent:
         if code == "unknown-method":
             return "ACP-V1-SCHEMA-EXTENSION-METHOD-NAMES"
         if code == "not-advertised" and method:
-            return UNADVERTISED_CALL_REQUIREMENTS.get(method.split("/")[0], "ACP-V1-FS-AGENT-NO-CALL-WITHOUT-CAPABILITY")
+            return UNADVERTISED_CALL_REQUIREMENTS.get(
+                method.split("/")[0], "ACP-V1-FS-AGENT-NO-CALL-WITHOUT-CAPABILITY"
+            )
         if code in ("schema-invalid", "tolerated") and method in SHAPE_REQUIREMENTS:
             return SHAPE_REQUIREMENTS[method]
         return "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP"
@@ -435,9 +451,11 @@ class ProbedAgent:
             self._wire_pass("ACP-V1-CONFIG-NO-BOOLEAN-WITHOUT-CAPABILITY")
             for option in options:
                 if isinstance(option, dict) and option.get("type") == "boolean":
-                    self._wire_fail("ACP-V1-CONFIG-NO-BOOLEAN-WITHOUT-CAPABILITY",
-                                    f"boolean config option {option.get('id')!r}, but the client did not advertise "
-                                    "session.configOptions.boolean")
+                    self._wire_fail(
+                        "ACP-V1-CONFIG-NO-BOOLEAN-WITHOUT-CAPABILITY",
+                        f"boolean config option {option.get('id')!r}, but the client did not advertise "
+                        "session.configOptions.boolean",
+                    )
 
     def _judge_paths(self, params: Any) -> None:
         """Every file path the agent names is absolute (POSIX or Windows style)."""
@@ -474,8 +492,13 @@ class ProbedAgent:
             else:
                 self._answer(message["id"], {"outcome": _reject_outcome(message.get("params"))})
             return
-        self.send({"jsonrpc": "2.0", "id": message["id"],
-                   "error": {"code": METHOD_NOT_FOUND, "message": f"acp-lite check does not offer {method}"}})
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": METHOD_NOT_FOUND, "message": f"acp-lite check does not offer {method}"},
+            }
+        )
 
     def _answer(self, request_id: Any, result: Any) -> None:
         self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
@@ -490,8 +513,9 @@ class ProbedAgent:
     # -- common steps -------------------------------------------------------------------------
     def initialize(self, version: Any = 1, request_id: Any = None) -> Dict[str, Any]:
         """Run ``initialize`` (no client capabilities); returns the result, or fails the check."""
-        _, response = self.call("initialize", {"protocolVersion": version, "clientCapabilities": {},
-                                               "clientInfo": _CLIENT_INFO}, request_id)
+        _, response = self.call(
+            "initialize", {"protocolVersion": version, "clientCapabilities": {}, "clientInfo": _CLIENT_INFO}, request_id
+        )
         result = result_or_fail(response, "ACP-V1-INIT-AGENT-RESPONSE", "initialize")
         if self.options.auth_method is not None:
             _, response = self.call("authenticate", {"methodId": self.options.auth_method})

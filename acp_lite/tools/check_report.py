@@ -1,4 +1,5 @@
 """The report of ``acp-lite check``: per check and per requirement, as text and as JSON. Any thread."""
+
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
 from .check_probe import AUTH_SKIP, FAIL, MUST_LEVELS, PASS, REQUIREMENT_LEVELS, SKIP, Finding
@@ -15,7 +16,6 @@ class CheckResult(NamedTuple):
     transcript: List[str]
     stderr: str
     seconds: float
-
 
 
 class CheckReport(NamedTuple):
@@ -46,13 +46,15 @@ class CheckReport(NamedTuple):
         yield from self.wire
 
     def must_failures(self) -> List[str]:
-        return [requirement for requirement, status in sorted(self.requirement_status().items())
-                if status == FAIL and REQUIREMENT_LEVELS[requirement] in MUST_LEVELS]
+        return [
+            requirement
+            for requirement, status in sorted(self.requirement_status().items())
+            if status == FAIL and REQUIREMENT_LEVELS[requirement] in MUST_LEVELS
+        ]
 
     @property
     def exit_status(self) -> int:
         return 1 if self.must_failures() else 0
-
 
 
 def _format_finding(finding: Finding) -> str:
@@ -69,8 +71,10 @@ def format_check_result(result: CheckResult) -> str:
     lines.extend(_format_finding(finding) for finding in result.findings)
     if any(finding.status == FAIL for finding in result.findings):
         lines.append("  transcript (-> to the agent, <- from it):")
-        lines.extend("    " + (line if len(line) <= _TRANSCRIPT_LIMIT else line[:_TRANSCRIPT_LIMIT] + "...")
-                     for line in result.transcript)
+        lines.extend(
+            "    " + (line if len(line) <= _TRANSCRIPT_LIMIT else line[:_TRANSCRIPT_LIMIT] + "...")
+            for line in result.transcript
+        )
         if result.stderr.strip():
             lines.append("  agent stderr (last lines):")
             lines.extend("    " + line for line in result.stderr.strip().splitlines()[-10:])
@@ -87,12 +91,16 @@ def format_summary(report: CheckReport) -> str:
     if blocked:
         methods = ", ".join(report.auth_methods) or "none advertised"
         lines.append("")
-        lines.append(f"{AUTH_SKIP} stopped {len(blocked)} check(s) ({', '.join(blocked)}): "
-                     f"pass --auth-method ID to run them (the agent advertises: {methods})")
+        lines.append(
+            f"{AUTH_SKIP} stopped {len(blocked)} check(s) ({', '.join(blocked)}): "
+            f"pass --auth-method ID to run them (the agent advertises: {methods})"
+        )
     lines.append("")
-    lines.append(f"{len(statuses)} requirements: {statuses.count(PASS)} passed, {statuses.count(FAIL)} failed, "
-                 f"{statuses.count(SKIP)} skipped; " + (f"MUST-level failures: {', '.join(failures)}" if failures
-                                                         else "no MUST-level failure"))
+    lines.append(
+        f"{len(statuses)} requirements: {statuses.count(PASS)} passed, {statuses.count(FAIL)} failed, "
+        f"{statuses.count(SKIP)} skipped; "
+        + (f"MUST-level failures: {', '.join(failures)}" if failures else "no MUST-level failure")
+    )
     return "\n".join(lines)
 
 
@@ -103,16 +111,23 @@ def report_json(report: CheckReport) -> Dict[str, Any]:
         "agentInfo": report.agent_info,
         "exitStatus": report.exit_status,
         "blockedByAuthentication": report.blocked_by_auth(),
-        "requirements": {requirement: {"level": REQUIREMENT_LEVELS[requirement], "status": status}
-                         for requirement, status in sorted(report.requirement_status().items())},
-        "checks": [{
-            "name": result.name,
-            "summary": result.summary,
-            "seconds": round(result.seconds, 3),
-            "findings": [finding._asdict() for finding in result.findings],
-            **({"transcript": result.transcript, "stderr": result.stderr}
-               if any(finding.status == FAIL for finding in result.findings) else {}),
-        } for result in report.checks],
+        "requirements": {
+            requirement: {"level": REQUIREMENT_LEVELS[requirement], "status": status}
+            for requirement, status in sorted(report.requirement_status().items())
+        },
+        "checks": [
+            {
+                "name": result.name,
+                "summary": result.summary,
+                "seconds": round(result.seconds, 3),
+                "findings": [finding._asdict() for finding in result.findings],
+                **(
+                    {"transcript": result.transcript, "stderr": result.stderr}
+                    if any(finding.status == FAIL for finding in result.findings)
+                    else {}
+                ),
+            }
+            for result in report.checks
+        ],
         "wire": [finding._asdict() for finding in report.wire],
     }
-

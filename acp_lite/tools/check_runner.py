@@ -1,13 +1,24 @@
 """Running the checks of ``acp-lite check``: selection (``-k``), one check after the other with fresh
 agent processes, and the wire findings over all of them. Calling thread only."""
+
 import fnmatch
 import os
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .check_probe import (FAIL, PASS, SHAPE_REQUIREMENTS, SKIP, WIRE_REQUIREMENTS, CheckFailed, CheckOptions,
-                          CheckSkipped, Finding, finding_for)
+from .check_probe import (
+    FAIL,
+    PASS,
+    SHAPE_REQUIREMENTS,
+    SKIP,
+    WIRE_REQUIREMENTS,
+    CheckFailed,
+    CheckOptions,
+    CheckSkipped,
+    Finding,
+    finding_for,
+)
 from .check_report import CheckReport, CheckResult
 from .checks import CHECKS, Check, CheckRun
 from .checks_v2 import CHECKS_V2
@@ -61,13 +72,21 @@ def run_checks(options: CheckOptions, on_result: Optional[Callable[[CheckResult]
                 on_result(result)
     initialized = discovered.get("initialize", {})
     info = initialized.get("agentInfo" if options.protocol == 1 else "info")
-    auth_methods = [str(method.get("id")) for method in initialized.get("authMethods") or () if isinstance(method, dict)]
-    return CheckReport(list(options.agent_command), info if isinstance(info, dict) else None, results,
-                       _wire_findings(results, wire_seen), auth_methods)
+    auth_methods = [
+        str(method.get("id")) for method in initialized.get("authMethods") or () if isinstance(method, dict)
+    ]
+    return CheckReport(
+        list(options.agent_command),
+        info if isinstance(info, dict) else None,
+        results,
+        _wire_findings(results, wire_seen),
+        auth_methods,
+    )
 
 
-def _run_check(check: Check, options: CheckOptions, workdir: str, discovered: Dict[str, Any],
-               wire_seen: Dict[str, int]) -> CheckResult:
+def _run_check(
+    check: Check, options: CheckOptions, workdir: str, discovered: Dict[str, Any], wire_seen: Dict[str, int]
+) -> CheckResult:
     if check.needs and not advertised(discovered, *check.needs):
         where = "session/new returned no" if check.needs[0] == "session" else "the agent does not advertise"
         return _skipped_check(check, f"{where} {'.'.join(check.needs[1:])}")
@@ -86,8 +105,9 @@ def _run_check(check: Check, options: CheckOptions, workdir: str, discovered: Di
             for requirement, count in agent.wire_seen.items():
                 wire_seen[requirement] = wire_seen.get(requirement, 0) + count
     judged = {finding.requirement for finding in run.findings}
-    run.findings.extend(finding_for(requirement, SKIP, stopped_by) for requirement in check.requirements
-                        if requirement not in judged)
+    run.findings.extend(
+        finding_for(requirement, SKIP, stopped_by) for requirement in check.requirements if requirement not in judged
+    )
     stderr = "\n".join(agent.process.stderr_tail() for agent in run.agents)
     return CheckResult(check.name, check.summary, run.findings, run.transcript, stderr, time.monotonic() - started)
 
@@ -102,10 +122,15 @@ def _wire_findings(results: List[CheckResult], wire_seen: Dict[str, int]) -> Lis
     failed_in: Dict[str, List[str]] = {}
     for result in results:
         for finding in result.findings:
-            if finding.status == FAIL and (finding.requirement in WIRE_REQUIREMENTS
-                                           or finding.requirement in SHAPE_REQUIREMENTS.values()):
+            if finding.status == FAIL and (
+                finding.requirement in WIRE_REQUIREMENTS or finding.requirement in SHAPE_REQUIREMENTS.values()
+            ):
                 failed_in.setdefault(finding.requirement, []).append(result.name)
-    shapes = [requirement for requirement in SHAPE_REQUIREMENTS.values() if requirement in wire_seen or requirement in failed_in]
+    shapes = [
+        requirement
+        for requirement in SHAPE_REQUIREMENTS.values()
+        if requirement in wire_seen or requirement in failed_in
+    ]
     findings = []
     for requirement in (*WIRE_REQUIREMENTS, *dict.fromkeys(shapes)):
         if requirement in failed_in:
@@ -118,4 +143,3 @@ def _wire_findings(results: List[CheckResult], wire_seen: Dict[str, int]) -> Lis
         else:
             findings.append(finding_for(requirement, SKIP, "none of the agent's messages exercised it"))
     return findings
-

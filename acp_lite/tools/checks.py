@@ -6,6 +6,7 @@ against this agent, with why) or ``CheckFailed`` (a requirement failed and the c
 ``CHECKS`` lists them in the order they run; a check's ``needs`` names where, in what the first
 checks discovered, the feature it exercises is advertised.
 """
+
 import json
 import os
 import time
@@ -13,16 +14,34 @@ from typing import Any, Callable, Dict, List, NamedTuple, Tuple, get_args
 
 from ..errors import METHOD_NOT_FOUND
 from ..schema import StopReason
-from .check_probe import (FAIL, PASS, SKIP, UNADVERTISED_CALL_REQUIREMENTS, CheckFailed, CheckOptions, CheckSkipped,
-                          Finding, ProbedAgent, finding_for, id_key, result_or_fail)
+from .check_probe import (
+    FAIL,
+    PASS,
+    SKIP,
+    UNADVERTISED_CALL_REQUIREMENTS,
+    CheckFailed,
+    CheckOptions,
+    CheckSkipped,
+    Finding,
+    ProbedAgent,
+    finding_for,
+    id_key,
+    result_or_fail,
+)
 
 _STOP_REASONS = get_args(StopReason)
 # The updates that make up a conversation (what a prompt turn streams about the exchange itself):
 # session/load must replay these before it responds. Session state (available commands, mode,
 # config options, session info, usage) is not a conversation entry; an agent may send it at any
 # time, so it may follow the load response.
-_CONVERSATION_UPDATES = ("user_message_chunk", "agent_message_chunk", "agent_thought_chunk", "tool_call",
-                         "tool_call_update", "plan")
+_CONVERSATION_UPDATES = (
+    "user_message_chunk",
+    "agent_message_chunk",
+    "agent_thought_chunk",
+    "tool_call",
+    "tool_call_update",
+    "plan",
+)
 # The word the text prompt asks the agent to repeat: finding it in the reply shows the text was read.
 _TEXT_PROBE_WORD = "heliotrope"
 # How long the probe listens for messages that must not come (an update after a response, a
@@ -86,19 +105,36 @@ def _check_initialize(run: CheckRun) -> None:
     agent = run.agent()
     result = agent.initialize()
     run.discovered["initialize"] = result
-    run.judge("ACP-V1-INIT-AGENT-RESPONSE", "protocolVersion" in result,
-              "the response names a protocol version and the agent's capabilities",
-              f"the response has no protocolVersion: {json.dumps(result)}")
-    run.judge("ACP-V1-INIT-AGENT-SAME-VERSION", result.get("protocolVersion") == 1,
-              "asked for 1, answered 1", f"asked for 1, answered {result.get('protocolVersion')!r}")
+    run.judge(
+        "ACP-V1-INIT-AGENT-RESPONSE",
+        "protocolVersion" in result,
+        "the response names a protocol version and the agent's capabilities",
+        f"the response has no protocolVersion: {json.dumps(result)}",
+    )
+    run.judge(
+        "ACP-V1-INIT-AGENT-SAME-VERSION",
+        result.get("protocolVersion") == 1,
+        "asked for 1, answered 1",
+        f"asked for 1, answered {result.get('protocolVersion')!r}",
+    )
     info = result.get("agentInfo")
-    run.judge("ACP-V1-INIT-IMPLEMENTATION-INFO", isinstance(info, dict),
-              f"agentInfo {info.get('name') if isinstance(info, dict) else ''!r}", "no agentInfo in the response")
-    terminal_methods = [method.get("id") for method in result.get("authMethods") or ()
-                        if isinstance(method, dict) and method.get("type") == "terminal"]
-    run.judge("ACP-V1-AUTH-AGENT-TERMINAL-METHOD-ONLY-WITH-CAPABILITY", not terminal_methods,
-              "no terminal auth method offered to a client without auth.terminal",
-              f"terminal auth methods {terminal_methods} offered to a client without auth.terminal")
+    run.judge(
+        "ACP-V1-INIT-IMPLEMENTATION-INFO",
+        isinstance(info, dict),
+        f"agentInfo {info.get('name') if isinstance(info, dict) else ''!r}",
+        "no agentInfo in the response",
+    )
+    terminal_methods = [
+        method.get("id")
+        for method in result.get("authMethods") or ()
+        if isinstance(method, dict) and method.get("type") == "terminal"
+    ]
+    run.judge(
+        "ACP-V1-AUTH-AGENT-TERMINAL-METHOD-ONLY-WITH-CAPABILITY",
+        not terminal_methods,
+        "no terminal auth method offered to a client without auth.terminal",
+        f"terminal auth methods {terminal_methods} offered to a client without auth.terminal",
+    )
 
 
 def _check_version(run: CheckRun) -> None:
@@ -107,8 +143,12 @@ def _check_version(run: CheckRun) -> None:
     chosen = result.get("protocolVersion")
     if isinstance(chosen, int) and 1 < chosen < 99:
         raise CheckSkipped(f"the agent chose version {chosen}, which this probe does not speak")
-    run.judge("ACP-V1-INIT-AGENT-LATEST-VERSION", chosen == 1, "asked for 99, answered 1",
-              f"asked for 99, answered {chosen!r}" + (" (echoed an unsupported version)" if chosen == 99 else ""))
+    run.judge(
+        "ACP-V1-INIT-AGENT-LATEST-VERSION",
+        chosen == 1,
+        "asked for 99, answered 1",
+        f"asked for 99, answered {chosen!r}" + (" (echoed an unsupported version)" if chosen == 99 else ""),
+    )
 
 
 def _check_request_ids(run: CheckRun) -> None:
@@ -116,7 +156,7 @@ def _check_request_ids(run: CheckRun) -> None:
     agent.initialize(request_id="init/\u00e9")  # a string id, not ASCII
     # An auth_required answer echoes the id as well as a session would.
     agent.call("session/new", {"cwd": run.directory("ids"), "mcpServers": []}, request_id=0, auth_blocks=False)
-    agent.call("_acp_lite_check/ping", {}, request_id=2 ** 53)
+    agent.call("_acp_lite_check/ping", {}, request_id=2**53)
     run.judge("ACP-V1-JSONRPC-RESPONSE-SAME-ID", True, "string id, id 0 and id 2**53 echoed as sent", "")
 
 
@@ -129,11 +169,19 @@ def _check_notifications(run: CheckRun) -> None:
     replies = [m for m in agent.listen(_QUIET_WINDOW) if "method" not in m]
     already = any(f.requirement == "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION" and f.status == FAIL for f in run.findings)
     if not already:  # an id-less reply fails on the wire already, with its line
-        run.judge("ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION", not replies, "three notifications, no reply",
-                  f"replied to a notification: {json.dumps(replies[0]) if replies else ''}")
+        run.judge(
+            "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION",
+            not replies,
+            "three notifications, no reply",
+            f"replied to a notification: {json.dumps(replies[0]) if replies else ''}",
+        )
     _, response = agent.call("session/new", {"cwd": run.directory("notifications"), "mcpServers": []})
-    run.judge("ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS", "result" in response,
-              "still answers session/new after an unknown notification", f"session/new then failed: {json.dumps(response)}")
+    run.judge(
+        "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS",
+        "result" in response,
+        "still answers session/new after an unknown notification",
+        f"session/new then failed: {json.dumps(response)}",
+    )
 
 
 def _check_unknown_methods(run: CheckRun) -> None:
@@ -147,16 +195,26 @@ def _check_unknown_methods(run: CheckRun) -> None:
     _, unknown = agent.call("acp_lite_check/unknown", {})
     for method, response in (("_acp_lite_check/unknown", custom), ("acp_lite_check/unknown", unknown)):
         code = response.get("error", {}).get("code") if isinstance(response.get("error"), dict) else None
-        run.judge("ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND", code == METHOD_NOT_FOUND, f"{method}: -32601",
-                  f"{method} answered {json.dumps(response.get('error', response.get('result')))}, not error -32601")
+        run.judge(
+            "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
+            code == METHOD_NOT_FOUND,
+            f"{method}: -32601",
+            f"{method} answered {json.dumps(response.get('error', response.get('result')))}, not error -32601",
+        )
     # Only errors a conforming client can provoke: the probe never writes what ACP forbids it to
     # (malformed JSON, relative paths) to the agent's stdin.
-    agent.call("session/prompt", {"sessionId": "acp-lite-check-no-such-session", "prompt": text_prompt("Hello?")},
-               auth_blocks=False)  # any answer will do
+    agent.call(
+        "session/prompt",
+        {"sessionId": "acp-lite-check-no-such-session", "prompt": text_prompt("Hello?")},
+        auth_blocks=False,
+    )  # any answer will do
     _, response = agent.call("session/new", {"cwd": run.directory("after-errors"), "mcpServers": []})
-    run.judge("ACP-V1-JSONRPC-RESPONSE-REQUIRED", "result" in response,
-              "session/new still works after unknown methods and a prompt for an unknown session",
-              f"session/new failed after the errors: {json.dumps(response)}")
+    run.judge(
+        "ACP-V1-JSONRPC-RESPONSE-REQUIRED",
+        "result" in response,
+        "session/new still works after unknown methods and a prompt for an unknown session",
+        f"session/new failed after the errors: {json.dumps(response)}",
+    )
 
 
 def _check_new_session(run: CheckRun) -> None:
@@ -167,8 +225,12 @@ def _check_new_session(run: CheckRun) -> None:
     first = run.discovered["session"]["sessionId"]
     second = agent.new_session(cwd)["sessionId"]
     run.judge("ACP-V1-INIT-SESSION-BASELINE", True, "session/new answered twice", "")
-    run.judge("ACP-V1-SETUP-NEW-SESSION-ID", first != second, f"distinct ids {first!r} and {second!r}",
-              f"both sessions got id {first!r}")
+    run.judge(
+        "ACP-V1-SETUP-NEW-SESSION-ID",
+        first != second,
+        f"distinct ids {first!r} and {second!r}",
+        f"both sessions got id {first!r}",
+    )
 
 
 def _check_prompt(run: CheckRun) -> None:
@@ -183,8 +245,12 @@ def _check_prompt(run: CheckRun) -> None:
         out.write("Buy milk.\n")
     link = [{"type": "resource_link", "uri": "file://" + notes, "name": "notes.txt"}]
     _, response = agent.prompt(session_id, text_prompt("What is in this file?") + link)
-    run.judge("ACP-V1-INIT-PROMPT-BASELINE", "result" in response, "a prompt with a resource_link ran",
-              f"a prompt with a resource_link failed: {json.dumps(response.get('error'))}")
+    run.judge(
+        "ACP-V1-INIT-PROMPT-BASELINE",
+        "result" in response,
+        "a prompt with a resource_link ran",
+        f"a prompt with a resource_link failed: {json.dumps(response.get('error'))}",
+    )
 
 
 def _judge_text_support(run: CheckRun, agent: ProbedAgent, session_id: str, response: Dict[str, Any]) -> None:
@@ -192,15 +258,27 @@ def _judge_text_support(run: CheckRun, agent: ProbedAgent, session_id: str, resp
     word the prompt asked for shows it was read; a refused prompt shows it was not; a turn that
     ended without that word in any reply proves neither, and is not judged."""
     if "error" in response:
-        run.judge("ACP-V1-CONTENT-TEXT-SUPPORT", False, "", f"a text prompt was refused: {json.dumps(response['error'])}")
+        run.judge(
+            "ACP-V1-CONTENT-TEXT-SUPPORT", False, "", f"a text prompt was refused: {json.dumps(response['error'])}"
+        )
         return
     replies = "".join(_chunk_text(update) for update in agent.updates if update.get("sessionId") == session_id)
     if _TEXT_PROBE_WORD not in replies.lower():
-        run.findings.append(finding_for("ACP-V1-CONTENT-TEXT-SUPPORT", SKIP, (
-            f"the turn ended without {_TEXT_PROBE_WORD!r} in the agent's reply ({len(replies)} characters of it): "
-            "whether the text was read cannot be told")))
+        run.findings.append(
+            finding_for(
+                "ACP-V1-CONTENT-TEXT-SUPPORT",
+                SKIP,
+                (
+                    f"the turn ended without {_TEXT_PROBE_WORD!r} in the agent's reply "
+                    f"({len(replies)} characters of it): "
+                    "whether the text was read cannot be told"
+                ),
+            )
+        )
         return
-    run.judge("ACP-V1-CONTENT-TEXT-SUPPORT", True, f"the reply contains {_TEXT_PROBE_WORD!r}, which the text asked for", "")
+    run.judge(
+        "ACP-V1-CONTENT-TEXT-SUPPORT", True, f"the reply contains {_TEXT_PROBE_WORD!r}, which the text asked for", ""
+    )
 
 
 def _chunk_text(params: Dict[str, Any]) -> str:
@@ -212,34 +290,53 @@ def _chunk_text(params: Dict[str, Any]) -> str:
 
 
 def _judge_turn_end(run: CheckRun, response: Dict[str, Any], what: str) -> None:
-    if not run.judge("ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON", "result" in response,
-                     f"{what} ended with a result", f"{what} ended with an error: {json.dumps(response.get('error'))}"):
+    if not run.judge(
+        "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
+        "result" in response,
+        f"{what} ended with a result",
+        f"{what} ended with an error: {json.dumps(response.get('error'))}",
+    ):
         return
     reason = response["result"].get("stopReason") if isinstance(response["result"], dict) else None
-    run.judge("ACP-V1-SCHEMA-STOP-REASON-VALUES", reason in _STOP_REASONS, f"stopReason {reason!r}",
-              f"stopReason {reason!r} is not one of {', '.join(_STOP_REASONS)}")
+    run.judge(
+        "ACP-V1-SCHEMA-STOP-REASON-VALUES",
+        reason in _STOP_REASONS,
+        f"stopReason {reason!r}",
+        f"stopReason {reason!r} is not one of {', '.join(_STOP_REASONS)}",
+    )
 
 
 def _judge_update_sessions(run: CheckRun, agent: ProbedAgent, session_id: str) -> None:
     others = sorted({str(update.get("sessionId")) for update in agent.updates} - {session_id})
-    run.judge("ACP-V1-SETUP-NEW-SESSION-ID", not others,
-              f"all {len(agent.updates)} update(s) carry the session id",
-              f"updates for session id(s) {others} during a turn of {session_id!r}")
+    run.judge(
+        "ACP-V1-SETUP-NEW-SESSION-ID",
+        not others,
+        f"all {len(agent.updates)} update(s) carry the session id",
+        f"updates for session id(s) {others} during a turn of {session_id!r}",
+    )
 
 
 def _check_cancel(run: CheckRun) -> None:
     agent = run.agent()
     session_id = agent.open_session(run.directory("cancel"))
-    _cancel_busy_turn(run, agent, session_id, lambda: agent.notify("session/cancel", {"sessionId": session_id}),
-                      "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON")
+    _cancel_busy_turn(
+        run,
+        agent,
+        session_id,
+        lambda: agent.notify("session/cancel", {"sessionId": session_id}),
+        "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
+    )
 
 
-def _cancel_busy_turn(run: CheckRun, agent: ProbedAgent, session_id: str, cancel: Callable[[], None],
-                      requirement: str) -> None:
+def _cancel_busy_turn(
+    run: CheckRun, agent: ProbedAgent, session_id: str, cancel: Callable[[], None], requirement: str
+) -> None:
     """Start the cancel prompt, wait until the agent is busy with it, ``cancel()``, and judge
     that the turn ends with ``cancelled`` and that no update for the session follows."""
     agent.hold_permissions = True
-    prompt_id = agent.request("session/prompt", {"sessionId": session_id, "prompt": text_prompt(run.options.cancel_prompt)})
+    prompt_id = agent.request(
+        "session/prompt", {"sessionId": session_id, "prompt": text_prompt(run.options.cancel_prompt)}
+    )
     _wait_until_busy(agent, prompt_id)
     waiting_on_us = bool(agent.held)  # then the turn cannot have ended before the cancel
     cancel()
@@ -252,21 +349,38 @@ def _cancel_busy_turn(run: CheckRun, agent: ProbedAgent, session_id: str, cancel
     after = time.monotonic() - cancelled_at
     error = response.get("error")
     if error is not None:
-        run.judge("ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS", False, "",
-                  f"the cancelled turn ended with an error instead of stopReason cancelled: {json.dumps(error)}")
+        run.judge(
+            "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS",
+            False,
+            "",
+            f"the cancelled turn ended with an error instead of stopReason cancelled: {json.dumps(error)}",
+        )
     reason = response.get("result", {}).get("stopReason") if isinstance(response.get("result"), dict) else None
     if error is None and reason != "cancelled" and not waiting_on_us and after < _IGNORED_CANCEL_AFTER:
-        raise CheckSkipped(f"the turn ended with stopReason {reason!r} {after:.2f} s after the cancel: it may have "
-                            "finished before the cancel arrived (give --cancel-prompt a prompt that keeps the agent busy)")
-    run.judge(requirement, reason == "cancelled", "the cancelled turn ended with stopReason cancelled",
-              f"the turn ended with {json.dumps(response.get('result', error))} {after:.2f} s after the cancel"
-              + (" (it was waiting for our permission answer)" if waiting_on_us else ""))
+        raise CheckSkipped(
+            f"the turn ended with stopReason {reason!r} {after:.2f} s after the cancel: it may have "
+            "finished before the cancel arrived (give --cancel-prompt a prompt that keeps the agent busy)"
+        )
+    run.judge(
+        requirement,
+        reason == "cancelled",
+        "the cancelled turn ended with stopReason cancelled",
+        f"the turn ended with {json.dumps(response.get('result', error))} {after:.2f} s after the cancel"
+        + (" (it was waiting for our permission answer)" if waiting_on_us else ""),
+    )
     if error is None:
         run.judge("ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS", True, "no error for the cancelled turn", "")
-    late = [m for m in agent.listen(_QUIET_WINDOW)
-            if m.get("method") == "session/update" and (m.get("params") or {}).get("sessionId") == session_id]
-    run.judge("ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE", not late, "no update after the response",
-              f"{len(late)} update(s) after the response, the first: {json.dumps(late[0]) if late else ''}")
+    late = [
+        m
+        for m in agent.listen(_QUIET_WINDOW)
+        if m.get("method") == "session/update" and (m.get("params") or {}).get("sessionId") == session_id
+    ]
+    run.judge(
+        "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
+        not late,
+        "no update after the response",
+        f"{len(late)} update(s) after the response, the first: {json.dumps(late[0]) if late else ''}",
+    )
 
 
 def _wait_until_busy(agent: ProbedAgent, prompt_id: Any) -> None:
@@ -285,12 +399,15 @@ def _wait_until_busy(agent: ProbedAgent, prompt_id: Any) -> None:
         if "method" not in message and id_key(message.get("id")) == id_key(prompt_id):
             agent.skip_if_auth_required(message)
             if "error" in message:
-                raise CheckSkipped(f"the turn ended with error {json.dumps(message['error'])} before it could be "
-                                   "cancelled")
+                raise CheckSkipped(
+                    f"the turn ended with error {json.dumps(message['error'])} before it could be cancelled"
+                )
             result = message.get("result")
             reason = result.get("stopReason") if isinstance(result, dict) else None
-            raise CheckSkipped(f"the turn ended (stopReason {reason!r}) before it could be cancelled; "
-                                "give --cancel-prompt a prompt that keeps the agent busy")
+            raise CheckSkipped(
+                f"the turn ended (stopReason {reason!r}) before it could be cancelled; "
+                "give --cancel-prompt a prompt that keeps the agent busy"
+            )
 
 
 def _check_unadvertised_calls(run: CheckRun) -> None:
@@ -298,7 +415,9 @@ def _check_unadvertised_calls(run: CheckRun) -> None:
     capability advertised, and reports the outcome under the three requirements."""
     agent = run.agent()
     session_id = agent.open_session(run.directory("capabilities"))
-    agent.prompt(session_id, text_prompt("Read the file README.md in the working directory, then run `ls` in a terminal."))
+    agent.prompt(
+        session_id, text_prompt("Read the file README.md in the working directory, then run `ls` in a terminal.")
+    )
     called = {method.split("/")[0] for method in agent.calls}
     for prefix, requirement in UNADVERTISED_CALL_REQUIREMENTS.items():
         if prefix not in called:  # a call is a wire failure already
@@ -314,8 +433,12 @@ def _check_stdin_eof(run: CheckRun) -> None:
     while agent.process.returncode() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     code = agent.process.returncode()
-    run.judge("probe:exits-on-stdin-eof", code is not None, f"exited with status {code} once its stdin closed",
-              f"still running {agent.timeout:g} s after its stdin closed")
+    run.judge(
+        "probe:exits-on-stdin-eof",
+        code is not None,
+        f"exited with status {code} once its stdin closed",
+        f"still running {agent.timeout:g} s after its stdin closed",
+    )
 
 
 # -- capabilities ---------------------------------------------------------------------------------
@@ -333,21 +456,32 @@ def _reopen(run: CheckRun, method: str, requirement: str) -> Tuple[ProbedAgent, 
 
 def _check_load(run: CheckRun) -> None:
     agent, replayed = _reopen(run, "session/load", "ACP-V1-SETUP-LOAD-REPLAY")
-    run.judge("ACP-V1-SETUP-LOAD-REPLAY", bool(replayed), f"{len(replayed)} update(s) replayed before the response",
-              "no session/update replayed the conversation before the load response")
+    run.judge(
+        "ACP-V1-SETUP-LOAD-REPLAY",
+        bool(replayed),
+        f"{len(replayed)} update(s) replayed before the response",
+        "no session/update replayed the conversation before the load response",
+    )
     late = [m for m in agent.listen(_QUIET_WINDOW) if m.get("method") == "session/update"]
     kinds = [((m.get("params") or {}).get("update") or {}).get("sessionUpdate") for m in late]
     replayed_late = [kind for kind in kinds if kind in _CONVERSATION_UPDATES]
     state = f" ({len(kinds)} session-state update(s) after it: {', '.join(map(str, kinds))})" if kinds else ""
-    run.judge("ACP-V1-SETUP-LOAD-RESPOND-AFTER-REPLAY", not replayed_late,
-              f"no conversation update after the response{state}",
-              f"{len(replayed_late)} conversation update(s) after the load response: {', '.join(replayed_late)}")
+    run.judge(
+        "ACP-V1-SETUP-LOAD-RESPOND-AFTER-REPLAY",
+        not replayed_late,
+        f"no conversation update after the response{state}",
+        f"{len(replayed_late)} conversation update(s) after the load response: {', '.join(replayed_late)}",
+    )
 
 
 def _check_resume(run: CheckRun) -> None:
     _, replayed = _reopen(run, "session/resume", "ACP-V1-SETUP-RESUME-NO-REPLAY")
-    run.judge("ACP-V1-SETUP-RESUME-NO-REPLAY", not replayed, "no update before the resume response",
-              f"{len(replayed)} update(s) before the resume response")
+    run.judge(
+        "ACP-V1-SETUP-RESUME-NO-REPLAY",
+        not replayed,
+        "no update before the resume response",
+        f"{len(replayed)} update(s) before the resume response",
+    )
 
 
 def _check_list(run: CheckRun) -> None:
@@ -362,13 +496,20 @@ def _check_list(run: CheckRun) -> None:
     # list only sessions with history, and this one was never prompted); the wire judgement
     # checks each entry's shape.
     listed = [s.get("sessionId") for s in sessions or () if isinstance(s, dict)]
-    run.judge("ACP-V1-LIST-AGENT-RESPONSE", isinstance(sessions, list),
-              f"a list of {len(listed)} session(s)" + (", the new one among them" if session_id in listed else ""),
-              f"session/list answered sessions={sessions!r}, not a list")
+    run.judge(
+        "ACP-V1-LIST-AGENT-RESPONSE",
+        isinstance(sessions, list),
+        f"a list of {len(listed)} session(s)" + (", the new one among them" if session_id in listed else ""),
+        f"session/list answered sessions={sessions!r}, not a list",
+    )
     _, response = agent.call("session/list", {"cwd": empty})
     sessions = result_or_fail(response, "ACP-V1-LIST-EMPTY-ARRAY", "session/list").get("sessions")
-    run.judge("ACP-V1-LIST-EMPTY-ARRAY", sessions == [], "an empty array for a cwd with no sessions",
-              f"for a cwd with no sessions: sessions={sessions!r}")
+    run.judge(
+        "ACP-V1-LIST-EMPTY-ARRAY",
+        sessions == [],
+        "an empty array for a cwd with no sessions",
+        f"for a cwd with no sessions: sessions={sessions!r}",
+    )
 
 
 def _check_close(run: CheckRun) -> None:
@@ -391,8 +532,12 @@ def _check_delete(run: CheckRun) -> None:
     result_or_fail(response, "ACP-V1-SCHEMA-DELETE-SESSION-SHAPE", "session/delete")
     run.judge("ACP-V1-SCHEMA-DELETE-SESSION-SHAPE", True, "session/delete succeeded", "")
     _, again = agent.call("session/delete", {"sessionId": session_id})
-    run.judge("ACP-V1-DELETE-IDEMPOTENT", "result" in again, "deleting it again succeeds silently",
-              f"deleting it again failed: {json.dumps(again.get('error'))}")
+    run.judge(
+        "ACP-V1-DELETE-IDEMPOTENT",
+        "result" in again,
+        "deleting it again succeeds silently",
+        f"deleting it again failed: {json.dumps(again.get('error'))}",
+    )
 
 
 def _check_additional_directories(run: CheckRun) -> None:
@@ -413,27 +558,38 @@ def _check_modes(run: CheckRun) -> None:
     ids = [mode.get("id") for mode in modes["availableModes"] if isinstance(mode, dict)]
     target = next((mode for mode in ids if mode != modes.get("currentModeId")), ids[0])
     _, response = agent.call("session/set_mode", {"sessionId": result["sessionId"], "modeId": target})
-    run.judge("ACP-V1-SCHEMA-SET-MODE-SHAPE", "result" in response, f"switched to mode {target!r}",
-              f"session/set_mode {target!r} (an advertised mode) failed: {json.dumps(response.get('error'))}")
+    run.judge(
+        "ACP-V1-SCHEMA-SET-MODE-SHAPE",
+        "result" in response,
+        f"switched to mode {target!r}",
+        f"session/set_mode {target!r} (an advertised mode) failed: {json.dumps(response.get('error'))}",
+    )
 
 
 def _check_config_options(run: CheckRun) -> None:
     agent = run.agent()
     agent.initialize()
     result = agent.new_session(run.directory("config"))
-    selects = [option for option in result.get("configOptions") or ()
-               if isinstance(option, dict) and option.get("type") == "select"]
+    selects = [
+        option
+        for option in result.get("configOptions") or ()
+        if isinstance(option, dict) and option.get("type") == "select"
+    ]
     if not selects:
         raise CheckSkipped("session/new returned no select config option")
     option = selects[0]
     values = [choice.get("value") for choice in _select_choices(option.get("options"))]
     value = next((v for v in values if v != option.get("currentValue")), option.get("currentValue"))
-    _, response = agent.call("session/set_config_option",
-                             {"sessionId": result["sessionId"], "configId": option.get("id"), "value": value})
+    _, response = agent.call(
+        "session/set_config_option", {"sessionId": result["sessionId"], "configId": option.get("id"), "value": value}
+    )
     answered = response.get("result") if isinstance(response.get("result"), dict) else {}
-    run.judge("ACP-V1-SCHEMA-SET-CONFIG-OPTION-SHAPE", isinstance(answered.get("configOptions"), list),
-              f"set {option.get('id')!r} to {value!r}; the answer lists the options",
-              f"session/set_config_option answered {json.dumps(response.get('result', response.get('error')))}")
+    run.judge(
+        "ACP-V1-SCHEMA-SET-CONFIG-OPTION-SHAPE",
+        isinstance(answered.get("configOptions"), list),
+        f"set {option.get('id')!r} to {value!r}; the answer lists the options",
+        f"session/set_config_option answered {json.dumps(response.get('result', response.get('error')))}",
+    )
 
 
 def _select_choices(options: Any) -> List[Dict[str, Any]]:
@@ -447,7 +603,7 @@ def _select_choices(options: Any) -> List[Dict[str, Any]]:
     return choices
 
 
-_TINY_PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+_TINY_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 _TINY_WAV = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA="
 
 
@@ -455,9 +611,13 @@ def _rich_prompt_check(kind: str, block: Callable[[CheckRun], Dict[str, Any]]) -
     def check(run: CheckRun) -> None:
         agent = run.agent()
         session_id = agent.open_session(run.directory(kind))
-        _, response = agent.prompt(session_id, text_prompt(f"Describe this {kind}.") + [block(run)])
-        run.judge("ACP-V1-INIT-PROMPT-RICHER-MAY", "result" in response, f"a prompt with an {kind} block ran",
-                  f"advertised {kind} prompts, but one failed: {json.dumps(response.get('error'))}")
+        _, response = agent.prompt(session_id, [*text_prompt(f"Describe this {kind}."), block(run)])
+        run.judge(
+            "ACP-V1-INIT-PROMPT-RICHER-MAY",
+            "result" in response,
+            f"a prompt with an {kind} block ran",
+            f"advertised {kind} prompts, but one failed: {json.dumps(response.get('error'))}",
+        )
         _judge_turn_end(run, response, f"an {kind} prompt")
 
     return check
@@ -477,63 +637,187 @@ def _check_logout(run: CheckRun) -> None:
     agent = run.agent()
     agent.initialize()
     _, response = agent.call("logout", {})
-    run.judge("ACP-V1-SCHEMA-LOGOUT-SHAPE", "result" in response, "logout succeeded",
-              f"logout failed: {json.dumps(response.get('error'))}")
+    run.judge(
+        "ACP-V1-SCHEMA-LOGOUT-SHAPE",
+        "result" in response,
+        "logout succeeded",
+        f"logout failed: {json.dumps(response.get('error'))}",
+    )
 
 
 CHECKS: Tuple[Check, ...] = (
-    Check("initialize", "initialize answers version 1, its capabilities and agentInfo",
-           ("ACP-V1-INIT-AGENT-RESPONSE", "ACP-V1-INIT-AGENT-SAME-VERSION", "ACP-V1-INIT-IMPLEMENTATION-INFO",
-            "ACP-V1-AUTH-AGENT-TERMINAL-METHOD-ONLY-WITH-CAPABILITY"), _check_initialize),
-    Check("version", "an unsupported version (99) is answered with 1, not echoed",
-           ("ACP-V1-INIT-AGENT-LATEST-VERSION",), _check_version),
-    Check("ids", "string ids, id 0 and a large id are echoed exactly",
-           ("ACP-V1-JSONRPC-RESPONSE-SAME-ID",), _check_request_ids),
-    Check("notifications", "notifications get no reply; unknown ones are ignored",
-           ("ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION", "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS"), _check_notifications),
-    Check("errors", "unknown methods get -32601, `_` requests a response, and the connection survives errors",
-           ("ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST", "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
-            "ACP-V1-JSONRPC-RESPONSE-REQUIRED"), _check_unknown_methods),
-    Check("new-session", "session/new with an absolute cwd gives distinct ids",
-           ("ACP-V1-INIT-SESSION-BASELINE", "ACP-V1-SETUP-NEW-SESSION-ID"), _check_new_session),
-    Check("prompt", "text and resource_link prompts end with a valid stop reason; updates carry the session id",
-           ("ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON", "ACP-V1-SCHEMA-STOP-REASON-VALUES", "ACP-V1-CONTENT-TEXT-SUPPORT",
-            "ACP-V1-INIT-PROMPT-BASELINE", "ACP-V1-SETUP-NEW-SESSION-ID"), _check_prompt),
-    Check("cancel", "session/cancel ends a busy turn with `cancelled` and no update follows",
-           ("ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON", "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS",
-            "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE"), _check_cancel),
-    Check("client-capabilities", "no fs, terminal or elicitation call to a client that advertised none",
-           tuple(UNADVERTISED_CALL_REQUIREMENTS.values()), _check_unadvertised_calls),
+    Check(
+        "initialize",
+        "initialize answers version 1, its capabilities and agentInfo",
+        (
+            "ACP-V1-INIT-AGENT-RESPONSE",
+            "ACP-V1-INIT-AGENT-SAME-VERSION",
+            "ACP-V1-INIT-IMPLEMENTATION-INFO",
+            "ACP-V1-AUTH-AGENT-TERMINAL-METHOD-ONLY-WITH-CAPABILITY",
+        ),
+        _check_initialize,
+    ),
+    Check(
+        "version",
+        "an unsupported version (99) is answered with 1, not echoed",
+        ("ACP-V1-INIT-AGENT-LATEST-VERSION",),
+        _check_version,
+    ),
+    Check(
+        "ids",
+        "string ids, id 0 and a large id are echoed exactly",
+        ("ACP-V1-JSONRPC-RESPONSE-SAME-ID",),
+        _check_request_ids,
+    ),
+    Check(
+        "notifications",
+        "notifications get no reply; unknown ones are ignored",
+        ("ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION", "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS"),
+        _check_notifications,
+    ),
+    Check(
+        "errors",
+        "unknown methods get -32601, `_` requests a response, and the connection survives errors",
+        (
+            "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST",
+            "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
+            "ACP-V1-JSONRPC-RESPONSE-REQUIRED",
+        ),
+        _check_unknown_methods,
+    ),
+    Check(
+        "new-session",
+        "session/new with an absolute cwd gives distinct ids",
+        ("ACP-V1-INIT-SESSION-BASELINE", "ACP-V1-SETUP-NEW-SESSION-ID"),
+        _check_new_session,
+    ),
+    Check(
+        "prompt",
+        "text and resource_link prompts end with a valid stop reason; updates carry the session id",
+        (
+            "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
+            "ACP-V1-SCHEMA-STOP-REASON-VALUES",
+            "ACP-V1-CONTENT-TEXT-SUPPORT",
+            "ACP-V1-INIT-PROMPT-BASELINE",
+            "ACP-V1-SETUP-NEW-SESSION-ID",
+        ),
+        _check_prompt,
+    ),
+    Check(
+        "cancel",
+        "session/cancel ends a busy turn with `cancelled` and no update follows",
+        (
+            "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
+            "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS",
+            "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
+        ),
+        _check_cancel,
+    ),
+    Check(
+        "client-capabilities",
+        "no fs, terminal or elicitation call to a client that advertised none",
+        tuple(UNADVERTISED_CALL_REQUIREMENTS.values()),
+        _check_unadvertised_calls,
+    ),
     Check("stdin-eof", "the agent exits when its stdin closes", ("probe:exits-on-stdin-eof",), _check_stdin_eof),
-    Check("load", "session/load replays the conversation, then responds",
-           ("ACP-V1-SETUP-LOAD-REPLAY", "ACP-V1-SETUP-LOAD-RESPOND-AFTER-REPLAY"), _check_load, ("initialize", "agentCapabilities", "loadSession")),
-    Check("resume", "session/resume responds without replaying", ("ACP-V1-SETUP-RESUME-NO-REPLAY",),
-           _check_resume, ("initialize", "agentCapabilities", "sessionCapabilities", "resume")),
-    Check("list", "session/list lists the new session, and nothing for an unused cwd",
-           ("ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-EMPTY-ARRAY"), _check_list, ("initialize", "agentCapabilities", "sessionCapabilities", "list")),
-    Check("close", "session/close cancels the session's running turn", ("ACP-V1-SETUP-CLOSE-CANCELS-AND-FREES",
-           "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE"), _check_close, ("initialize", "agentCapabilities", "sessionCapabilities", "close")),
-    Check("delete", "session/delete succeeds, and again for a deleted session",
-           ("ACP-V1-SCHEMA-DELETE-SESSION-SHAPE", "ACP-V1-DELETE-IDEMPOTENT"), _check_delete,
-           ("initialize", "agentCapabilities", "sessionCapabilities", "delete")),
-    Check("additional-directories", "session/new accepts additionalDirectories", ("ACP-V1-SCHEMA-NEW-SESSION-SHAPE",),
-           _check_additional_directories, ("initialize", "agentCapabilities", "sessionCapabilities", "additionalDirectories")),
-    Check("modes", "session/set_mode switches to an advertised mode", ("ACP-V1-SCHEMA-SET-MODE-SHAPE",), _check_modes,
-           ("session", "modes")),
-    Check("config-options", "session/set_config_option sets an advertised value",
-           ("ACP-V1-SCHEMA-SET-CONFIG-OPTION-SHAPE",), _check_config_options, ("session", "configOptions")),
-    Check("prompt-image", "an image prompt works", ("ACP-V1-INIT-PROMPT-RICHER-MAY",),
-           _rich_prompt_check("image", lambda run: {"type": "image", "mimeType": "image/png", "data": _TINY_PNG}),
-           ("initialize", "agentCapabilities", "promptCapabilities", "image")),
-    Check("prompt-audio", "an audio prompt works", ("ACP-V1-INIT-PROMPT-RICHER-MAY",),
-           _rich_prompt_check("audio", lambda run: {"type": "audio", "mimeType": "audio/wav", "data": _TINY_WAV}),
-           ("initialize", "agentCapabilities", "promptCapabilities", "audio")),
-    Check("prompt-embedded", "an embedded resource prompt works", ("ACP-V1-INIT-PROMPT-RICHER-MAY",),
-           _rich_prompt_check("embedded resource", lambda run: {"type": "resource", "resource": {
-               "uri": "file://" + run.directory("embedded") + "/notes.txt", "mimeType": "text/plain", "text": "hello"}}),
-           ("initialize", "agentCapabilities", "promptCapabilities", "embeddedContext")),
-    Check("authenticate", "authenticate with --auth-method succeeds", ("ACP-V1-SCHEMA-AUTHENTICATE-SHAPE",),
-           _check_authenticate),
-    Check("logout", "logout succeeds", ("ACP-V1-SCHEMA-LOGOUT-SHAPE",), _check_logout, ("initialize", "agentCapabilities", "auth", "logout")),
+    Check(
+        "load",
+        "session/load replays the conversation, then responds",
+        ("ACP-V1-SETUP-LOAD-REPLAY", "ACP-V1-SETUP-LOAD-RESPOND-AFTER-REPLAY"),
+        _check_load,
+        ("initialize", "agentCapabilities", "loadSession"),
+    ),
+    Check(
+        "resume",
+        "session/resume responds without replaying",
+        ("ACP-V1-SETUP-RESUME-NO-REPLAY",),
+        _check_resume,
+        ("initialize", "agentCapabilities", "sessionCapabilities", "resume"),
+    ),
+    Check(
+        "list",
+        "session/list lists the new session, and nothing for an unused cwd",
+        ("ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-EMPTY-ARRAY"),
+        _check_list,
+        ("initialize", "agentCapabilities", "sessionCapabilities", "list"),
+    ),
+    Check(
+        "close",
+        "session/close cancels the session's running turn",
+        ("ACP-V1-SETUP-CLOSE-CANCELS-AND-FREES", "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE"),
+        _check_close,
+        ("initialize", "agentCapabilities", "sessionCapabilities", "close"),
+    ),
+    Check(
+        "delete",
+        "session/delete succeeds, and again for a deleted session",
+        ("ACP-V1-SCHEMA-DELETE-SESSION-SHAPE", "ACP-V1-DELETE-IDEMPOTENT"),
+        _check_delete,
+        ("initialize", "agentCapabilities", "sessionCapabilities", "delete"),
+    ),
+    Check(
+        "additional-directories",
+        "session/new accepts additionalDirectories",
+        ("ACP-V1-SCHEMA-NEW-SESSION-SHAPE",),
+        _check_additional_directories,
+        ("initialize", "agentCapabilities", "sessionCapabilities", "additionalDirectories"),
+    ),
+    Check(
+        "modes",
+        "session/set_mode switches to an advertised mode",
+        ("ACP-V1-SCHEMA-SET-MODE-SHAPE",),
+        _check_modes,
+        ("session", "modes"),
+    ),
+    Check(
+        "config-options",
+        "session/set_config_option sets an advertised value",
+        ("ACP-V1-SCHEMA-SET-CONFIG-OPTION-SHAPE",),
+        _check_config_options,
+        ("session", "configOptions"),
+    ),
+    Check(
+        "prompt-image",
+        "an image prompt works",
+        ("ACP-V1-INIT-PROMPT-RICHER-MAY",),
+        _rich_prompt_check("image", lambda run: {"type": "image", "mimeType": "image/png", "data": _TINY_PNG}),
+        ("initialize", "agentCapabilities", "promptCapabilities", "image"),
+    ),
+    Check(
+        "prompt-audio",
+        "an audio prompt works",
+        ("ACP-V1-INIT-PROMPT-RICHER-MAY",),
+        _rich_prompt_check("audio", lambda run: {"type": "audio", "mimeType": "audio/wav", "data": _TINY_WAV}),
+        ("initialize", "agentCapabilities", "promptCapabilities", "audio"),
+    ),
+    Check(
+        "prompt-embedded",
+        "an embedded resource prompt works",
+        ("ACP-V1-INIT-PROMPT-RICHER-MAY",),
+        _rich_prompt_check(
+            "embedded resource",
+            lambda run: {
+                "type": "resource",
+                "resource": {
+                    "uri": "file://" + run.directory("embedded") + "/notes.txt",
+                    "mimeType": "text/plain",
+                    "text": "hello",
+                },
+            },
+        ),
+        ("initialize", "agentCapabilities", "promptCapabilities", "embeddedContext"),
+    ),
+    Check(
+        "authenticate",
+        "authenticate with --auth-method succeeds",
+        ("ACP-V1-SCHEMA-AUTHENTICATE-SHAPE",),
+        _check_authenticate,
+    ),
+    Check(
+        "logout",
+        "logout succeeds",
+        ("ACP-V1-SCHEMA-LOGOUT-SHAPE",),
+        _check_logout,
+        ("initialize", "agentCapabilities", "auth", "logout"),
+    ),
 )
-

@@ -43,6 +43,7 @@ Exit statuses: 0 success, 1 the agent failed (a turn failed, or ``validate`` fou
 message or none at all), 2 usage error, 127 the agent could not be started, 130 interrupted, 128 + N
 ended by signal N (SIGTERM, SIGHUP); ``tap`` exits with the agent's status.
 """
+
 import argparse
 import itertools
 import json
@@ -235,8 +236,10 @@ def _validate_command(args: argparse.Namespace) -> int:
         if first[1].lstrip()[:1] in (b"{", b"[") and not _is_json(first[1]):
             rest = list(lines)  # a value that spans lines: is the whole input pretty-printed JSON?
             if _json_values(first[1] + b"".join(line for _, line in rest)):
-                _cli_error("validate: the input is pretty-printed JSON, but messages are read one per line "
-                           "(NDJSON): compact it first, e.g. with `jq -c .`")
+                _cli_error(
+                    "validate: the input is pretty-printed JSON, but messages are read one per line "
+                    "(NDJSON): compact it first, e.g. with `jq -c .`"
+                )
                 return 1
             lines = iter(rest)
         for number, line in itertools.chain([first], lines):
@@ -288,13 +291,26 @@ def _tap_command(args: argparse.Namespace) -> int:
 
 # -- run ------------------------------------------------------------------------------------------
 def _configure_run(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cwd", type=existing_directory, default=os.getcwd(), metavar="DIR",
-                        help="the session's working directory (default: here)")
-    parser.add_argument("--yes", action="store_true",
-                        help="answer permission requests with the first allow option; without a terminal, "
-                             "also serve the agent's file writes and terminals")
-    parser.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="S",
-                        help="how long to wait for the agent to answer initialize (default: 30)")
+    parser.add_argument(
+        "--cwd",
+        type=existing_directory,
+        default=os.getcwd(),
+        metavar="DIR",
+        help="the session's working directory (default: here)",
+    )
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help="answer permission requests with the first allow option; without a terminal, "
+        "also serve the agent's file writes and terminals",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="S",
+        help="how long to wait for the agent to answer initialize (default: 30)",
+    )
     parser.add_argument("--auth-method", metavar="ID", help="authenticate with this method after initialize")
 
 
@@ -410,8 +426,12 @@ class _TerminalClient(WorkspaceClient):
             self.screen.note(f"[mode] {update.current_mode_id}")
 
     def _show_tool_call(self, update: Any) -> None:
-        known = self.tool_calls.setdefault(update.tool_call_id, {"title": update.tool_call_id, "kind": None, "status": "pending"})
-        changes = {name: getattr(update, name) for name in ("title", "kind", "status") if getattr(update, name) is not None}
+        known = self.tool_calls.setdefault(
+            update.tool_call_id, {"title": update.tool_call_id, "kind": None, "status": "pending"}
+        )
+        changes = {
+            name: getattr(update, name) for name in ("title", "kind", "status") if getattr(update, name) is not None
+        }
         known.update(changes)
         if changes or isinstance(update, ToolCall):
             kind = f" ({known['kind']})" if known["kind"] else ""
@@ -434,8 +454,9 @@ class _TerminalClient(WorkspaceClient):
             self.screen.note(what)
             return
         self.screen.note(f"{what}: refused (not served without a terminal; --yes serves it)")
-        raise MethodNotFound(f"{method} is not offered: acp-lite run serves no writes and no terminals "
-                             "without a terminal or --yes")
+        raise MethodNotFound(
+            f"{method} is not offered: acp-lite run serves no writes and no terminals without a terminal or --yes"
+        )
 
     def request_permission(self, params: RequestPermissionRequest) -> "Future[Any]":
         answer: Future[Any] = Future()
@@ -579,8 +600,10 @@ class _RunSession:
 
     def ask(self, title: str, params: RequestPermissionRequest) -> Optional[str]:
         options = params.options
-        self.screen.note(f"[permission] {title}" + "".join(
-            f"\n  {number}) {option.name} ({option.kind})" for number, option in enumerate(options, 1)))
+        self.screen.note(
+            f"[permission] {title}"
+            + "".join(f"\n  {number}) {option.name} ({option.kind})" for number, option in enumerate(options, 1))
+        )
         while True:
             self.screen.note(f"choose 1-{len(options)}, or Enter to cancel the turn:")
             self._asking = True
@@ -622,8 +645,10 @@ def _handshake(agent: RemoteAgent, args: argparse.Namespace, relay: _StderrRelay
         agent.initialize(timeout=args.timeout)
     except CallTimeout:
         held = relay.held()
-        _cli_error(f"the agent did not answer initialize within {args.timeout:g} s"
-                   + (f"; its stderr so far:\n{held}" if held else " (and wrote nothing to stderr)"))
+        _cli_error(
+            f"the agent did not answer initialize within {args.timeout:g} s"
+            + (f"; its stderr so far:\n{held}" if held else " (and wrote nothing to stderr)")
+        )
         return 1
     except AcpError as exc:  # it exited, answered with an error, or chose a version we lack
         _cli_error(f"the agent failed to initialize: {exc}")
@@ -649,16 +674,21 @@ def _auth_method_field(method: Any, name: str) -> Any:
 def _auth_help(agent: RemoteAgent, agent_command: Sequence[str]) -> str:
     """The agent's advertised auth methods and how to choose one, for the user."""
     if not agent.auth_methods:
-        return "It advertises no auth method: configure it as its documentation says (a key in its environment, a login)."
+        return (
+            "It advertises no auth method: configure it as its documentation says (a key in its environment, a login)."
+        )
     lines = ["It offers (choose one with --auth-method ID):"]
     for method in agent.auth_methods:
         description = _auth_method_field(method, "description")
-        line = f"  {_auth_method_field(method, 'id')}: {_auth_method_field(method, 'name')}" + (f" - {description}" if description else "")
+        line = f"  {_auth_method_field(method, 'id')}: {_auth_method_field(method, 'name')}" + (
+            f" - {description}" if description else ""
+        )
         if isinstance(method, AuthMethodTerminal):
             login = shlex.join([*agent_command, *(method.args or ())])
             line += f" (a terminal login: run `{login}` in a terminal, then start again without it)"
         elif isinstance(method, UnknownVariant):
-            line += f" (type {method.tag or _auth_method_field(method, 'type')!r}, unknown to acp-lite: see the agent's documentation)"
+            kind = method.tag or _auth_method_field(method, "type")
+            line += f" (type {kind!r}, unknown to acp-lite: see the agent's documentation)"
         lines.append(line)
     return "\n".join(lines)
 
@@ -685,7 +715,10 @@ def _run_command(args: argparse.Namespace) -> int:
             except AcpError as exc:  # this turn failed; the session goes on
                 failed += 1
                 screen.break_line()
-                screen.note(f"[turn] failed: {exc}" + (f"\n{_auth_help(agent, args.agent_command)}" if isinstance(exc, AuthRequired) else ""))
+                screen.note(
+                    f"[turn] failed: {exc}"
+                    + (f"\n{_auth_help(agent, args.agent_command)}" if isinstance(exc, AuthRequired) else "")
+                )
                 continue
             screen.note(f"[turn] stopReason={stop_reason}")
         if failed:
@@ -709,24 +742,52 @@ def _run_command(args: argparse.Namespace) -> int:
 # -- bench ----------------------------------------------------------------------------------------
 def _configure_bench(parser: argparse.ArgumentParser) -> None:
     parser.usage = "acp-lite bench [options] -- AGENT_CMD...  |  acp-lite bench --client [options] [-- CLIENT_CMD...]"
-    parser.add_argument("--json", type=writable_file_or_stdout, metavar="FILE",
-                        help="also write the figures as JSON to FILE ('-': stdout, instead of the table)")
+    parser.add_argument(
+        "--json",
+        type=writable_file_or_stdout,
+        metavar="FILE",
+        help="also write the figures as JSON to FILE ('-': stdout, instead of the table)",
+    )
     agent = parser.add_argument_group("measuring an agent")
-    agent.add_argument("--prompt", action="append", metavar="TEXT", help="a prompt to send (repeatable; default: 'Hello')")
+    agent.add_argument(
+        "--prompt", action="append", metavar="TEXT", help="a prompt to send (repeatable; default: 'Hello')"
+    )
     agent.add_argument("--prompts", metavar="FILE", help="send each line of FILE as a prompt")
     agent.add_argument("--rounds", type=int, default=1, metavar="N", help="send the prompts N times (default 1)")
-    agent.add_argument("--cwd", type=existing_directory, default=os.getcwd(), metavar="DIR",
-                       help="the session's working directory (default: here)")
+    agent.add_argument(
+        "--cwd",
+        type=existing_directory,
+        default=os.getcwd(),
+        metavar="DIR",
+        help="the session's working directory (default: here)",
+    )
     agent.add_argument("--yes", action="store_true", help="allow what the agent asks (default: reject, or cancel)")
     agent.add_argument("--pings", type=int, default=20, metavar="K", help="cheap round trips to time (default 20)")
-    agent.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="S",
-                       help="seconds to wait for initialize, and for each round trip's answer (default 30)")
+    agent.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="S",
+        help="seconds to wait for initialize, and for each round trip's answer (default 30)",
+    )
     agent.add_argument("--auth-method", metavar="ID", help="authenticate with this method after initialize")
     client = parser.add_argument_group("measuring a client (--client)")
-    client.add_argument("--client", action="store_true", help="play an agent that replays an update stream in each turn")
-    client.add_argument("--updates", type=int, metavar="N", help="updates per turn (default 10000; with --stream: all of it)")
-    client.add_argument("--rate", type=float, default=0.0, metavar="R", help="updates per second (default 0: as fast as the client reads)")
-    client.add_argument("--stream", metavar="FILE", help="replay the session/update messages of FILE (NDJSON or a tap log)")
+    client.add_argument(
+        "--client", action="store_true", help="play an agent that replays an update stream in each turn"
+    )
+    client.add_argument(
+        "--updates", type=int, metavar="N", help="updates per turn (default 10000; with --stream: all of it)"
+    )
+    client.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="updates per second (default 0: as fast as the client reads)",
+    )
+    client.add_argument(
+        "--stream", metavar="FILE", help="replay the session/update messages of FILE (NDJSON or a tap log)"
+    )
 
 
 def _bench_command(args: argparse.Namespace) -> int:
@@ -748,8 +809,14 @@ def _bench_command(args: argparse.Namespace) -> int:
         return 2
     try:
         report = measure_agent(
-            args.agent_command, prompts or ["Hello"], rounds=args.rounds, cwd=args.cwd,
-            pings=args.pings, allow=args.yes, init_timeout=args.timeout, auth_method=args.auth_method,
+            args.agent_command,
+            prompts or ["Hello"],
+            rounds=args.rounds,
+            cwd=args.cwd,
+            pings=args.pings,
+            allow=args.yes,
+            init_timeout=args.timeout,
+            auth_method=args.auth_method,
             on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True),
         )
     except AgentStartError as exc:
@@ -810,7 +877,9 @@ def _bench_client(args: argparse.Namespace) -> int:
     agent = ReplayAgent(updates, args.rate, on_turn)
     if args.agent_command:
         try:
-            process = AgentProcess(args.agent_command, on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True))
+            process = AgentProcess(
+                args.agent_command, on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True)
+            )
         except AgentStartError as exc:
             _cli_error(str(exc))
             return _CANNOT_START
@@ -826,12 +895,23 @@ def _bench_client(args: argparse.Namespace) -> int:
 
 _COMMANDS: Dict[str, CliCommand] = {
     "run": CliCommand("talk to an agent from the terminal", _configure_run, _run_command, agent_command=True),
-    "tap": CliCommand("sit between an editor and an agent, logging every message", _configure_tap, _tap_command, agent_command=True),
-    "check": CliCommand("probe an agent's conformance to ACP v1", configure_check_command, check_command, agent_command=True),
-    "validate": CliCommand("check JSON-RPC messages (NDJSON or a tap log) against the v1 types", _configure_validate, _validate_command),
+    "tap": CliCommand(
+        "sit between an editor and an agent, logging every message", _configure_tap, _tap_command, agent_command=True
+    ),
+    "check": CliCommand(
+        "probe an agent's conformance to ACP v1", configure_check_command, check_command, agent_command=True
+    ),
+    "validate": CliCommand(
+        "check JSON-RPC messages (NDJSON or a tap log) against the v1 types", _configure_validate, _validate_command
+    ),
     "bench": CliCommand(
         "measure an agent's startup, round trips and turns (or with --client, how fast an editor drains a stream)",
-        _configure_bench, _bench_command, agent_command=True, command_optional=True,
+        _configure_bench,
+        _bench_command,
+        agent_command=True,
+        command_optional=True,
     ),
-    "vendor": CliCommand("write acp_lite as one module file, for editor plugins", configure_vendor_command, vendor_command),
+    "vendor": CliCommand(
+        "write acp_lite as one module file, for editor plugins", configure_vendor_command, vendor_command
+    ),
 }

@@ -16,6 +16,7 @@ The editor launches ``acp-lite tap --log FILE -- AGENT_CMD...`` instead of the a
   ``flags`` are the problems and notes of ``wirecheck.WireChecker`` (an empty list when the
   message is fine).
 """
+
 import collections
 import os
 import signal
@@ -73,7 +74,9 @@ class _TapLog:
             self._partial[direction] = [] if end_of_stream else [rest]
             self._queue.extend((direction, seen_at, line, []) for line in lines if line.strip())
             if end_of_stream and rest.strip():
-                self._queue.append((direction, seen_at, rest, ["unterminated: the stream ended before this line's newline"]))
+                self._queue.append(
+                    (direction, seen_at, rest, ["unterminated: the stream ended before this line's newline"])
+                )
             self._ready.notify()
 
     def close(self) -> None:
@@ -110,7 +113,7 @@ class _TapLog:
 def _tap_write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _pump(source: int, target: int, direction: str, log: _TapLog) -> None:

@@ -6,11 +6,11 @@ it from the method, and for a response from the request it answers). For each me
 a ``WireVerdict`` listing
 
 - problems, each ``"<code>: <detail>"``; a message with problems is invalid:
-  ``not-json`` (not UTF-8 JSON), ``not-json-rpc`` (no valid JSON-RPC 2.0 envelope, or a request
-  sent as a notification and the reverse), ``no-id`` (a response without an id), ``unknown-method``, ``schema-invalid`` (params or result
-  do not decode into the v1 type, with the JSON path), ``unknown-id`` (a response to no pending
-  request) and ``not-advertised`` (a call of a capability the peer did not advertise; judged once
-  the ``initialize`` exchange has been seen);
+  ``not-json`` (not UTF-8 JSON), ``not-json-rpc`` (no valid JSON-RPC 2.0 envelope, or a request sent
+  as a notification and the reverse), ``no-id`` (a response without an id), ``unknown-method``,
+  ``schema-invalid`` (params or result do not decode into the v1 type, with the JSON path),
+  ``unknown-id`` (a response to no pending request) and ``not-advertised`` (a call of a capability
+  the peer did not advertise; judged once the ``initialize`` exchange has been seen);
 - notes, things the runtime tolerates but a careful peer would not send: ``tolerated`` lenient
   decodings (an unknown union variant, a malformed optional value replaced by its default, ...),
   ``unknown-tag`` (a tag this version does not know on an object the schema accepts as the
@@ -28,14 +28,15 @@ Lenient decodings are seen through the codec's diagnostics hook, which a checker
 is created: it is a tool for the command line, not for embedding in an application that sets its
 own hook. A checker is not thread-safe: feed it from one thread at a time (``tap`` holds a lock).
 """
+
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import msgspec
 
+from .. import schema as v1
 from ..codec import Fallback, convert, set_diagnostics_hook
 from ..errors import SchemaError
-from .. import schema as v1
 from ..v2 import schema as v2
 
 CLIENT_TO_AGENT = "client->agent"
@@ -117,8 +118,11 @@ def advertised(capabilities: Any, *path: str) -> bool:
 
 def _prompt_content_needs(params: Any) -> List[Tuple[str, ...]]:
     blocks = params.get("prompt") if isinstance(params, dict) else None
-    needed = {"image": ("promptCapabilities", "image"), "audio": ("promptCapabilities", "audio"),
-              "resource": ("promptCapabilities", "embeddedContext")}
+    needed = {
+        "image": ("promptCapabilities", "image"),
+        "audio": ("promptCapabilities", "audio"),
+        "resource": ("promptCapabilities", "embeddedContext"),
+    }
     kinds = {block.get("type") for block in blocks or () if isinstance(block, dict)}
     return [needed[kind] for kind in sorted(needed) if kind in kinds]
 
@@ -160,7 +164,7 @@ _NEEDS: Dict[str, Callable[[Any], List[Tuple[str, ...]]]] = {
 
 
 def _v2_prompt_content_needs(params: Any) -> List[Tuple[str, ...]]:
-    return [("session", "prompt") + path[1:] for path in _prompt_content_needs(params)]
+    return [("session", "prompt", *path[1:]) for path in _prompt_content_needs(params)]
 
 
 def _v2_extra_directories_need(params: Any) -> List[Tuple[str, ...]]:
@@ -169,8 +173,8 @@ def _v2_extra_directories_need(params: Any) -> List[Tuple[str, ...]]:
 
 # The same for v2, where the baseline session methods need only the session capabilities.
 _NEEDS_V2: Dict[str, Callable[[Any], List[Tuple[str, ...]]]] = {
-    "session/new": lambda params: [("session",)] + _v2_extra_directories_need(params),
-    "session/resume": lambda params: [("session",)] + _v2_extra_directories_need(params),
+    "session/new": lambda params: [("session",), *_v2_extra_directories_need(params)],
+    "session/resume": lambda params: [("session",), *_v2_extra_directories_need(params)],
     "session/list": _fixed_need("session"),
     "session/close": _fixed_need("session"),
     "session/delete": _fixed_need("session", "delete"),
@@ -192,10 +196,22 @@ class _Version(NamedTuple):
 
 
 _VERSIONS = {
-    1: _Version(1, {CLIENT_TO_AGENT: v1.AGENT_METHODS, AGENT_TO_CLIENT: v1.CLIENT_METHODS}, v1.PROTOCOL_METHODS,
-                _NEEDS, "clientCapabilities", "agentCapabilities"),
-    2: _Version(2, {CLIENT_TO_AGENT: v2.AGENT_METHODS, AGENT_TO_CLIENT: v2.CLIENT_METHODS}, v2.PROTOCOL_METHODS,
-                _NEEDS_V2, "capabilities", "capabilities"),
+    1: _Version(
+        1,
+        {CLIENT_TO_AGENT: v1.AGENT_METHODS, AGENT_TO_CLIENT: v1.CLIENT_METHODS},
+        v1.PROTOCOL_METHODS,
+        _NEEDS,
+        "clientCapabilities",
+        "agentCapabilities",
+    ),
+    2: _Version(
+        2,
+        {CLIENT_TO_AGENT: v2.AGENT_METHODS, AGENT_TO_CLIENT: v2.CLIENT_METHODS},
+        v2.PROTOCOL_METHODS,
+        _NEEDS_V2,
+        "capabilities",
+        "capabilities",
+    ),
 }
 
 
@@ -253,11 +269,19 @@ class WireChecker:
         return WireVerdict(direction, "garbage", None, None, problems, [])
 
     # -- requests and notifications -----------------------------------------------------------
-    def _check_call(self, message: Dict[str, Any], method: Any, direction: Optional[str], problems: List[str]) -> WireVerdict:
+    def _check_call(
+        self, message: Dict[str, Any], method: Any, direction: Optional[str], problems: List[str]
+    ) -> WireVerdict:
         is_request = "id" in message
         request_id = message.get("id")
-        verdict = WireVerdict(direction, "request" if is_request else "notification",
-                              method if isinstance(method, str) else None, request_id, problems, [])
+        verdict = WireVerdict(
+            direction,
+            "request" if is_request else "notification",
+            method if isinstance(method, str) else None,
+            request_id,
+            problems,
+            [],
+        )
         if not isinstance(method, str):
             problems.append("not-json-rpc: method must be a string")
             return verdict
@@ -307,7 +331,9 @@ class WireChecker:
         owner = self._version.client_capabilities if peer == "client" else self._version.agent_capabilities
         for path in needs(params):
             if not advertised(capabilities, *path):
-                verdict.problems.append(f"not-advertised: {method} needs {owner}.{'.'.join(path)}, which the {peer} did not advertise")
+                verdict.problems.append(
+                    f"not-advertised: {method} needs {owner}.{'.'.join(path)}, which the {peer} did not advertise"
+                )
 
     # -- responses ------------------------------------------------------------------------------
     def _check_response(self, message: Dict[str, Any], direction: Optional[str], problems: List[str]) -> WireVerdict:
@@ -339,8 +365,9 @@ class WireChecker:
             verdict.notes.append(f"ambiguous-id: both sides have a request {request_id!r} pending")
         outcomes = []
         for request_direction, method in candidates:
-            attempt = WireVerdict(_OPPOSITE.get(request_direction) if request_direction else None,
-                                  "response", method, request_id, [], [])
+            attempt = WireVerdict(
+                _OPPOSITE.get(request_direction) if request_direction else None, "response", method, request_id, [], []
+            )
             if has_result and not has_error:
                 self._check_result(method, message.get("result"), request_direction, attempt)
             outcomes.append(attempt)
@@ -363,7 +390,9 @@ class WireChecker:
 
     def _check_result(self, method: str, result: Any, request_direction: Optional[str], verdict: WireVerdict) -> None:
         version = _version_of(result) if method == "initialize" else self._version
-        spec = version.protocol.get(method) or (version.callable[request_direction].get(method) if request_direction else None)
+        spec = version.protocol.get(method) or (
+            version.callable[request_direction].get(method) if request_direction else None
+        )
         if spec is None or spec.result_type is None:
             return  # an extension method or a call already reported as unknown
         if _decode_noting(result, spec.result_type, "$.result", verdict) and method == "initialize":

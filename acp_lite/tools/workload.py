@@ -9,6 +9,7 @@ The mix: nine in ten updates are ``agent_message_chunk`` with about 60 character
 ``messageId``; every tenth is a ``tool_call_update`` with a status and one text content item. The
 text differs from update to update, deterministically.
 """
+
 from typing import Any, Dict
 
 # The extension request whose answer times a round trip: the bench's agents answer it with ``{}``;

@@ -12,9 +12,9 @@ The rules it keeps:
 * The agent's methods keep their names (``new_session``, ``prompt``, ``authenticate`` for
   ``auth/login``, ``logout`` for ``auth/logout`` ...) and get the v2 params types on a v2
   connection; ``cancel_tool_call`` and ``cancel_terminal`` answer v2's ``tool_call/cancel`` and
-  ``terminal/cancel`` when an agent defines them. ``load_session`` and ``set_mode`` do not exist in v2 (resume with ``replayFrom``,
-  modes are config options). The initialize response is derived as in v1: from what the class
-  overrides and its attributes (``agent_info``, ``prompt_capabilities``, ``mcp_capabilities``,
+  ``terminal/cancel`` when an agent defines them. ``load_session`` and ``set_mode`` do not exist in
+  v2 (resume with ``replayFrom``, modes are config options). The initialize response is derived as in v1: from
+  what the class overrides and its attributes (``agent_info``, ``prompt_capabilities``, ``mcp_capabilities``,
   ``auth_methods``), turned into v2's capability objects.
 * v2 makes ``session/list``, ``session/resume`` and ``session/close`` required, and
   ``auth/logout`` required when there are auth methods: serving an agent that lists 2 without
@@ -28,6 +28,7 @@ The rules it keeps:
   (``acp_lite.v2.updates``), a v1 value is refused with ``UsageError`` before anything is sent,
   and the v1 file-system and terminal requests do not exist.
 """
+
 import logging
 from concurrent.futures import Future
 from typing import Any, Dict, Optional, Sequence, get_args
@@ -35,7 +36,16 @@ from typing import Any, Dict, Optional, Sequence, get_args
 import msgspec
 
 from .. import schema as v1
-from ..agent import Agent, PromptTurn, RemoteClient as RemoteClientV1, _AgentService, _checking_session_paths, _current_turn
+from ..agent import (
+    Agent,
+    PromptTurn,
+    _AgentService,
+    _checking_session_paths,
+    _current_turn,
+)
+from ..agent import (
+    RemoteClient as RemoteClientV1,
+)
 from ..codec import UnknownVariant, convert
 from ..errors import UsageError
 from ..peer import Request, bind_handlers
@@ -91,25 +101,42 @@ class RemoteClient(RemoteClientV1):
         """Send one v2 ``session/update`` (builders in ``acp_lite.v2.updates``). Replaying
         history while a ``session/resume`` with ``replayFrom`` runs is what v2 asks for."""
         if type(update) not in _UPDATES:
-            raise UsageError(f"a v2 session/update takes acp_lite.v2 values, not {type(update).__module__}.{type(update).__name__}")
+            raise UsageError(
+                f"a v2 session/update takes acp_lite.v2 values, not {type(update).__module__}.{type(update).__name__}"
+            )
         self._send_update(v2.UpdateSessionNotification(session_id=session_id, update=update, meta=meta))
 
     def request_permission(  # type: ignore[override]
-        self, session_id: str, title: str, options: Sequence[Any], *, subject: Any = None,
-        description: Optional[str] = None, meta: Optional[Dict[str, Any]] = None, timeout: Optional[float] = None,
+        self,
+        session_id: str,
+        title: str,
+        options: Sequence[Any],
+        *,
+        subject: Any = None,
+        description: Optional[str] = None,
+        meta: Optional[Dict[str, Any]] = None,
+        timeout: Optional[float] = None,
     ) -> v2.RequestPermissionResponse:
         """Ask the user: ``title`` is the question, ``subject`` what it is about (a tool call,
         ``updates.tool_call_subject``, or a command)."""
         return self._wait(self._v2_permission(session_id, title, options, subject, description, meta), timeout)
 
     def request_permission_future(  # type: ignore[override]
-        self, session_id: str, title: str, options: Sequence[Any], *, subject: Any = None,
-        description: Optional[str] = None, meta: Optional[Dict[str, Any]] = None,
+        self,
+        session_id: str,
+        title: str,
+        options: Sequence[Any],
+        *,
+        subject: Any = None,
+        description: Optional[str] = None,
+        meta: Optional[Dict[str, Any]] = None,
     ) -> "Future[v2.RequestPermissionResponse]":
         return self._start(self._v2_permission(session_id, title, options, subject, description, meta))
 
     def complete_elicitation(self, elicitation_id: str) -> None:
-        self.connection.notify("elicitation/complete", v2.CompleteElicitationNotification(elicitation_id=elicitation_id))
+        self.connection.notify(
+            "elicitation/complete", v2.CompleteElicitationNotification(elicitation_id=elicitation_id)
+        )
 
     def _request(self, method: str, params: Any) -> Request:
         spec = v2.CLIENT_METHODS.get(method)
@@ -117,11 +144,22 @@ class RemoteClient(RemoteClientV1):
             raise UsageError(f"{method} does not exist in ACP v2")
         return Request(method, params, spec.result_type)
 
-    def _v2_permission(self, session_id: str, title: str, options: Sequence[Any], subject: Any,
-                       description: Optional[str], meta: Optional[Dict[str, Any]]) -> Request:
+    def _v2_permission(
+        self,
+        session_id: str,
+        title: str,
+        options: Sequence[Any],
+        subject: Any,
+        description: Optional[str],
+        meta: Optional[Dict[str, Any]],
+    ) -> Request:
         params = v2.RequestPermissionRequest(
-            session_id=session_id, title=title, description=description, subject=subject,
-            options=[as_v2(o, v2.PermissionOption) for o in options], meta=meta,
+            session_id=session_id,
+            title=title,
+            description=description,
+            subject=subject,
+            options=[as_v2(o, v2.PermissionOption) for o in options],
+            meta=meta,
         )
         return self._request("session/request_permission", params)
 
@@ -134,8 +172,15 @@ def _absent_in_v2(name: str) -> Any:
     return refuse
 
 
-for _name in ("read_text_file", "write_text_file", "create_terminal", "terminal_output", "wait_for_terminal_exit",
-              "kill_terminal", "release_terminal"):
+for _name in (
+    "read_text_file",
+    "write_text_file",
+    "create_terminal",
+    "terminal_output",
+    "wait_for_terminal_exit",
+    "kill_terminal",
+    "release_terminal",
+):
     setattr(RemoteClient, _name, _absent_in_v2(_name))
     setattr(RemoteClient, _name + "_future", _absent_in_v2(_name + "_future"))
 
@@ -171,7 +216,9 @@ class V2Service(_AgentService):
             info=_ANONYMOUS if agent.agent_info is None else as_v2(agent.agent_info, v2.Implementation),
             capabilities=v2.AgentCapabilities(
                 session=v2.SessionCapabilities(
-                    prompt=_markers(agent.prompt_capabilities, v2.PromptCapabilities, ("image", "audio", "embedded_context")),
+                    prompt=_markers(
+                        agent.prompt_capabilities, v2.PromptCapabilities, ("image", "audio", "embedded_context")
+                    ),
                     mcp=v2.McpCapabilities(
                         stdio=v2.McpStdioCapabilities(),
                         http=v2.McpHttpCapabilities() if agent.mcp_capabilities.http else None,

@@ -25,8 +25,8 @@ The rules it keeps:
   ``RequestPermissionRequest`` (``title``, ``subject``); the answers have the same JSON shape in
   both versions, so ``acp_lite.updates.select_permission`` still answers one.
 """
-from concurrent.futures import Future
-from concurrent.futures import InvalidStateError
+
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, cast
 
@@ -69,8 +69,14 @@ class _Turn:
 class RemoteAgent(v1client.RemoteAgent):
     """The editor's handle on an agent that may speak v2; see the module docstring."""
 
-    def __init__(self, connection: Connection, client: Optional[v1client.Client] = None,
-                 process: Optional[AgentProcess] = None, *, protocol_versions: Sequence[int] = (2, 1)):
+    def __init__(
+        self,
+        connection: Connection,
+        client: Optional[v1client.Client] = None,
+        process: Optional[AgentProcess] = None,
+        *,
+        protocol_versions: Sequence[int] = (2, 1),
+    ):
         versions = tuple(sorted(set(protocol_versions), reverse=True))
         if not versions or not set(versions) <= set(_SPOKEN):
             raise UsageError(f"protocol_versions {tuple(protocol_versions)}: acp_lite speaks {_SPOKEN}")
@@ -89,7 +95,9 @@ class RemoteAgent(v1client.RemoteAgent):
             wrappers: Dict[str, Any] = {
                 "session/update": self._session_update,
                 "session/request_permission": self._request_permission,
-                "elicitation/complete": self._undecodable_diverted("elicitation/complete", self.client.complete_elicitation),
+                "elicitation/complete": self._undecodable_diverted(
+                    "elicitation/complete", self.client.complete_elicitation
+                ),
             }
             if self.client.offers("create_elicitation"):
                 wrappers["elicitation/create"] = self._create_elicitation
@@ -122,7 +130,11 @@ class RemoteAgent(v1client.RemoteAgent):
             self.close()
             raise VersionMismatch(
                 f"the agent chose protocol version {chosen!r}; this client speaks {list(self.protocol_versions)}"
-                + ("" if 1 in self.protocol_versions or chosen != 1 else " (list 1 in protocol_versions to go on in v1)")
+                + (
+                    ""
+                    if 1 in self.protocol_versions or chosen != 1
+                    else " (list 1 in protocol_versions to go on in v1)"
+                )
             )
         self.router.choose(chosen)
         if chosen == 1:
@@ -178,13 +190,22 @@ class RemoteAgent(v1client.RemoteAgent):
             raise CapabilityError("the agent offers no auth methods, so no auth/logout")
         return self._request("auth/logout", v2.LogoutAuthRequest())
 
-    def _new_session_request(self, cwd: str, mcp_servers: Sequence[Any], additional_directories: Optional[Sequence[str]],
-                             meta: Optional[Dict[str, Any]]) -> Request:
+    def _new_session_request(
+        self,
+        cwd: str,
+        mcp_servers: Sequence[Any],
+        additional_directories: Optional[Sequence[str]],
+        meta: Optional[Dict[str, Any]],
+    ) -> Request:
         if not self._in_v2:
             return super()._new_session_request(cwd, mcp_servers, additional_directories, meta)
         servers = self._check_session_setup(cwd, mcp_servers, additional_directories)
-        params = v2.NewSessionRequest(cwd=cwd, mcp_servers=servers or None,
-                                      additional_directories=_optional_list(additional_directories), meta=meta)
+        params = v2.NewSessionRequest(
+            cwd=cwd,
+            mcp_servers=servers or None,
+            additional_directories=_optional_list(additional_directories),
+            meta=meta,
+        )
 
         def created(response: v2.NewSessionResponse) -> v2.NewSessionResponse:
             self._remember(response.session_id, cwd, additional_directories)
@@ -203,29 +224,51 @@ class RemoteAgent(v1client.RemoteAgent):
         raise UsageError("session/set_mode does not exist in ACP v2: modes are config options (set_config_option)")
 
     def resume_session(
-        self, session_id: str, cwd: str, mcp_servers: Sequence[Any] = (), additional_directories: Optional[Sequence[str]] = None,
-        *, replay_from: Optional[str] = None, timeout: Optional[float] = None,
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: Sequence[Any] = (),
+        additional_directories: Optional[Sequence[str]] = None,
+        *,
+        replay_from: Optional[str] = None,
+        timeout: Optional[float] = None,
     ) -> Any:
         """Reattach to a session; v2: ``replay_from="start"`` has its history replayed to
         ``Client.session_update`` before this returns."""
         return self._wait(self._resume(session_id, cwd, mcp_servers, additional_directories, replay_from), timeout)
 
     def resume_session_future(
-        self, session_id: str, cwd: str, mcp_servers: Sequence[Any] = (), additional_directories: Optional[Sequence[str]] = None,
-        *, replay_from: Optional[str] = None,
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: Sequence[Any] = (),
+        additional_directories: Optional[Sequence[str]] = None,
+        *,
+        replay_from: Optional[str] = None,
     ) -> Future:
         return self._start(self._resume(session_id, cwd, mcp_servers, additional_directories, replay_from))
 
-    def _resume(self, session_id: str, cwd: str, mcp_servers: Sequence[Any], additional_directories: Optional[Sequence[str]],
-                replay_from: Optional[str]) -> Request:
+    def _resume(
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: Sequence[Any],
+        additional_directories: Optional[Sequence[str]],
+        replay_from: Optional[str],
+    ) -> Request:
         if not self._in_v2:
             if replay_from is not None:
                 raise UsageError("replay_from is v2's: in v1, load_session replays")
             return super()._resume_session_request(session_id, cwd, mcp_servers, additional_directories)
         servers = self._check_session_setup(cwd, mcp_servers, additional_directories)
         replay = None if replay_from is None else convert({"type": replay_from}, v2.ReplayFrom)
-        params = v2.ResumeSessionRequest(session_id=session_id, cwd=cwd, mcp_servers=servers or None,
-                                         additional_directories=_optional_list(additional_directories), replay_from=replay)
+        params = v2.ResumeSessionRequest(
+            session_id=session_id,
+            cwd=cwd,
+            mcp_servers=servers or None,
+            additional_directories=_optional_list(additional_directories),
+            replay_from=replay,
+        )
         # Remembered before the call: a replay arrives while it is still running.
         self._remember(session_id, cwd, additional_directories)
         return self._request("session/resume", params, lambda response: self._note_state(session_id, response))
@@ -235,17 +278,23 @@ class RemoteAgent(v1client.RemoteAgent):
             return super()._set_config_option_request(session_id, config_id, value)
         self._require_session(session_id)
         if isinstance(value, bool):
-            params: Any = v2.SetSessionConfigOptionRequestBoolean(session_id=session_id, config_id=config_id, value=value)
+            params: Any = v2.SetSessionConfigOptionRequestBoolean(
+                session_id=session_id, config_id=config_id, value=value
+            )
         else:
             params = v2.SetSessionConfigOptionRequestId(session_id=session_id, config_id=config_id, value=value)
-        return self._request("session/set_config_option", params, lambda response: self._note_state(session_id, response))
+        return self._request(
+            "session/set_config_option", params, lambda response: self._note_state(session_id, response)
+        )
 
     def _prompt_request(self, session_id: str, prompt: Any, meta: Optional[Dict[str, Any]]) -> Request:
         if not self._in_v2:
             return super()._prompt_request(session_id, prompt, meta)
         self._require_session(session_id)
-        blocks = [as_v2(v2.TextContent(text=prompt) if isinstance(prompt, str) else block, v2.ContentBlock)
-                  for block in ([prompt] if isinstance(prompt, str) else prompt)]
+        blocks = [
+            as_v2(v2.TextContent(text=prompt) if isinstance(prompt, str) else block, v2.ContentBlock)
+            for block in ([prompt] if isinstance(prompt, str) else prompt)
+        ]
         session = self._v2_capabilities().session
         allowed = session.prompt if session is not None else None
         for block in blocks:
@@ -260,8 +309,9 @@ class RemoteAgent(v1client.RemoteAgent):
         return self._request("session/prompt", v2.PromptRequest(session_id=session_id, prompt=blocks, meta=meta))
 
     # -- prompt turns ------------------------------------------------------------------------------
-    def prompt(self, session_id: str, prompt: Any, timeout: Optional[float] = None, *,
-               meta: Optional[Dict[str, Any]] = None) -> Any:
+    def prompt(
+        self, session_id: str, prompt: Any, timeout: Optional[float] = None, *, meta: Optional[Dict[str, Any]] = None
+    ) -> Any:
         """Run one turn; see the module docstring for what v2 returns."""
         if not self._in_v2:
             return super().prompt(session_id, prompt, timeout, meta=meta)
@@ -384,8 +434,12 @@ class RemoteAgent(v1client.RemoteAgent):
         if name in ("delete", "additional_directories") and getattr(session, name) is None:
             raise CapabilityError(f"the agent did not advertise session.{name}")
 
-    def _check_session_setup(self, cwd: str, mcp_servers: Sequence[Any],  # type: ignore[override]
-                             additional_directories: Optional[Sequence[str]]) -> List[Any]:
+    def _check_session_setup(
+        self,
+        cwd: str,
+        mcp_servers: Sequence[Any],  # type: ignore[override]
+        additional_directories: Optional[Sequence[str]],
+    ) -> List[Any]:
         """v1's checks, and the MCP servers as v2 writes them (each with its type)."""
         if not self._in_v2:
             super()._check_session_setup(cwd, mcp_servers, additional_directories)

@@ -18,6 +18,7 @@ The rules it keeps:
   connection runs callbacks, in arrival order, so a message that arrives after the choice is
   routed by it.
 """
+
 import threading
 from typing import Any, Callable, Dict, Optional, Tuple, cast
 
@@ -41,8 +42,13 @@ class VersionView:
         self.unknown_request: Optional[Callable[[str, Any, RequestContext], Any]] = None
         self.unknown_notification: Optional[Callable[[str, Any], Any]] = None
 
-    def on_request(self, method: str, handler: Callable[[Any, RequestContext], Any], params_type: Any = Any,
-                   on_arrival: Optional[Callable[[Any, RequestContext], Any]] = None) -> None:
+    def on_request(
+        self,
+        method: str,
+        handler: Callable[[Any, RequestContext], Any],
+        params_type: Any = Any,
+        on_arrival: Optional[Callable[[Any, RequestContext], Any]] = None,
+    ) -> None:
         self.requests[method] = (handler, params_type, on_arrival)
         self._router.route(method)
 
@@ -105,7 +111,9 @@ class VersionRouter:
             return
         self._routed.add(method)
         self.connection.on_request(
-            method, lambda raw, ctx: self._request(method, raw, ctx), msgspec.Raw,
+            method,
+            lambda raw, ctx: self._request(method, raw, ctx),
+            msgspec.Raw,
             lambda raw, ctx: self._arrival(method, raw, ctx),
         )
         self.connection.on_notification(method, lambda raw: self._notification(method, raw), msgspec.Raw)

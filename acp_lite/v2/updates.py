@@ -9,6 +9,7 @@ appended to a tool call (``tool_call_content``); plans have ids (``plan``); term
 display-only bytes (``terminal_output``, ``terminal_update``); the turn's progress is a
 ``state_update`` (``running``, ``idle``).
 """
+
 import base64
 import uuid
 from typing import Any, Iterable, Optional, Tuple, Union
@@ -44,11 +45,34 @@ from .schema import (
 )
 
 __all__ = [
-    "agent_message", "cancelled_permission", "diff", "idle", "location", "new_id", "permission_option",
-    "permission_options", "plan", "running", "select_permission", "selected_option", "terminal",
-    "terminal_output", "terminal_update", "text_block", "text_chunk", "thought_chunk", "tool_call",
-    "tool_call_content", "tool_call_ref", "tool_call_subject", "tool_call_update", "tool_content", "usage",
-    "user_chunk", "user_message", "variant_tag",
+    "agent_message",
+    "cancelled_permission",
+    "diff",
+    "idle",
+    "location",
+    "new_id",
+    "permission_option",
+    "permission_options",
+    "plan",
+    "running",
+    "select_permission",
+    "selected_option",
+    "terminal",
+    "terminal_output",
+    "terminal_update",
+    "text_block",
+    "text_chunk",
+    "thought_chunk",
+    "tool_call",
+    "tool_call_content",
+    "tool_call_ref",
+    "tool_call_subject",
+    "tool_call_update",
+    "tool_content",
+    "usage",
+    "user_chunk",
+    "user_message",
+    "variant_tag",
 ]
 
 
@@ -121,8 +145,10 @@ def tool_content(block: Union[str, Any]) -> Content:
 
 def diff(path: str, patch: Optional[str] = None) -> Diff:
     """Tool call content for a modified file, with its ``git_patch`` text when given."""
-    return Diff(changes=[DiffChangeModify(path=path)],
-                patch=None if patch is None else DiffPatch(format="git_patch", text=patch))
+    return Diff(
+        changes=[DiffChangeModify(path=path)],
+        patch=None if patch is None else DiffPatch(format="git_patch", text=patch),
+    )
 
 
 def terminal(terminal_id: str) -> Terminal:

@@ -8,6 +8,7 @@ dialog is answered by a scripted user who allows once. It opens a session with t
 (``examples/agent.py`` by default), asks one question, asks a slow one and cancels it as soon as
 text streams in, then prints the panel and the two stop reasons.
 """
+
 import os
 import queue
 import sys

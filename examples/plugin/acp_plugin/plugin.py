@@ -15,6 +15,7 @@ The one rule it must keep: no blocking call on the main thread (its answer would
 that cannot happen). Every request has a ``_future`` form: setup chains ``initialize_future`` and
 ``new_session_future``, prompts use ``prompt_future``.
 """
+
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 

@@ -14,6 +14,7 @@ woken from another:
 - The agent is a command the user configures (``g:acp_chat_agent``): inside Vim,
   ``sys.executable`` is not a Python interpreter one could start an agent with.
 """
+
 import os
 from concurrent.futures import Future
 from typing import Any, Dict, List, Optional
