@@ -1,14 +1,26 @@
-"""acp_lite: a sync-first, embeddable runtime for the Agent Client Protocol (ACP v1).
+"""acp_lite: a sync-first, embeddable runtime for the Agent Client Protocol (ACP v1; v2 opt-in).
 
-Layers, bottom up; each knows nothing of the ones above it:
+Modules, bottom up; each imports only the ones listed before it:
 
-- ``errors``  the exception hierarchy (every error carries its JSON-RPC code).
-- ``schema``  generated msgspec types for every ACP v1 definition, and the method table.
-- ``codec``   strict-then-lenient decoding into those types, exact encoding.
-- ``wire``    newline-delimited framing over byte streams: pipes, stdio, sockets, in-memory.
-- ``rpc``     JSON-RPC 2.0 connection: reader thread, correlation table, handler dispatch,
-              host-thread delivery, cancellation. Knows nothing of ACP methods.
-- ``agent`` / ``client``  the two sides of ACP v1 on top of ``rpc``.
+- ``errors``     the exception hierarchy (every error carries its JSON-RPC code).
+- ``codec``      strict-then-lenient decoding, exact encoding.
+- ``schema``     generated msgspec types for every ACP v1 definition, and the method table.
+- ``beneath``    opening files beneath a directory handle, never outside it.
+- ``proctree``   finding and killing every descendant of a process.
+- ``wire``       newline-delimited framing over byte streams: pipes, stdio, sockets, in-memory.
+- ``delivery``   who runs callbacks, in which order, on which thread: the delivery queue,
+                 ``HostDelivery`` (the host's own thread), the worker pool.
+- ``process``    agent subprocesses: start, stderr, stop (with their whole tree).
+- ``jsonrpc``    JSON-RPC 2.0 without I/O: envelopes, routing, the call and request tables.
+- ``rpc``        the connection: the threads and the transport around ``jsonrpc``.
+                 Knows nothing of ACP methods.
+- ``updates``    builders for the values written most (content, updates, tool calls, plans).
+- ``peer``       what both sides share: handler registration, each request's two forms.
+- ``agent`` / ``client``  the two sides of ACP v1.
+- ``workspace``  ``WorkspaceClient``: file-system and terminal handlers confined to a session.
+
+Beside them, and not vendored: ``acp_lite.tools`` (the command-line tools) and ``acp_lite.v2``
+(the opt-in v2 draft, built on ``agent``, ``client`` and ``rpc``).
 
 A library never prints: every module logs to a child of the ``acp_lite`` logger (``acp_lite.rpc``,
 ``acp_lite.delivery``, ...), which holds a ``NullHandler``, so without logging configured by the
