@@ -52,7 +52,7 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-def _load_syscall():  # type: ignore[no-untyped-def]
+def _load_syscall():
     if not sys.platform.startswith("linux"):
         return None
     try:

@@ -17,11 +17,13 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple, Union
 
 from .errors import UsageError
 
 Callback = Tuple[Callable[[Any], Any], Any]
+# What a host lane holds: a callback, or an ``Expand`` that turns into callbacks when pumped.
+HostItem = Tuple[Union[Callable[[Any], Any], "Expand"], Any]
 
 # Idle worker threads wait this long for another request before they exit.
 _WORKER_IDLE_SECONDS = 30.0
@@ -130,7 +132,7 @@ class HostLane:
     def owner(self) -> Optional[int]:
         return self._delivery._owner
 
-    def put(self, items: List[Callback]) -> None:
+    def put(self, items: Sequence[HostItem]) -> None:
         self._delivery._put(self, items)
 
     def has_items(self) -> bool:
@@ -257,7 +259,7 @@ class HostDelivery:
         """A new connection's place in this delivery."""
         return HostLane(self)
 
-    def _put(self, lane: HostLane, items: List[Callback]) -> None:
+    def _put(self, lane: HostLane, items: Sequence[HostItem]) -> None:
         with self._lock:
             if lane.closed:
                 return

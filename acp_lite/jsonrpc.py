@@ -113,8 +113,8 @@ class _AnyMessage(Struct):
     jsonrpc: Any = UNSET
     id: Any = UNSET
     method: Any = UNSET
-    params: Raw = UNSET
-    result: Raw = UNSET
+    params: Raw = UNSET  # type: ignore[assignment]  # msgspec leaves an absent Raw field UNSET
+    result: Raw = UNSET  # type: ignore[assignment]
     error: Any = UNSET
 
 
@@ -256,7 +256,7 @@ def _envelope_type(method: str, params_type: Any, is_request: bool) -> type:
 @functools.lru_cache(maxsize=64)
 def _union_decoders(envelopes: Tuple[type, ...]) -> Tuple[Any, Any]:
     """Decoders of one message and of a JSON array of messages, into the envelopes."""
-    union = Union[(*envelopes, _Unmatchable)]  # type: ignore[valid-type]
+    union = Union[envelopes + (_Unmatchable,)]  # type: ignore[valid-type]  # noqa: RUF005 (a type, built)
     return strict_decoder(union), strict_decoder(List[union])  # type: ignore[valid-type]
 
 
@@ -699,7 +699,7 @@ class RpcCore:
         if message.method is UNSET and (message.result is not UNSET or message.error is not UNSET):
             self._on_response(message, items)
             return 0
-        params_raw = message.params
+        params_raw: Any = message.params
         if params_raw is not UNSET and bytes(memoryview(params_raw)[:1]) == b"n":
             params_raw = UNSET  # null params are read as absent
         if message.jsonrpc != "2.0":

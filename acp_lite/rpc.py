@@ -501,11 +501,11 @@ class Connection:
             ctx._answered = True
             if self._core.incoming.get(ctx.id) is ctx:
                 del self._core.incoming[ctx.id]
-        frame: Optional[bytes] = self._core.answer_frame(ctx.id, ctx.method, result, error)
-        if ctx._batch is not None:
-            frame = ctx._batch.add(frame)
-        if frame is not None:
-            self._send_frame(frame)
+        frame = self._core.answer_frame(ctx.id, ctx.method, result, error)
+        # In a batch, the batch's answer goes out once its last request is answered.
+        whole = frame if ctx._batch is None else ctx._batch.add(frame)
+        if whole is not None:
+            self._send_frame(whole)
         return True
 
     def _start_request(self, ctx: RequestContext) -> None:
@@ -647,7 +647,8 @@ class Connection:
             # until a pump has run its last callback.
             size = _burst_size(blocks)
             self._add_read_ahead(size)
-            items.append((self._release_item, size))
+            queue.put([*items, (self._release_item, size)])
+            return None
         elif queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
             # Requests only, with nothing before them to deliver: started here, in order (their
             # arrival hooks are the runtime's bookkeeping); the first runs on this thread once a

@@ -448,7 +448,7 @@ class _OutputBuffer:
         return data.decode("utf-8", errors="replace")
 
 
-def _complete_utf8_length(data: bytearray) -> int:
+def _complete_utf8_length(data: Union[bytes, bytearray]) -> int:
     """``len(data)`` minus the bytes of a trailing multi-byte character that is not complete."""
     size = len(data)
     for back in range(1, min(4, size) + 1):

@@ -592,6 +592,7 @@ def _named_paths(params: Any) -> Iterator[str]:
         for location in tool_call.get("locations") or ():
             if isinstance(location, dict) and isinstance(location.get("path"), str):
                 yield location["path"]
-        for content in tool_call.get("content") if isinstance(tool_call.get("content"), list) else ():
+        contents = tool_call.get("content")
+        for content in contents if isinstance(contents, list) else ():
             if isinstance(content, dict) and content.get("type") == "diff" and isinstance(content.get("path"), str):
                 yield content["path"]

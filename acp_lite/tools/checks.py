@@ -583,7 +583,8 @@ def _check_config_options(run: CheckRun) -> None:
     _, response = agent.call(
         "session/set_config_option", {"sessionId": result["sessionId"], "configId": option.get("id"), "value": value}
     )
-    answered = response.get("result") if isinstance(response.get("result"), dict) else {}
+    answer = response.get("result")
+    answered = answer if isinstance(answer, dict) else {}
     run.judge(
         "ACP-V1-SCHEMA-SET-CONFIG-OPTION-SHAPE",
         isinstance(answered.get("configOptions"), list),

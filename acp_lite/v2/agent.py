@@ -188,6 +188,8 @@ for _name in (
 class V2Service(_AgentService):
     """Binds an ``Agent`` to the v2 methods of a connection (or of its v2 view)."""
 
+    client: RemoteClient  # the v2 handle, made by make_client
+
     def make_client(self, connection: Connection) -> RemoteClient:
         return RemoteClient(connection)
 
@@ -206,7 +208,7 @@ class V2Service(_AgentService):
     def _initialize(self, raw: Any, ctx: RequestContext) -> v2.InitializeResponse:  # type: ignore[override]
         params = _initialize_params(raw)
         # v2's types in the attributes v1 declares: the handle is v2's.
-        self.client.capabilities = params.capabilities or v2.ClientCapabilities()  # type: ignore[assignment]
+        self.client.capabilities = params.capabilities or v2.ClientCapabilities()
         self.client.info = params.info  # type: ignore[assignment]
         agent = self.agent
         terminal_ok = bool(params.capabilities and params.capabilities.auth and params.capabilities.auth.terminal)
@@ -244,7 +246,7 @@ class V2Service(_AgentService):
         _current_turn.value = turn
         error = None
         try:
-            result = self.agent.prompt(params, turn)  # type: ignore[arg-type]  # v2's params on a v2 connection
+            result: Any = self.agent.prompt(params, turn)  # type: ignore[arg-type]  # v2's params on a v2 connection
         except Exception as exc:
             result = "cancelled" if turn.cancelled else "error"
             if not turn.cancelled:

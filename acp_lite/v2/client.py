@@ -434,10 +434,10 @@ class RemoteAgent(v1client.RemoteAgent):
         if name in ("delete", "additional_directories") and getattr(session, name) is None:
             raise CapabilityError(f"the agent did not advertise session.{name}")
 
-    def _check_session_setup(
+    def _check_session_setup(  # type: ignore[override]
         self,
         cwd: str,
-        mcp_servers: Sequence[Any],  # type: ignore[override]
+        mcp_servers: Sequence[Any],
         additional_directories: Optional[Sequence[str]],
     ) -> List[Any]:
         """v1's checks, and the MCP servers as v2 writes them (each with its type)."""

@@ -17,11 +17,14 @@ woken from another:
 
 import os
 from concurrent.futures import Future
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import vim
 
-from . import _acp
+if TYPE_CHECKING:  # _acp.py is generated: type checkers read the package it is built from
+    import acp_lite as _acp
+else:
+    from . import _acp
 
 schema = _acp.schema
 
@@ -241,5 +244,6 @@ def pump() -> None:
 def stop() -> None:
     global _session
     if _session is not None:
-        _session, closing = None, _session
+        closing = _session
+        _session = None
         closing.close()
