@@ -69,6 +69,7 @@ __all__ = [
     "keep_undecodable",
     "set_diagnostics_hook",
     "strict_decoder",
+    "strict_type",
     "untagged_union",
 ]
 
@@ -129,6 +130,13 @@ def keep_undecodable(type_: Any) -> Any:
     """A type that decodes like ``type_``, except that a value which does not fit even leniently
     becomes an ``Undecodable`` instead of raising ``SchemaError``. Valid values cost the same."""
     return _KeepingUndecodable(type_)
+
+
+def strict_type(type_: Any) -> Any:
+    """The type the strict path decodes ``type_`` into: for a ``keep_undecodable`` type, the type
+    it wraps (what does not fit that is the lenient path's to keep). Callers that build their own
+    msgspec types around ours (the JSON-RPC envelopes) use it."""
+    return type_.type if isinstance(type_, _KeepingUndecodable) else type_
 
 
 class MethodSpec(NamedTuple):
@@ -270,8 +278,7 @@ def strict_decoder(type_: Any) -> msgspec.json.Decoder:
 
 
 def _decoder(type_: Any) -> msgspec.json.Decoder:
-    strict_type = type_.type if isinstance(type_, _KeepingUndecodable) else type_
-    decoder = _DECODERS[type_] = strict_decoder(strict_type)
+    decoder = _DECODERS[type_] = strict_decoder(strict_type(type_))
     return decoder
 
 
@@ -310,9 +317,8 @@ def convert(obj: Any, type_: Type[_T]) -> _T: ...
 def convert(obj: Any, type_: Any) -> Any: ...
 def convert(obj: Any, type_: Any) -> Any:
     """Like ``decode`` for an already parsed JSON value (dicts, lists, str, int ...). Any thread."""
-    strict_type = type_.type if isinstance(type_, _KeepingUndecodable) else type_
     try:
-        return msgspec.convert(obj, strict_type, dec_hook=_dec_hook)
+        return msgspec.convert(obj, strict_type(type_), dec_hook=_dec_hook)
     except msgspec.ValidationError:
         pass
     return _Lenient().run(obj, type_)

@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple
 import msgspec
 from msgspec import UNSET, Raw, Struct
 
-from .codec import ENCODER, decode, strict_decoder
+from .codec import ENCODER, decode, strict_decoder, strict_type
 from .delivery import Callback
 from .errors import (
     AcpError,
@@ -467,7 +467,9 @@ class RpcCore:
             if route is None or route.params_type is Any:
                 continue
             try:
-                envelope = _envelope_type(method, route.params_type, route.is_request)
+                # Strictly: a line that does not fit fails over to the general path, which
+                # decodes leniently (and keeps what does not fit, for keep_undecodable types).
+                envelope = _envelope_type(method, strict_type(route.params_type), route.is_request)
             except TypeError:  # an unhashable type annotation: the general path serves it
                 continue
             if route.is_request:

@@ -13,6 +13,7 @@ from typing import Any, List, Tuple
 import msgspec
 import pytest
 
+from acp_lite.codec import Undecodable, keep_undecodable
 from acp_lite.errors import InternalError, InvalidParams, MethodNotFound, RequestCancelled
 from acp_lite.jsonrpc import PendingCall, Route, RpcCore, error_for, settle_item
 from acp_lite.wire import OversizedFrame
@@ -195,3 +196,26 @@ def test_error_rules_for_what_a_handler_raised():
     error, own = error_for(received, cancelled=False)
     assert error.code == -32603 and not own
     assert error.data == {"method": "y/inner", "code": -32602, "message": "bad"}
+
+
+def test_a_block_of_notifications_of_a_type_that_keeps_what_does_not_fit_is_decoded_in_one_pass():
+    # keep_undecodable (session/update on the client side) must not cost the one-pass decoding
+    # of valid lines: only a block with a line that does not fit is read line by line, and that
+    # line arrives as an Undecodable in its place.
+    core, _ = make_core()
+    seen: List[Any] = []
+    core.register(Route("x/kept", seen.append, keep_undecodable(Item), False))
+    core.rebuild()  # as a connection does when it starts
+    good = b'{"jsonrpc":"2.0","method":"x/kept","params":{"text":"a"}}\n{"jsonrpc":"2.0","method":"x/kept","params":{"text":"b"}}'
+    items: List[Any] = []
+    core.route_block(good, items, [])
+    assert len(items) == 1  # one callback for the whole block
+    for fn, arg in items:
+        fn(arg)
+    assert seen == [Item(text="a"), Item(text="b")]
+    seen.clear()
+    bad = good.replace(b'{"text":"b"}', b'{"text":2}')
+    items, _ = feed(core, *bad.split(b"\n"))
+    for fn, arg in items:
+        fn(arg)
+    assert seen[0] == Item(text="a") and isinstance(seen[1], Undecodable) and seen[1].raw == {"text": 2}
