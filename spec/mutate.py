@@ -13,7 +13,7 @@ violating the requirements it names. A mutant is ``{"name", "requirements", "fil
 without it, every test tagged with one of the requirements runs (as the suite collects them).
 
 Each worker copies the project once into a scratch directory (``acp_lite/``, ``tests/``, ``spec/``,
-...; ``../shared`` is linked beside it), then per mutant: writes the mutated file, runs the tests
+...: the project needs nothing beside it), then per mutant: writes the mutated file, runs the tests
 with ``python -m pytest -x`` against the copy, restores the file. A failing test kills the mutant;
 all passing means it survived. A mutant also fails the run when its ``old`` text no longer occurs
 exactly once (the code moved: retarget it), or when pytest could not run its tests.
@@ -147,9 +147,6 @@ def _make_scratch(root: Path, into: Path) -> Path:
             shutil.copytree(source, project / name, ignore=IGNORED)
         elif source.is_file():
             shutil.copy2(source, project / name)
-    shared = root.parent / "shared"
-    if shared.is_dir():  # the tests that read the reference material find it beside the copy
-        (into / "shared").symlink_to(shared)
     return project
 
 
