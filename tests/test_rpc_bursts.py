@@ -335,9 +335,11 @@ def test_a_peer_that_stops_reading_our_answers_stops_our_reading_not_our_threads
         assert answered == set(range(requests))
         writer.join(WAIT)
     finally:
-        connection.close()
-        os.close(feed)
+        # Replies still blocked fail at once (EPIPE) rather than outlive the test, whatever failed.
         os.close(from_connection)
+        connection.close()
+        writer.join(WAIT)
+        os.close(feed)
 
 
 def test_an_answer_inside_a_burst_in_host_mode_surfaces_after_the_lines_before_it():

@@ -37,9 +37,15 @@ class RecordingWorkspace(WorkspaceClient):
     def __init__(self) -> None:
         super().__init__(terminals=True)
         self.released: List[Any] = []
+        self.waiting = threading.Event()  # set once a terminal/wait_for_exit is pending
 
     def on_terminal_released(self, session_id, terminal_id, final):
         self.released.append((session_id, terminal_id, final))
+
+    def wait_for_terminal_exit(self, params):
+        pending = super().wait_for_terminal_exit(params)
+        self.waiting.set()
+        return pending
 
 
 class Editor:
@@ -545,6 +551,8 @@ def test_an_exited_commands_supervisor_is_reaped_when_its_terminal_is_released(e
 def test_a_wait_pending_when_the_terminal_is_released_gets_the_exit_status(editor):
     terminal = editor.run("import time; time.sleep(60)")
     wait_id = editor.raw.request("terminal/wait_for_exit", {"sessionId": SESSION, "terminalId": terminal})
+    # Handlers run concurrently: the release is sent once the wait is pending, not merely sent.
+    assert editor.workspace.waiting.wait(PATIENCE)
     release_id = editor.raw.request("terminal/release", {"sessionId": SESSION, "terminalId": terminal})
     answers = {message["id"]: message for message in (editor.raw.recv(PATIENCE), editor.raw.recv(PATIENCE))}
     assert answers[wait_id]["result"] == {"signal": "SIGKILL"}
