@@ -17,6 +17,8 @@ Modules, bottom up; each imports only the ones listed before it:
 - ``updates``    builders for the values written most (content, updates, tool calls, plans).
 - ``peer``       what both sides share: handler registration, each request's two forms.
 - ``agent`` / ``client``  the two sides of ACP v1.
+- ``files``      a session's root set; reading and atomic writing beneath it.
+- ``terminals``  commands run under a supervisor, their output and exit, within limits.
 - ``workspace``  ``WorkspaceClient``: file-system and terminal handlers confined to a session.
 
 Beside them, and not vendored: ``acp_lite.tools`` (the command-line tools) and ``acp_lite.v2``
