@@ -16,6 +16,7 @@ Modules, bottom up; each imports only the ones listed before it:
                  Knows nothing of ACP methods.
 - ``updates``    builders for the values written most (content, updates, tool calls, plans).
 - ``peer``       what both sides share: handler registration, each request's two forms.
+- ``client_base``  ``Client``: what an editor offers an agent, and its capabilities.
 - ``agent`` / ``client``  the two sides of ACP v1.
 - ``files``      a session's root set; reading and atomic writing beneath it.
 - ``terminals``  commands run under a supervisor, their output and exit, within limits.

@@ -64,6 +64,19 @@ from .schema import (
 )
 from .terminals import MAX_TERMINAL_OUTPUT, REFUSED, TerminalManager, _find_command
 
+# RootSet, TerminalManager and the limits are defined in files.py and terminals.py; they stay
+# importable from here, as before the split.
+__all__ = [
+    "MAX_TERMINAL_OUTPUT",
+    "PROTECTED_PATHS",
+    "REFUSED",
+    "TERMINAL_ENVIRONMENT",
+    "Approval",
+    "RootSet",
+    "TerminalManager",
+    "WorkspaceClient",
+]
+
 _workspace_log = logging.getLogger("acp_lite.workspace")
 
 T = TypeVar("T")
