@@ -17,6 +17,7 @@ Modules, bottom up; each imports only the ones listed before it:
 - ``updates``    builders for the values written most (content, updates, tool calls, plans).
 - ``peer``       what both sides share: handler registration, each request's two forms.
 - ``client_base``  ``Client``: what an editor offers an agent, and its capabilities.
+- ``terminal_waits``  the client side's order between a terminal's waits and its release.
 - ``agent`` / ``client``  the two sides of ACP v1.
 - ``files``      a session's root set; reading and atomic writing beneath it.
 - ``terminals``  commands run under a supervisor, their output and exit, within limits.

@@ -53,6 +53,7 @@ from .schema import (
     Implementation,
     InitializeRequest,
     InitializeResponse,
+    KillTerminalRequest,
     ListSessionsRequest,
     ListSessionsResponse,
     LoadSessionRequest,
@@ -62,6 +63,7 @@ from .schema import (
     NewSessionResponse,
     PromptRequest,
     PromptResponse,
+    ReleaseTerminalRequest,
     RequestPermissionRequest,
     ResumeSessionRequest,
     ResumeSessionResponse,
@@ -72,7 +74,9 @@ from .schema import (
     SetSessionConfigOptionRequestValueId,
     SetSessionConfigOptionResponse,
     SetSessionModeRequest,
+    WaitForTerminalExitRequest,
 )
+from .terminal_waits import TerminalWaits
 from .updates import cancelled_permission, text_block, variant_tag
 from .wire import process_transport
 
@@ -109,6 +113,7 @@ class RemoteAgent:
         self._config: Dict[str, Dict[str, Any]] = {}  # each session's config options, by id
         self._permissions: Dict[str, Set[RequestContext]] = {}
         self._cancelled_turns: Set[str] = set()  # sessions cancelled and not prompted since
+        self._terminal_waits = TerminalWaits()
         self._lock = threading.Lock()
         self._bind(connection)
         connection.start()
@@ -121,6 +126,7 @@ class RemoteAgent:
             _CLIENT_HANDLERS,
             _KEEPING_METHODS,
             self._wrappers(),
+            {"terminal/wait_for_exit": self._terminal_waits.arrived},
         )
 
     # -- construction ---------------------------------------------------------------------------
@@ -619,6 +625,10 @@ class RemoteAgent:
         wrappers: Dict[str, Any] = {"session/request_permission": self._request_permission}
         if self.client.offers("create_elicitation"):
             wrappers["elicitation/create"] = self._create_elicitation
+        if self.client.offers("wait_for_terminal_exit"):
+            wrappers["terminal/wait_for_exit"] = self._wait_for_terminal_exit
+        if self.client.offers("release_terminal"):
+            wrappers["terminal/release"] = self._release_terminal
         for method, name in _CLIENT_HANDLERS.items():
             if method != "session/update" and CLIENT_METHODS[method].result_type is None:
                 wrappers[method] = self._undecodable_diverted(method, getattr(self.client, name))
@@ -639,6 +649,23 @@ class RemoteAgent:
         if mode not in self.client.elicitation_modes:
             raise InvalidParams(f"elicitation mode {mode!r} was not advertised by this client")
         return self.client.create_elicitation(params)
+
+    def _wait_for_terminal_exit(self, params: WaitForTerminalExitRequest, ctx: RequestContext) -> Any:
+        try:
+            return self.client.wait_for_terminal_exit(params)
+        finally:
+            self._terminal_waits.returned(ctx)
+
+    def _release_terminal(self, params: ReleaseTerminalRequest, ctx: RequestContext) -> Any:
+        waits = self._terminal_waits.before_release(params.session_id, params.terminal_id)
+        if not waits:
+            return self.client.release_terminal(params)
+        # Waits for this terminal have not returned from the client yet (see TerminalWaits):
+        # kill first, which ends the waits that block until the exit (a Future it may answer
+        # with is not needed), and release once they all returned, on the thread of the last.
+        if self.client.offers("kill_terminal"):
+            self.client.kill_terminal(KillTerminalRequest(session_id=params.session_id, terminal_id=params.terminal_id))
+        return self._terminal_waits.defer(waits, lambda: self.client.release_terminal(params))
 
     def _request_permission(self, params: RequestPermissionRequest, ctx: RequestContext) -> Any:
         # Tracked until answered, so that cancel() can answer it with the cancelled outcome; the

@@ -161,6 +161,10 @@ class Client(Peer):
     def release_terminal(
         self, params: ReleaseTerminalRequest
     ) -> Union[ReleaseTerminalResponse, "Future[ReleaseTerminalResponse]", None]:
+        """Kill the command if it still runs and forget the terminal. When a wait for it has not
+        returned from ``wait_for_terminal_exit`` yet (the agent released right after waiting),
+        ``RemoteAgent`` calls ``kill_terminal`` first and this once every such wait returned, so
+        that each wait answers the exit status."""
         raise NotImplementedError
 
     def create_elicitation(
