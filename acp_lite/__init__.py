@@ -11,12 +11,18 @@ Modules, bottom up; each imports only the ones listed before it:
 - ``delivery``   who runs callbacks, in which order, on which thread: the delivery queue,
                  ``HostDelivery`` (the host's own thread), the worker pool.
 - ``process``    agent subprocesses: start, stderr, stop (with their whole tree).
+- ``envelopes``, ``outgoing``, ``error_rules``  what ``jsonrpc`` decodes in one pass, what it
+                 writes (checked and encoded), which error answers a failed handler.
 - ``jsonrpc``    JSON-RPC 2.0 without I/O: envelopes, routing, the call and request tables.
 - ``rpc``        the connection: the threads and the transport around ``jsonrpc``.
                  Knows nothing of ACP methods.
 - ``updates``    builders for the values written most (content, updates, tool calls, plans).
 - ``peer``       what both sides share: handler registration, each request's two forms.
+- ``client_base``  ``Client``: what an editor offers an agent, and its capabilities.
+- ``terminal_waits``  the client side's order between a terminal's waits and its release.
 - ``agent`` / ``client``  the two sides of ACP v1.
+- ``files``      a session's root set; reading and atomic writing beneath it.
+- ``terminals``  commands run under a supervisor, their output and exit, within limits.
 - ``workspace``  ``WorkspaceClient``: file-system and terminal handlers confined to a session.
 
 Beside them, and not vendored: ``acp_lite.tools`` (the command-line tools) and ``acp_lite.v2``

@@ -1,8 +1,9 @@
 """The client (editor) side of ACP v1: drive an agent with ``RemoteAgent``, answer it with ``Client``.
 
-``Client`` is what the editor offers the agent: override ``session_update`` to receive the stream,
-and the request handlers you support (permission, files, terminals, elicitation). What you do not
-override is not advertised in ``initialize`` and answers -32601.
+``Client`` (defined in ``client_base.py``, importable from here) is what the editor offers the
+agent: override ``session_update`` to receive the stream, and the request handlers you support
+(permission, files, terminals, elicitation). What you do not override is not advertised in
+``initialize`` and answers -32601.
 
 ``RemoteAgent`` is the editor's typed handle on the agent: ``spawn`` a subprocess (or ``connect``
 any transport), ``initialize``, create sessions, ``prompt`` (blocks until the stop reason while
@@ -19,17 +20,16 @@ delivery thread (or its reader, delivering in its stead when nothing else waits)
 thread when it pumps.
 """
 
-import logging
 import threading
 import time
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Union
 
+from .client_base import _CLIENT_HANDLERS, Client
 from .codec import Undecodable, UnknownVariant, keep_undecodable
-from .errors import CapabilityError, InvalidParams, SchemaError, UsageError, VersionMismatch
+from .errors import CapabilityError, InvalidParams, UsageError, VersionMismatch
 from .peer import (
     SUPPORTED_PROTOCOL_VERSIONS,
-    Peer,
     Request,
     bind_handlers,
     extension_name,
@@ -44,30 +44,16 @@ from .schema import (
     CLIENT_METHODS,
     PROTOCOL_VERSION,
     AgentCapabilities,
-    AuthCapabilities,
     AuthenticateRequest,
     AuthMethodTerminal,
-    BooleanConfigOptionCapabilities,
     CancelNotification,
-    ClientCapabilities,
-    ClientSessionCapabilities,
     CloseSessionRequest,
-    CompleteElicitationNotification,
     ContentBlock,
-    CreateElicitationRequest,
-    CreateElicitationResponse,
-    CreateTerminalRequest,
-    CreateTerminalResponse,
     DeleteSessionRequest,
-    ElicitationCapabilities,
-    ElicitationFormCapabilities,
-    ElicitationUrlCapabilities,
-    FileSystemCapabilities,
     Implementation,
     InitializeRequest,
     InitializeResponse,
     KillTerminalRequest,
-    KillTerminalResponse,
     ListSessionsRequest,
     ListSessionsResponse,
     LoadSessionRequest,
@@ -77,49 +63,25 @@ from .schema import (
     NewSessionResponse,
     PromptRequest,
     PromptResponse,
-    ReadTextFileRequest,
-    ReadTextFileResponse,
     ReleaseTerminalRequest,
-    ReleaseTerminalResponse,
-    RequestPermissionOutcomeCancelled,
     RequestPermissionRequest,
-    RequestPermissionResponse,
     ResumeSessionRequest,
     ResumeSessionResponse,
-    SelectedPermissionOutcome,
     SessionConfigBoolean,
-    SessionConfigOptionsCapabilities,
     SessionConfigSelect,
     SessionConfigSelectGroup,
-    SessionNotification,
     SetSessionConfigOptionRequestBoolean,
     SetSessionConfigOptionRequestValueId,
     SetSessionConfigOptionResponse,
     SetSessionModeRequest,
-    TerminalOutputRequest,
-    TerminalOutputResponse,
     WaitForTerminalExitRequest,
-    WaitForTerminalExitResponse,
-    WriteTextFileRequest,
-    WriteTextFileResponse,
 )
+from .terminal_waits import TerminalWaits
 from .updates import cancelled_permission, text_block, variant_tag
 from .wire import process_transport
 
-# Wire method -> the Client method that handles it.
-_CLIENT_HANDLERS = {
-    "session/update": "session_update",
-    "session/request_permission": "request_permission",
-    "fs/read_text_file": "read_text_file",
-    "fs/write_text_file": "write_text_file",
-    "terminal/create": "create_terminal",
-    "terminal/output": "terminal_output",
-    "terminal/wait_for_exit": "wait_for_terminal_exit",
-    "terminal/kill": "kill_terminal",
-    "terminal/release": "release_terminal",
-    "elicitation/create": "create_elicitation",
-    "elicitation/complete": "complete_elicitation",
-}
+__all__ = ["Client", "RemoteAgent"]
+
 
 # The agent's notifications, with params that do not decode kept as ``Undecodable`` (never
 # dropped): session/update hands them to ``Client.session_update``, the others go to
@@ -129,147 +91,9 @@ _KEEPING_METHODS = {
     for method, spec in CLIENT_METHODS.items()
 }
 
-_client_log = logging.getLogger("acp_lite.client")
-
 # A prompt may always carry these; the rest need the agent's prompt capabilities.
 _BASELINE_CONTENT = {"text", "resource_link"}
 _CONTENT_CAPABILITY = {"image": "image", "audio": "audio", "resource": "embedded_context"}
-
-
-class Client(Peer):
-    """Base class for what an editor offers an agent. Override what you support.
-
-    Class attributes add capabilities that no single method stands for.
-    """
-
-    _declares_protocol = True
-
-    client_info: Optional[Implementation] = None
-    elicitation_modes: Sequence[str] = ("form",)  # advertised when create_elicitation is overridden
-    terminal_auth: bool = False  # the editor can run an agent's terminal login
-    boolean_config_options: bool = False  # the editor shows type "boolean" config options
-
-    def session_update(self, params: Union[SessionNotification, Undecodable]) -> None:
-        """One ``session/update`` notification, in arrival order. Hot path: keep it quick.
-
-        ``params`` is a ``SessionNotification``, or an ``Undecodable`` (``raw``: the params as
-        they arrived, ``error``: the ``SchemaError``) when they do not fit the v1 types even
-        leniently; an update of a kind this version does not know is a ``SessionNotification``
-        whose ``update`` is an ``UnknownVariant``."""
-
-    def request_permission(
-        self, params: RequestPermissionRequest
-    ) -> Union[RequestPermissionResponse, "Future[RequestPermissionResponse]"]:
-        """Ask the user; return the outcome, or a Future of it (e.g. from a dialog). If the turn
-        is cancelled meanwhile, the runtime answers ``cancelled`` for you and drops your answer.
-
-        Not overridden, it denies: the first reject option the agent offers (``cancelled`` when
-        it offers none), and logs once per client that it did, since the user never saw it."""
-        if not getattr(self, "_denied_permissions_logged", False):
-            self._denied_permissions_logged = True
-            _client_log.warning(
-                "%s does not override request_permission: permission requests are denied "
-                "(the first reject option, else cancelled); logged once",
-                type(self).__name__,
-            )
-        reject = next((option for option in params.options if option.kind.startswith("reject")), None)
-        if reject is None:
-            return RequestPermissionResponse(outcome=RequestPermissionOutcomeCancelled())
-        return RequestPermissionResponse(outcome=SelectedPermissionOutcome(option_id=reject.option_id))
-
-    def on_undecodable_notification(self, method: str, raw: Any, error: SchemaError) -> None:
-        """A notification of the agent other than ``session/update`` whose params do not decode:
-        ``raw`` is the params as they arrived, ``error`` says where and why. Runs like the other
-        callbacks. Default: one warning on the ``acp_lite.client`` logger."""
-        _client_log.warning("the agent's %s does not decode: %s; params: %.300r", method, error, raw)
-
-    # Each request handler returns its result, or a Future of it to answer later (from a dialog,
-    # another thread, ...); those whose result is an empty object may return None for it.
-    def read_text_file(
-        self, params: ReadTextFileRequest
-    ) -> Union[ReadTextFileResponse, "Future[ReadTextFileResponse]"]:
-        raise NotImplementedError
-
-    def write_text_file(
-        self, params: WriteTextFileRequest
-    ) -> Union[WriteTextFileResponse, "Future[WriteTextFileResponse]", None]:
-        raise NotImplementedError
-
-    def create_terminal(
-        self, params: CreateTerminalRequest
-    ) -> Union[CreateTerminalResponse, "Future[CreateTerminalResponse]"]:
-        raise NotImplementedError
-
-    def terminal_output(
-        self, params: TerminalOutputRequest
-    ) -> Union[TerminalOutputResponse, "Future[TerminalOutputResponse]"]:
-        raise NotImplementedError
-
-    def wait_for_terminal_exit(
-        self, params: WaitForTerminalExitRequest
-    ) -> Union[WaitForTerminalExitResponse, "Future[WaitForTerminalExitResponse]"]:
-        raise NotImplementedError
-
-    def kill_terminal(
-        self, params: KillTerminalRequest
-    ) -> Union[KillTerminalResponse, "Future[KillTerminalResponse]", None]:
-        raise NotImplementedError
-
-    def release_terminal(
-        self, params: ReleaseTerminalRequest
-    ) -> Union[ReleaseTerminalResponse, "Future[ReleaseTerminalResponse]", None]:
-        raise NotImplementedError
-
-    def create_elicitation(
-        self, params: CreateElicitationRequest
-    ) -> Union[CreateElicitationResponse, "Future[CreateElicitationResponse]"]:
-        raise NotImplementedError
-
-    def complete_elicitation(self, params: CompleteElicitationNotification) -> None:
-        """Ignore it when the id is unknown or already complete."""
-
-    def on_session(self, session_id: str, cwd: str, additional_directories: Sequence[str]) -> None:
-        """Called when a session was created, loaded or resumed: its root set is ``cwd`` plus
-        ``additional_directories`` (file-system helpers keep requests inside it)."""
-
-    def on_session_end(self, session_id: str) -> None:
-        """Called after the session was closed or deleted: drop what it held."""
-
-    def attach(self, agent: "RemoteAgent") -> None:
-        """Called by each ``RemoteAgent`` built on this client, before it serves any request.
-        Raise ``UsageError`` to refuse (``WorkspaceClient`` serves one connection only)."""
-
-    def close(self) -> None:
-        """Called by ``RemoteAgent.close()`` once the connection has ended: release what the
-        client holds (``WorkspaceClient`` kills its terminals). Must be idempotent."""
-
-    def on_cancel(self, session_id: str) -> None:
-        """Called right after ``session/cancel`` was sent: mark the turn's unfinished tool calls
-        cancelled in the UI. Late updates for them still arrive at ``session_update``."""
-
-    def capabilities(self) -> ClientCapabilities:
-        """What ``initialize`` advertises, derived from the methods this class overrides."""
-        offers = self.offers
-        elicitation = None
-        if offers("create_elicitation"):
-            elicitation = ElicitationCapabilities(
-                form=ElicitationFormCapabilities() if "form" in self.elicitation_modes else None,
-                url=ElicitationUrlCapabilities() if "url" in self.elicitation_modes else None,
-            )
-        session = None
-        if self.boolean_config_options:
-            session = ClientSessionCapabilities(
-                config_options=SessionConfigOptionsCapabilities(boolean=BooleanConfigOptionCapabilities())
-            )
-        return ClientCapabilities(
-            fs=FileSystemCapabilities(
-                read_text_file=offers("read_text_file"), write_text_file=offers("write_text_file")
-            ),
-            terminal=offers("create_terminal"),
-            session=session,
-            auth=AuthCapabilities(terminal=self.terminal_auth),
-            elicitation=elicitation,
-        )
 
 
 class RemoteAgent:
@@ -289,6 +113,7 @@ class RemoteAgent:
         self._config: Dict[str, Dict[str, Any]] = {}  # each session's config options, by id
         self._permissions: Dict[str, Set[RequestContext]] = {}
         self._cancelled_turns: Set[str] = set()  # sessions cancelled and not prompted since
+        self._terminal_waits = TerminalWaits()
         self._lock = threading.Lock()
         self._bind(connection)
         connection.start()
@@ -301,6 +126,7 @@ class RemoteAgent:
             _CLIENT_HANDLERS,
             _KEEPING_METHODS,
             self._wrappers(),
+            {"terminal/wait_for_exit": self._terminal_waits.arrived},
         )
 
     # -- construction ---------------------------------------------------------------------------
@@ -799,6 +625,10 @@ class RemoteAgent:
         wrappers: Dict[str, Any] = {"session/request_permission": self._request_permission}
         if self.client.offers("create_elicitation"):
             wrappers["elicitation/create"] = self._create_elicitation
+        if self.client.offers("wait_for_terminal_exit"):
+            wrappers["terminal/wait_for_exit"] = self._wait_for_terminal_exit
+        if self.client.offers("release_terminal"):
+            wrappers["terminal/release"] = self._release_terminal
         for method, name in _CLIENT_HANDLERS.items():
             if method != "session/update" and CLIENT_METHODS[method].result_type is None:
                 wrappers[method] = self._undecodable_diverted(method, getattr(self.client, name))
@@ -819,6 +649,23 @@ class RemoteAgent:
         if mode not in self.client.elicitation_modes:
             raise InvalidParams(f"elicitation mode {mode!r} was not advertised by this client")
         return self.client.create_elicitation(params)
+
+    def _wait_for_terminal_exit(self, params: WaitForTerminalExitRequest, ctx: RequestContext) -> Any:
+        try:
+            return self.client.wait_for_terminal_exit(params)
+        finally:
+            self._terminal_waits.returned(ctx)
+
+    def _release_terminal(self, params: ReleaseTerminalRequest, ctx: RequestContext) -> Any:
+        waits = self._terminal_waits.before_release(params.session_id, params.terminal_id)
+        if not waits:
+            return self.client.release_terminal(params)
+        # Waits for this terminal have not returned from the client yet (see TerminalWaits):
+        # kill first, which ends the waits that block until the exit (a Future it may answer
+        # with is not needed), and release once they all returned, on the thread of the last.
+        if self.client.offers("kill_terminal"):
+            self.client.kill_terminal(KillTerminalRequest(session_id=params.session_id, terminal_id=params.terminal_id))
+        return self._terminal_waits.defer(waits, lambda: self.client.release_terminal(params))
 
     def _request_permission(self, params: RequestPermissionRequest, ctx: RequestContext) -> Any:
         # Tracked until answered, so that cancel() can answer it with the cancelled outcome; the

@@ -26,87 +26,64 @@ of every line, the table of our pending calls, the table of the peer's running r
   never get a reply, valid or not, so two peers can never bounce error messages back and forth.
   Lines that do not even look like JSON (a banner on stdout) are counted and logged now and then,
   not answered.
-- Error rules for answers (``error_for``): a handler raising an ``acp_lite`` protocol error sends
-  that error; any other exception sends -32603 (logged with its traceback by the caller). An error
-  the peer answered to a call the handler made stays the peer's: escaping the handler, it is
-  answered -32603 with ``data`` naming that call's method, code and message (a handler that wants
-  to send a code raises a fresh error). A cancelled request answers -32800.
+- Error rules for answers: see ``error_rules`` (a handler's protocol error is sent as it is,
+  anything else is -32603, and an error the peer answered to a nested call stays the peer's).
+
+Beside it: ``envelopes`` (the typed envelopes and their one-pass decoders), ``outgoing`` (what we
+write, checked and encoded) and ``error_rules``.
 
 Threads: the tables are plain dicts, and the reader alone inserts into ``incoming``; single dict
 operations are atomic, and ``Connection`` serializes the compound ones (closing) with its lock.
 """
 
-import functools
 import itertools
 import json
 import logging
 import re
 import time
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import msgspec
 from msgspec import UNSET, Raw, Struct
 
-from .codec import ENCODER, decode, strict_decoder, strict_type
+from .codec import ENCODER, decode, strict_type
 from .delivery import Callback
+from .envelopes import (
+    _envelope_type,
+    _fast_decodable,
+    _typed_decoder_may_read,
+    _union_decoders,
+    lines_of,
+    several_lines,
+)
+from .error_rules import _error_from_object, _received
 from .errors import (
     AcpError,
     InternalError,
     InvalidRequest,
     MethodNotFound,
     ParseError,
-    ProtocolError,
-    RequestCancelled,
     UsageError,
-    error_from_wire,
+)
+from .outgoing import (
+    ENCODE_FAILURES,
+    OutRequest,
+    _OutError,
+    _OutResult,
+    check_method_name,
+    check_params,
+    encode_outgoing,
 )
 from .wire import OversizedFrame
 
 CANCEL_REQUEST_METHOD = "$/cancel_request"
 
-# What encoding a value the application gave us may raise: a type msgspec cannot write, a string
-# that is not valid Unicode (a lone surrogate), or nesting deeper than the stack allows.
-ENCODE_FAILURES = (TypeError, ValueError, NotImplementedError, msgspec.EncodeError, RecursionError)
-
-# Params that JSON-RPC does not allow (it wants an object or an array); bool is an int. A module
-# constant, since building the tuple on every outgoing message shows in the cost of a send.
-_SCALAR_PARAMS = (str, bytes, int, float)
-
 # Repeated complaints about the peer's input (noise lines, parse errors, oversized frames) are
 # logged at most once per this many seconds, with a running count.
 _COMPLAINT_INTERVAL = 5.0
 
-# The attribute that marks an error as the answer (received, or read from what the peer sent) to
-# one of our calls: the name of the call's method (see ``error_for``).
-_ANSWER_TO = "_acp_answer_to"
-
 
 # -- messages --------------------------------------------------------------------------------------
-class OutRequest(Struct):
-    jsonrpc: str
-    id: int
-    method: str
-    params: Any = UNSET
-
-
-class OutNotification(Struct):
-    jsonrpc: str
-    method: str
-    params: Any = UNSET
-
-
-class _OutResult(Struct):
-    jsonrpc: str
-    id: Any
-    result: Any
-
-
-class _OutError(Struct):
-    jsonrpc: str
-    id: Any
-    error: Any
-
-
 class _AnyMessage(Struct):
     """Any JSON object, read loosely so that every field can be checked by hand."""
 
@@ -124,15 +101,6 @@ _ANY_MESSAGE = msgspec.json.Decoder(_AnyMessage)
 
 class _CancelRequestParams(Struct):
     requestId: Union[int, str]
-
-
-class _Unmatchable(Struct, tag_field="method", tag="\x00"):
-    """Keeps the fast decoders unions even with one method: a lone tagged struct would also
-    accept a message without any ``method``. Never decodes: a line naming its tag goes the
-    general way like any other unknown method."""
-
-    def __post_init__(self) -> None:
-        raise ValueError("not a registered method")
 
 
 class Route:
@@ -232,68 +200,6 @@ _HEAD_ID = re.compile(
 )
 
 
-@functools.cache
-def _envelope_type(method: str, params_type: Any, is_request: bool) -> type:
-    """The envelope struct of ``method``, tagged by it for the union decoders.
-
-    Envelopes forbid other fields and require params, so that a line they accept needs no
-    further check: anything unusual fails over to the general path, which knows how to
-    complain. Built once per process for each method and type, since connections of one
-    application register the same ones.
-    """
-    fields = [("jsonrpc", Literal["2.0"]), ("params", params_type)]
-    if is_request:
-        fields.insert(1, ("id", Union[int, str, None]))
-    # gc=False as for the schema's structs: a block's envelopes live together for a moment, and
-    # tracked ones would cost the garbage collector passes over every one of them.
-    envelope = msgspec.defstruct(
-        "_Envelope", fields, tag_field="method", tag=method, forbid_unknown_fields=True, gc=False
-    )
-    strict_decoder(envelope)  # raises TypeError now, not in the union, for a type msgspec cannot decode
-    return envelope
-
-
-@functools.lru_cache(maxsize=64)
-def _union_decoders(envelopes: Tuple[type, ...]) -> Tuple[Any, Any]:
-    """Decoders of one message and of a JSON array of messages, into the envelopes."""
-    union = Union[envelopes + (_Unmatchable,)]  # type: ignore[valid-type]  # noqa: RUF005 (a type, built)
-    return strict_decoder(union), strict_decoder(List[union])  # type: ignore[valid-type]
-
-
-def _fast_decodable(frame: Any) -> bool:
-    """False for a line with invalid UTF-8, which the typed decoders must leave to the general
-    path: msgspec checks the UTF-8 of the values it decodes, not of the fields it skips."""
-    if type(frame) is not bytes or frame.isascii():
-        return True
-    try:
-        frame.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _typed_decoder_may_read(frame: Any) -> bool:
-    """False for a line the typed decoders would reject, where that look is cheaper than their
-    exception: an answer (no ``"method"`` key), an extension method (its name begins with ``_``;
-    the typed decoders know the protocol's methods only), invalid UTF-8 (see _fast_decodable),
-    an oversized frame. A wrong True costs only the failed attempt, a wrong False (a nested
-    ``"method"`` key first) only the general path's slower decoding."""
-    if type(frame) is not bytes:
-        return False
-    at = frame.find(b'"method"')
-    if at < 0 or b'"_' in frame[at + 8 : at + 13]:  # ':"_' with up to two spaces around the colon
-        return False
-    return _fast_decodable(frame)
-
-
-def several_lines(block: Any) -> bool:
-    return type(block) is bytes and block.find(b"\n") >= 0
-
-
-def lines_of(block: Any) -> Sequence[Any]:
-    return block.split(b"\n") if type(block) is bytes else (block,)
-
-
 def _valid_id(value: Any) -> bool:
     return value is None or type(value) in (int, str, float)
 
@@ -317,23 +223,6 @@ def _read_leniently(text: bytes) -> Any:
         return None
 
 
-def check_method_name(method: str) -> None:
-    if method.startswith("rpc."):
-        raise UsageError(f"method names starting with 'rpc.' are reserved by JSON-RPC: {method!r}")
-
-
-def check_params(params: Any) -> None:
-    if isinstance(params, _SCALAR_PARAMS):
-        raise UsageError(f"params must be an object or an array, not {type(params).__name__}")
-
-
-def encode_outgoing(message: Any) -> bytes:
-    try:
-        return ENCODER.encode(message)
-    except ENCODE_FAILURES as exc:
-        raise UsageError(f"cannot encode the params: {exc}") from exc
-
-
 def _decode_params(raw: Any, params_type: Any) -> Any:
     if raw is UNSET:
         return None if params_type is Any else _decode_payload(b"{}", params_type)
@@ -348,35 +237,6 @@ def _decode_payload(data: Any, type_: Any) -> Any:
         raise
     except Exception as exc:
         raise InternalError(f"cannot decode a {getattr(type_, '__name__', type_)}: {exc}") from exc
-
-
-def _error_from_object(error: Any) -> ProtocolError:
-    if isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str):
-        return error_from_wire(error["code"], error["message"], error.get("data"))
-    return InvalidRequest(f"malformed error object from the peer: {error!r}")
-
-
-def _received(error: Optional[BaseException], method: str) -> Optional[BaseException]:
-    if error is not None:
-        setattr(error, _ANSWER_TO, method)
-    return error
-
-
-def error_for(exc: BaseException, cancelled: bool) -> Tuple[AcpError, bool]:
-    """The error to answer a request whose handler raised ``exc`` (see the module's rules), and
-    whether ``exc`` is the application's own failure (to be logged with its traceback)."""
-    nested = getattr(exc, _ANSWER_TO, None)
-    if cancelled:
-        return (exc if isinstance(exc, RequestCancelled) and nested is None else RequestCancelled()), False
-    if nested is not None:
-        # The peer's error to a call the handler made is not the handler's own answer: sent as
-        # it is, a -32601 for a nested call would read as "this method is not supported".
-        assert isinstance(exc, AcpError)
-        data = {"method": nested, "code": exc.code, "message": exc.message}
-        return InternalError(f"Internal error: {nested} failed with {exc.code}: {exc.message}", data=data), False
-    if isinstance(exc, ProtocolError):
-        return exc, False
-    return InternalError(), True
 
 
 def settle(future: Any, value: Any, error: Optional[BaseException]) -> None:

@@ -48,24 +48,21 @@ from typing import Any, Callable, List, Optional
 from msgspec import UNSET
 
 from .delivery import Callback, CallbackQueue, Expand, HostDelivery, HostLane, WorkerPool, run_callbacks
+from .error_rules import error_for
 from .errors import AcpError, CallTimeout, ConnectionClosed, RequestCancelled, UsageError
 from .jsonrpc import (
     CANCEL_REQUEST_METHOD,
     BatchReply,
     ConnectionStats,
-    OutNotification,
     PendingCall,
     Route,
     RpcCore,
-    check_method_name,
-    check_params,
-    encode_outgoing,
-    error_for,
     lines_of,
     settle,
     settle_item,
     several_lines,
 )
+from .outgoing import OutNotification, check_method_name, check_params, encode_outgoing
 from .wire import Transport
 
 __all__ = ["CANCEL_REQUEST_METHOD", "CancelToken", "Connection", "ConnectionStats", "HostDelivery", "RequestContext"]

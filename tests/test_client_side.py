@@ -419,6 +419,45 @@ def test_prompt_returns_only_after_every_earlier_update_was_delivered():
         assert [n.update.content.text for n in client.updates] == [str(i) for i in range(50)]
 
 
+class BlockingTerminal(Client):
+    """One terminal whose wait blocks until the command ends (handlers may block), and whose kill
+    and release end it; it records the order of the calls."""
+
+    def __init__(self):
+        self.ended = threading.Event()
+        self.calls = []
+
+    def create_terminal(self, params):
+        return {"terminalId": "t"}
+
+    def wait_for_terminal_exit(self, params):
+        self.calls.append("wait")
+        assert self.ended.wait(WAIT)
+        self.calls.append("wait returned")
+        return {"signal": "SIGKILL"}
+
+    def kill_terminal(self, params):
+        self.calls.append("kill")
+        self.ended.set()
+
+    def release_terminal(self, params):
+        self.calls.append("release")
+        self.ended.set()
+
+
+@pytest.mark.timeout(30)
+def test_a_release_sent_right_after_a_wait_kills_first_and_releases_once_the_wait_returned():
+    terminal = BlockingTerminal()
+    with client_with_raw_agent(terminal) as (agent, raw):
+        initialized(agent, raw)
+        wait_id = raw.request("terminal/wait_for_exit", {"sessionId": "s", "terminalId": "t"})
+        release_id = raw.request("terminal/release", {"sessionId": "s", "terminalId": "t"})
+        answers = {message["id"]: message for message in (raw.recv(), raw.recv())}
+        assert answers[wait_id] == {"jsonrpc": "2.0", "id": wait_id, "result": {"signal": "SIGKILL"}}
+        assert answers[release_id] == {"jsonrpc": "2.0", "id": release_id, "result": {}}
+    assert "kill" in terminal.calls and terminal.calls[-2:] == ["wait returned", "release"]
+
+
 def test_unknown_update_variants_arrive_as_unknown_values_not_errors():
     client = Recorder()
     with client_with_raw_agent(client) as (remote, raw):

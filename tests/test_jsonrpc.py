@@ -14,8 +14,9 @@ import msgspec
 import pytest
 
 from acp_lite.codec import Undecodable, keep_undecodable
+from acp_lite.error_rules import error_for
 from acp_lite.errors import InternalError, InvalidParams, MethodNotFound, RequestCancelled
-from acp_lite.jsonrpc import PendingCall, Route, RpcCore, error_for, settle_item
+from acp_lite.jsonrpc import PendingCall, Route, RpcCore, settle_item
 from acp_lite.wire import OversizedFrame
 
 pytestmark = pytest.mark.timeout(10)

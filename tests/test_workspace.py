@@ -559,6 +559,42 @@ def test_a_wait_pending_when_the_terminal_is_released_gets_the_exit_status(edito
     assert answers[release_id]["result"] == {}
 
 
+class ReleaseFirstWorkspace(RecordingWorkspace):
+    """Loses the race between a wait and the release sent right after it, every time: the wait
+    reaches the terminals only once the release is done, or once the command was killed (which
+    the runtime does first when it holds a release behind a wait)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.killed_or_released = threading.Event()
+
+    def kill_terminal(self, params):
+        answer = super().kill_terminal(params)
+        self.killed_or_released.set()
+        return answer
+
+    def on_terminal_released(self, session_id, terminal_id, final):
+        super().on_terminal_released(session_id, terminal_id, final)
+        self.killed_or_released.set()
+
+    def wait_for_terminal_exit(self, params):
+        assert self.killed_or_released.wait(PATIENCE)
+        return super().wait_for_terminal_exit(params)
+
+
+@pytest.mark.req("ACP-V1-TERM-AGENT-RELEASE")
+def test_a_wait_sent_right_before_the_release_gets_the_exit_status(root):
+    # The agent does not wait for the wait's answer before releasing; handlers run concurrently.
+    with editor_for(root, workspace=ReleaseFirstWorkspace()) as editor:
+        terminal = editor.run("import time; time.sleep(60)")
+        wait_id = editor.raw.request("terminal/wait_for_exit", {"sessionId": SESSION, "terminalId": terminal})
+        release_id = editor.raw.request("terminal/release", {"sessionId": SESSION, "terminalId": terminal})
+        answers = {message["id"]: message for message in (editor.raw.recv(PATIENCE), editor.raw.recv(PATIENCE))}
+        assert answers[wait_id] == {"jsonrpc": "2.0", "id": wait_id, "result": {"signal": "SIGKILL"}}
+        assert answers[release_id] == {"jsonrpc": "2.0", "id": release_id, "result": {}}
+        assert editor.error("terminal/output", terminalId=terminal)["code"] == NOT_FOUND
+
+
 def test_a_cancelled_wait_answers_request_cancelled_and_the_terminal_goes_on(editor):
     terminal = editor.run("import time; print('up', flush=True); time.sleep(60)")
     wait_id = editor.raw.request("terminal/wait_for_exit", {"sessionId": SESSION, "terminalId": terminal})

@@ -26,8 +26,9 @@ from acp_lite.errors import AcpError, UsageError
 from acp_lite.process import AgentProcess
 from acp_lite.proctree import Cgroup, _own_cgroup
 from acp_lite.schema import ReadTextFileRequest, WriteTextFileRequest
+from acp_lite.terminals import _OutputBuffer
 from acp_lite.wire import memory_pair
-from acp_lite.workspace import REFUSED, WorkspaceClient, _OutputBuffer
+from acp_lite.workspace import REFUSED, WorkspaceClient
 
 pytestmark = [
     pytest.mark.timeout(60),

@@ -13,9 +13,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from acp_lite import beneath, workspace
+from acp_lite import beneath, files, terminals
 from acp_lite.errors import InvalidParams, ResourceNotFound
-from acp_lite.workspace import RootSet, TerminalManager, _OutputBuffer
+from acp_lite.files import RootSet
+from acp_lite.terminals import TerminalManager, _OutputBuffer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -245,10 +246,10 @@ def test_line_selection_matches_a_split_on_newlines_whatever_the_read_size(data,
     lines = data.split(b"\n")
     lines = [line + b"\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
     expected = b"".join(lines[first - 1 :] if count is None else lines[first - 1 : first - 1 + count])
-    with patch.object(workspace, "_IO_CHUNK", chunk):
-        assert workspace._select_lines(io.BytesIO(data), first, count, max_bytes=1000) == expected
+    with patch.object(files, "_IO_CHUNK", chunk):
+        assert files._select_lines(io.BytesIO(data), first, count, max_bytes=1000) == expected
         if expected:
-            assert workspace._select_lines(io.BytesIO(data), first, count, max_bytes=len(expected) - 1) is None
+            assert files._select_lines(io.BytesIO(data), first, count, max_bytes=len(expected) - 1) is None
 
 
 # -- the output buffer --------------------------------------------------------------------------
@@ -340,7 +341,7 @@ def test_close_kills_and_reaps_every_terminal_and_returns_their_final_output(cwd
 def test_a_command_that_outlives_the_kill_wait_is_reaped_when_it_finally_exits(cwd, monkeypatch):
     # As if SIGKILL took longer than close() waits (a starved or stuck process): close() returns
     # at once, and the exit thread reaps the command later; no_leaks checks nothing is left.
-    monkeypatch.setattr(workspace, "_KILL_WAIT_SECONDS", 0)
+    monkeypatch.setattr(terminals, "_KILL_WAIT_SECONDS", 0)
     manager = TerminalManager()
     manager.create("s", _python("import time; time.sleep(60)"), dict(os.environ), cwd, None)
     [(_, _, final)] = manager.close()

@@ -20,10 +20,13 @@ from .check_probe import (
     finding_for,
 )
 from .check_report import CheckReport, CheckResult
-from .checks import CHECKS, Check, CheckRun
+from .checks import BASELINE_CHECKS, Check, CheckRun
+from .checks_capabilities import CAPABILITY_CHECKS
 from .checks_v2 import CHECKS_V2
 from .wirecheck import advertised
 
+# Every v1 check, in the order they run.
+CHECKS = BASELINE_CHECKS + CAPABILITY_CHECKS
 # The checks that find what the checks with ``needs`` look at.
 _DISCOVERING_CHECKS = ("initialize", "new-session")
 

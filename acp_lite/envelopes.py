@@ -1,0 +1,93 @@
+"""The typed envelopes of registered methods and their one-pass decoders (the routing's fast path),
+of one line or of a block of lines read together.
+
+Rules this module keeps:
+
+- One envelope struct per method and params type, tagged by ``method``, built once per process:
+  it forbids other fields and requires params, so a line it accepts needs no further check, and
+  anything unusual fails over to the general path, which knows how to complain.
+- The decoders are unions even for one method (``_Unmatchable``), so a message without a
+  ``method`` never decodes as the lone envelope.
+- A line the typed decoders would reject is recognised cheaply first where that is cheaper than
+  their exception (answers, extension methods, invalid UTF-8, oversized frames); a wrong guess
+  costs time, never a different outcome.
+"""
+
+import functools
+from typing import Any, List, Literal, Sequence, Tuple, Union
+
+import msgspec
+from msgspec import Struct
+
+from .codec import strict_decoder
+
+
+class _Unmatchable(Struct, tag_field="method", tag="\x00"):
+    """Keeps the fast decoders unions even with one method: a lone tagged struct would also
+    accept a message without any ``method``. Never decodes: a line naming its tag goes the
+    general way like any other unknown method."""
+
+    def __post_init__(self) -> None:
+        raise ValueError("not a registered method")
+
+
+@functools.cache
+def _envelope_type(method: str, params_type: Any, is_request: bool) -> type:
+    """The envelope struct of ``method``, tagged by it for the union decoders.
+
+    Envelopes forbid other fields and require params, so that a line they accept needs no
+    further check: anything unusual fails over to the general path, which knows how to
+    complain. Built once per process for each method and type, since connections of one
+    application register the same ones.
+    """
+    fields = [("jsonrpc", Literal["2.0"]), ("params", params_type)]
+    if is_request:
+        fields.insert(1, ("id", Union[int, str, None]))
+    # gc=False as for the schema's structs: a block's envelopes live together for a moment, and
+    # tracked ones would cost the garbage collector passes over every one of them.
+    envelope = msgspec.defstruct(
+        "_Envelope", fields, tag_field="method", tag=method, forbid_unknown_fields=True, gc=False
+    )
+    strict_decoder(envelope)  # raises TypeError now, not in the union, for a type msgspec cannot decode
+    return envelope
+
+
+@functools.lru_cache(maxsize=64)
+def _union_decoders(envelopes: Tuple[type, ...]) -> Tuple[Any, Any]:
+    """Decoders of one message and of a JSON array of messages, into the envelopes."""
+    union = Union[envelopes + (_Unmatchable,)]  # type: ignore[valid-type]  # noqa: RUF005 (a type, built)
+    return strict_decoder(union), strict_decoder(List[union])  # type: ignore[valid-type]
+
+
+def _fast_decodable(frame: Any) -> bool:
+    """False for a line with invalid UTF-8, which the typed decoders must leave to the general
+    path: msgspec checks the UTF-8 of the values it decodes, not of the fields it skips."""
+    if type(frame) is not bytes or frame.isascii():
+        return True
+    try:
+        frame.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _typed_decoder_may_read(frame: Any) -> bool:
+    """False for a line the typed decoders would reject, where that look is cheaper than their
+    exception: an answer (no ``"method"`` key), an extension method (its name begins with ``_``;
+    the typed decoders know the protocol's methods only), invalid UTF-8 (see _fast_decodable),
+    an oversized frame. A wrong True costs only the failed attempt, a wrong False (a nested
+    ``"method"`` key first) only the general path's slower decoding."""
+    if type(frame) is not bytes:
+        return False
+    at = frame.find(b'"method"')
+    if at < 0 or b'"_' in frame[at + 8 : at + 13]:  # ':"_' with up to two spaces around the colon
+        return False
+    return _fast_decodable(frame)
+
+
+def several_lines(block: Any) -> bool:
+    return type(block) is bytes and block.find(b"\n") >= 0
+
+
+def lines_of(block: Any) -> Sequence[Any]:
+    return block.split(b"\n") if type(block) is bytes else (block,)

@@ -1,0 +1,58 @@
+"""The error rules of JSON-RPC answers: which error answers a request whose handler raised, and
+how an error the peer answered to one of our calls is marked as the peer's.
+
+Rules this module keeps:
+
+- A handler raising an ``acp_lite`` protocol error sends that error; any other exception sends
+  -32603, and is the application's own failure (the caller logs it with its traceback).
+- An error the peer answered to a call the handler made stays the peer's: escaping the handler,
+  it is answered -32603 with ``data`` naming that call's method, code and message (a handler that
+  wants to send a code raises a fresh error). Sent as it is, a -32601 for a nested call would read
+  as "this method is not supported".
+- A cancelled request answers -32800.
+- An error object from the peer that is not ``{code: int, message: str, ...}`` becomes -32600.
+"""
+
+from typing import Any, Optional, Tuple
+
+from .errors import (
+    AcpError,
+    InternalError,
+    InvalidRequest,
+    ProtocolError,
+    RequestCancelled,
+    error_from_wire,
+)
+
+# The attribute that marks an error as the answer (received, or read from what the peer sent) to
+# one of our calls: the name of the call's method (see ``error_for``).
+_ANSWER_TO = "_acp_answer_to"
+
+
+def _error_from_object(error: Any) -> ProtocolError:
+    if isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str):
+        return error_from_wire(error["code"], error["message"], error.get("data"))
+    return InvalidRequest(f"malformed error object from the peer: {error!r}")
+
+
+def _received(error: Optional[BaseException], method: str) -> Optional[BaseException]:
+    if error is not None:
+        setattr(error, _ANSWER_TO, method)
+    return error
+
+
+def error_for(exc: BaseException, cancelled: bool) -> Tuple[AcpError, bool]:
+    """The error to answer a request whose handler raised ``exc`` (see the module's rules), and
+    whether ``exc`` is the application's own failure (to be logged with its traceback)."""
+    nested = getattr(exc, _ANSWER_TO, None)
+    if cancelled:
+        return (exc if isinstance(exc, RequestCancelled) and nested is None else RequestCancelled()), False
+    if nested is not None:
+        # The peer's error to a call the handler made is not the handler's own answer: sent as
+        # it is, a -32601 for a nested call would read as "this method is not supported".
+        assert isinstance(exc, AcpError)
+        data = {"method": nested, "code": exc.code, "message": exc.message}
+        return InternalError(f"Internal error: {nested} failed with {exc.code}: {exc.message}", data=data), False
+    if isinstance(exc, ProtocolError):
+        return exc, False
+    return InternalError(), True
