@@ -17,7 +17,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import UsageError
 
@@ -109,7 +109,7 @@ def run_callbacks(items: List[Callback], log: logging.Logger) -> None:
 class Expand:
     """Marks a host-queue item that is not an application callback but work that turns into
     some (decoding a block of a burst, releasing read-ahead): ``fn(arg)`` returns the callbacks
-    that take its place at the front of the queue, and a pump does not count it."""
+    that take its place in the queue, and a pump does not count it."""
 
     __slots__ = ("fn",)
 
@@ -119,12 +119,15 @@ class Expand:
 
 class HostLane:
     """One connection's place in a ``HostDelivery``: what it puts there, what it has queued and
-    not yet run (``unfinished``), and whether it is closed (then nothing of it runs any more)."""
+    not yet run (``unfinished``, never less than that: it may count a few already run until the
+    pump that runs them takes the lock again), and whether it is closed (then nothing of it runs
+    any more; what it had waiting goes to ``on_drop``)."""
 
-    __slots__ = ("_delivery", "closed", "unfinished")
+    __slots__ = ("_delivery", "closed", "on_drop", "unfinished")
 
-    def __init__(self, delivery: "HostDelivery"):
+    def __init__(self, delivery: "HostDelivery", on_drop: Callable[[List[Callback]], Any]):
         self._delivery = delivery
+        self.on_drop = on_drop
         self.unfinished = 0
         self.closed = False
 
@@ -135,8 +138,10 @@ class HostLane:
     def put(self, items: Sequence[HostItem]) -> None:
         self._delivery._put(self, items)
 
-    def has_items(self) -> bool:
-        return self.unfinished > 0
+    def close(self) -> None:
+        """Nothing more of this lane runs; what it has waiting goes to ``on_drop``, on this
+        thread (or, for what a running pump holds, on the host thread before that pump returns)."""
+        self._delivery._close_lane(self)
 
 
 class HostDelivery:
@@ -159,6 +164,13 @@ class HostDelivery:
     with its traceback to the ``acp_lite.delivery`` logger); the callbacks after it still run.
     Once a connection is closed, nothing more of it is delivered: its waiting callbacks are
     dropped (the answers among them fail their futures with ``ConnectionClosed``).
+
+    How a pump runs (the rules its speed rests on): it takes what waits in one go under the
+    lock and runs it outside, item by item; an ``Expand`` item's callbacks run straight from the
+    list it returns. Whatever it took and does not run (``max_items`` or ``budget`` reached, a
+    callback raising ``BaseException``) goes back to the front of the queue, in order, before
+    it returns. Before each callback it looks whether the callback's lane was closed meanwhile
+    (by a callback, or by another thread), and drops the rest of that lane's if so.
     """
 
     def __init__(
@@ -171,6 +183,8 @@ class HostDelivery:
         self._on_error = on_error
         self._lock = threading.Lock()
         self._items: Deque[Tuple[HostLane, Any, Any]] = collections.deque()
+        # True while a pump holds items it took from ``_items`` (they still wait).
+        self._holding = False
         self._pumping = False
         self._wakeup: Optional[Callable[[], Any]] = None
 
@@ -183,7 +197,7 @@ class HostDelivery:
     @property
     def has_work(self) -> bool:
         """True while callbacks are waiting for a pump. Any thread."""
-        return bool(self._items)
+        return bool(self._items) or self._holding
 
     def pump(self, max_items: Optional[int] = None, budget: Optional[float] = None) -> int:
         """Run waiting callbacks in order, on this (the host) thread; return how many ran.
@@ -202,30 +216,12 @@ class HostDelivery:
             raise UsageError(f"max_items must be None or an int >= 0, not {max_items!r}")
         if budget is not None and not budget >= 0:  # (also refuses NaN)
             raise UsageError(f"budget must be None or a number of seconds >= 0, not {budget!r}")
-        if self._pumping:
+        if self._pumping or max_items == 0:
             return 0
         deadline = None if budget is None else time.monotonic() + budget
-        ran = 0
         self._pumping = True
         try:
-            while max_items is None or ran < max_items:
-                with self._lock:
-                    if not self._items:
-                        break
-                    lane, fn, arg = self._items.popleft()
-                if type(fn) is Expand:
-                    self._expand(lane, fn, arg)
-                    continue
-                try:
-                    fn(arg)
-                except Exception as exc:
-                    self._report(exc)
-                finally:
-                    with self._lock:
-                        lane.unfinished -= 1
-                ran += 1
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
+            ran = self._run(max_items, deadline)
         finally:
             self._pumping = False
         wakeup = self._wakeup
@@ -233,18 +229,98 @@ class HostDelivery:
             call_wakeup(wakeup)
         return ran
 
-    def _expand(self, lane: HostLane, marker: Expand, arg: Any) -> None:
+    def _run(self, quota: Optional[int], deadline: Optional[float]) -> int:
+        """Run callbacks until ``quota`` have run, the deadline has passed or none waits."""
+        ran = 0
+        batch: Deque[Tuple[HostLane, Any, Any]] = collections.deque()
         try:
-            items = marker.fn(arg)
+            while True:
+                if not batch:
+                    batch = self._take(None if quota is None else quota - ran)
+                    if not batch:
+                        return ran
+                lane, item, value = batch.popleft()
+                if lane.closed:
+                    self._settle_lane(lane, [], [(item, value)])
+                    continue
+                callbacks: Sequence[Callback] = self._expand(item, value) if type(item) is Expand else ((item, value),)
+                started = 0
+                stop = False
+                try:
+                    for fn, arg in callbacks:
+                        if lane.closed:
+                            break
+                        started += 1  # (before it runs: one that raises BaseException is not run again)
+                        try:
+                            fn(arg)
+                        except Exception as exc:
+                            self._report(exc)
+                        ran += 1
+                        if ran == quota or (deadline is not None and time.monotonic() >= deadline):
+                            stop = True
+                            break
+                finally:
+                    # The item has left the queue; the callbacks of it that did not run take its
+                    # place (or are dropped, the lane being closed).
+                    rest = callbacks[started:]
+                    if lane.closed:
+                        self._settle_lane(lane, [], rest)
+                    else:
+                        batch.extendleft((lane, fn, arg) for fn, arg in reversed(rest))
+                        self._settle_lane(lane, rest, [])
+                if stop:
+                    return ran
+        finally:
+            self._give_back(batch)
+
+    def _take(self, most: Optional[int]) -> Deque[Tuple[HostLane, Any, Any]]:
+        """What waits (at most ``most`` items), taken out of the queue in one go; the pump holds
+        it until it runs it or gives it back."""
+        with self._lock:
+            if most is None or most >= len(self._items):
+                batch, self._items = self._items, collections.deque()
+            else:
+                batch = collections.deque(self._items.popleft() for _ in range(most))
+            self._holding = bool(batch)
+        return batch
+
+    def _give_back(self, batch: Deque[Tuple[HostLane, Any, Any]]) -> None:
+        """What a pump took and did not run goes back to the front of the queue, in order;
+        what of it belongs to a lane closed meanwhile is dropped instead."""
+        dropped: Dict[HostLane, List[Callback]] = {}
+        with self._lock:
+            self._holding = False
+            if batch:
+                kept = [item for item in batch if not item[0].closed]
+                self._items.extendleft(reversed(kept))
+                for lane, fn, arg in batch:
+                    if lane.closed:
+                        dropped.setdefault(lane, []).append((fn, arg))
+                for lane, items in dropped.items():
+                    lane.unfinished -= len(items)
+        for lane, items in dropped.items():
+            self._drop(lane, items)
+
+    def _expand(self, marker: Expand, arg: Any) -> Sequence[Callback]:
+        try:
+            return marker.fn(arg)
         except Exception:
             _delivery_log.exception("routing a block of messages failed")
-            items = []
+            return ()
+
+    def _settle_lane(self, lane: HostLane, put_back: Sequence[Callback], dropped: Sequence[Callback]) -> None:
+        """One item of ``lane`` has left the queue: run, or turned into callbacks of which
+        ``put_back`` wait on in its place (``dropped``: will not run, the lane being closed)."""
         with self._lock:
-            lane.unfinished -= 1
-            if lane.closed or not items:
-                return
-            lane.unfinished += len(items)
-            self._items.extendleft((lane, fn, item_arg) for fn, item_arg in reversed(items))
+            lane.unfinished += len(put_back) - 1
+        if dropped:
+            self._drop(lane, list(dropped))
+
+    def _drop(self, lane: HostLane, items: List[Callback]) -> None:
+        try:
+            lane.on_drop(items)
+        except Exception:
+            _delivery_log.exception("dropping the callbacks of a closed connection failed")
 
     def _report(self, exc: Exception) -> None:
         if self._on_error is None:
@@ -255,29 +331,30 @@ class HostDelivery:
         except Exception:
             _delivery_log.exception("the on_error hook failed on %r", exc)
 
-    def lane(self) -> HostLane:
-        """A new connection's place in this delivery."""
-        return HostLane(self)
+    def lane(self, on_drop: Callable[[List[Callback]], Any]) -> HostLane:
+        """A new connection's place in this delivery; ``on_drop`` gets what of it never runs
+        because it was closed first."""
+        return HostLane(self, on_drop)
 
     def _put(self, lane: HostLane, items: Sequence[HostItem]) -> None:
         with self._lock:
             if lane.closed:
                 return
-            was_empty = not self._items
+            was_empty = not self._items and not self._holding
             lane.unfinished += len(items)
             self._items.extend((lane, fn, arg) for fn, arg in items)
         if was_empty and self._wakeup is not None:
             call_wakeup(self._wakeup)
 
-    def close_lane(self, lane: HostLane) -> List[Tuple[Any, Any]]:
-        """Drop what ``lane`` still has waiting; returns the dropped ``(fn, arg)`` pairs."""
+    def _close_lane(self, lane: HostLane) -> None:
         with self._lock:
             lane.closed = True
             dropped = [(fn, arg) for owner, fn, arg in self._items if owner is lane]
             if dropped:
                 self._items = collections.deque(item for item in self._items if item[0] is not lane)
                 lane.unfinished -= len(dropped)
-        return dropped
+        if dropped:
+            self._drop(lane, dropped)
 
 
 class WorkerPool:
