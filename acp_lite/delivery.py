@@ -244,19 +244,19 @@ class HostDelivery:
                     self._settle_lane(lane, [], [(item, value)])
                     continue
                 callbacks: Sequence[Callback] = self._expand(item, value) if type(item) is Expand else ((item, value),)
-                started = 0
+                started = 0  # (counted before each runs: one that raises BaseException is not run again)
+                room = -1 if quota is None else quota - ran
                 stop = False
                 try:
                     for fn, arg in callbacks:
                         if lane.closed:
                             break
-                        started += 1  # (before it runs: one that raises BaseException is not run again)
+                        started += 1
                         try:
                             fn(arg)
                         except Exception as exc:
                             self._report(exc)
-                        ran += 1
-                        if ran == quota or (deadline is not None and time.monotonic() >= deadline):
+                        if started == room or (deadline is not None and time.monotonic() >= deadline):
                             stop = True
                             break
                 finally:
@@ -268,6 +268,7 @@ class HostDelivery:
                     else:
                         batch.extendleft((lane, fn, arg) for fn, arg in reversed(rest))
                         self._settle_lane(lane, rest, [])
+                ran += started
                 if stop:
                     return ran
         finally:
