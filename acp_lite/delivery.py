@@ -118,10 +118,10 @@ class Expand:
 
 
 class HostLane:
-    """One connection's place in a ``HostDelivery``: what it puts there, what it has queued and
-    not yet run (``unfinished``, never less than that: it may count a few already run until the
-    pump that runs them takes the lock again), and whether it is closed (then nothing of it runs
-    any more; what it had waiting goes to ``on_drop``)."""
+    """One connection's place in a ``HostDelivery``: what it puts there, whether anything of it
+    waits or runs (``unfinished``: zero only when nothing does; it counts queue items, and a block
+    being run counts as its one item until its last callback has run), and whether it is closed
+    (then nothing of it runs any more; what it had waiting goes to ``on_drop``)."""
 
     __slots__ = ("_delivery", "closed", "on_drop", "unfinished")
 
@@ -216,7 +216,7 @@ class HostDelivery:
             raise UsageError(f"max_items must be None or an int >= 0, not {max_items!r}")
         if budget is not None and not budget >= 0:  # (also refuses NaN)
             raise UsageError(f"budget must be None or a number of seconds >= 0, not {budget!r}")
-        if self._pumping or max_items == 0:
+        if self._pumping:
             return 0
         deadline = None if budget is None else time.monotonic() + budget
         self._pumping = True
@@ -289,16 +289,16 @@ class HostDelivery:
         """What a pump took and did not run goes back to the front of the queue, in order;
         what of it belongs to a lane closed meanwhile is dropped instead."""
         dropped: Dict[HostLane, List[Callback]] = {}
+        kept = []
         with self._lock:
             self._holding = False
-            if batch:
-                kept = [item for item in batch if not item[0].closed]
-                self._items.extendleft(reversed(kept))
-                for lane, fn, arg in batch:
-                    if lane.closed:
-                        dropped.setdefault(lane, []).append((fn, arg))
-                for lane, items in dropped.items():
-                    lane.unfinished -= len(items)
+            for lane, fn, arg in batch:
+                if lane.closed:
+                    dropped.setdefault(lane, []).append((fn, arg))
+                    lane.unfinished -= 1
+                else:
+                    kept.append((lane, fn, arg))
+            self._items.extendleft(reversed(kept))
         for lane, items in dropped.items():
             self._drop(lane, items)
 

@@ -589,13 +589,26 @@ def test_pumping_one_item_at_a_time_over_a_burst_delivers_each_message_once_in_o
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("count", [20, 3000], ids=["one-read", "burst"])
-def test_a_callback_closing_its_connection_mid_pump_ends_its_delivery_and_not_the_others(count):
-    """The 6th update's callback closes its connection while the pump holds the rest of what
-    arrived with it (an answer among it): nothing more of that connection runs, the answered
-    future fails with ConnectionClosed, and a connection sharing the delivery gets all of its
-    updates, in order."""
+@pytest.mark.parametrize("closer", ["the-callback", "another-thread"])
+def test_a_connection_closed_mid_pump_has_nothing_more_delivered_and_the_others_go_on(count, closer):
+    """The 6th update's callback closes its connection (itself, or through another thread it
+    waits for) while the pump holds the rest of what arrived with it (an answer among it):
+    nothing more of that connection runs, the answered future has failed with ConnectionClosed
+    by the time the pump returns, and a connection sharing the delivery gets all of its updates,
+    in order."""
+
+    def close_at_the_6th(text):
+        if text != "5":
+            return
+        if closer == "the-callback":
+            closing.close()
+        else:
+            thread = threading.Thread(target=closing.close, name="test-closer")
+            thread.start()
+            thread.join(WAIT)
+
     delivery = HostDelivery()
-    closing_texts = _Texts(lambda text: text == "5" and closing.close())
+    closing_texts = _Texts(close_at_the_6th)
     kept_texts = _Texts()
     (closing_transport, closing_raw), (kept_transport, kept_raw) = _raw_transport(), _raw_transport()
     closing = RemoteAgent.connect(closing_transport, closing_texts, delivery=delivery)
@@ -603,10 +616,11 @@ def test_a_callback_closing_its_connection_mid_pump_ends_its_delivery_and_not_th
     try:
         asked = closing.connection.call_future("x/ask")
         answer = _answer_line(closing_raw.recv(), {"ok": 1})
-        # One write each (the short one a single read): all of it waits before the pump starts.
+        # One write each (the short one read in one go, so that one pump takes all of it).
         closing_raw.send_bytes(b"".join(_update_line(str(i)) for i in range(count)) + answer)
         kept_raw.send_bytes(b"".join(_update_line(str(i)) for i in range(10)))
         _pump_until(delivery, lambda: len(kept_texts.texts) == 10 and closing.connection.closed)
+        failed_by_then = asked.done() and isinstance(asked.exception(), ConnectionClosed)
         while delivery.has_work:
             delivery.pump()
     finally:
@@ -617,7 +631,7 @@ def test_a_callback_closing_its_connection_mid_pump_ends_its_delivery_and_not_th
         closing_raw.close()
         kept_raw.close()
     assert closing_texts.texts == [str(i) for i in range(6)]
-    assert isinstance(asked.exception(0), ConnectionClosed)
+    assert failed_by_then
     assert kept_texts.texts == [str(i) for i in range(10)]
 
 
