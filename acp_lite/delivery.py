@@ -113,8 +113,17 @@ class Expand:
 
     __slots__ = ("fn",)
 
-    def __init__(self, fn: Callable[[Any], List[Callback]]):
+    def __init__(self, fn: Callable[[Any], Sequence[Callback]]):
         self.fn = fn
+
+
+def _the_rest(callbacks: Sequence[Callback]) -> Sequence[Callback]:
+    return callbacks
+
+
+# What a pump puts back when it stops inside a block: the callbacks of it still to run, as one
+# queue item (one per message would cost the next pump a queue step per message).
+_REST = Expand(_the_rest)
 
 
 class HostLane:
@@ -241,7 +250,7 @@ class HostDelivery:
                         return ran
                 lane, item, value = batch.popleft()
                 if lane.closed:
-                    self._settle_lane(lane, [], [(item, value)])
+                    self._settle_lane(lane, 0, [(item, value)])
                     continue
                 callbacks: Sequence[Callback] = self._expand(item, value) if type(item) is Expand else ((item, value),)
                 started = 0  # (counted before each runs: one that raises BaseException is not run again)
@@ -261,13 +270,14 @@ class HostDelivery:
                             break
                 finally:
                     # The item has left the queue; the callbacks of it that did not run take its
-                    # place (or are dropped, the lane being closed).
+                    # place as one item (or are dropped, the lane being closed).
                     rest = callbacks[started:]
                     if lane.closed:
-                        self._settle_lane(lane, [], rest)
+                        self._settle_lane(lane, 0, rest)
                     else:
-                        batch.extendleft((lane, fn, arg) for fn, arg in reversed(rest))
-                        self._settle_lane(lane, rest, [])
+                        if rest:
+                            batch.appendleft((lane, _REST, rest))
+                        self._settle_lane(lane, 1 if rest else 0, [])
                 ran += started
                 if stop:
                     return ran
@@ -288,7 +298,7 @@ class HostDelivery:
     def _give_back(self, batch: Deque[Tuple[HostLane, Any, Any]]) -> None:
         """What a pump took and did not run goes back to the front of the queue, in order;
         what of it belongs to a lane closed meanwhile is dropped instead."""
-        dropped: Dict[HostLane, List[Callback]] = {}
+        dropped: Dict[HostLane, List[Any]] = {}
         kept = []
         with self._lock:
             self._holding = False
@@ -309,17 +319,20 @@ class HostDelivery:
             _delivery_log.exception("routing a block of messages failed")
             return ()
 
-    def _settle_lane(self, lane: HostLane, put_back: Sequence[Callback], dropped: Sequence[Callback]) -> None:
-        """One item of ``lane`` has left the queue: run, or turned into callbacks of which
-        ``put_back`` wait on in its place (``dropped``: will not run, the lane being closed)."""
+    def _settle_lane(self, lane: HostLane, put_back: int, dropped: Sequence[Any]) -> None:
+        """One item of ``lane`` has left the queue: run, or ``put_back`` (0 or 1) items took its
+        place (``dropped``: will not run, the lane being closed)."""
         with self._lock:
-            lane.unfinished += len(put_back) - 1
+            lane.unfinished += put_back - 1
         if dropped:
-            self._drop(lane, list(dropped))
+            self._drop(lane, dropped)
 
-    def _drop(self, lane: HostLane, items: List[Callback]) -> None:
+    def _drop(self, lane: HostLane, items: Sequence[Any]) -> None:
+        """``items`` (queue items of ``lane``, without the lane) will not run: ``on_drop`` gets
+        the callbacks they stand for."""
+        callbacks = [pair for fn, arg in items for pair in (arg if fn is _REST else ((fn, arg),))]
         try:
-            lane.on_drop(items)
+            lane.on_drop(callbacks)
         except Exception:
             _delivery_log.exception("dropping the callbacks of a closed connection failed")
 

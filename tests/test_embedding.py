@@ -636,6 +636,36 @@ def test_a_connection_closed_mid_pump_has_nothing_more_delivered_and_the_others_
 
 
 @pytest.mark.timeout(60)
+def test_an_answer_in_the_rest_of_a_block_a_pump_stopped_in_fails_its_future_at_close():
+    """A pump stops (max_items) inside a block of a burst whose 11th line answers a call_future:
+    the rest of the block waits for the next pump. Closing the connection then drops it: the
+    answered future fails with ConnectionClosed at once, and nothing more is delivered."""
+    texts = _Texts()
+    delivery = HostDelivery()
+    transport, raw = _raw_transport()
+    remote = RemoteAgent.connect(transport, texts, delivery=delivery)
+    try:
+        asked = remote.connection.call_future("x/ask")
+        answer = _answer_line(raw.recv(), {"ok": 1})
+        lines = [_update_line(str(i)) for i in range(3000)]
+        raw.send_bytes(b"".join(lines[:10]) + answer + b"".join(lines[10:]))
+        deadline = time.monotonic() + WAIT
+        while not delivery.has_work:
+            assert time.monotonic() < deadline, "nothing arrived"
+            time.sleep(0.002)
+        assert delivery.pump(max_items=5) == 5
+        remote.close()
+        failed_at_once = asked.done() and isinstance(asked.exception(), ConnectionClosed)
+        assert (delivery.pump(), delivery.has_work) == (0, False)
+    finally:
+        raw.close_writing()
+        remote.close()
+        raw.close()
+    assert failed_at_once
+    assert texts.texts == [str(i) for i in range(5)]
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("count", [20, 3000], ids=["one-read", "burst"])
 def test_a_callback_raising_keyboard_interrupt_mid_pump_leaves_the_rest_for_the_next_pump(count):
     """A KeyboardInterrupt from the 8th update's callback ends the pump (the host's Ctrl-C is
