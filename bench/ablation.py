@@ -7,6 +7,8 @@ unpacked there); a job runs with ``PYTHONPATH=ROOT`` so that its adapter imports
 Within a run the two builds go one after the other, in alternating order from run to run, so
 that the load of a shared machine hits both alike; the Python SDK and the bare ping-pong run once
 per run as references. Figures are medians over the runs; a ratio is taken run by run first.
+With A and E measured, the table ends with E's host-thread delivery as a fraction of A's default
+delivery within each build (issue 17's target for E), in updates/s and in CPU time per update.
 """
 import argparse
 import os
