@@ -178,8 +178,9 @@ class HostDelivery:
     lock and runs it outside, item by item; an ``Expand`` item's callbacks run straight from the
     list it returns. Whatever it took and does not run (``max_items`` or ``budget`` reached, a
     callback raising ``BaseException``) goes back to the front of the queue, in order (the rest
-    of a block as one item), before it returns. Before each callback it looks whether the callback's lane was closed meanwhile
-    (by a callback, or by another thread), and drops the rest of that lane's if so.
+    of a block as one item), before it returns. Before each callback it looks whether the
+    callback's lane was closed meanwhile (by a callback, or by another thread), and drops the
+    rest of that lane's if so.
     """
 
     def __init__(
