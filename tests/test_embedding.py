@@ -666,6 +666,31 @@ def test_an_answer_in_the_rest_of_a_block_a_pump_stopped_in_fails_its_future_at_
 
 
 @pytest.mark.timeout(60)
+def test_a_callback_raising_inside_a_block_goes_to_on_error_and_the_rest_of_the_block_still_runs():
+    """In a burst, each block's callbacks run straight from their list: the 8th raising reaches
+    on_error once, on the host thread, and every update after it is still delivered, in order."""
+    errors = []
+
+    def fail_on_the_8th(text):
+        if text == "7":
+            raise ValueError("bad update 7")
+
+    texts = _Texts(fail_on_the_8th)
+    delivery = HostDelivery(on_error=lambda exc: errors.append((repr(exc), threading.current_thread().name)))
+    transport, raw = _raw_transport()
+    remote = RemoteAgent.connect(transport, texts, delivery=delivery)
+    try:
+        raw.send_bytes(b"".join(_update_line(str(i)) for i in range(3000)))
+        _pump_until(delivery, lambda: len(texts.texts) >= 3000)
+    finally:
+        raw.close_writing()
+        remote.close()
+        raw.close()
+    assert texts.texts == [str(i) for i in range(3000)]
+    assert errors == [("ValueError('bad update 7')", threading.current_thread().name)]
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("count", [20, 3000], ids=["one-read", "burst"])
 def test_a_callback_raising_keyboard_interrupt_mid_pump_leaves_the_rest_for_the_next_pump(count):
     """A KeyboardInterrupt from the 8th update's callback ends the pump (the host's Ctrl-C is
