@@ -1,7 +1,8 @@
 """Embedding acp_lite in an editor: the non-blocking and bounded forms of every request, names
 that tell connections apart, a library that never writes to the host's stderr, and host-thread
-delivery under bad conditions (a raising callback, a closed connection, a pump inside a pump, a
-peer flooding faster than the host pumps). Over real pipes and subprocesses."""
+delivery under bad conditions (a raising callback, a connection closed mid-pump, a pump inside a
+pump, a pump stopped inside a block of a burst, a peer flooding faster than the host pumps). Over
+real pipes and subprocesses."""
 import contextlib
 import fcntl
 import inspect
