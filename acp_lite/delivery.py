@@ -17,7 +17,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import UsageError
 
@@ -109,22 +109,34 @@ def run_callbacks(items: List[Callback], log: logging.Logger) -> None:
 class Expand:
     """Marks a host-queue item that is not an application callback but work that turns into
     some (decoding a block of a burst, releasing read-ahead): ``fn(arg)`` returns the callbacks
-    that take its place at the front of the queue, and a pump does not count it."""
+    that take its place in the queue, and a pump does not count it."""
 
     __slots__ = ("fn",)
 
-    def __init__(self, fn: Callable[[Any], List[Callback]]):
+    def __init__(self, fn: Callable[[Any], Sequence[Callback]]):
         self.fn = fn
 
 
+def _the_rest(callbacks: Sequence[Callback]) -> Sequence[Callback]:
+    return callbacks
+
+
+# What a pump puts back when it stops inside a block: the callbacks of it still to run, as one
+# queue item (one per message would cost the next pump a queue step per message).
+_REST = Expand(_the_rest)
+
+
 class HostLane:
-    """One connection's place in a ``HostDelivery``: what it puts there, what it has queued and
-    not yet run (``unfinished``), and whether it is closed (then nothing of it runs any more)."""
+    """One connection's place in a ``HostDelivery``: what it puts there, whether anything of it
+    waits or runs (``unfinished``: zero only when nothing does; it counts queue items, and a block
+    being run counts as its one item until its last callback has run), and whether it is closed
+    (then nothing of it runs any more; what it had waiting goes to ``on_drop``)."""
 
-    __slots__ = ("_delivery", "closed", "unfinished")
+    __slots__ = ("_delivery", "closed", "on_drop", "unfinished")
 
-    def __init__(self, delivery: "HostDelivery"):
+    def __init__(self, delivery: "HostDelivery", on_drop: Callable[[List[Callback]], Any]):
         self._delivery = delivery
+        self.on_drop = on_drop
         self.unfinished = 0
         self.closed = False
 
@@ -135,8 +147,10 @@ class HostLane:
     def put(self, items: Sequence[HostItem]) -> None:
         self._delivery._put(self, items)
 
-    def has_items(self) -> bool:
-        return self.unfinished > 0
+    def close(self) -> None:
+        """Nothing more of this lane runs; what it has waiting goes to ``on_drop``, on this
+        thread (or, for what a running pump holds, on the host thread before that pump returns)."""
+        self._delivery._close_lane(self)
 
 
 class HostDelivery:
@@ -159,6 +173,14 @@ class HostDelivery:
     with its traceback to the ``acp_lite.delivery`` logger); the callbacks after it still run.
     Once a connection is closed, nothing more of it is delivered: its waiting callbacks are
     dropped (the answers among them fail their futures with ``ConnectionClosed``).
+
+    How a pump runs (the rules its speed rests on): it takes what waits in one go under the
+    lock and runs it outside, item by item; an ``Expand`` item's callbacks run straight from the
+    list it returns. Whatever it took and does not run (``max_items`` or ``budget`` reached, a
+    callback raising ``BaseException``) goes back to the front of the queue, in order (the rest
+    of a block as one item), before it returns. Before each callback it looks whether the
+    callback's lane was closed meanwhile (by a callback, or by another thread), and drops the
+    rest of that lane's if so.
     """
 
     def __init__(
@@ -171,6 +193,8 @@ class HostDelivery:
         self._on_error = on_error
         self._lock = threading.Lock()
         self._items: Deque[Tuple[HostLane, Any, Any]] = collections.deque()
+        # True while a pump holds items it took from ``_items`` (they still wait).
+        self._holding = False
         self._pumping = False
         self._wakeup: Optional[Callable[[], Any]] = None
 
@@ -183,7 +207,7 @@ class HostDelivery:
     @property
     def has_work(self) -> bool:
         """True while callbacks are waiting for a pump. Any thread."""
-        return bool(self._items)
+        return bool(self._items) or self._holding
 
     def pump(self, max_items: Optional[int] = None, budget: Optional[float] = None) -> int:
         """Run waiting callbacks in order, on this (the host) thread; return how many ran.
@@ -205,27 +229,9 @@ class HostDelivery:
         if self._pumping:
             return 0
         deadline = None if budget is None else time.monotonic() + budget
-        ran = 0
         self._pumping = True
         try:
-            while max_items is None or ran < max_items:
-                with self._lock:
-                    if not self._items:
-                        break
-                    lane, fn, arg = self._items.popleft()
-                if type(fn) is Expand:
-                    self._expand(lane, fn, arg)
-                    continue
-                try:
-                    fn(arg)
-                except Exception as exc:
-                    self._report(exc)
-                finally:
-                    with self._lock:
-                        lane.unfinished -= 1
-                ran += 1
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
+            ran = self._run(max_items, deadline)
         finally:
             self._pumping = False
         wakeup = self._wakeup
@@ -233,18 +239,103 @@ class HostDelivery:
             call_wakeup(wakeup)
         return ran
 
-    def _expand(self, lane: HostLane, marker: Expand, arg: Any) -> None:
+    def _run(self, quota: Optional[int], deadline: Optional[float]) -> int:
+        """Run callbacks until ``quota`` have run, the deadline has passed or none waits."""
+        ran = 0
+        batch: Deque[Tuple[HostLane, Any, Any]] = collections.deque()
         try:
-            items = marker.fn(arg)
+            while True:
+                if not batch:
+                    batch = self._take(None if quota is None else quota - ran)
+                    if not batch:
+                        return ran
+                lane, item, value = batch.popleft()
+                if lane.closed:
+                    self._settle_lane(lane, 0, [(item, value)])
+                    continue
+                callbacks: Sequence[Callback] = self._expand(item, value) if type(item) is Expand else ((item, value),)
+                started = 0  # (counted before each runs: one that raises BaseException is not run again)
+                room = -1 if quota is None else quota - ran
+                stop = False
+                try:
+                    for fn, arg in callbacks:
+                        if lane.closed:
+                            break
+                        started += 1
+                        try:
+                            fn(arg)
+                        except Exception as exc:
+                            self._report(exc)
+                        if started == room or (deadline is not None and time.monotonic() >= deadline):
+                            stop = True
+                            break
+                finally:
+                    # The item has left the queue; the callbacks of it that did not run take its
+                    # place as one item (or are dropped, the lane being closed).
+                    rest = callbacks[started:]
+                    if lane.closed:
+                        self._settle_lane(lane, 0, rest)
+                    else:
+                        if rest:
+                            batch.appendleft((lane, _REST, rest))
+                        self._settle_lane(lane, 1 if rest else 0, [])
+                ran += started
+                if stop:
+                    return ran
+        finally:
+            self._give_back(batch)
+
+    def _take(self, most: Optional[int]) -> Deque[Tuple[HostLane, Any, Any]]:
+        """What waits (at most ``most`` items), taken out of the queue in one go; the pump holds
+        it until it runs it or gives it back."""
+        with self._lock:
+            if most is None or most >= len(self._items):
+                batch, self._items = self._items, collections.deque()
+            else:
+                batch = collections.deque(self._items.popleft() for _ in range(most))
+            self._holding = bool(batch)
+        return batch
+
+    def _give_back(self, batch: Deque[Tuple[HostLane, Any, Any]]) -> None:
+        """What a pump took and did not run goes back to the front of the queue, in order;
+        what of it belongs to a lane closed meanwhile is dropped instead."""
+        dropped: Dict[HostLane, List[Any]] = {}
+        kept = []
+        with self._lock:
+            self._holding = False
+            for lane, fn, arg in batch:
+                if lane.closed:
+                    dropped.setdefault(lane, []).append((fn, arg))
+                    lane.unfinished -= 1
+                else:
+                    kept.append((lane, fn, arg))
+            self._items.extendleft(reversed(kept))
+        for lane, items in dropped.items():
+            self._drop(lane, items)
+
+    def _expand(self, marker: Expand, arg: Any) -> Sequence[Callback]:
+        try:
+            return marker.fn(arg)
         except Exception:
             _delivery_log.exception("routing a block of messages failed")
-            items = []
+            return ()
+
+    def _settle_lane(self, lane: HostLane, put_back: int, dropped: Sequence[Any]) -> None:
+        """One item of ``lane`` has left the queue: run, or ``put_back`` (0 or 1) items took its
+        place (``dropped``: will not run, the lane being closed)."""
         with self._lock:
-            lane.unfinished -= 1
-            if lane.closed or not items:
-                return
-            lane.unfinished += len(items)
-            self._items.extendleft((lane, fn, item_arg) for fn, item_arg in reversed(items))
+            lane.unfinished += put_back - 1
+        if dropped:
+            self._drop(lane, dropped)
+
+    def _drop(self, lane: HostLane, items: Sequence[Any]) -> None:
+        """``items`` (queue items of ``lane``, without the lane) will not run: ``on_drop`` gets
+        the callbacks they stand for."""
+        callbacks = [pair for fn, arg in items for pair in (arg if fn is _REST else ((fn, arg),))]
+        try:
+            lane.on_drop(callbacks)
+        except Exception:
+            _delivery_log.exception("dropping the callbacks of a closed connection failed")
 
     def _report(self, exc: Exception) -> None:
         if self._on_error is None:
@@ -255,29 +346,30 @@ class HostDelivery:
         except Exception:
             _delivery_log.exception("the on_error hook failed on %r", exc)
 
-    def lane(self) -> HostLane:
-        """A new connection's place in this delivery."""
-        return HostLane(self)
+    def lane(self, on_drop: Callable[[List[Callback]], Any]) -> HostLane:
+        """A new connection's place in this delivery; ``on_drop`` gets what of it never runs
+        because it was closed first."""
+        return HostLane(self, on_drop)
 
     def _put(self, lane: HostLane, items: Sequence[HostItem]) -> None:
         with self._lock:
             if lane.closed:
                 return
-            was_empty = not self._items
+            was_empty = not self._items and not self._holding
             lane.unfinished += len(items)
             self._items.extend((lane, fn, arg) for fn, arg in items)
         if was_empty and self._wakeup is not None:
             call_wakeup(self._wakeup)
 
-    def close_lane(self, lane: HostLane) -> List[Tuple[Any, Any]]:
-        """Drop what ``lane`` still has waiting; returns the dropped ``(fn, arg)`` pairs."""
+    def _close_lane(self, lane: HostLane) -> None:
         with self._lock:
             lane.closed = True
             dropped = [(fn, arg) for owner, fn, arg in self._items if owner is lane]
             if dropped:
                 self._items = collections.deque(item for item in self._items if item[0] is not lane)
                 lane.unfinished -= len(dropped)
-        return dropped
+        if dropped:
+            self._drop(lane, dropped)
 
 
 class WorkerPool:

@@ -387,8 +387,15 @@ class RpcCore:
         if envelopes is None:
             self.route_lines(lines_of(block), items, replies)
             return
+        handlers = fast.handlers
+        try:
+            # Notifications only, as a stream of updates is: one pass, nothing done until it ends.
+            items.extend([(handlers[type(envelope)], envelope.params) for envelope in envelopes])
+            return
+        except KeyError:  # a request among them: each message in its turn
+            pass
         for envelope in envelopes:
-            handler = fast.handlers.get(type(envelope))
+            handler = handlers.get(type(envelope))
             if handler is not None:
                 items.append((handler, envelope.params))
             else:

@@ -200,7 +200,7 @@ class Connection:
         self._transport = transport
         self._log = logger or logging.getLogger("acp_lite.rpc")
         self._host = delivery
-        self._queue: Any = delivery.lane() if delivery is not None else CallbackQueue()
+        self._queue: Any = delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue()
         self._pool = None if delivery is not None else WorkerPool(name, self._log)
         self._lock = threading.Lock()
         self._core = RpcCore(
@@ -328,7 +328,7 @@ class Connection:
             for call in pending.values():
                 settle(call.future, None, self._close_error)
             if isinstance(self._queue, HostLane):
-                self._drop_host_items()
+                self._queue.close()  # (what waited goes to _drop_host_items)
             self._run_closing(None)
             if self._pool is not None and me.ident != self._queue.owner:
                 # Handlers get until the deadline to answer: on workers, and on the reader thread
@@ -348,14 +348,14 @@ class Connection:
         if self._pool is not None:
             self._pool.join(deadline)
 
-    def _drop_host_items(self) -> None:
-        # close() in host mode: nothing more of this connection is delivered; answers that were
+    def _drop_host_items(self, dropped: List[Callback]) -> None:
+        # Host mode, closed: nothing more of this connection is delivered; answers that were
         # waiting for a pump fail their futures instead (requests left unstarted are refused
-        # by _refuse_unstarted).
-        assert self._host is not None and isinstance(self._queue, HostLane)
-        for fn, arg in self._host.close_lane(self._queue):
+        # by _refuse_unstarted). On the closing thread, or on the host thread for what a
+        # running pump held (see HostDelivery).
+        for fn, arg in dropped:
             if fn is settle_item:
-                settle(arg[0].future, None, self._close_error)
+                settle(arg[0].future, None, self._closed_error())
 
     def _refuse_unstarted(self) -> None:
         # close(), just before the transport closes: requests still queued behind a callback

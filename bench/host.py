@@ -1,6 +1,7 @@
 """Workload H (host embedding): a turn streamed to an editor whose UI thread pumps.
 
     python bench/host.py [--runs R] [--updates N] [--no-vim] [--out DIR]   measure; writes OUT/host.json, OUT/host.md
+    python bench/host.py --baseline ROOT ...     also another build (ROOT/acp_lite), alternating run by run
     python bench/host.py client-h -- AGENT_CMD...                         one measurement (the adapter)
     python bench/host.py ceiling-h                                        the same host loop without the library
 
@@ -178,6 +179,7 @@ def main(args: List[str]) -> int:
         print(json.dumps(ceiling_h(CEILING_TICKS)))
         return 0
     import report
+    from ablation import run_job
     from run import PY, Job, machine_meta, replay_agent
     from streams import stream_file
 
@@ -186,6 +188,8 @@ def main(args: List[str]) -> int:
     parser.add_argument("--updates", type=int, default=UPDATES)
     parser.add_argument("--no-vim", action="store_true")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
+    parser.add_argument("--baseline", type=Path, help="a folder holding another build's acp_lite package (e.g. "
+                        "`git archive REV acp_lite` unpacked there), measured too, the two alternating run by run")
     options = parser.parse_args(args)
 
     meta = machine_meta("host", [])
@@ -202,11 +206,14 @@ def main(args: List[str]) -> int:
     ceiling = Job("H", "ceiling", [PY, __file__, "ceiling-h"],
                   lambda r: {f"ceiling: {p} busy ms": r[f"{p}_busy_ms"] for p in ("max", "p99", "p50")})
     series: Dict[str, List[Optional[float]]] = {}
+    baseline: Dict[str, List[Optional[float]]] = {}
     for i in range(options.runs):
         print(f"H run {i + 1}/{options.runs}", file=sys.stderr)
-        figures = {**(job.run() or {}), **(ceiling.run() or {})}
-        for name in METRICS:
-            series.setdefault(name, []).append(figures.get(name))
+        builds = [(series, None), (baseline, str(options.baseline))] if options.baseline else [(series, None)]
+        for into, root in builds if i % 2 == 0 else builds[::-1]:
+            figures = {**(run_job(job, root) or {}), **(ceiling.run() or {})}
+            for name in METRICS:
+                into.setdefault(name, []).append(figures.get(name))
     idle: Dict[str, Optional[float]] = {}
     if not options.no_vim and _vim_usable():
         agent = [PY, str(BENCH.parent / "examples" / "agent.py")]
@@ -216,6 +223,9 @@ def main(args: List[str]) -> int:
     meta["load_average_at_end"] = os.getloadavg()
     doc = {"meta": meta, "updates": options.updates, "tick_ms": TICK * 1e3, "budget_ms": BUDGET * 1e3,
            "runs": series, "summary": {k: report.summary(v) for k, v in series.items()}, "vim_idle_cpu_percent": idle}
+    if options.baseline:
+        ratios = {k: report.summary(report.pairwise("/", series[k], baseline[k])) for k in METRICS}
+        doc["baseline"] = {"root": str(options.baseline), "runs": baseline, "over_baseline": ratios}
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / "host.json").write_text(json.dumps(doc, indent=1) + "\n")
     (options.out / "host.md").write_text(markdown(doc))
@@ -254,6 +264,8 @@ def markdown(doc: dict) -> str:
         cells = [fmt.format(stat[k]) for k in ("median", "min", "max")]
         lines.append(f"| {name} | {' | '.join(cells)} | {targets.get(name, '')} |")
     lines += ["", _verdict(s), ""]
+    if "baseline" in doc:
+        lines += _baseline_table(doc)
     if doc["vim_idle_cpu_percent"]:
         lines += [
             f"## Vim idle, {IDLE_SECONDS:.0f} s typing nothing (CPU % of one core)",
@@ -267,6 +279,28 @@ def markdown(doc: dict) -> str:
         lines += [f"| {label} | {value:.2f} |" for label, value in doc["vim_idle_cpu_percent"].items()]
         lines.append("")
     return "\n".join(lines)
+
+
+def _baseline_table(doc: dict) -> List[str]:
+    import report
+
+    base, ratios = doc["baseline"], doc["baseline"]["over_baseline"]
+    lines = [
+        f"## This build over the baseline ({base['root']})",
+        "",
+        "The two builds alternate within each run, and each is followed by its own ceiling run; the ratio is "
+        "this build's figure over the baseline's, run by run, then its median (min–max).",
+        "",
+        "| metric | this build | baseline | ratio |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name in METRICS:
+        mine, theirs, ratio = doc["summary"].get(name), report.summary(base["runs"].get(name, [])), ratios.get(name)
+        if mine is None or theirs is None or ratio is None:
+            continue
+        lines.append(f"| {name} | {mine['median']:,.2f} | {theirs['median']:,.2f} | "
+                     f"{ratio['median']:.2f} ({ratio['min']:.2f}–{ratio['max']:.2f}) |")
+    return [*lines, ""]
 
 
 def _verdict(s: dict) -> str:

@@ -1,7 +1,8 @@
 """Embedding acp_lite in an editor: the non-blocking and bounded forms of every request, names
 that tell connections apart, a library that never writes to the host's stderr, and host-thread
-delivery under bad conditions (a raising callback, a closed connection, a pump inside a pump, a
-peer flooding faster than the host pumps). Over real pipes and subprocesses."""
+delivery under bad conditions (a raising callback, a connection closed mid-pump, a pump inside a
+pump, a pump stopped inside a block of a burst, a peer flooding faster than the host pumps). Over
+real pipes and subprocesses."""
 import contextlib
 import fcntl
 import inspect
@@ -546,3 +547,180 @@ def test_a_flooding_agent_is_held_back_while_the_host_pumps_within_its_budget():
         raw.close()
     assert slow.count == total
     assert 1 <= most_in_one_pump <= 8  # each slow callback takes >= 1 ms: the 8th ends the budget
+
+
+# -- a pump takes what waits in one go: the edges of that ------------------------------------------
+def _answer_line(request, result):
+    return json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}).encode() + b"\n"
+
+
+@pytest.mark.timeout(60)
+def test_pumping_one_item_at_a_time_over_a_burst_delivers_each_message_once_in_order():
+    """A burst decoded in blocks, pumped with max_items=1: no pump runs more than one callback
+    (the rest of a block waits for the next pump, in order), every message arrives once, and
+    afterwards nothing counts as waiting: the answer to a blocking call made on another thread
+    is settled without a pump."""
+    count = 3000
+    texts = _Texts()
+    delivery = HostDelivery()
+    transport, raw = _raw_transport()
+    remote = RemoteAgent.connect(transport, texts, delivery=delivery)
+    ran = []
+    answered = []
+    try:
+        raw.send_bytes(b"".join(_update_line(str(i)) for i in range(count)))  # ~450 KB: several blocks
+        deadline = time.monotonic() + WAIT * 4
+        while len(texts.texts) < count:
+            assert time.monotonic() < deadline, f"{len(texts.texts)} delivered"
+            ran.append(delivery.pump(max_items=1))
+        assert delivery.pump() == 0  # (what is left: the release of the last read's bytes)
+        assert not delivery.has_work
+        caller = threading.Thread(target=lambda: answered.append(remote.connection.call("x/ask", timeout=WAIT)))
+        caller.start()
+        raw.send_bytes(_answer_line(raw.recv(), {"ok": 1}))
+        caller.join(WAIT)
+    finally:
+        raw.close_writing()
+        remote.close()
+        raw.close()
+    assert (max(ran), sum(ran)) == (1, count)
+    assert texts.texts == [str(i) for i in range(count)]
+    assert answered == [{"ok": 1}]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("count", [20, 3000], ids=["one-read", "burst"])
+@pytest.mark.parametrize("closer", ["the-callback", "another-thread"])
+def test_a_connection_closed_mid_pump_has_nothing_more_delivered_and_the_others_go_on(count, closer):
+    """The 6th update's callback closes its connection (itself, or through another thread it
+    waits for) while the pump holds the rest of what arrived with it (an answer among it):
+    nothing more of that connection runs, the answered future has failed with ConnectionClosed
+    by the time the pump returns, and a connection sharing the delivery gets all of its updates,
+    in order."""
+
+    def close_at_the_6th(text):
+        if text != "5":
+            return
+        if closer == "the-callback":
+            closing.close()
+        else:
+            thread = threading.Thread(target=closing.close, name="test-closer")
+            thread.start()
+            thread.join(WAIT)
+
+    delivery = HostDelivery()
+    closing_texts = _Texts(close_at_the_6th)
+    kept_texts = _Texts()
+    (closing_transport, closing_raw), (kept_transport, kept_raw) = _raw_transport(), _raw_transport()
+    closing = RemoteAgent.connect(closing_transport, closing_texts, delivery=delivery)
+    kept = RemoteAgent.connect(kept_transport, kept_texts, delivery=delivery)
+    try:
+        asked = closing.connection.call_future("x/ask")
+        answer = _answer_line(closing_raw.recv(), {"ok": 1})
+        # One write each (the short one read in one go, so that one pump takes all of it).
+        closing_raw.send_bytes(b"".join(_update_line(str(i)) for i in range(count)) + answer)
+        kept_raw.send_bytes(b"".join(_update_line(str(i)) for i in range(10)))
+        _pump_until(delivery, lambda: len(kept_texts.texts) == 10 and closing.connection.closed)
+        failed_by_then = asked.done() and isinstance(asked.exception(), ConnectionClosed)
+        while delivery.has_work:
+            delivery.pump()
+    finally:
+        for raw in (closing_raw, kept_raw):
+            raw.close_writing()
+        closing.close()
+        kept.close()
+        closing_raw.close()
+        kept_raw.close()
+    assert closing_texts.texts == [str(i) for i in range(6)]
+    assert failed_by_then
+    assert kept_texts.texts == [str(i) for i in range(10)]
+
+
+@pytest.mark.timeout(60)
+def test_an_answer_in_the_rest_of_a_block_a_pump_stopped_in_fails_its_future_at_close():
+    """A pump stops (max_items) inside a block of a burst whose 11th line answers a call_future:
+    the rest of the block waits for the next pump. Closing the connection then drops it: the
+    answered future fails with ConnectionClosed at once, and nothing more is delivered."""
+    texts = _Texts()
+    delivery = HostDelivery()
+    transport, raw = _raw_transport()
+    remote = RemoteAgent.connect(transport, texts, delivery=delivery)
+    try:
+        asked = remote.connection.call_future("x/ask")
+        answer = _answer_line(raw.recv(), {"ok": 1})
+        lines = [_update_line(str(i)) for i in range(3000)]
+        raw.send_bytes(b"".join(lines[:10]) + answer + b"".join(lines[10:]))
+        deadline = time.monotonic() + WAIT
+        while not delivery.has_work:
+            assert time.monotonic() < deadline, "nothing arrived"
+            time.sleep(0.002)
+        assert delivery.pump(max_items=5) == 5
+        remote.close()
+        failed_at_once = asked.done() and isinstance(asked.exception(), ConnectionClosed)
+        assert (delivery.pump(), delivery.has_work) == (0, False)
+    finally:
+        raw.close_writing()
+        remote.close()
+        raw.close()
+    assert failed_at_once
+    assert texts.texts == [str(i) for i in range(5)]
+
+
+@pytest.mark.timeout(60)
+def test_a_callback_raising_inside_a_block_goes_to_on_error_and_the_rest_of_the_block_still_runs():
+    """In a burst, each block's callbacks run straight from their list: the 8th raising reaches
+    on_error once, on the host thread, and every update after it is still delivered, in order."""
+    errors = []
+
+    def fail_on_the_8th(text):
+        if text == "7":
+            raise ValueError("bad update 7")
+
+    texts = _Texts(fail_on_the_8th)
+    delivery = HostDelivery(on_error=lambda exc: errors.append((repr(exc), threading.current_thread().name)))
+    transport, raw = _raw_transport()
+    remote = RemoteAgent.connect(transport, texts, delivery=delivery)
+    try:
+        raw.send_bytes(b"".join(_update_line(str(i)) for i in range(3000)))
+        _pump_until(delivery, lambda: len(texts.texts) >= 3000)
+    finally:
+        raw.close_writing()
+        remote.close()
+        raw.close()
+    assert texts.texts == [str(i) for i in range(3000)]
+    assert errors == [("ValueError('bad update 7')", threading.current_thread().name)]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("count", [20, 3000], ids=["one-read", "burst"])
+def test_a_callback_raising_keyboard_interrupt_mid_pump_leaves_the_rest_for_the_next_pump(count):
+    """A KeyboardInterrupt from the 8th update's callback ends the pump (the host's Ctrl-C is
+    the host's); what the pump took and did not run waits, in order, and the next pumps deliver
+    it: each update once."""
+    interrupted = []
+
+    def interrupt_once(text):
+        if text == "7" and not interrupted:
+            interrupted.append(text)
+            raise KeyboardInterrupt
+
+    texts = _Texts(interrupt_once)
+    delivery = HostDelivery()
+    transport, raw = _raw_transport()
+    remote = RemoteAgent.connect(transport, texts, delivery=delivery)
+    try:
+        raw.send_bytes(b"".join(_update_line(str(i)) for i in range(count)))
+        deadline = time.monotonic() + WAIT
+        while not interrupted:
+            assert time.monotonic() < deadline, "the 8th update never came"
+            try:
+                delivery.pump()
+            except KeyboardInterrupt:
+                assert interrupted and texts.texts == [str(i) for i in range(8)]
+                assert delivery.has_work
+        _pump_until(delivery, lambda: len(texts.texts) >= count)
+    finally:
+        raw.close_writing()
+        remote.close()
+        raw.close()
+    assert texts.texts == [str(i) for i in range(count)]
