@@ -566,6 +566,9 @@ class Connection:
     def _run_handler_outliving_it(self, ctx: RequestContext) -> None:
         # Workers go on after any handler: a SystemExit (sys.exit() in a handler) has been
         # answered -32603 and logged like any failure, and ends nothing.
+        if self._close_called:
+            self._refuse_to_start(ctx)  # it waited for a worker (see WorkerPool) until the close
+            return
         try:
             self._run_handler(ctx)
         except BaseException:
@@ -606,9 +609,11 @@ class Connection:
                 if ctx is None:
                     continue
                 assert self._pool is not None
-                if self._pool.submit(self._read_loop, None):
+                if self._pool.hand_off(self._read_loop, None):
                     self._run_handler_outliving_it(ctx)
+                    self._pool.release()  # the place _route_read claimed for it
                     return
+                self._pool.release()
                 self._refuse_to_start(ctx)  # closing
         except Exception:
             self._log.exception("%s: reader failed; closing the connection", self.name)
@@ -652,12 +657,12 @@ class Connection:
         elif queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
             # Requests only, with nothing before them to deliver: started here, in order (their
             # arrival hooks are the runtime's bookkeeping); the first runs on this thread once a
-            # worker reads on (see _read_loop), the others on workers.
+            # worker reads on (see _read_loop), if it may start at once, the others on workers.
             here: Optional[RequestContext] = None
             for _, ctx in items:
                 if not self._arrive(ctx):
                     continue
-                if here is None:
+                if here is None and self._pool.claim():  # type: ignore[union-attr]
                     here = ctx
                 elif not self._pool.submit(self._run_handler_outliving_it, ctx):  # type: ignore[union-attr]
                     self._refuse_to_start(ctx)
