@@ -31,8 +31,10 @@ _WORKER_IDLE_SECONDS = 30.0
 
 # At most this many request handlers of a connection run at once. Each holds a thread (it may
 # block for minutes), so this bounds the threads a burst of requests starts before the first
-# ones answered, and those a peer that does not read our answers holds blocked in their replies;
-# it is far above the handlers an editor keeps busy at once (a prompt turn per session).
+# ones answered, and those a peer that does not read our answers holds blocked in their replies.
+# The price: a request beyond it waits for a handler to end, so 64 handlers that each wait for a
+# later request of the same peer would wait for good; it is far above the handlers an editor or
+# an agent keeps busy at once (a prompt turn per session, a few tool calls each).
 HANDLER_LIMIT = 64
 
 _delivery_log = logging.getLogger("acp_lite.delivery")
