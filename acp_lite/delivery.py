@@ -324,10 +324,10 @@ class WorkerPool:
         return self._add(self._handed, fn, arg)
 
     def claim(self) -> bool:
-        """Take a handler's place for one the caller runs on its own thread; False when that
-        would exceed the limit or overtake a handler waiting for a worker. Then ``release()``."""
+        """Take a handler's place for one the caller runs on its own thread; False when no place
+        is left once the handlers submitted before it have theirs. Then ``release()``."""
         with self._cond:
-            if self._tasks or self._running >= HANDLER_LIMIT:
+            if self._running + len(self._tasks) >= HANDLER_LIMIT:
                 return False
             self._running += 1
             return True
@@ -355,9 +355,10 @@ class WorkerPool:
 
     def _start_worker(self) -> None:
         # Under the lock, after one more task may start: wake an idle worker for it, or start one
-        # if every idle (or starting) worker already has one to take.
+        # if every idle (or starting) worker already has one to take. None once shut down: what
+        # still waits then is refused by the connection's close().
         runnable = self._runnable()
-        if runnable == 0:
+        if runnable == 0 or self._shut:
             return
         if self._idle + self._starting >= runnable:
             if self._idle:
