@@ -304,12 +304,12 @@ class WorkerPool:
         self._logger = logger
         self._cond = threading.Condition(threading.Lock())
         self._tasks: Deque[Callback] = collections.deque()  # handlers waiting for a worker
-        self._handed: List[Callback] = []  # the reading, waiting for a worker
+        self._handed: Deque[Callback] = collections.deque()  # the reading, waiting for a worker
         self._running = 0  # handlers running, on workers or on threads that claimed a place
         self._idle = 0  # workers waiting for a task
         self._starting = 0  # workers started that have not looked for a task yet
         self._threads: List[threading.Thread] = []
-        self._on_worker = threading.local()
+        self._worker = threading.local()  # on workers: a place claimed, given back (see release)
         self._numbers = itertools.count(1)
         self._shut = False
 
@@ -330,18 +330,23 @@ class WorkerPool:
             if self._running + len(self._tasks) >= HANDLER_LIMIT:
                 return False
             self._running += 1
-            return True
+        if hasattr(self._worker, "released"):
+            self._worker.claimed = True
+        return True
 
     def release(self) -> None:
-        """Give back a place taken by ``claim()``: a handler waiting for it starts, on the caller's
-        own thread if that is a worker (it takes the next task once back in the pool, so no
-        other worker is started for it)."""
+        """Give back a place taken by ``claim()``. A worker gives it back once back in the pool,
+        where it takes a handler waiting for it itself (no other worker is woken or started for
+        it, and the lock is not taken twice); another thread gives it back now."""
+        if getattr(self._worker, "claimed", False):
+            self._worker.claimed = False
+            self._worker.released = True
+            return
         with self._cond:
             self._running -= 1
-            if not getattr(self._on_worker, "value", False):
-                self._start_worker()
+            self._start_worker()
 
-    def _add(self, tasks: Any, fn: Callable[[Any], Any], arg: Any) -> bool:
+    def _add(self, tasks: Deque[Callback], fn: Callable[[Any], Any], arg: Any) -> bool:
         with self._cond:
             if self._shut:
                 return False
@@ -371,7 +376,7 @@ class WorkerPool:
 
     def _work(self) -> None:
         me = threading.current_thread()
-        self._on_worker.value = True
+        self._worker.claimed = self._worker.released = False
         with self._cond:
             self._starting -= 1
         handler = False
@@ -379,6 +384,9 @@ class WorkerPool:
             with self._cond:
                 if handler:
                     self._running -= 1
+                if self._worker.released:
+                    self._running -= 1
+                    self._worker.released = False
                 while not self._runnable() and not self._shut:
                     self._idle += 1
                     woken = self._cond.wait(_WORKER_IDLE_SECONDS)
@@ -386,7 +394,7 @@ class WorkerPool:
                     if not woken and not self._runnable():
                         break
                 if self._handed:
-                    fn, arg = self._handed.pop(0)
+                    fn, arg = self._handed.popleft()
                     handler = False
                 elif self._runnable():
                     fn, arg = self._tasks.popleft()
