@@ -309,7 +309,7 @@ class WorkerPool:
         self._idle = 0  # workers waiting for a task
         self._starting = 0  # workers started that have not looked for a task yet
         self._threads: List[threading.Thread] = []
-        self._worker = threading.local()  # on workers: a place claimed, given back (see release)
+        self._worker = threading.local()  # on workers: whether a claimed place was given back (see release)
         self._numbers = itertools.count(1)
         self._shut = False
 
@@ -330,16 +330,13 @@ class WorkerPool:
             if self._running + len(self._tasks) >= HANDLER_LIMIT:
                 return False
             self._running += 1
-        if hasattr(self._worker, "released"):
-            self._worker.claimed = True
         return True
 
     def release(self) -> None:
         """Give back a place taken by ``claim()``. A worker gives it back once back in the pool,
         where it takes a handler waiting for it itself (no other worker is woken or started for
         it, and the lock is not taken twice); another thread gives it back now."""
-        if getattr(self._worker, "claimed", False):
-            self._worker.claimed = False
+        if getattr(self._worker, "released", None) is False:  # (None: not a worker)
             self._worker.released = True
             return
         with self._cond:
@@ -376,7 +373,7 @@ class WorkerPool:
 
     def _work(self) -> None:
         me = threading.current_thread()
-        self._worker.claimed = self._worker.released = False
+        self._worker.released = False
         with self._cond:
             self._starting -= 1
         handler = False
