@@ -386,6 +386,8 @@ def test_the_request_after_the_handler_limit_starts_when_a_handler_ends_not_on_a
 
 
 def test_a_request_waiting_for_a_handler_place_at_close_is_refused_and_never_runs(peer):
+    # Like a request whose turn comes while the connection closes: answered -32800 without running,
+    # even though a place frees up (its handler would run after close(), its answer dropped).
     connection = peer.connection
     handlers = HeldHandlers(connection, HANDLER_LIMIT + 1)
     connection.on_closing(handlers.release_all)  # places free up only once close() has begun
