@@ -7,7 +7,8 @@
 - ``HostDelivery``: the same order, but on the host application's own thread, inside ``pump()``;
   one per application, shared by its connections (each has a lane in it, dropped at its close).
 - ``WorkerPool``: the threads request handlers run on (they may block for minutes and call the
-  peer): it grows when every worker is busy and shrinks when one has been idle for a while.
+  peer): it grows when every worker is busy, up to ``HANDLER_LIMIT`` handlers at once (the next
+  ones wait their turn), and shrinks when a worker has been idle for a while.
 
 Nothing here knows JSON-RPC; a callback is a ``(fn, arg)`` pair.
 """
@@ -27,6 +28,14 @@ HostItem = Tuple[Union[Callable[[Any], Any], "Expand"], Any]
 
 # Idle worker threads wait this long for another request before they exit.
 _WORKER_IDLE_SECONDS = 30.0
+
+# At most this many request handlers of a connection run at once. Each holds a thread (it may
+# block for minutes), so this bounds the threads a burst of requests starts before the first
+# ones answered, and those a peer that does not read our answers holds blocked in their replies.
+# The price: a request beyond it waits for a handler to end, so 64 handlers that each wait for a
+# later request of the same peer would wait for good; it is far above the handlers an editor or
+# an agent keeps busy at once (a prompt turn per session, a few tool calls each).
+HANDLER_LIMIT = 64
 
 _delivery_log = logging.getLogger("acp_lite.delivery")
 
@@ -373,49 +382,116 @@ class HostDelivery:
 
 
 class WorkerPool:
-    """Threads for request handlers: grows when every worker is busy (handlers may block for
-    minutes), shrinks when a worker has been idle for a while. Tasks start in submission order."""
+    """Threads for request handlers, which may block for minutes and call the peer.
+
+    At most ``HANDLER_LIMIT`` handlers run at once; the next ones wait, in submission order, for
+    one of them to end. A worker is started only for a task that may run now, when no worker is
+    idle, so that a burst of requests, or a peer that does not read the answers its requests'
+    handlers block in, costs at most that many threads. The reading, handed on (``hand_off``),
+    is not a handler: it never waits. Workers exit after a while idle.
+    """
 
     def __init__(self, name: str, logger: logging.Logger):
         self._name = name
         self._logger = logger
         self._cond = threading.Condition(threading.Lock())
-        self._tasks: List[Callback] = []
-        self._idle = 0
+        self._tasks: Deque[Callback] = collections.deque()  # handlers waiting for a worker
+        self._handed: Deque[Callback] = collections.deque()  # the reading, waiting for a worker
+        self._running = 0  # handlers running, on workers or on threads that claimed a place
+        self._idle = 0  # workers waiting for a task
+        self._starting = 0  # workers started that have not looked for a task yet
         self._threads: List[threading.Thread] = []
+        self._worker = threading.local()  # on workers: whether a claimed place was given back (see release)
         self._numbers = itertools.count(1)
         self._shut = False
 
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> bool:
-        """Run ``fn(arg)`` on a worker; False once the pool is shut down."""
+        """Run the handler ``fn(arg)`` on a worker, once fewer than ``HANDLER_LIMIT`` run; False
+        once the pool is shut down."""
+        return self._add(self._tasks, fn, arg)
+
+    def hand_off(self, fn: Callable[[Any], Any], arg: Any) -> bool:
+        """Run ``fn(arg)`` (the reading, not a handler) on a worker at once; False once the pool
+        is shut down."""
+        return self._add(self._handed, fn, arg)
+
+    def claim(self) -> bool:
+        """Take a handler's place for one the caller runs on its own thread; False when no place
+        is left once the handlers submitted before it have theirs. Then ``release()``."""
+        with self._cond:
+            if self._running + len(self._tasks) >= HANDLER_LIMIT:
+                return False
+            self._running += 1
+        return True
+
+    def release(self) -> None:
+        """Give back a place taken by ``claim()``. A worker gives it back once back in the pool,
+        where it takes a handler waiting for it itself (no other worker is woken or started for
+        it, and the lock is not taken twice); another thread gives it back now."""
+        if getattr(self._worker, "released", None) is False:  # (None: not a worker)
+            self._worker.released = True
+            return
+        with self._cond:
+            self._running -= 1
+            self._start_worker()
+
+    def _add(self, tasks: Deque[Callback], fn: Callable[[Any], Any], arg: Any) -> bool:
         with self._cond:
             if self._shut:
                 return False
-            self._tasks.append((fn, arg))
-            if self._idle >= len(self._tasks):
-                self._cond.notify()
-                return True
-            thread = threading.Thread(
-                target=self._work, name=f"acp-worker-{self._name}-{next(self._numbers)}", daemon=True
-            )
-            self._threads.append(thread)
-            thread.start()  # under the lock, so that join() never meets a thread not yet started
+            tasks.append((fn, arg))
+            self._start_worker()
         return True
+
+    def _runnable(self) -> int:
+        # Under the lock: how many waiting tasks may start now.
+        return len(self._handed) + min(len(self._tasks), HANDLER_LIMIT - self._running)
+
+    def _start_worker(self) -> None:
+        # Under the lock, after one more task may start: wake an idle worker for it, or start one
+        # if every idle (or starting) worker already has one to take. None once shut down: what
+        # still waits then is refused by the connection's close().
+        runnable = self._runnable()
+        if runnable == 0 or self._shut:
+            return
+        if self._idle + self._starting >= runnable:
+            if self._idle:
+                self._cond.notify()
+            return
+        self._starting += 1
+        thread = threading.Thread(target=self._work, name=f"acp-worker-{self._name}-{next(self._numbers)}", daemon=True)
+        self._threads.append(thread)
+        thread.start()  # under the lock, so that join() never meets a thread not yet started
 
     def _work(self) -> None:
         me = threading.current_thread()
+        self._worker.released = False
+        with self._cond:
+            self._starting -= 1
+        handler = False
         while True:
             with self._cond:
-                while not self._tasks and not self._shut:
+                if handler:
+                    self._running -= 1
+                if self._worker.released:
+                    self._running -= 1
+                    self._worker.released = False
+                while not self._runnable() and not self._shut:
                     self._idle += 1
                     woken = self._cond.wait(_WORKER_IDLE_SECONDS)
                     self._idle -= 1
-                    if not woken and not self._tasks:
+                    if not woken and not self._runnable():
                         break
-                if not self._tasks:
+                if self._handed:
+                    fn, arg = self._handed.popleft()
+                    handler = False
+                elif self._runnable():
+                    fn, arg = self._tasks.popleft()
+                    self._running += 1
+                    handler = True
+                else:
                     self._threads.remove(me)
                     return
-                fn, arg = self._tasks.pop(0)
             try:
                 fn(arg)
             except Exception:

@@ -9,7 +9,7 @@ thread a connection may have:
 | the reading: reader ``acp-reader-<name>`` first | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping), and runs the first one's handler itself once a worker has taken the reading on (leader/followers); no other application code |
 | delivery ``acp-delivery-<name>`` (default mode) | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
 | host thread (host mode, ``HostDelivery``) | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
-| workers ``acp-worker-<name>-<n>`` (default mode) | a request, or the reading, finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes); the reading, handed on |
+| workers ``acp-worker-<name>-<n>`` (default mode) | a request that may start, or the reading, finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes), at most ``HANDLER_LIMIT`` (64) at once, the reader's own included; the reading, handed on |
 | flusher ``acp-flusher-<name>`` (the transport's) | a stream of frames from one thread (its 64th quick send in a row) | ``close()`` | writing the backlog of frames |
 | any caller | the application | | ``call`` (blocks; not on the delivery or host thread: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
 
@@ -30,7 +30,10 @@ Invariants:
 - Back-pressure: the reader stops reading while about 2 MiB it read wait for the delivery thread
   or the host's pumps, so a slow application makes a fast peer wait; requests are not started
   while the peer does not read our answers (the transport's backlog is full), so such a peer
-  stops our reading, not adds a thread per request.
+  stops our reading. Handlers are bounded where they start, not where requests are routed: at
+  most ``HANDLER_LIMIT`` run at once and the next waits, in its turn, for one to end, so such a
+  peer (or a burst of requests) holds at most that many threads, however the reading raced the
+  workers. A request still waiting for its turn when ``close()`` begins is refused, not run.
 - Close: ``close(timeout)`` fails pending calls at once, runs the ``on_closing`` callbacks,
   cancels running handlers' tokens and gives them until the deadline to answer, answers requests
   not yet started -32800, flushes and closes the transport, and joins its threads, all within
@@ -563,6 +566,9 @@ class Connection:
     def _run_handler_outliving_it(self, ctx: RequestContext) -> None:
         # Workers go on after any handler: a SystemExit (sys.exit() in a handler) has been
         # answered -32603 and logged like any failure, and ends nothing.
+        if self._close_called:
+            self._refuse_to_start(ctx)  # it waited for a worker (see WorkerPool) until the close
+            return
         try:
             self._run_handler(ctx)
         except BaseException:
@@ -603,9 +609,11 @@ class Connection:
                 if ctx is None:
                     continue
                 assert self._pool is not None
-                if self._pool.submit(self._read_loop, None):
+                if self._pool.hand_off(self._read_loop, None):
                     self._run_handler_outliving_it(ctx)
+                    self._pool.release()  # the place _route_read claimed for it
                     return
+                self._pool.release()
                 self._refuse_to_start(ctx)  # closing
         except Exception:
             self._log.exception("%s: reader failed; closing the connection", self.name)
@@ -649,12 +657,12 @@ class Connection:
         elif queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
             # Requests only, with nothing before them to deliver: started here, in order (their
             # arrival hooks are the runtime's bookkeeping); the first runs on this thread once a
-            # worker reads on (see _read_loop), the others on workers.
+            # worker reads on (see _read_loop), if it may start at once, the others on workers.
             here: Optional[RequestContext] = None
             for _, ctx in items:
                 if not self._arrive(ctx):
                     continue
-                if here is None:
+                if here is None and self._pool.claim():  # type: ignore[union-attr]
                     here = ctx
                 elif not self._pool.submit(self._run_handler_outliving_it, ctx):  # type: ignore[union-attr]
                     self._refuse_to_start(ctx)

@@ -7,6 +7,7 @@ the same order, the same errors for the same bad lines.
 """
 import json
 import os
+import queue
 import threading
 import time
 from typing import Any, List
@@ -15,6 +16,7 @@ import msgspec
 import pytest
 
 from acp_lite import wire
+from acp_lite.delivery import HANDLER_LIMIT
 from acp_lite.rpc import Connection, HostDelivery
 
 from raw_peer import RawPeer
@@ -286,20 +288,12 @@ def test_close_wakes_a_reader_waiting_for_room(peer):
     writer.join(WAIT)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known defect (issue 17, open): when the reading outruns the workers, the requests it routed "
-        "before the write backlog filled each get a worker that then blocks in its reply, so a burst "
-        "can still cost up to a thread per request (1 run in 6 here); the gate is checked when a "
-        "request is routed, not when its handler starts"
-    ),
-)
 def test_a_peer_that_stops_reading_our_answers_stops_our_reading_not_our_threads():
     # Handlers whose answers cannot be written block in send. Starting each new request on
     # another worker would only add threads that block the same way, one per request the peer
-    # sends: while the write backlog is full (8 MiB), no request starts, the reading stops, and
-    # the peer feels the back-pressure. Nothing is lost once it reads again.
+    # sends: at most HANDLER_LIMIT handlers run at once, while the write backlog is full (8 MiB)
+    # no request is routed, the reading stops, and the peer feels the back-pressure. Nothing is
+    # lost once it reads again.
     to_connection, feed = os.pipe()
     from_connection, replies = os.pipe()
     connection = Connection(wire.Transport(to_connection, replies, name="not-read"), name="not-read")
@@ -318,9 +312,10 @@ def test_a_peer_that_stops_reading_our_answers_stops_our_reading_not_our_threads
         threads = threading.active_count()
         time.sleep(0.5)
         # The reading stopped (the peer's write blocks) and no thread is added while it waits:
-        # only the workers of the burst before the backlog filled, never one per request.
+        # at most the workers of HANDLER_LIMIT handlers, the one holding the reading, and the
+        # transport's flusher, however the reading and the workers raced.
         assert threading.active_count() == threads
-        assert threads - threads_before < requests // 4
+        assert threads - threads_before <= HANDLER_LIMIT + 2
         answered = set()
         buffer = b""
         deadline = time.monotonic() + WAIT
@@ -340,6 +335,76 @@ def test_a_peer_that_stops_reading_our_answers_stops_our_reading_not_our_threads
         connection.close()
         writer.join(WAIT)
         os.close(feed)
+
+
+def hold(i: int) -> Any:
+    return {"jsonrpc": "2.0", "id": i, "method": "x/hold", "params": {"i": i}}
+
+
+class HeldHandlers:
+    """``x/hold`` handlers that block until the test releases them, reporting as they start."""
+
+    def __init__(self, connection: Connection, count: int):
+        self.started: "queue.Queue[int]" = queue.Queue()
+        self.releases = [threading.Event() for _ in range(count)]
+        connection.on_request("x/hold", self._hold)
+
+    def _hold(self, params: Any, ctx: Any) -> int:
+        self.started.put(params["i"])
+        self.releases[params["i"]].wait(WAIT)
+        return params["i"]
+
+    def release_all(self) -> None:
+        for event in self.releases:
+            event.set()
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-ID-ECHO")
+def test_the_request_after_the_handler_limit_starts_when_a_handler_ends_not_on_a_new_thread(peer):
+    # The bound behind the back-pressure invariant, made certain: however fast the reading routes
+    # requests, at most HANDLER_LIMIT handlers run at once; the next waits, in its turn, for one
+    # of them to end (a peer that does not read our answers holds at most that many threads).
+    connection = peer.connection
+    handlers = HeldHandlers(connection, HANDLER_LIMIT + 1)
+    marked = threading.Event()
+    connection.on_notification("x/mark", lambda params: marked.set())
+    connection.start()
+    try:
+        peer.send(*[hold(i) for i in range(HANDLER_LIMIT + 1)], {"jsonrpc": "2.0", "method": "x/mark"})
+        assert sorted(handlers.started.get(timeout=WAIT) for _ in range(HANDLER_LIMIT)) == list(range(HANDLER_LIMIT))
+        assert marked.wait(WAIT)  # every request before the mark was started in its turn
+        time.sleep(0.3)  # ample for the last handler to begin, were it given a thread
+        assert handlers.started.empty()
+        handlers.releases[5].set()
+        assert peer.recv() == {"jsonrpc": "2.0", "id": 5, "result": 5}
+        assert handlers.started.get(timeout=WAIT) == HANDLER_LIMIT
+        handlers.release_all()
+        answered = {peer.recv()["id"] for _ in range(HANDLER_LIMIT)}
+        assert answered == set(range(HANDLER_LIMIT + 1)) - {5}
+    finally:
+        handlers.release_all()
+
+
+def test_a_request_waiting_for_a_handler_place_at_close_is_refused_and_never_runs(peer):
+    # Like a request whose turn comes while the connection closes: answered -32800 without running,
+    # even though a place frees up (its handler would run after close(), its answer dropped).
+    connection = peer.connection
+    handlers = HeldHandlers(connection, HANDLER_LIMIT + 1)
+    connection.on_closing(handlers.release_all)  # places free up only once close() has begun
+    connection.start()
+    try:
+        peer.send(*[hold(i) for i in range(HANDLER_LIMIT + 1)])
+        for _ in range(HANDLER_LIMIT):
+            handlers.started.get(timeout=WAIT)
+        connection.close(timeout=WAIT)
+        answers = {}
+        while len(answers) < HANDLER_LIMIT + 1:
+            message = peer.recv()
+            answers[message["id"]] = message
+        assert answers[HANDLER_LIMIT]["error"]["code"] == -32800
+        assert handlers.started.empty()  # its handler never ran
+    finally:
+        handlers.release_all()
 
 
 def test_an_answer_inside_a_burst_in_host_mode_surfaces_after_the_lines_before_it():
