@@ -55,6 +55,20 @@ def test_a_blocked_handler_does_not_stop_other_requests(pair):
     assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": "released"}
 
 
+def test_requests_read_together_run_on_when_the_first_blocks(pair):
+    # One write, one read: the requests after a blocking one, and the reading, go on without it.
+    connection, peer = pair
+    release = threading.Event()
+    connection.on_request("x/block", lambda params, ctx: release.wait(WAIT) and "released")
+    connection.start()
+    peer.send(request(1, "x/block"), request(2, "test/ping"), request(3, "test/ping"))
+    answers = sorted((peer.recv(), peer.recv()), key=lambda answer: answer["id"])  # on two threads
+    assert answers == [{"jsonrpc": "2.0", "id": 2, "result": "pong"}, {"jsonrpc": "2.0", "id": 3, "result": "pong"}]
+    peer.ping()
+    release.set()
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": "released"}
+
+
 @pytest.mark.parametrize("how", ["call", "call with a timeout", "call_future"])
 def test_handlers_on_both_sides_may_call_each_other_back(how):
     ours, theirs = memory_pair()
