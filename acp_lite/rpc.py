@@ -46,7 +46,7 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from msgspec import UNSET
 
@@ -339,6 +339,9 @@ class Connection:
                 pending, self._core.pending = self._core.pending, {}
                 self._watch_wake.notify_all()  # the watcher stops
         me = threading.current_thread()
+        # A callback calling close(), on the delivery thread or on the reading thread holding the
+        # delivery role (then the delivery thread waits for it, and ends once it returns).
+        delivering = me.ident == self._queue.owner
         if first:
             with self._read_ahead_cond:
                 self._read_ahead_cond.notify_all()  # a reader waiting for room stops
@@ -350,7 +353,7 @@ class Connection:
             if isinstance(self._queue, HostLane):
                 self._drop_host_items()
             self._run_closing(None)
-            if self._pool is not None and me.ident != self._queue.owner:
+            if self._pool is not None and not delivering:
                 # Handlers get until the deadline to answer: on workers, and on the reader thread
                 # (see _read_loop). (On the delivery thread, handlers may wait for answers queued
                 # behind this callback: they end once it returns, and the delivery thread runs
@@ -362,7 +365,7 @@ class Connection:
             self._transport.close(max(0.0, deadline - time.monotonic()))
             if isinstance(self._queue, CallbackQueue):
                 self._queue.finish()
-        for thread in (self._reader, self._deliverer):
+        for thread in (self._reader, None if delivering else self._deliverer):
             if thread is not None and thread is not me:
                 thread.join(max(0.0, deadline - time.monotonic()))
         if self._pool is not None:
@@ -468,8 +471,11 @@ class Connection:
         self, method: str, params: Any, result_type: Any, future: Future, direct: bool, timeout: Optional[float]
     ) -> int:
         request_id, frame = self._core.request(method, params)
-        if self._here_thread == threading.get_ident():
-            self._hand_reading_on()  # its answer must be read meanwhile
+        me = threading.get_ident()
+        if self._here_thread == me and self._queue.owner != me:
+            # A handler the reading thread runs: the answer must be read meanwhile. (A callback
+            # it delivers may send but not wait: see refuse_blocking_here.)
+            self._hand_reading_on()
         with self._lock:
             if self._closed:
                 raise self._closed_error()
@@ -621,24 +627,33 @@ class Connection:
                 blocks = self._transport.read_blocks()
                 if blocks is None:
                     break
-                here = self._route_read(blocks)
-                if here and not self._run_here(here):
+                requests, callbacks = self._route_read(blocks)
+                if (requests or callbacks) and not self._run_here(requests, callbacks):
                     return
         except Exception:
             self._log.exception("%s: reader failed; closing the connection", self.name)
         self._on_end_of_stream()
 
-    def _run_here(self, requests: List[RequestContext]) -> bool:
-        """Reading thread: run the handlers of requests it started, one after another, here,
-        sparing the wake-up of another thread, while the watcher looks (see _watch): when a
-        handler blocks or runs long, or sends a request (see _hand_reading_on), another thread
-        reads on and the rest start on workers. True if this thread still holds the reading."""
+    def _run_here(self, requests: List[RequestContext], callbacks: List[Callback]) -> bool:
+        """Reading thread: run the callbacks of what it read (holding the delivery role, see
+        _route_read), or the handlers of the requests it started, one after another, here,
+        sparing the wake-up of another thread, while the watcher looks (see _watch): when one
+        blocks or runs long, or a handler sends a request (see _hand_reading_on), another
+        thread reads on and the rest of the requests start on workers. True if this thread
+        still holds the reading afterwards."""
         assert self._pool is not None
         me = threading.get_ident()
         with self._lock:
             self._here_thread, self._here = me, requests
             if not self._watching:
                 self._watching = self._pool.submit(self._watch, None)
+            if callbacks:
+                self._runs += 1
+        if callbacks:
+            try:
+                run_callbacks(callbacks, self._log)
+            finally:
+                self._queue.release(len(callbacks))
         while True:
             with self._lock:
                 if self._here_thread != me:
@@ -704,11 +719,12 @@ class Connection:
             rest = self._take_reading()
         self._start_on_workers(rest)
 
-    def _route_read(self, blocks: List[Any]) -> List[RequestContext]:
+    def _route_read(self, blocks: List[Any]) -> Tuple[List[RequestContext], List[Callback]]:
         """Route what one read brought: decoded here when it is small, else left to whoever
         delivers (the delivery thread, or the host's thread as it pumps) as a burst of blocks,
-        so that the reader is back at reading at once. Returns the requests for the reading
-        thread to run itself (see _read_loop), if any."""
+        so that the reader is back at reading at once. Returns the requests whose handlers, or
+        the callbacks (the delivery role taken), the reading thread is to run itself (see
+        _run_here), if any."""
         queue = self._queue
         if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
             size = _burst_size(blocks)
@@ -718,33 +734,37 @@ class Connection:
                 queue.put([(self._expand_item, block) for block in blocks] + [(self._release_item, size)])
             else:
                 queue.put([(self._deliver_block, block) for block in blocks])
-            return []
+            return [], []
         items: List[Callback] = []
         replies: List[bytes] = []
         self._core.route_lines(lines_of(blocks[0]), items, replies)
         for frame in replies:
             self._send_frame(frame)
         if not items:
-            return []
+            return [], []
         if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
             # Answers only, to blocking calls, with nothing before them to deliver: settled here
             # (no application code runs: only call() waits on such a future).
             for _, outcome in items:
                 settle_item(outcome)
-            return []
+            return [], []
         if isinstance(queue, HostLane):
             # The host pumps when it can: what this read brought counts against the read-ahead
             # until a pump has run its last callback.
             size = _burst_size(blocks)
             self._add_read_ahead(size)
             queue.put([*items, (self._release_item, size)])
-            return []
+            return [], []
         elif queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
             # Requests only, with nothing before them to deliver: started here, in order (their
             # arrival hooks are the runtime's bookkeeping), and run by this thread (see _run_here).
-            return [ctx for _, ctx in items if self._arrive(ctx)]
+            return [ctx for _, ctx in items if self._arrive(ctx)], []
+        if queue.claim(len(items)):
+            # Nothing queued or running: the callbacks run on this thread, in order (see
+            # _run_here), and whatever is read meanwhile queues behind them.
+            return [], items
         queue.put(items)
-        return []
+        return [], []
 
     def _wait_for_read_ahead_room(self) -> bool:
         """Wait while the delivery thread (or the host's pumps) is far behind (a slow callback, a

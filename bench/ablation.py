@@ -6,7 +6,9 @@ Each ROOT is a folder holding an ``acp_lite`` package (e.g. ``git archive COMMIT
 unpacked there); a job runs with ``PYTHONPATH=ROOT`` so that its adapter imports that build.
 Within a run the two builds go one after the other, in alternating order from run to run, so
 that the load of a shared machine hits both alike; the Python SDK and the bare ping-pong run once
-per run as references. Figures are medians over the runs; a ratio is taken run by run first.
+per run as references. Figures are medians over the runs; a ratio is taken run by run first, and
+the runs' ratios are listed beside it. Each C figure of acp_lite is also given over the Python SDK's
+and the bare ping-pong's of the same run (the targets are such ratios).
 """
 import argparse
 import os
@@ -31,7 +33,7 @@ MEASURED = [
     ("E", "acp_lite, host-thread delivery", "updates/s"),
 ]
 REFERENCES = [
-    ("D", "ceiling: msgspec Structs", "updates/s"),
+    ("A", "ceiling: msgspec Structs", "updates/s"),
     ("C", "python-sdk", "requests/s (sequential)"),
     ("C", "python-sdk", "requests/s (8 in flight)"),
     ("C", "bare ping-pong", "requests/s (sequential)"),
@@ -62,6 +64,36 @@ def run_job(job: suite.Job, root: Optional[str]) -> Optional[Dict[str, float]]:
             os.environ["PYTHONPATH"] = saved
 
 
+# Each C figure of acp_lite is also set beside these references of the same run: the targets
+# are ratios to the Python SDK, and the bare ping-pong is the ceiling.
+C_REFERENCES = {
+    "requests/s (sequential)": [("C", "python-sdk", "requests/s (sequential)"),
+                                ("C", "bare ping-pong", "requests/s (sequential)")],
+    "requests/s (8 in flight)": [("C", "python-sdk", "requests/s (8 in flight)"),
+                                 ("C", "bare ping-pong, threads", "requests/s (8 in flight)")],
+}
+
+
+def median(values: List[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def ratios(over: Dict[int, float], under: Dict[int, float]) -> List[float]:
+    """Run by run: over/under for each run that measured both."""
+    return [over[run] / under[run] for run in sorted(over) if under.get(run)]
+
+
+def run_by_run(values: List[float]) -> str:
+    return " ".join(f"{value:.2f}" for value in values)
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{load:.2f}" for load in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("before")
@@ -77,8 +109,10 @@ def main() -> int:
     py_sdk = peers.install_python_sdk()
     jobs = suite.make_jobs(plan, "ABCDE", [py_sdk] if py_sdk else [], streams_dir)
     measured = [(key, pick(jobs, *key)) for key in MEASURED if key[0] in args.only]
-    references = [(key, pick(jobs, *key)) for key in REFERENCES if key[0] in args.only + "D"]
-    figures: Dict[Tuple[str, ...], List[float]] = {}
+    references = [(key, pick(jobs, *key)) for key in REFERENCES if key[0] in args.only]
+    # (build or "ref", workload, subject, metric) -> {run number: figure}
+    figures: Dict[Tuple[str, ...], Dict[int, float]] = {}
+    loads = [load_average()]
     for number in range(args.runs):
         order = [("before", args.before), ("after", args.after)]
         if number % 2:
@@ -87,27 +121,41 @@ def main() -> int:
             for label, root in order:
                 result = run_job(job, root) if job else None
                 if result is not None:
-                    figures.setdefault((label,) + key, []).append(result[key[2]])
+                    figures.setdefault((label,) + key, {})[number] = result[key[2]]
         for key, job in references:
             result = run_job(job, None) if job else None
             if result is not None:
-                figures.setdefault(("ref",) + key, []).append(result[key[2]])
-        print(f"run {number + 1}/{args.runs} done", file=sys.stderr)
+                figures.setdefault(("ref",) + key, {})[number] = result[key[2]]
+        loads.append(load_average())
+        print(f"run {number + 1}/{args.runs} done (load average {loads[-1]})", file=sys.stderr)
     lines = [f"# Ablation: {args.title}", "",
              f"{args.runs} runs, scale {args.scale} (C: {plan['requests']} requests, A: {plan['updates']} updates); "
              "the two builds alternate within each run (A,B then B,A), so the load of the shared machine hits both alike. "
-             "Medians; the ratio is after/before taken run by run, then its median.", "",
-             "| workload | metric | before | after | after/before |", "| --- | --- | ---: | ---: | ---: |"]
+             "Medians; a ratio is taken run by run, then its median (the runs' ratios follow it). "
+             f"Load average (1, 5, 15 min) before the first run and after each: {'; '.join(loads)}.", "",
+             "| workload | metric | before | after | after/before | run by run |",
+             "| --- | --- | ---: | ---: | ---: | --- |"]
     for key, _ in measured:
-        before, after = figures.get(("before",) + key, []), figures.get(("after",) + key, [])
-        ratios = [a / b for a, b in zip(after, before) if b]
-        lines.append(f"| {key[0]} {key[1]} | {key[2]} | {statistics.median(before) if before else float('nan'):,.0f} | "
-                     f"{statistics.median(after) if after else float('nan'):,.0f} | "
-                     f"{statistics.median(ratios) if ratios else float('nan'):.2f} |")
+        before, after = figures.get(("before",) + key, {}), figures.get(("after",) + key, {})
+        by_run = ratios(after, before)
+        lines.append(f"| {key[0]} {key[1]} | {key[2]} | {median(list(before.values())):,.0f} | "
+                     f"{median(list(after.values())):,.0f} | {median(by_run):.2f} | {run_by_run(by_run)} |")
+    beside = [(key, ref) for key, _ in measured for ref in C_REFERENCES.get(key[2], []) if key[0] == "C"
+              and ("ref",) + ref in figures and (ref[1] != "bare ping-pong, threads" or key[1] == "acp_lite")]
+    if beside:
+        lines += ["", "acp_lite beside the references of the same run (ratio run by run, then its median):", "",
+                  "| workload | metric | over | before | after | after, run by run |",
+                  "| --- | --- | --- | ---: | ---: | --- |"]
+        for key, ref in beside:
+            under = figures[("ref",) + ref]
+            before = ratios(figures.get(("before",) + key, {}), under)
+            after = ratios(figures.get(("after",) + key, {}), under)
+            lines.append(f"| C {key[1]} | {key[2]} | {ref[1]} | {median(before):.2f} | {median(after):.2f} | "
+                         f"{run_by_run(after)} |")
     lines += ["", "References (same runs):", "", "| workload | subject | metric | median |", "| --- | --- | --- | ---: |"]
     for key, _ in references:
-        values = figures.get(("ref",) + key, [])
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {statistics.median(values) if values else float('nan'):,.0f} |")
+        values = list(figures.get(("ref",) + key, {}).values())
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {median(values):,.0f} |")
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
