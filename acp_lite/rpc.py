@@ -6,17 +6,19 @@ thread a connection may have:
 
 | thread | started by | stopped by | may run |
 | --- | --- | --- | --- |
-| the reading: reader ``acp-reader-<name>`` first | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping) and runs their handlers itself, one after another, until the watcher takes the reading over (a handler in it for a whole tick) or a handler sends a request (a worker reads on at once); then the rest of them start on workers and this thread leaves the reading after its handler; no other application code |
-| delivery ``acp-delivery-<name>`` (default mode) | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
+| the reading: reader ``acp-reader-<name>`` first | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; when nothing is queued or running, runs what a small read brought itself: the handlers of a read made only of requests (started here, in order), one after another, or else the read's callbacks, holding the delivery role (``CallbackQueue.claim``); the watcher takes the reading over from it once it has been in one handler or run of callbacks for a whole tick, and a worker at once when a handler it runs sends a request; then the rest of those requests start on workers and this thread leaves the reading when it is done |
+| delivery ``acp-delivery-<name>`` (default mode) | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks (not while the reading thread holds the delivery role); decodes bursts (blocks of lines); starts the other requests in arrival order |
 | host thread (host mode, ``HostDelivery``) | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
 | workers ``acp-worker-<name>-<n>`` (default mode) | a request, the reading or the watcher finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes); the reading, handed on |
-| the watcher (a worker) | the reading thread running a handler, when no watcher runs | 50 ticks (2 ms each) without a handler run by the reading thread, ``close()``, or taking the reading over | looks every tick whether the reading thread is still in the handler it was in at the last look; if so, starts the rest of that read's requests on workers and becomes the reading |
+| the watcher (a worker) | the reading thread running what it read, when no watcher runs | 50 ticks (2 ms each) without the reading thread running anything, ``close()``, or taking the reading over | looks every tick whether the reading thread is still in the handler (or run of callbacks) it was in at the last look; if so, starts the rest of that read's requests on workers and becomes the reading |
 | flusher ``acp-flusher-<name>`` (the transport's) | a stream of frames from one thread (its 64th quick send in a row) | ``close()`` | writing the backlog of frames |
 | any caller | the application | | ``call`` (blocks; not on the delivery or host thread: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
 
 Invariants:
 
-- Ordering: callbacks run in the order their messages arrived, never two at once; a request is
+- Ordering: callbacks run in the order their messages arrived, never two at once (on the
+  delivery thread, or on the reading thread while it holds the delivery role, which it takes
+  only when nothing is queued or running, and whatever is read meanwhile queues behind); a request is
   started (its arrival hook run, its handler handed to a worker) in its turn among them, so a
   notification sent after a request (a cancel) finds it registered. The reading thread starts
   requests itself only when nothing is queued before them, and reads nothing more until they
@@ -238,9 +240,9 @@ class Connection:
         self._close_called = False
         self._closing_ran = False
         self._reader_done = threading.Event()
-        # The reading thread running requests itself (see _run_here), under _lock: its identity
-        # while it does, the requests it has yet to run, how many it has run; whether the
-        # watcher runs, and its wake-up.
+        # The reading thread running what it read itself (see _run_here), under _lock: its
+        # identity while it does, the requests it has yet to run, how many handlers and runs of
+        # callbacks it has run; whether the watcher runs, and its wake-up.
         self._here_thread: Optional[int] = None
         self._here: List[RequestContext] = []
         self._runs = 0
@@ -407,8 +409,8 @@ class Connection:
         ``result_type``. Raises the peer's error (an ``acp_lite`` ``ProtocolError``),
         ``CallTimeout`` after ``timeout`` seconds, sending included (the peer is sent
         ``$/cancel_request`` and a late answer is dropped), or ``ConnectionClosed``. Any thread,
-        but not from a callback (on the delivery thread, or the host thread in host mode): there
-        it raises ``UsageError`` (use ``call_future``). On the main thread a Ctrl-C ends the
+        but not from a callback (where callbacks run: see ``call_future``): there it raises
+        ``UsageError`` (use ``call_future``). On the main thread a Ctrl-C ends the
         wait (``KeyboardInterrupt``; the peer is sent ``$/cancel_request``)."""
         self.refuse_blocking_here(method)
         future: Future = Future()
@@ -431,8 +433,8 @@ class Connection:
         raise CallTimeout(f"{method}: no answer within {timeout} s")
 
     def refuse_blocking_here(self, method: str) -> None:
-        """Raise ``UsageError`` when called from a callback (on the delivery thread, or the host
-        thread in host mode): a blocking wait there would wait for itself. For layers above that
+        """Raise ``UsageError`` when called from a callback (where callbacks run: see
+        ``call_future``): a blocking wait there would wait for itself. For layers above that
         block on a ``call_future``. Any thread."""
         if threading.get_ident() == self._queue.owner:
             raise UsageError(
@@ -443,8 +445,9 @@ class Connection:
     def call_future(self, method: str, params: Any = None, result_type: Any = Any) -> Future:
         """Send a request; a ``Future`` of its result (or error). Cancelling the future while the
         call is pending sends ``$/cancel_request`` and drops the eventual answer. The future is
-        settled, and its done-callbacks run, where callbacks run (the delivery thread; the host
-        thread in host mode), one at a time with them and in order; when the connection is
+        settled, and its done-callbacks run, where callbacks run (the delivery thread, or the
+        thread reading the connection when it runs a small read's callbacks in its stead; the
+        host thread in host mode), one at a time with them and in order; when the connection is
         closed, on the thread that closes it. Any thread."""
         future: Future = Future()
         request_id = self._send_request(method, params, result_type, future, False, None)
@@ -683,16 +686,17 @@ class Connection:
 
     def _watch(self, _: Any) -> None:
         """Worker, the watcher: reads on in the reading thread's place once that thread has been
-        in one handler for a whole tick (the handler blocks or runs long)."""
+        in one handler (or run of callbacks) for a whole tick: it blocks or runs long."""
         rest = self._wait_for_stuck_handler()
         if rest is not None:
             self._start_on_workers(rest)
             self._read_loop()
 
     def _wait_for_stuck_handler(self) -> Optional[List[RequestContext]]:
-        """Look every tick whether the reading thread is still in the handler it was in at the
-        last look; once it is, take the reading from it (see _take_reading). None after a while
-        without a handler run by the reading thread, or once closing: the watcher stops."""
+        """Look every tick whether the reading thread is still in the handler (or run of
+        callbacks) it was in at the last look; once it is, take the reading from it (see
+        _take_reading). None after a while without the reading thread running anything, or
+        once closing: the watcher stops."""
         seen, runs, quiet = -1, -1, 0
         with self._lock:
             try:

@@ -8,10 +8,13 @@ Within a run the two builds go one after the other, in alternating order from ru
 that the load of a shared machine hits both alike; the Python SDK and the bare ping-pong run once
 per run as references. Figures are medians over the runs; a ratio is taken run by run first, and
 the runs' ratios are listed beside it. Each C figure of acp_lite is also given over the Python SDK's
-and the bare ping-pong's of the same run (the targets are such ratios).
+and the bare ping-pong's of the same run (the targets are such ratios), and its CPU time and
+context switches per request over both processes (client and agent), which a shared machine's
+load moves far less than the wall-clock rates.
 """
 import argparse
 import os
+import resource
 import statistics
 import sys
 from pathlib import Path
@@ -41,6 +44,11 @@ REFERENCES = [
 ]
 
 
+# Per C request, over both processes of a job (see run_job), their start-up included.
+CPU, SWITCHES = "CPU seconds", "context switches"
+C_COSTS = [(CPU, "CPU µs per request, both sides", 1e6), (SWITCHES, "context switches per request, both sides", 1)]
+
+
 def pick(jobs: List[suite.Job], workload: str, subject: str, metric: str) -> Optional[suite.Job]:
     for job in jobs:
         if job.workload == workload and job.subject == subject:
@@ -52,16 +60,24 @@ def pick(jobs: List[suite.Job], workload: str, subject: str, metric: str) -> Opt
 
 
 def run_job(job: suite.Job, root: Optional[str]) -> Optional[Dict[str, float]]:
+    """The job's figures, and with them the CPU seconds and context switches of its processes (the
+    client and the peer it waited for), which a loaded machine moves far less than wall time."""
     saved = os.environ.get("PYTHONPATH")
     if root is not None:
         os.environ["PYTHONPATH"] = root
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        return job.run()
+        result = job.run()
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result is not None:
+        result[CPU] = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        result[SWITCHES] = after.ru_nvcsw - before.ru_nvcsw + after.ru_nivcsw - before.ru_nivcsw
+    return result
 
 
 # Each C figure of acp_lite is also set beside these references of the same run: the targets
@@ -81,6 +97,10 @@ def median(values: List[float]) -> float:
 def ratios(over: Dict[int, float], under: Dict[int, float]) -> List[float]:
     """Run by run: over/under for each run that measured both."""
     return [over[run] / under[run] for run in sorted(over) if under.get(run)]
+
+
+def figure(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
 def run_by_run(values: List[float]) -> str:
@@ -122,6 +142,10 @@ def main() -> int:
                 result = run_job(job, root) if job else None
                 if result is not None:
                     figures.setdefault((label,) + key, {})[number] = result[key[2]]
+                    if key[0] == "C":
+                        for field, metric, unit in C_COSTS:
+                            cost = result[field] / plan["requests"] * unit
+                            figures.setdefault((label, key[0], key[1], f"{metric} ({key[2]})"), {})[number] = cost
         for key, job in references:
             result = run_job(job, None) if job else None
             if result is not None:
@@ -135,11 +159,12 @@ def main() -> int:
              f"Load average (1, 5, 15 min) before the first run and after each: {'; '.join(loads)}.", "",
              "| workload | metric | before | after | after/before | run by run |",
              "| --- | --- | ---: | ---: | ---: | --- |"]
-    for key, _ in measured:
+    costs = [(key[0], key[1], f"{metric} ({key[2]})") for key, _ in measured if key[0] == "C" for _, metric, _ in C_COSTS]
+    for key in [key for key, _ in measured] + costs:
         before, after = figures.get(("before",) + key, {}), figures.get(("after",) + key, {})
         by_run = ratios(after, before)
-        lines.append(f"| {key[0]} {key[1]} | {key[2]} | {median(list(before.values())):,.0f} | "
-                     f"{median(list(after.values())):,.0f} | {median(by_run):.2f} | {run_by_run(by_run)} |")
+        lines.append(f"| {key[0]} {key[1]} | {key[2]} | {figure(median(list(before.values())))} | "
+                     f"{figure(median(list(after.values())))} | {median(by_run):.2f} | {run_by_run(by_run)} |")
     beside = [(key, ref) for key, _ in measured for ref in C_REFERENCES.get(key[2], []) if key[0] == "C"
               and ("ref",) + ref in figures and (ref[1] != "bare ping-pong, threads" or key[1] == "acp_lite")]
     if beside:
