@@ -4,9 +4,6 @@
   Callbacks run one at a time, in the order they were put, on the one thread that takes them;
   ``unfinished`` counts those put and not yet run to completion, so the reader knows when
   nothing waits (then it may settle a blocking call's answer itself without overtaking anything).
-  When nothing waits, the reader may also ``claim`` the delivery role and run a read's callbacks
-  itself; the delivery thread then runs nothing until it is ``release``d, and ``owner`` names
-  the reader meanwhile.
 - ``HostDelivery``: the same order, but on the host application's own thread, inside ``pump()``;
   one per application, shared by its connections (each has a lane in it, dropped at its close).
 - ``WorkerPool``: the threads request handlers run on (they may block for minutes and call the
@@ -37,8 +34,8 @@ _delivery_log = logging.getLogger("acp_lite.delivery")
 class CallbackQueue:
     """The ordered queue of ``(fn, arg)`` callbacks between the reader and the delivery thread.
 
-    ``owner`` is the identity of the thread that delivers now (the delivery thread, or the
-    reader holding the delivery role): a blocking call there would wait for itself.
+    ``owner`` is the identity of the delivering thread: a blocking call there would wait for
+    itself.
     """
 
     def __init__(self) -> None:
@@ -46,8 +43,6 @@ class CallbackQueue:
         self._items: List[Callback] = []
         self.unfinished = 0
         self._finished = False
-        self._claimed = False
-        self._thread: Optional[int] = None  # the delivery thread's identity
         self.owner: Optional[int] = None
 
     def put(self, items: List[Callback]) -> None:
@@ -61,7 +56,7 @@ class CallbackQueue:
     def take(self) -> Optional[List[Callback]]:
         """Every callback waiting (blocks while none does); None once finished and empty."""
         with self._cond:
-            while self._claimed or (not self._items and not self._finished):
+            while not self._items and not self._finished:
                 self._cond.wait()
             if not self._items:
                 return None
@@ -72,25 +67,6 @@ class CallbackQueue:
         with self._cond:
             self.unfinished -= count
 
-    def claim(self, count: int) -> bool:
-        """Take the delivery role for ``count`` callbacks the calling thread runs itself, if
-        nothing is queued or running (False otherwise); ``release(count)`` once they ran."""
-        with self._cond:
-            if self.unfinished:
-                return False
-            self.unfinished = count
-            self._claimed = True
-            self.owner = threading.get_ident()
-            return True
-
-    def release(self, count: int) -> None:
-        with self._cond:
-            self.unfinished -= count
-            self._claimed = False
-            self.owner = self._thread
-            if self._items or self._finished:
-                self._cond.notify()  # the delivery thread waits in take() for the role
-
     def finish(self) -> None:
         """No more callbacks will come; ``take`` returns None once the rest is taken."""
         with self._cond:
@@ -99,10 +75,7 @@ class CallbackQueue:
 
     def run(self, log: logging.Logger) -> None:
         """The delivery thread's loop: run what is put, in order, until finished."""
-        with self._cond:
-            self._thread = threading.get_ident()
-            if not self._claimed:
-                self.owner = self._thread
+        self.owner = threading.get_ident()
         try:
             while True:
                 items = self.take()
@@ -113,8 +86,7 @@ class CallbackQueue:
                 finally:
                     self.done(len(items))
         finally:
-            with self._cond:
-                self.owner = self._thread = None  # a later thread may get the same identity
+            self.owner = None  # a later thread may get the same identity
 
 
 def call_wakeup(wakeup: Callable[[], Any]) -> None:

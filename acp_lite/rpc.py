@@ -6,19 +6,17 @@ thread a connection may have:
 
 | thread | started by | stopped by | may run |
 | --- | --- | --- | --- |
-| the reading: reader ``acp-reader-<name>`` first | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; when nothing is queued or running, runs what a small read brought itself: the handlers of a read made only of requests (started here, in order), one after another, or else the read's callbacks, holding the delivery role (``CallbackQueue.claim``); the watcher takes the reading over from it once it has been in one handler or run of callbacks for a whole tick, and a worker at once when a handler it runs sends a request; then the rest of those requests start on workers and this thread leaves the reading when it is done |
-| delivery ``acp-delivery-<name>`` (default mode) | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks (not while the reading thread holds the delivery role); decodes bursts (blocks of lines); starts the other requests in arrival order |
+| the reading: reader ``acp-reader-<name>`` first | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping) and runs their handlers itself, one after another, until the watcher takes the reading over (a handler in it for a whole tick) or a handler sends a request (a worker reads on at once); then the rest of them start on workers and this thread leaves the reading after its handler; no other application code |
+| delivery ``acp-delivery-<name>`` (default mode) | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
 | host thread (host mode, ``HostDelivery``) | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
 | workers ``acp-worker-<name>-<n>`` (default mode) | a request, the reading or the watcher finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes); the reading, handed on |
-| the watcher (a worker) | the reading thread running what it read, when no watcher runs | 50 ticks (2 ms each) without the reading thread running anything, ``close()``, or taking the reading over | looks every tick whether the reading thread is still in the handler (or run of callbacks) it was in at the last look; if so, starts the rest of that read's requests on workers and becomes the reading |
+| the watcher (a worker) | the reading thread running a handler, when no watcher runs | 50 ticks (2 ms each) without a handler run by the reading thread, ``close()``, or taking the reading over | looks every tick whether the reading thread is still in the handler it was in at the last look; if so, starts the rest of that read's requests on workers and becomes the reading |
 | flusher ``acp-flusher-<name>`` (the transport's) | a stream of frames from one thread (its 64th quick send in a row) | ``close()`` | writing the backlog of frames |
 | any caller | the application | | ``call`` (blocks; not on the delivery or host thread: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
 
 Invariants:
 
-- Ordering: callbacks run in the order their messages arrived, never two at once (on the
-  delivery thread, or on the reading thread while it holds the delivery role, which it takes
-  only when nothing is queued or running, and whatever is read meanwhile queues behind); a request is
+- Ordering: callbacks run in the order their messages arrived, never two at once; a request is
   started (its arrival hook run, its handler handed to a worker) in its turn among them, so a
   notification sent after a request (a cancel) finds it registered. The reading thread starts
   requests itself only when nothing is queued before them, and reads nothing more until they
@@ -48,7 +46,7 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 from msgspec import UNSET
 
@@ -240,9 +238,9 @@ class Connection:
         self._close_called = False
         self._closing_ran = False
         self._reader_done = threading.Event()
-        # The reading thread running what it read itself (see _run_here), under _lock: its
-        # identity while it does, the requests it has yet to run, how many handlers and runs of
-        # callbacks it has run; whether the watcher runs, and its wake-up.
+        # The reading thread running requests itself (see _run_here), under _lock: its identity
+        # while it does, the requests it has yet to run, how many it has run; whether the
+        # watcher runs, and its wake-up.
         self._here_thread: Optional[int] = None
         self._here: List[RequestContext] = []
         self._runs = 0
@@ -341,9 +339,6 @@ class Connection:
                 pending, self._core.pending = self._core.pending, {}
                 self._watch_wake.notify_all()  # the watcher stops
         me = threading.current_thread()
-        # A callback calling close(), on the delivery thread or on the reading thread holding the
-        # delivery role (then the delivery thread waits for it, and ends once it returns).
-        delivering = me.ident == self._queue.owner
         if first:
             with self._read_ahead_cond:
                 self._read_ahead_cond.notify_all()  # a reader waiting for room stops
@@ -355,7 +350,7 @@ class Connection:
             if isinstance(self._queue, HostLane):
                 self._drop_host_items()
             self._run_closing(None)
-            if self._pool is not None and not delivering:
+            if self._pool is not None and me.ident != self._queue.owner:
                 # Handlers get until the deadline to answer: on workers, and on the reader thread
                 # (see _read_loop). (On the delivery thread, handlers may wait for answers queued
                 # behind this callback: they end once it returns, and the delivery thread runs
@@ -367,7 +362,7 @@ class Connection:
             self._transport.close(max(0.0, deadline - time.monotonic()))
             if isinstance(self._queue, CallbackQueue):
                 self._queue.finish()
-        for thread in (self._reader, None if delivering else self._deliverer):
+        for thread in (self._reader, self._deliverer):
             if thread is not None and thread is not me:
                 thread.join(max(0.0, deadline - time.monotonic()))
         if self._pool is not None:
@@ -409,8 +404,8 @@ class Connection:
         ``result_type``. Raises the peer's error (an ``acp_lite`` ``ProtocolError``),
         ``CallTimeout`` after ``timeout`` seconds, sending included (the peer is sent
         ``$/cancel_request`` and a late answer is dropped), or ``ConnectionClosed``. Any thread,
-        but not from a callback (where callbacks run: see ``call_future``): there it raises
-        ``UsageError`` (use ``call_future``). On the main thread a Ctrl-C ends the
+        but not from a callback (on the delivery thread, or the host thread in host mode): there
+        it raises ``UsageError`` (use ``call_future``). On the main thread a Ctrl-C ends the
         wait (``KeyboardInterrupt``; the peer is sent ``$/cancel_request``)."""
         self.refuse_blocking_here(method)
         future: Future = Future()
@@ -433,8 +428,8 @@ class Connection:
         raise CallTimeout(f"{method}: no answer within {timeout} s")
 
     def refuse_blocking_here(self, method: str) -> None:
-        """Raise ``UsageError`` when called from a callback (where callbacks run: see
-        ``call_future``): a blocking wait there would wait for itself. For layers above that
+        """Raise ``UsageError`` when called from a callback (on the delivery thread, or the host
+        thread in host mode): a blocking wait there would wait for itself. For layers above that
         block on a ``call_future``. Any thread."""
         if threading.get_ident() == self._queue.owner:
             raise UsageError(
@@ -445,9 +440,8 @@ class Connection:
     def call_future(self, method: str, params: Any = None, result_type: Any = Any) -> Future:
         """Send a request; a ``Future`` of its result (or error). Cancelling the future while the
         call is pending sends ``$/cancel_request`` and drops the eventual answer. The future is
-        settled, and its done-callbacks run, where callbacks run (the delivery thread, or the
-        thread reading the connection when it runs a small read's callbacks in its stead; the
-        host thread in host mode), one at a time with them and in order; when the connection is
+        settled, and its done-callbacks run, where callbacks run (the delivery thread; the host
+        thread in host mode), one at a time with them and in order; when the connection is
         closed, on the thread that closes it. Any thread."""
         future: Future = Future()
         request_id = self._send_request(method, params, result_type, future, False, None)
@@ -474,11 +468,8 @@ class Connection:
         self, method: str, params: Any, result_type: Any, future: Future, direct: bool, timeout: Optional[float]
     ) -> int:
         request_id, frame = self._core.request(method, params)
-        me = threading.get_ident()
-        if self._here_thread == me and self._queue.owner != me:
-            # A handler the reading thread runs: the answer must be read meanwhile. (A callback
-            # it delivers may send but not wait: see refuse_blocking_here.)
-            self._hand_reading_on()
+        if self._here_thread == threading.get_ident():
+            self._hand_reading_on()  # its answer must be read meanwhile
         with self._lock:
             if self._closed:
                 raise self._closed_error()
@@ -630,33 +621,24 @@ class Connection:
                 blocks = self._transport.read_blocks()
                 if blocks is None:
                     break
-                requests, callbacks = self._route_read(blocks)
-                if (requests or callbacks) and not self._run_here(requests, callbacks):
+                here = self._route_read(blocks)
+                if here and not self._run_here(here):
                     return
         except Exception:
             self._log.exception("%s: reader failed; closing the connection", self.name)
         self._on_end_of_stream()
 
-    def _run_here(self, requests: List[RequestContext], callbacks: List[Callback]) -> bool:
-        """Reading thread: run the callbacks of what it read (holding the delivery role, see
-        _route_read), or the handlers of the requests it started, one after another, here,
-        sparing the wake-up of another thread, while the watcher looks (see _watch): when one
-        blocks or runs long, or a handler sends a request (see _hand_reading_on), another
-        thread reads on and the rest of the requests start on workers. True if this thread
-        still holds the reading afterwards."""
+    def _run_here(self, requests: List[RequestContext]) -> bool:
+        """Reading thread: run the handlers of requests it started, one after another, here,
+        sparing the wake-up of another thread, while the watcher looks (see _watch): when a
+        handler blocks or runs long, or sends a request (see _hand_reading_on), another thread
+        reads on and the rest start on workers. True if this thread still holds the reading."""
         assert self._pool is not None
         me = threading.get_ident()
         with self._lock:
             self._here_thread, self._here = me, requests
             if not self._watching:
                 self._watching = self._pool.submit(self._watch, None)
-            if callbacks:
-                self._runs += 1
-        if callbacks:
-            try:
-                run_callbacks(callbacks, self._log)
-            finally:
-                self._queue.release(len(callbacks))
         while True:
             with self._lock:
                 if self._here_thread != me:
@@ -686,17 +668,16 @@ class Connection:
 
     def _watch(self, _: Any) -> None:
         """Worker, the watcher: reads on in the reading thread's place once that thread has been
-        in one handler (or run of callbacks) for a whole tick: it blocks or runs long."""
+        in one handler for a whole tick (the handler blocks or runs long)."""
         rest = self._wait_for_stuck_handler()
         if rest is not None:
             self._start_on_workers(rest)
             self._read_loop()
 
     def _wait_for_stuck_handler(self) -> Optional[List[RequestContext]]:
-        """Look every tick whether the reading thread is still in the handler (or run of
-        callbacks) it was in at the last look; once it is, take the reading from it (see
-        _take_reading). None after a while without the reading thread running anything, or
-        once closing: the watcher stops."""
+        """Look every tick whether the reading thread is still in the handler it was in at the
+        last look; once it is, take the reading from it (see _take_reading). None after a while
+        without a handler run by the reading thread, or once closing: the watcher stops."""
         seen, runs, quiet = -1, -1, 0
         with self._lock:
             try:
@@ -723,12 +704,11 @@ class Connection:
             rest = self._take_reading()
         self._start_on_workers(rest)
 
-    def _route_read(self, blocks: List[Any]) -> Tuple[List[RequestContext], List[Callback]]:
+    def _route_read(self, blocks: List[Any]) -> List[RequestContext]:
         """Route what one read brought: decoded here when it is small, else left to whoever
         delivers (the delivery thread, or the host's thread as it pumps) as a burst of blocks,
-        so that the reader is back at reading at once. Returns the requests whose handlers, or
-        the callbacks (the delivery role taken), the reading thread is to run itself (see
-        _run_here), if any."""
+        so that the reader is back at reading at once. Returns the requests for the reading
+        thread to run itself (see _read_loop), if any."""
         queue = self._queue
         if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
             size = _burst_size(blocks)
@@ -738,37 +718,33 @@ class Connection:
                 queue.put([(self._expand_item, block) for block in blocks] + [(self._release_item, size)])
             else:
                 queue.put([(self._deliver_block, block) for block in blocks])
-            return [], []
+            return []
         items: List[Callback] = []
         replies: List[bytes] = []
         self._core.route_lines(lines_of(blocks[0]), items, replies)
         for frame in replies:
             self._send_frame(frame)
         if not items:
-            return [], []
+            return []
         if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
             # Answers only, to blocking calls, with nothing before them to deliver: settled here
             # (no application code runs: only call() waits on such a future).
             for _, outcome in items:
                 settle_item(outcome)
-            return [], []
+            return []
         if isinstance(queue, HostLane):
             # The host pumps when it can: what this read brought counts against the read-ahead
             # until a pump has run its last callback.
             size = _burst_size(blocks)
             self._add_read_ahead(size)
             queue.put([*items, (self._release_item, size)])
-            return [], []
+            return []
         elif queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
             # Requests only, with nothing before them to deliver: started here, in order (their
             # arrival hooks are the runtime's bookkeeping), and run by this thread (see _run_here).
-            return [ctx for _, ctx in items if self._arrive(ctx)], []
-        if queue.claim(len(items)):
-            # Nothing queued or running: the callbacks run on this thread, in order (see
-            # _run_here), and whatever is read meanwhile queues behind them.
-            return [], items
+            return [ctx for _, ctx in items if self._arrive(ctx)]
         queue.put(items)
-        return [], []
+        return []
 
     def _wait_for_read_ahead_room(self) -> bool:
         """Wait while the delivery thread (or the host's pumps) is far behind (a slow callback, a
