@@ -401,7 +401,6 @@ class WorkerPool:
         self._idle = 0  # workers waiting for a task
         self._starting = 0  # workers started that have not looked for a task yet
         self._threads: List[threading.Thread] = []
-        self._worker = threading.local()  # on workers: whether a claimed place was given back (see release)
         self._numbers = itertools.count(1)
         self._shut = False
 
@@ -425,12 +424,7 @@ class WorkerPool:
         return True
 
     def release(self) -> None:
-        """Give back a place taken by ``claim()``. A worker gives it back once back in the pool,
-        where it takes a handler waiting for it itself (no other worker is woken or started for
-        it, and the lock is not taken twice); another thread gives it back now."""
-        if getattr(self._worker, "released", None) is False:  # (None: not a worker)
-            self._worker.released = True
-            return
+        """Give back a place taken by ``claim()``."""
         with self._cond:
             self._running -= 1
             self._start_worker()
@@ -465,7 +459,6 @@ class WorkerPool:
 
     def _work(self) -> None:
         me = threading.current_thread()
-        self._worker.released = False
         with self._cond:
             self._starting -= 1
         handler = False
@@ -473,9 +466,6 @@ class WorkerPool:
             with self._cond:
                 if handler:
                     self._running -= 1
-                if self._worker.released:
-                    self._running -= 1
-                    self._worker.released = False
                 while not self._runnable() and not self._shut:
                     self._idle += 1
                     woken = self._cond.wait(_WORKER_IDLE_SECONDS)

@@ -6,10 +6,11 @@ thread a connection may have:
 
 | thread | started by | stopped by | may run |
 | --- | --- | --- | --- |
-| the reading: reader ``acp-reader-<name>`` first | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping), and runs the first one's handler itself once a worker has taken the reading on (leader/followers); no other application code |
+| the reading: reader ``acp-reader-<name>`` first | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping) and runs their handlers itself, one after another, until the watcher takes the reading over (a handler in it for a whole tick) or a handler sends a request (a worker reads on at once); then the rest of them start on workers and this thread leaves the reading after its handler; no other application code |
 | delivery ``acp-delivery-<name>`` (default mode) | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
 | host thread (host mode, ``HostDelivery``) | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
-| workers ``acp-worker-<name>-<n>`` (default mode) | a request that may start, or the reading, finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes), at most ``HANDLER_LIMIT`` (64) at once, the reader's own included; the reading, handed on |
+| workers ``acp-worker-<name>-<n>`` (default mode) | a request that may start, the reading or the watcher finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes), at most ``HANDLER_LIMIT`` (64) at once, those the reading thread runs included; the reading, handed on |
+| the watcher (a worker) | the reading thread running a handler, when no watcher runs | 50 ticks (2 ms each) without a handler run by the reading thread, ``close()``, or taking the reading over | looks every tick whether the reading thread is still in the handler it was in at the last look; if so, starts the rest of that read's requests on workers and becomes the reading |
 | flusher ``acp-flusher-<name>`` (the transport's) | a stream of frames from one thread (its 64th quick send in a row) | ``close()`` | writing the backlog of frames |
 | any caller | the application | | ``call`` (blocks; not on the delivery or host thread: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
 
@@ -19,7 +20,8 @@ Invariants:
   started (its arrival hook run, its handler handed to a worker) in its turn among them, so a
   notification sent after a request (a cancel) finds it registered. The reading thread starts
   requests itself only when nothing is queued before them, and reads nothing more until they
-  started. An answer is never surfaced
+  started; the reading thread runs them in that order, and hands whatever of them it has not
+  run yet to workers, in order, when the reading is taken from it. An answer is never surfaced
   before a callback for a message that arrived before it: the reader settles a blocking call's
   answer itself only when nothing waits to be delivered, else it is queued behind.
 - Settle-once: every pending call settles exactly once: its result or error, ``CallTimeout``
@@ -36,7 +38,8 @@ Invariants:
   workers. A request still waiting for its turn when ``close()`` begins is refused, not run.
 - Close: ``close(timeout)`` fails pending calls at once, runs the ``on_closing`` callbacks,
   cancels running handlers' tokens and gives them until the deadline to answer, answers requests
-  not yet started -32800, flushes and closes the transport, and joins its threads, all within
+  not yet started -32800 (those the reading thread has yet to run too), stops the watcher,
+  flushes and closes the transport, and joins its threads, all within
   the timeout. After it nothing more is delivered in host mode. It may be called from any
   thread, a handler's or a callback's included.
 """
@@ -83,6 +86,11 @@ _MAIN_THREAD_WAIT_SLICE = 0.25
 
 # How often the delivery thread looks whether a peer that stopped reading our answers reads again.
 _BACKED_UP_POLL_SECONDS = 0.05
+
+# How often the watcher looks whether the reading thread is still in the handler it was in at its
+# last look (see _watch), and after how many looks without a new handler run there it stops.
+_WATCH_TICK_SECONDS = 0.002
+_WATCH_QUIET_TICKS = 50
 
 
 # -- cancellation and request context ------------------------------------------------------------
@@ -230,6 +238,14 @@ class Connection:
         self._close_called = False
         self._closing_ran = False
         self._reader_done = threading.Event()
+        # The reading thread running requests itself (see _run_here), under _lock: its identity
+        # while it does, the requests it has yet to run, how many it has run; whether the
+        # watcher runs, and its wake-up.
+        self._here_thread: Optional[int] = None
+        self._here: List[RequestContext] = []
+        self._runs = 0
+        self._watching = False
+        self._watch_wake = threading.Condition(self._lock)
 
     # -- registration (any thread, usually before start) ---------------------------------------
     def on_request(
@@ -321,6 +337,7 @@ class Connection:
                 if self._close_error is None:
                     self._close_error = ConnectionClosed(f"{self.name}: connection closed by close()")
                 pending, self._core.pending = self._core.pending, {}
+                self._watch_wake.notify_all()  # the watcher stops
         me = threading.current_thread()
         if first:
             with self._read_ahead_cond:
@@ -451,6 +468,8 @@ class Connection:
         self, method: str, params: Any, result_type: Any, future: Future, direct: bool, timeout: Optional[float]
     ) -> int:
         request_id, frame = self._core.request(method, params)
+        if self._here_thread == threading.get_ident():
+            self._hand_reading_on()  # its answer must be read meanwhile
         with self._lock:
             if self._closed:
                 raise self._closed_error()
@@ -597,33 +616,110 @@ class Connection:
     # -- reader thread ----------------------------------------------------------------------------
     def _read_loop(self, _: Any = None) -> None:
         """The reading, on whichever thread holds it: the reader thread at first. When what it
-        read is a request it may run (see _route_read), a worker reads on while this thread runs
-        that request's handler (leader/followers: the wake-up of the next reader is not on the
-        request's path, and a handler that blocks holds nobody up)."""
+        read is requests it may run (see _route_read), this thread runs them itself (see
+        _run_here) and reads on afterwards, unless another thread has taken the reading over
+        meanwhile (then this one leaves)."""
         try:
             while self._wait_for_read_ahead_room():
                 blocks = self._transport.read_blocks()
                 if blocks is None:
                     break
-                ctx = self._route_read(blocks)
-                if ctx is None:
-                    continue
-                assert self._pool is not None
-                if self._pool.hand_off(self._read_loop, None):
-                    self._run_handler_outliving_it(ctx)
-                    self._pool.release()  # the place _route_read claimed for it
+                here = self._route_read(blocks)
+                if here and not self._run_here(here):
                     return
-                self._pool.release()
-                self._refuse_to_start(ctx)  # closing
         except Exception:
             self._log.exception("%s: reader failed; closing the connection", self.name)
         self._on_end_of_stream()
 
-    def _route_read(self, blocks: List[Any]) -> Optional[RequestContext]:
+    def _run_here(self, requests: List[RequestContext]) -> bool:
+        """Reading thread: run the handlers of requests it started, one after another, here,
+        sparing the wake-up of another thread, while the watcher looks (see _watch): when a
+        handler blocks or runs long, or sends a request (see _hand_reading_on), another thread
+        reads on and the rest start on workers. True if this thread still holds the reading."""
+        assert self._pool is not None
+        me = threading.get_ident()
+        with self._lock:
+            self._here_thread, self._here = me, requests
+            if not self._watching:
+                self._watching = self._pool.hand_off(self._watch, None)
+        while True:
+            with self._lock:
+                if self._here_thread != me:
+                    return False
+                if not self._here:
+                    self._here_thread = None
+                    return True
+                closing = self._close_called
+                if not closing and not self._pool.claim():
+                    # No handler place left (see WorkerPool): the rest wait for theirs on
+                    # workers, in order, and this thread reads on.
+                    waiting, self._here, self._here_thread = self._here, [], None
+                    break
+                ctx = self._here.pop(0)
+                self._runs += 1
+            if closing:
+                self._refuse_to_start(ctx)
+            else:
+                self._run_handler_outliving_it(ctx)
+                self._pool.release()
+        self._start_on_workers(waiting)
+        return True
+
+    def _take_reading(self) -> List[RequestContext]:
+        # Under _lock: another thread reads on; the requests the reading thread had yet to run
+        # are returned, to start on workers.
+        rest, self._here, self._here_thread = self._here, [], None
+        return rest
+
+    def _start_on_workers(self, requests: List[RequestContext]) -> None:
+        assert self._pool is not None
+        for ctx in requests:
+            if not self._pool.submit(self._run_handler_outliving_it, ctx):
+                self._refuse_to_start(ctx)  # closing
+
+    def _watch(self, _: Any) -> None:
+        """Worker, the watcher: reads on in the reading thread's place once that thread has been
+        in one handler for a whole tick (the handler blocks or runs long)."""
+        rest = self._wait_for_stuck_handler()
+        if rest is not None:
+            self._start_on_workers(rest)
+            self._read_loop()
+
+    def _wait_for_stuck_handler(self) -> Optional[List[RequestContext]]:
+        """Look every tick whether the reading thread is still in the handler it was in at the
+        last look; once it is, take the reading from it (see _take_reading). None after a while
+        without a handler run by the reading thread, or once closing: the watcher stops."""
+        seen, runs, quiet = -1, -1, 0
+        with self._lock:
+            try:
+                while not self._close_called and quiet < _WATCH_QUIET_TICKS:
+                    self._watch_wake.wait(_WATCH_TICK_SECONDS)
+                    busy = self._here_thread is not None and not self._close_called
+                    if busy and self._runs == seen:
+                        return self._take_reading()
+                    seen = self._runs if busy else -1
+                    quiet = 0 if self._runs != runs else quiet + 1
+                    runs = self._runs
+                return None
+            finally:
+                self._watching = False
+
+    def _hand_reading_on(self) -> None:
+        # The reading thread, in a handler it runs itself, sends a request: a worker reads on at
+        # once, so that the answer does not wait for the watcher. (If the pool is shut down,
+        # closing, this thread keeps the reading: the call fails with the close.)
+        assert self._pool is not None
+        with self._lock:
+            if self._here_thread != threading.get_ident() or not self._pool.hand_off(self._read_loop, None):
+                return
+            rest = self._take_reading()
+        self._start_on_workers(rest)
+
+    def _route_read(self, blocks: List[Any]) -> List[RequestContext]:
         """Route what one read brought: decoded here when it is small, else left to whoever
         delivers (the delivery thread, or the host's thread as it pumps) as a burst of blocks,
-        so that the reader is back at reading at once. Returns a request for the reading thread
-        to run itself (see _read_loop), if any."""
+        so that the reader is back at reading at once. Returns the requests for the reading
+        thread to run itself (see _read_loop), if any."""
         queue = self._queue
         if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
             size = _burst_size(blocks)
@@ -633,42 +729,33 @@ class Connection:
                 queue.put([(self._expand_item, block) for block in blocks] + [(self._release_item, size)])
             else:
                 queue.put([(self._deliver_block, block) for block in blocks])
-            return None
+            return []
         items: List[Callback] = []
         replies: List[bytes] = []
         self._core.route_lines(lines_of(blocks[0]), items, replies)
         for frame in replies:
             self._send_frame(frame)
         if not items:
-            return None
+            return []
         if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
             # Answers only, to blocking calls, with nothing before them to deliver: settled here
             # (no application code runs: only call() waits on such a future).
             for _, outcome in items:
                 settle_item(outcome)
-            return None
+            return []
         if isinstance(queue, HostLane):
             # The host pumps when it can: what this read brought counts against the read-ahead
             # until a pump has run its last callback.
             size = _burst_size(blocks)
             self._add_read_ahead(size)
             queue.put([*items, (self._release_item, size)])
-            return None
+            return []
         elif queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
             # Requests only, with nothing before them to deliver: started here, in order (their
-            # arrival hooks are the runtime's bookkeeping); the first runs on this thread once a
-            # worker reads on (see _read_loop), if it may start at once, the others on workers.
-            here: Optional[RequestContext] = None
-            for _, ctx in items:
-                if not self._arrive(ctx):
-                    continue
-                if here is None and self._pool.claim():  # type: ignore[union-attr]
-                    here = ctx
-                elif not self._pool.submit(self._run_handler_outliving_it, ctx):  # type: ignore[union-attr]
-                    self._refuse_to_start(ctx)
-            return here
+            # arrival hooks are the runtime's bookkeeping), and run by this thread (see _run_here).
+            return [ctx for _, ctx in items if self._arrive(ctx)]
         queue.put(items)
-        return None
+        return []
 
     def _wait_for_read_ahead_room(self) -> bool:
         """Wait while the delivery thread (or the host's pumps) is far behind (a slow callback, a

@@ -6,12 +6,17 @@ Each ROOT is a folder holding an ``acp_lite`` package (e.g. ``git archive COMMIT
 unpacked there); a job runs with ``PYTHONPATH=ROOT`` so that its adapter imports that build.
 Within a run the two builds go one after the other, in alternating order from run to run, so
 that the load of a shared machine hits both alike; the Python SDK and the bare ping-pong run once
-per run as references. Figures are medians over the runs; a ratio is taken run by run first.
-With A and E measured, the table ends with E's host-thread delivery as a fraction of A's default
-delivery within each build (issue 17's target for E), in updates/s and in CPU time per update.
+per run as references. Figures are medians over the runs; a ratio is taken run by run first, and
+the runs' ratios are listed beside it. With A and E measured, the table ends with E's host-thread
+delivery as a fraction of A's default delivery within each build (issue 17's target for E), in
+updates/s and in CPU time per update. Each C figure of acp_lite is also given over the Python SDK's
+and the bare ping-pong's of the same run (the targets are such ratios), and its CPU time and
+context switches per request over both processes (client and agent), which a shared machine's
+load moves far less than the wall-clock rates.
 """
 import argparse
 import os
+import resource
 import statistics
 import sys
 from pathlib import Path
@@ -45,6 +50,11 @@ REFERENCES = [
 ]
 
 
+# Per C request, over both processes of a job (see run_job), their start-up included.
+CPU, SWITCHES = "CPU seconds", "context switches"
+C_COSTS = [(CPU, "CPU µs per request, both sides", 1e6), (SWITCHES, "context switches per request, both sides", 1)]
+
+
 def pick(jobs: List[suite.Job], workload: str, subject: str, metric: str) -> Optional[suite.Job]:
     for job in jobs:
         if job.workload == workload and job.subject == subject:
@@ -56,16 +66,58 @@ def pick(jobs: List[suite.Job], workload: str, subject: str, metric: str) -> Opt
 
 
 def run_job(job: suite.Job, root: Optional[str]) -> Optional[Dict[str, float]]:
+    """The job's figures, and with them the CPU seconds and context switches of its processes (the
+    client and the peer it waited for), which a loaded machine moves far less than wall time."""
     saved = os.environ.get("PYTHONPATH")
     if root is not None:
         os.environ["PYTHONPATH"] = root
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        return job.run()
+        result = job.run()
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result is not None:
+        result[CPU] = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        result[SWITCHES] = after.ru_nvcsw - before.ru_nvcsw + after.ru_nivcsw - before.ru_nivcsw
+    return result
+
+
+# Each C figure of acp_lite is also set beside these references of the same run: the targets
+# are ratios to the Python SDK, and the bare ping-pong is the ceiling.
+C_REFERENCES = {
+    "requests/s (sequential)": [("C", "python-sdk", "requests/s (sequential)"),
+                                ("C", "bare ping-pong", "requests/s (sequential)")],
+    "requests/s (8 in flight)": [("C", "python-sdk", "requests/s (8 in flight)"),
+                                 ("C", "bare ping-pong, threads", "requests/s (8 in flight)")],
+}
+
+
+def median(values: List[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def ratios(over: Dict[int, float], under: Dict[int, float]) -> List[float]:
+    """Run by run: over/under for each run that measured both."""
+    return [over[run] / under[run] for run in sorted(over) if under.get(run)]
+
+
+def figure(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def run_by_run(values: List[float]) -> str:
+    return " ".join(f"{value:.2f}" for value in values)
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{load:.2f}" for load in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def main() -> int:
@@ -84,7 +136,9 @@ def main() -> int:
     jobs = suite.make_jobs(plan, "ABCDE", [py_sdk] if py_sdk else [], streams_dir)
     measured = [(key, pick(jobs, *key)) for key in MEASURED if key[0] in args.only]
     references = [(key, pick(jobs, *key)) for key in REFERENCES if key[0] in args.only + "A"]
-    figures: Dict[Tuple[str, ...], List[float]] = {}
+    # (build or "ref", workload, subject, metric) -> {run number: figure}
+    figures: Dict[Tuple[str, ...], Dict[int, float]] = {}
+    loads = [load_average()]
     for number in range(args.runs):
         order = [("before", args.before), ("after", args.after)]
         if number % 2:
@@ -96,28 +150,46 @@ def main() -> int:
                     results[(id(job), label)] = run_job(job, root)
                 result = results.get((id(job), label))
                 if result is not None:
-                    figures.setdefault((label,) + key, []).append(result[key[2]])
+                    figures.setdefault((label,) + key, {})[number] = result[key[2]]
+                    if key[0] == "C":
+                        for field, metric, unit in C_COSTS:
+                            cost = result[field] / plan["requests"] * unit
+                            figures.setdefault((label, key[0], key[1], f"{metric} ({key[2]})"), {})[number] = cost
         for key, job in references:
             result = run_job(job, None) if job else None
             if result is not None:
-                figures.setdefault(("ref",) + key, []).append(result[key[2]])
-        print(f"run {number + 1}/{args.runs} done", file=sys.stderr)
+                figures.setdefault(("ref",) + key, {})[number] = result[key[2]]
+        loads.append(load_average())
+        print(f"run {number + 1}/{args.runs} done (load average {loads[-1]})", file=sys.stderr)
     lines = [f"# Ablation: {args.title}", "",
              f"{args.runs} runs, scale {args.scale} (C: {plan['requests']} requests, A: {plan['updates']} updates); "
              "the two builds alternate within each run (A,B then B,A), so the load of the shared machine hits both alike. "
-             "Medians; the ratio is after/before taken run by run, then its median.", "",
-             "| workload | metric | before | after | after/before |", "| --- | --- | ---: | ---: | ---: |"]
-    for key, _ in measured:
-        before, after = figures.get(("before",) + key, []), figures.get(("after",) + key, [])
-        ratios = [a / b for a, b in zip(after, before) if b]
-        cell = "{:,.0f}" if "/s" in key[2] else "{:.2f}"
-        medians = [cell.format(statistics.median(values) if values else float("nan")) for values in (before, after)]
-        lines.append(f"| {key[0]} {key[1]} | {key[2]} | {medians[0]} | {medians[1]} | "
-                     f"{statistics.median(ratios) if ratios else float('nan'):.2f} |")
+             "Medians; a ratio is taken run by run, then its median (the runs' ratios follow it). "
+             f"Load average (1, 5, 15 min) before the first run and after each: {'; '.join(loads)}.", "",
+             "| workload | metric | before | after | after/before | run by run |",
+             "| --- | --- | ---: | ---: | ---: | --- |"]
+    costs = [(key[0], key[1], f"{metric} ({key[2]})") for key, _ in measured if key[0] == "C" for _, metric, _ in C_COSTS]
+    for key in [key for key, _ in measured] + costs:
+        before, after = figures.get(("before",) + key, {}), figures.get(("after",) + key, {})
+        by_run = ratios(after, before)
+        lines.append(f"| {key[0]} {key[1]} | {key[2]} | {figure(median(list(before.values())))} | "
+                     f"{figure(median(list(after.values())))} | {median(by_run):.2f} | {run_by_run(by_run)} |")
+    beside = [(key, ref) for key, _ in measured for ref in C_REFERENCES.get(key[2], []) if key[0] == "C"
+              and ("ref",) + ref in figures and (ref[1] != "bare ping-pong, threads" or key[1] == "acp_lite")]
+    if beside:
+        lines += ["", "acp_lite beside the references of the same run (ratio run by run, then its median):", "",
+                  "| workload | metric | over | before | after | after, run by run |",
+                  "| --- | --- | --- | ---: | ---: | --- |"]
+        for key, ref in beside:
+            under = figures[("ref",) + ref]
+            before = ratios(figures.get(("before",) + key, {}), under)
+            after = ratios(figures.get(("after",) + key, {}), under)
+            lines.append(f"| C {key[1]} | {key[2]} | {ref[1]} | {median(before):.2f} | {median(after):.2f} | "
+                         f"{run_by_run(after)} |")
     lines += ["", "References (same runs):", "", "| workload | subject | metric | median |", "| --- | --- | --- | ---: |"]
     for key, _ in references:
-        values = figures.get(("ref",) + key, [])
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {statistics.median(values) if values else float('nan'):,.0f} |")
+        values = list(figures.get(("ref",) + key, {}).values())
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {median(values):,.0f} |")
     lines += _host_over_default(figures)
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -126,20 +198,19 @@ def main() -> int:
     return 0
 
 
-def _host_over_default(figures: Dict[Tuple[str, ...], List[float]]) -> List[str]:
+def _host_over_default(figures: Dict[Tuple[str, ...], Dict[int, float]]) -> List[str]:
     """E's host-thread delivery as a fraction of A's default delivery, within each build, run by
     run (issue 17's target is a ratio of two figures of one build): in updates/s, and in CPU time
     per update (the default's over the host's, so that above 1 is faster in both)."""
     rows = []
     for label in ("before", "after"):
         for metric, invert in (("updates/s", False), ("CPU µs/update", True)):
-            host = figures.get((label, "E", "acp_lite, host-thread delivery", metric), [])
-            default = figures.get((label, "A", "acp_lite", metric), [])
-            ratios = [(d / h if invert else h / d) for h, d in zip(host, default) if h and d]
-            if ratios:
-                runs = ", ".join(f"{r:.2f}" for r in ratios)
-                rows.append(f"| {label} | {metric} | {statistics.median(ratios):.2f} | {min(ratios):.2f} | "
-                            f"{max(ratios):.2f} | {runs} |")
+            host = figures.get((label, "E", "acp_lite, host-thread delivery", metric), {})
+            default = figures.get((label, "A", "acp_lite", metric), {})
+            by_run = ratios(default, host) if invert else ratios(host, default)
+            if by_run:
+                rows.append(f"| {label} | {metric} | {median(by_run):.2f} | {min(by_run):.2f} | "
+                            f"{max(by_run):.2f} | {run_by_run(by_run)} |")
     if not rows:
         return []
     return ["", "E host-thread delivery as a fraction of A's default delivery, each build on its own, run by run:", "",

@@ -45,6 +45,7 @@ from acp_lite.errors import (
     InternalError,
     InvalidParams,
     RequestCancelled,
+    UsageError,
 )
 from acp_lite.rpc import Connection
 from acp_lite.wire import memory_pair
@@ -311,7 +312,12 @@ class Driver:
 
         def done(f: Future) -> None:
             how = "cancelled" if f.cancelled() else "settled"
-            self.callbacks.append((token, threading.current_thread().name, how))
+            try:  # refused exactly where callbacks run
+                self.side.connection.refuse_blocking_here("soak/where")
+                where = threading.current_thread().name
+            except UsageError:
+                where = "where callbacks run"
+            self.callbacks.append((token, where, how))
 
         self.callbacks.append((token, threading.current_thread().name, "added"))
         future.add_done_callback(done)
@@ -504,10 +510,10 @@ def check_future_callbacks(drivers: List[Driver], soak: Soak) -> None:
                 added[token] = thread
                 continue
             ran[token] += 1
-            # Settled where callbacks run: the delivery thread, or a reader delivering a small read
-            # in its stead. Once closing, whichever thread closes settles the pending futures.
-            delivering = (f"acp-delivery-{driver.side.name}", f"acp-reader-{driver.side.name}", added[token])
-            if how == "settled" and not soak.closing and thread not in delivering:
+            # Settled where callbacks run: the delivery thread, or the reading thread delivering a
+            # small read in its stead (a blocking call is refused on both). Once closing,
+            # whichever thread closes settles the pending futures.
+            if how == "settled" and not soak.closing and thread not in ("where callbacks run", added[token]):
                 soak.problem(f"future {token}: settled on {thread}, not where callbacks run")
         for token in added:
             if ran[token] != 1:

@@ -6,6 +6,7 @@ does to running and waiting requests; failures in handlers and callbacks end not
 """
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any, List
 
@@ -51,6 +52,20 @@ def test_a_blocked_handler_does_not_stop_other_requests(pair):
     peer.send(request(1, "x/block"))
     for _ in range(3):
         peer.ping()  # answered while x/block still blocks
+    release.set()
+    assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": "released"}
+
+
+def test_requests_read_together_run_on_when_the_first_blocks(pair):
+    # One write, one read: the requests after a blocking one, and the reading, go on without it.
+    connection, peer = pair
+    release = threading.Event()
+    connection.on_request("x/block", lambda params, ctx: release.wait(WAIT) and "released")
+    connection.start()
+    peer.send(request(1, "x/block"), request(2, "test/ping"), request(3, "test/ping"))
+    answers = sorted((peer.recv(), peer.recv()), key=lambda answer: answer["id"])  # on two threads
+    assert answers == [{"jsonrpc": "2.0", "id": 2, "result": "pong"}, {"jsonrpc": "2.0", "id": 3, "result": "pong"}]
+    peer.ping()
     release.set()
     assert peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": "released"}
 
@@ -198,6 +213,40 @@ def test_a_done_callback_may_not_block_but_may_call_future(pair):
     assert asked["method"] == "x/second"
     peer.send({"jsonrpc": "2.0", "id": asked["id"], "result": 2})
     assert second.result(WAIT) == 2
+
+
+def test_an_answer_waits_for_a_blocked_callback_of_a_notification_before_it(pair):
+    # The notification's handler blocks where callbacks run (the reading goes on meanwhile, on
+    # another thread): the answer read after it surfaces only once it returns, and its future's
+    # done-callback runs where callbacks run too.
+    connection, peer = pair
+    release = threading.Event()
+    order: List[Any] = []
+
+    def slow(params: Any) -> None:
+        release.wait(WAIT)
+        order.append("notification")
+
+    def done(future: Future) -> None:
+        try:
+            connection.refuse_blocking_here("x/where")
+            order.append(("answer", "elsewhere"))
+        except UsageError:
+            order.append(("answer", "where callbacks run"))
+
+    connection.on_notification("x/slow", slow)
+    connection.start()
+    future = connection.call_future("x/op")
+    future.add_done_callback(done)
+    asked = peer.recv()
+    peer.send(note("x/slow"))
+    time.sleep(0.05)  # (a separate read)
+    peer.send({"jsonrpc": "2.0", "id": asked["id"], "result": "done"})
+    time.sleep(0.2)  # the answer read: requests, too, start only behind the blocked handler
+    assert not future.done()
+    release.set()
+    assert future.result(WAIT) == "done"
+    assert order == ["notification", ("answer", "where callbacks run")]
 
 
 def test_close_from_a_callback_returns_and_fails_pending_calls(pair):
