@@ -178,6 +178,26 @@ def test_a_short_run_of_quick_sends_is_written_by_its_sender():
     os.close(drain)
 
 
+def test_a_lone_frame_that_finds_the_flusher_holding_the_role_is_written_when_send_returns():
+    # A paced sender computes between its frames, holding the GIL: a frame it left to the flusher
+    # would wait a switch interval for it (made long here, so that it would show every time),
+    # and the flusher would keep the writer role, and every later frame, while frames keep
+    # coming. (The sink is looked at without a system call, which would let the flusher run.)
+    transport, sink = sink_transport()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)
+    try:
+        transport.send(b'{"first":1}', timeout=5)  # a bounded send leaves its write to the flusher
+        assert transport.flush(5)
+        time.sleep(0.01)  # the sender computes: its next frame is a lone one
+        transport.send(b'{"bounded":1}', timeout=5)  # the flusher, idle, is handed the role again
+        transport.send(b'{"lone":1}')
+        assert b"".join(sink.writes) == b'{"first":1}\n{"bounded":1}\n{"lone":1}\n'
+    finally:
+        sys.setswitchinterval(interval)
+        transport.close()
+
+
 def test_flush_waits_for_what_was_sent_before_it_not_for_a_stream_that_goes_on():
     a, b = memory_pair()
     reader = background(read_all, b)
