@@ -24,11 +24,10 @@ Rules this module keeps:
   (started on first need), which writes all that piled up in one write, so a busy connection
   makes few, large writes. A sender waits when the backlog grows past a few megabytes (the peer
   stopped reading), and a lone frame (not part of a run of quick sends) that finds the flusher
-  holding the writer role waits until it is written, for at most a GIL switch interval: a
-  sender that computes between its frames holds the GIL, and the flusher, which needs the GIL
-  to take the backlog and again after each write, would otherwise hold its frames for a switch
-  interval (5 ms) each time, and keep the role, and so every later frame, as long as frames
-  keep coming.
+  holding the writer role waits, for at most a millisecond, until the flusher has taken it for
+  a write: a sender that computes between its frames holds the GIL, and the flusher, which
+  needs the GIL to take the backlog, would otherwise hold its frames for a switch interval
+  (5 ms) each time, and keep the role, and so every later frame, as long as frames keep coming.
 - ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
   reader blocked in a read, and releases the streams once no thread is inside a read or a write
   any more, so a descriptor number is never closed under a thread still using it.
@@ -101,6 +100,11 @@ _WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
 # at once by their sender.
 _STREAM_GAP = 30e-6
 _STREAM_RUN = 64
+
+# The longest a lone frame waits for the flusher to take it (see Transport._wait_if_lone): a
+# small write takes microseconds, and a frame not taken by then is behind a large write to a
+# peer that reads slowly, which a wait would only make the sender share.
+_LONE_WAIT = 0.001
 
 # The flusher is a daemon thread, which the interpreter stops dead at exit: a program that ends
 # without closing its connection would lose the frames still waiting for it. An exit hook
@@ -498,16 +502,17 @@ class Transport:
 
     def _wait_if_lone(self) -> None:
         # Under the lock, the flusher holding the writer role, a frame just queued: a lone one
-        # waits until it is written (the wait releases the GIL, so the flusher runs at once),
-        # for at most a switch interval, after which the flusher would have had the GIL anyway
-        # (and a write blocked on a peer that does not read holds nobody longer). A frame of a
-        # run of quick sends returns at once: a stream goes on while the flusher writes.
+        # waits until the flusher has taken it for a write, which goes on without the GIL. The
+        # wait releases the GIL, so the flusher gets it at once; it is bounded, so that a
+        # stream's sender that lost the GIL for a moment (its next frame then looks lone) waits
+        # for a write of the flusher at most that long. A frame of a run of quick sends returns
+        # at once: a stream goes on while the flusher writes.
         now = time.monotonic()
         if now - self._last_send >= _STREAM_GAP:
             target = self._batches_taken + 1  # the next batch the flusher takes holds the frame
             self._wait(
-                lambda: self._batches_written >= target or not self._writing or self._closing or self._write_failed,
-                sys.getswitchinterval(),
+                lambda: self._batches_taken >= target or not self._writing or self._closing or self._write_failed,
+                _LONE_WAIT,
             )
             # Taken again once the wait is over, so that a run of quick sends stays one after a
             # wait cut short (a peer that does not read).

@@ -178,24 +178,50 @@ def test_a_short_run_of_quick_sends_is_written_by_its_sender():
     os.close(drain)
 
 
-def test_a_lone_frame_that_finds_the_flusher_holding_the_role_is_written_when_send_returns():
+# A peer that tells when each chunk it reads arrived (the clock every process of the machine shares).
+STAMPING_READER = """
+import os, sys, time
+while True:
+    data = os.read(0, 1 << 16)
+    if not data:
+        break
+    print(time.monotonic_ns(), data.hex(), flush=True)
+"""
+
+
+def test_a_lone_frame_reaches_the_peer_while_its_sender_computes_though_the_flusher_held_the_role():
     # A paced sender computes between its frames, holding the GIL: a frame it left to the flusher
-    # would wait a switch interval for it (made long here, so that it would show every time),
-    # and the flusher would keep the writer role, and every later frame, while frames keep
-    # coming. (The sink is looked at without a system call, which would let the flusher run.)
-    transport, sink = sink_transport()
+    # would wait a switch interval for it (made long here, so that it shows every time), and
+    # the flusher would keep the writer role, and every later frame, while frames keep coming.
+    # The peer is another process: a check made here would let the flusher run.
+    to_peer, write_fd = os.pipe()
+    peer = subprocess.Popen([sys.executable, "-c", STAMPING_READER], stdin=to_peer, stdout=subprocess.PIPE)
+    os.close(to_peer)
+    read_fd, feed = os.pipe()
+    transport = Transport(read_fd, write_fd, name="paced")
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(1.0)
+    sys.setswitchinterval(2.0)
     try:
         transport.send(b'{"first":1}', timeout=5)  # a bounded send leaves its write to the flusher
         assert transport.flush(5)
         time.sleep(0.01)  # the sender computes: its next frame is a lone one
         transport.send(b'{"bounded":1}', timeout=5)  # the flusher, idle, is handed the role again
         transport.send(b'{"lone":1}')
-        assert b"".join(sink.writes) == b'{"first":1}\n{"bounded":1}\n{"lone":1}\n'
+        computing = time.perf_counter() + 0.5
+        while time.perf_counter() < computing:  # Python code only: the GIL is never let go
+            pass
+        computed = time.monotonic_ns()
     finally:
         sys.setswitchinterval(interval)
         transport.close()
+    os.close(feed)
+    out = peer.stdout.read().decode()
+    peer.stdout.close()
+    assert peer.wait(timeout=10) == 0
+    chunks = [(int(stamp), bytes.fromhex(data)) for stamp, data in (line.split() for line in out.splitlines())]
+    assert b"".join(data for _, data in chunks) == b'{"first":1}\n{"bounded":1}\n{"lone":1}\n'
+    arrived = next(stamp for stamp, data in chunks if b"lone" in data)
+    assert arrived < computed, "the lone frame waited until its sender stopped computing"
 
 
 def test_flush_waits_for_what_was_sent_before_it_not_for_a_stream_that_goes_on():
