@@ -23,11 +23,12 @@ Rules this module keeps:
   sender marks them awaited), are left in the backlog for the transport's flusher thread
   (started on first need), which writes all that piled up in one write, so a busy connection
   makes few, large writes. A sender waits when the backlog grows past a few megabytes (the peer
-  stopped reading), and a lone frame (not part of a run of quick sends) that finds the flusher
-  holding the writer role waits, for at most a millisecond, until the flusher has taken it for
-  a write: a sender that computes between its frames holds the GIL, and the flusher, which
-  needs the GIL to take the backlog, would otherwise hold its frames for a switch interval
-  (5 ms) each time, and keep the role, and so every later frame, as long as frames keep coming.
+  stopped reading), and when the flusher is writing a thread's stream, that thread's next lone
+  frame (not part of a run of quick sends) waits, for at most a millisecond, until the flusher
+  has taken it for a write: a sender that computes between its frames holds the GIL, and the
+  flusher, which needs the GIL to take the backlog, would otherwise hold its frames for a switch
+  interval (5 ms) each time, and keep the role, and so every later frame, as long as frames
+  keep coming.
 - ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
   reader blocked in a read, and releases the streams once no thread is inside a read or a write
   any more, so a descriptor number is never closed under a thread still using it.
@@ -278,6 +279,7 @@ class Transport:
         self._last_writer: Optional[int] = None  # the thread that last took the role by sending
         self._last_send = float("-inf")  # when the last send returned (the writer role given up, or its frame queued)
         self._quick_sends = 0  # the length of the last writer's current run of quick sends
+        self._streamer: Optional[int] = None  # the thread whose run the flusher is writing
         self._flusher: Optional[threading.Thread] = None
         self._flusher_cond = threading.Condition(self._lock)
         self._flusher_has_role = False
@@ -456,7 +458,7 @@ class Transport:
             if not refused and (self._writing or not self._take_writer_role(awaited, timeout is not None)):
                 self._backlog.append(frame)
                 self._backlog_size += len(frame) + 1
-                if self._flusher_has_role and timeout is None:
+                if self._streamer is not None and timeout is None and self._streamer == threading.get_ident():
                     self._wait_if_lone()
                 return
         finally:
@@ -492,6 +494,7 @@ class Transport:
         if not awaited and writer == self._last_writer and time.monotonic() - self._last_send < _STREAM_GAP:
             self._quick_sends += 1
             if self._quick_sends >= _STREAM_RUN:
+                self._streamer = writer
                 self._hand_to_flusher()
                 return False
         else:
@@ -501,8 +504,10 @@ class Transport:
         return True
 
     def _wait_if_lone(self) -> None:
-        # Under the lock, the flusher holding the writer role, a frame just queued: a lone one
-        # waits until the flusher has taken it for a write, which goes on without the GIL. The
+        # Under the lock, the flusher writing the sender's stream, a frame of the sender's just
+        # queued: a lone one waits until the flusher has taken it for a write, which goes on
+        # without the GIL (other threads' frames do not wait: a thread that sends a request or
+        # an answer, say, waits for the peer next, and lets the GIL go anyway). The
         # wait releases the GIL, so the flusher gets it at once; it is bounded, so that a
         # stream's sender that lost the GIL for a moment (its next frame then looks lone) waits
         # for a write of the flusher at most that long. A frame of a run of quick sends returns
@@ -538,6 +543,7 @@ class Transport:
             self._backlog_size = 0
         self._writing = False
         self._flusher_has_role = False
+        self._streamer = None
         self._last_send = time.monotonic()
         if self._waiting:
             self._cond.notify_all()  # senders held back by the backlog limit, flush()

@@ -189,27 +189,38 @@ while True:
 """
 
 
-def test_a_lone_frame_reaches_the_peer_while_its_sender_computes_though_the_flusher_held_the_role():
-    # A paced sender computes between its frames, holding the GIL: a frame it left to the flusher
-    # would wait a switch interval for it (made long here, so that it shows every time), and
-    # the flusher would keep the writer role, and every later frame, while frames keep coming.
-    # The peer is another process: a check made here would let the flusher run.
+def _compute(seconds):
+    # Python code only, as a sender that computes between its frames: the GIL is never let go.
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def test_a_lone_frame_after_a_stream_reaches_the_peer_while_its_sender_computes():
+    # A paced sender that fell far behind catches up with a stream, which goes to the flusher,
+    # then computes and sends its next frame. It holds the GIL while it computes: a frame left
+    # to the flusher would wait a switch interval for it (made long here, so that it shows every
+    # time), and the flusher would keep the writer role, and every later frame, while frames
+    # keep coming. The peer is another process: a check made here would let the flusher run.
     to_peer, write_fd = os.pipe()
     peer = subprocess.Popen([sys.executable, "-c", STAMPING_READER], stdin=to_peer, stdout=subprocess.PIPE)
     os.close(to_peer)
     read_fd, feed = os.pipe()
     transport = Transport(read_fd, write_fd, name="paced")
+    frames = [b'{"s":%d}' % i for i in range(1_000)]  # less than the pipe holds: no write blocks
     interval = sys.getswitchinterval()
     sys.setswitchinterval(2.0)
     try:
-        transport.send(b'{"first":1}', timeout=5)  # a bounded send leaves its write to the flusher
+        # The flusher started and idle first (a bounded send leaves its write to it), so that
+        # it is waiting for the GIL alone once the stream is handed to it.
+        transport.send(b'{"first":1}', timeout=5)
         assert transport.flush(5)
-        time.sleep(0.01)  # the sender computes: its next frame is a lone one
-        transport.send(b'{"bounded":1}', timeout=5)  # the flusher, idle, is handed the role again
+        time.sleep(0.01)
+        for frame in frames:
+            transport.send(frame)
+        _compute(0.001)
         transport.send(b'{"lone":1}')
-        computing = time.perf_counter() + 0.5
-        while time.perf_counter() < computing:  # Python code only: the GIL is never let go
-            pass
+        _compute(0.5)
         computed = time.monotonic_ns()
     finally:
         sys.setswitchinterval(interval)
@@ -219,7 +230,8 @@ def test_a_lone_frame_reaches_the_peer_while_its_sender_computes_though_the_flus
     peer.stdout.close()
     assert peer.wait(timeout=10) == 0
     chunks = [(int(stamp), bytes.fromhex(data)) for stamp, data in (line.split() for line in out.splitlines())]
-    assert b"".join(data for _, data in chunks) == b'{"first":1}\n{"bounded":1}\n{"lone":1}\n'
+    sent = [b'{"first":1}', *frames, b'{"lone":1}']
+    assert b"".join(data for _, data in chunks) == b"".join(frame + b"\n" for frame in sent)
     arrived = next(stamp for stamp, data in chunks if b"lone" in data)
     assert arrived < computed, "the lone frame waited until its sender stopped computing"
 
