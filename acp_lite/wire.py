@@ -507,11 +507,11 @@ class Transport:
         # Under the lock, the flusher writing the sender's stream, a frame of the sender's just
         # queued: a lone one waits until the flusher has taken it for a write, which goes on
         # without the GIL (other threads' frames do not wait: a thread that sends a request or
-        # an answer, say, waits for the peer next, and lets the GIL go anyway). The
-        # wait releases the GIL, so the flusher gets it at once; it is bounded, so that a
-        # stream's sender that lost the GIL for a moment (its next frame then looks lone) waits
-        # for a write of the flusher at most that long. A frame of a run of quick sends returns
-        # at once: a stream goes on while the flusher writes.
+        # an answer, say, waits for the peer next, and lets the GIL go anyway). The wait
+        # releases the GIL, so the flusher gets it at once; it is bounded, so that a stream's
+        # sender that lost the GIL for a moment (its next frame then looks lone) waits for a
+        # write of the flusher at most that long. A frame of a run of quick sends returns at
+        # once: a stream goes on while the flusher writes.
         now = time.monotonic()
         if now - self._last_send >= _STREAM_GAP:
             target = self._batches_taken + 1  # the next batch the flusher takes holds the frame
