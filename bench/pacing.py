@@ -19,7 +19,15 @@ would: the updates that are due go out back to back.
 
 One connection runs every turn of the workload: the client prompts ``RATE SECONDS SENDER`` (e.g.
 ``5000 5 busy``) once per rate and kind of sender, and the agent paces that turn accordingly.
+
+``python pacing.py agent`` is the bare paced writer: an agent with no library that paces the same
+turns and writes each stamped update with one ``os.write`` of a preformatted line, so that a
+client read from it shows the receiving side alone, and a bare reader of it what the machine
+itself costs (two processes waking each other through a pipe).
 """
+import json
+import os
+import sys
 import time
 from typing import Iterator, List, Optional, Sequence, Tuple
 
@@ -92,3 +100,35 @@ def turn_result(prompt: str, latencies_ns: List[int]) -> dict:
 def client_result(turns: List[dict], rss_kb: int) -> dict:
     """A client's report: every turn's figures, and the updates of all of them."""
     return {"updates": sum(turn["updates"] for turn in turns), "turns": turns, "rss_kb": rss_kb}
+
+
+def serve_bare() -> None:
+    """The bare paced writer (stdin/stdout): answers ``initialize`` and ``session/new``, paces each
+    ``session/prompt`` as ``paced`` says, then answers it; anything else gets -32601."""
+    def send(message: dict) -> None:
+        os.write(1, json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+    for line in sys.stdin.buffer:
+        message = json.loads(line)
+        method, request_id = message.get("method"), message.get("id")
+        if request_id is None:
+            continue
+        if method == "initialize":
+            result: dict = {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": []}
+        elif method == "session/new":
+            result = {"sessionId": "sess-0"}
+        elif method == "session/prompt":
+            update = ('{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess-0","update":'
+                      '{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"%s"},'
+                      '"_meta":{"' + STAMP + '":%d}}}}\n')
+            for i in paced(message["params"]["prompt"][0]["text"]):
+                os.write(1, (update % (chunk_text(i), time.monotonic_ns())).encode())
+            result = {"stopReason": "end_turn"}
+        else:
+            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "method not found"}})
+            continue
+        send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["agent"]:
+    serve_bare()
