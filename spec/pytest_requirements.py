@@ -15,6 +15,13 @@ requirement ids and how each test ended. At the end:
 
 A failed gate sets the session's exit status to 1 and says why in the terminal summary.
 Everything here runs on pytest's main thread.
+
+Under pytest-xdist (``-n``) the tests are collected and run by worker processes, and the controller
+collects nothing. Each worker then only reports what its collection says (which test function
+names which ids, what was deselected or failed to collect) through ``config.workeroutput``; the
+controller gathers that from every worker as it goes down, takes every test's outcome from the
+reports the workers forward to it, and alone judges, writes and prints, once. A worker that ends
+without reporting its collection makes the run partial: the controller cannot know what it held.
 """
 import json
 import os
@@ -28,6 +35,8 @@ from .import_requirements import SPEC_DIR, ManifestError, dump_json, load, load_
 from .mutate import LISTING_VARIABLE, load_mutation_counts
 
 _RANK = {"skipped": 0, "passed": 1, "failed": 2}
+# The key of a worker's collection facts in its xdist workeroutput.
+_WORKER_FACTS = "acp_requirements"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,6 +49,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 class _RequirementTracker:
     def __init__(self, config: pytest.Config, manifest: dict, classification: dict) -> None:
+        self.config = config
+        # An xdist worker only reports its collection; the controller (or a plain run) judges.
+        self.is_worker = hasattr(config, "workerinput")
         self.manifest = manifest
         self.classification = classification
         self.known_ids = set(classification)
@@ -82,6 +94,21 @@ class _RequirementTracker:
             tagged = {req_id: sorted(tests) for req_id, tests in sorted(self.tests_by_id.items())}
             Path(listing).write_text(json.dumps(tagged, indent=1), encoding="utf-8")
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        """On the xdist controller: take in what a worker that went down collected."""
+        facts = getattr(node, "workeroutput", {}).get(_WORKER_FACTS)
+        if facts is None:
+            self.partial_because.add("a worker ended without reporting its collection")
+            return
+        self.function_of.update(facts["function_of"])
+        for req_id, tests in facts["tests_by_id"].items():
+            self.tests_by_id.setdefault(req_id, set()).update(tests)
+        for req_id, tests in facts["draft_tests"].items():
+            self.draft_tests.setdefault(req_id, set()).update(tests)
+        self.unknown += [(req_id, test) for req_id, test in facts["unknown"]]
+        self.partial_because.update(facts["partial_because"])
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         test = self.function_of.get(report.nodeid, report.nodeid)
         if report.failed:
@@ -99,6 +126,16 @@ class _RequirementTracker:
             self.ran.add(report.nodeid)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.is_worker:
+            # Plain lists and dicts: what execnet carries to the controller.
+            self.config.workeroutput[_WORKER_FACTS] = {  # type: ignore[attr-defined]
+                "function_of": self.function_of,
+                "tests_by_id": {req_id: sorted(tests) for req_id, tests in self.tests_by_id.items()},
+                "draft_tests": {req_id: sorted(tests) for req_id, tests in self.draft_tests.items()},
+                "unknown": [list(pair) for pair in self.unknown],
+                "partial_because": sorted(self.partial_because),
+            }
+            return
         if self.unknown:
             listing = sorted(f"{req_id} (in {test})" for req_id, test in set(self.unknown))
             self.problems.append(("tests name requirement ids that spec/manifest does not know", listing))

@@ -97,6 +97,30 @@ def test_a_whole_suite_run_passes_and_writes_the_same_reports_every_time(tmp_pat
     assert (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8") == report
 
 
+@pytest.mark.timeout(120)
+def test_a_run_spread_over_xdist_workers_is_judged_and_written_once_as_a_plain_run_would(tmp_path):
+    # The default run of this repository spreads the tests over workers (pyproject's addopts):
+    # the controller, which collects nothing itself, must judge what the workers collected and ran.
+    tests = TESTS + '\n@pytest.mark.req("ACP-V1-MUST-SDK")\ndef test_must_fails():\n    assert False\n'
+    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"},
+                                      "ACP-V1-MAY-SDK": {"status": "tested"}}, tests)
+    plain = run(project)
+    assert plain.returncode == 1, plain.stdout
+    report = (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8")
+    (project / "spec" / "COVERAGE.md").unlink()
+
+    spread = run(project, "-p", "xdist.plugin", "-n", "2")
+    assert spread.returncode == 1, spread.stdout
+    assert "2 workers [3 items]" in spread.stdout
+    assert "classified tested, but no test carrying the id passed:\n    ACP-V1-MUST-SDK\n" in spread.stdout
+    assert spread.stdout.count("FAILED requirement gate") == 1
+    assert (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8") == report
+
+    partial = run(project, "-p", "xdist.plugin", "-n", "2", "-k", "test_may")
+    assert partial.returncode == 0, partial.stdout
+    assert "not a whole-suite run (tests were deselected)" in partial.stdout
+
+
 def test_draft_ids_are_traced_apart_from_v1_and_gated_on_their_own(tmp_path):
     classification = {"ACP-V1-MUST-SDK": {"status": "pending"}, "ACP-V1-MAY-SDK": {"status": "tested"}}
     traced = run(make_project(tmp_path / "traced", classification, TESTS + DRAFT_TEST, DRAFT_TESTED))
