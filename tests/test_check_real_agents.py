@@ -9,6 +9,7 @@ use) and by an independent JSON Schema validator on the project's v1 schema. The
 """
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List
 
 import pytest
@@ -22,6 +23,10 @@ from acp_lite.tools.wirecheck import CLIENT_TO_AGENT, WireChecker
 
 from conftest import REPO
 from json_schema_judge import disagreements, schema_name, schema_valid, v1_json_schema, wirecheck_schema_valid
+
+# The replays are run once, by the module's `reports` fixture: its tests stay on one worker of a
+# parallel run.
+pytestmark = pytest.mark.xdist_group("real-agent-replays")
 
 RECORDINGS = REPO / "tests" / "data" / "real_agents"
 REPLAY_AGENT = [sys.executable, str(REPO / "tests" / "check_agents" / "replay_agent.py")]
@@ -40,15 +45,21 @@ def recorded(agent: str) -> Dict[str, Any]:
 
 
 def replayed(agent: str):
-    lingers = ["--lingers-after-eof"] if recorded(agent)["lingersAfterStdinEof"] else []
-    # A short timeout: the replay answers at once, and the one wait it decides is how long an
-    # agent that lingers after its stdin closed is given.
-    return run_checks(CheckOptions([*REPLAY_AGENT, *lingers, str(RECORDINGS / agent)], timeout=3.0))
+    lingers = recorded(agent)["lingersAfterStdinEof"]
+    # The replay answers at once, so the timeout is only ever waited out in full by an agent that
+    # lingers after its stdin closed: short for those, and a generous bound for the others (their
+    # runs share the machine with each other and with other tests).
+    flag = ["--lingers-after-eof"] if lingers else []
+    return run_checks(CheckOptions([*REPLAY_AGENT, *flag, str(RECORDINGS / agent)], timeout=3.0 if lingers else 15.0))
 
 
 @pytest.fixture(scope="module")
 def reports():
-    reports = {agent: replayed(agent) for agent in AGENTS}
+    """Each recording's replayed report, the runs all at once: most of their time is the probe
+    waiting (for quiet, for a lingering agent to stop), and they share nothing but the machine.
+    Every run has ended (its processes reaped, its threads joined) when this returns."""
+    with ThreadPoolExecutor(max_workers=len(AGENTS), thread_name_prefix="replay-probe") as pool:
+        reports = dict(zip(AGENTS, pool.map(replayed, AGENTS)))
     set_diagnostics_hook(None)
     return reports
 
