@@ -39,6 +39,12 @@ _RANK = {"skipped": 0, "passed": 1, "failed": 2}
 _WORKER_FACTS = "acp_requirements"
 
 
+def _keep_worst(results: Dict[str, str], key: str, outcome: str) -> None:
+    """Record ``outcome`` for ``key`` unless a worse one is there: failed beats passed beats skipped."""
+    if _RANK[outcome] >= _RANK.get(results.get(key, ""), -1):
+        results[key] = outcome
+
+
 def pytest_configure(config: pytest.Config) -> None:
     try:
         manifest, classification = load()
@@ -60,7 +66,8 @@ class _RequirementTracker:
         self.tests_by_id: Dict[str, Set[str]] = {}
         self.unknown: List[Tuple[str, str]] = []  # (id as written, test)
         self.function_of: Dict[str, str] = {}  # case node id -> test function node id
-        self.results: Dict[str, str] = {}  # test function node id -> passed, failed, skipped
+        self.outcomes: Dict[str, str] = {}  # case node id -> passed, failed, skipped
+        self.results: Dict[str, str] = {}  # test function node id -> the same, from its cases'
         self.ran: Set[str] = set()
         self.partial_because: Set[str] = set()
         if config.option.file_or_dir:
@@ -110,7 +117,8 @@ class _RequirementTracker:
         self.partial_because.update(facts["partial_because"])
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        test = self.function_of.get(report.nodeid, report.nodeid)
+        # Kept per case: under xdist, which function a case belongs to is known only once its
+        # worker has gone down and reported its collection.
         if report.failed:
             outcome = "failed"
         elif report.skipped:
@@ -119,9 +127,8 @@ class _RequirementTracker:
             outcome = "passed"
         else:
             outcome = ""
-        # A test function's result is the worst of its cases': failed beats passed beats skipped.
-        if outcome and _RANK[outcome] >= _RANK.get(self.results.get(test, ""), -1):
-            self.results[test] = outcome
+        if outcome:  # a case's result is the worst of its phases'
+            _keep_worst(self.outcomes, report.nodeid, outcome)
         if report.when == "teardown":
             self.ran.add(report.nodeid)
 
@@ -141,6 +148,8 @@ class _RequirementTracker:
             self.problems.append(("tests name requirement ids that spec/manifest does not know", listing))
         if not self.ran >= set(self.function_of):
             self.partial_because.add("not every collected test ran")
+        for case, outcome in self.outcomes.items():  # a test function's is the worst of its cases'
+            _keep_worst(self.results, self.function_of.get(case, case), outcome)
         self.whole_suite = not self.partial_because
         if self.whole_suite:
             rows = build_rows(self.manifest, self.classification, self.tests_by_id, self.results)
