@@ -96,6 +96,7 @@ def test_an_agent_advertising_everything_has_every_capability_exercised():
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.slow
 def test_an_agent_that_wants_authentication_skips_session_checks_until_given_a_method():
     report = check([*RAW_AGENT, "--require-auth"], pattern="prompt")
     prompt = findings_of(report, "prompt")
@@ -202,9 +203,14 @@ def defect_reports():
     return reports
 
 
+# The tests of the defect reports run on one worker of a parallel run, so the runs happen once.
+ON_DEFECT_REPORTS = pytest.mark.xdist_group("check-defect-reports")
+
+
 @pytest.mark.timeout(120)  # the first case waits for all the runs
 @pytest.mark.parametrize("defect", sorted(CAUGHT_BY))
 @pytest.mark.slow
+@ON_DEFECT_REPORTS
 def test_each_defect_is_caught_by_its_check(defect, defect_reports):
     name, requirement = CAUGHT_BY[defect]
     report = defect_reports[defect]
@@ -234,6 +240,7 @@ def transcript_messages(report):
 
 
 @pytest.mark.timeout(120)
+@ON_DEFECT_REPORTS
 def test_the_probes_schema_verdicts_on_every_defect_agree_with_an_independent_json_schema_validator(defect_reports):
     total = 0
     for defect, report in sorted(defect_reports.items()):
@@ -245,6 +252,7 @@ def test_the_probes_schema_verdicts_on_every_defect_agree_with_an_independent_js
 
 
 @pytest.mark.timeout(120)
+@ON_DEFECT_REPORTS
 def test_an_agent_that_outlives_its_stdin_fails_a_should_and_the_run_still_passes(defect_reports):
     report = defect_reports["ignores-stdin-eof"]
     assert statuses(findings_of(report, "stdin-eof"), "probe:exits-on-stdin-eof") == {FAIL}
@@ -311,6 +319,7 @@ def test_a_pattern_that_selects_nothing_is_a_usage_error():
 
 
 @pytest.mark.timeout(WAIT)
+@pytest.mark.slow
 def test_ctrl_c_stops_the_run_with_status_130():
     command = [*CLI, "--timeout", "30", "-k", "stdin-eof", "--", *RAW_AGENT, "--defect", "ignores-stdin-eof"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO) as proc:

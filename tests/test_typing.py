@@ -38,7 +38,8 @@ class WrongClient(Client):
         return ""
 '''
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+# One mypy run serves every test here: on one worker of a parallel run, so that it runs once.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.xdist_group("typing-mypy-run")]
 
 
 @pytest.fixture(scope="module")
