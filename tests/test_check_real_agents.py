@@ -76,6 +76,7 @@ def test_there_are_recordings_of_both_real_agents():
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("agent", AGENTS)
+@pytest.mark.slow
 def test_the_replayed_run_gives_the_verdicts_of_the_live_run(agent, reports):
     report = reports[agent]
     assert report.requirement_status() == recorded(agent)["requirements"]
@@ -88,6 +89,7 @@ def statuses(report, requirement: str) -> Dict[str, str]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_codex_answering_notifications_with_id_less_errors_fails_no_reply_to_notification(reports):
     report = reports["codex-acp-0.16.0"]
     assert statuses(report, "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION") == {"notifications": FAIL}
@@ -105,6 +107,7 @@ def test_codex_answering_notifications_with_id_less_errors_fails_no_reply_to_not
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("agent", AUTH_BLOCKED)
+@pytest.mark.slow
 def test_what_authentication_blocks_is_skipped_with_that_reason_and_nothing_else(agent, reports):
     report = reports[agent]
     blocked = report.blocked_by_auth()
@@ -123,6 +126,7 @@ def finding(report, check: str, requirement: str):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_claude_turns_are_judged_by_what_the_protocol_requires(reports):
     report = reports[STUB_MODEL]
     # It read the text: its reply holds the word the prompt asked for.

@@ -770,6 +770,7 @@ def test_bench_client_plays_a_paced_replay_agent_on_its_stdio(tmp_path):
 
 @pytest.mark.timeout(60)
 @pytest.mark.req("ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON")
+@pytest.mark.slow
 def test_bench_client_stops_a_cancelled_turns_stream_and_ends_it_cancelled(tmp_path):
     report_path = tmp_path / "report.json"
     first = threading.Event()

@@ -742,6 +742,7 @@ FUZZ_RUNS = 3000
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_the_fuzz_target_survives_a_short_run(tmp_path):
     pytest.importorskip("atheris", reason="atheris is not installed (it is only in the test extra on Linux, Python 3.11)")
     corpus = tmp_path / "corpus"

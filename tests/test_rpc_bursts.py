@@ -190,6 +190,7 @@ def test_a_burst_in_host_mode_is_delivered_in_order_on_the_host_thread():
         peer.close()
 
 
+@pytest.mark.slow
 def test_a_slow_callback_stops_the_reader_and_close_still_returns(peer):
     connection = peer.connection
     release = threading.Event()
@@ -215,6 +216,7 @@ def test_a_slow_callback_stops_the_reader_and_close_still_returns(peer):
     assert seen == list(range(total))
 
 
+@pytest.mark.slow
 def test_a_host_that_does_not_pump_stops_the_reader_and_close_still_returns():
     # An editor's UI thread busy elsewhere: what the reader decoded waits for pumps, so the reader
     # must stop as it does behind a slow delivery thread, and everything arrives once pumped.
@@ -269,6 +271,7 @@ def write_ignoring_close(peer: RawPeer, data: bytes) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_close_wakes_a_reader_waiting_for_room(peer):
     connection = peer.connection
     release = threading.Event()
@@ -299,6 +302,7 @@ def test_close_wakes_a_reader_waiting_for_room(peer):
         "request is routed, not when its handler starts"
     ),
 )
+@pytest.mark.slow
 def test_a_peer_that_stops_reading_our_answers_stops_our_reading_not_our_threads():
     # Handlers whose answers cannot be written block in send. Starting each new request on
     # another worker would only add threads that block the same way, one per request the peer
@@ -346,6 +350,7 @@ def test_a_peer_that_stops_reading_our_answers_stops_our_reading_not_our_threads
         os.close(feed)
 
 
+@pytest.mark.slow
 def test_an_answer_inside_a_burst_in_host_mode_surfaces_after_the_lines_before_it():
     # In host mode the host's thread decodes a burst as it pumps, a block per item: the answer to
     # a blocking call made off the host thread is settled there, in its place in the stream.
