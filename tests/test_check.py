@@ -203,14 +203,9 @@ def defect_reports():
     return reports
 
 
-# The tests of the defect reports run on one worker of a parallel run, so the runs happen once.
-ON_DEFECT_REPORTS = pytest.mark.xdist_group("check-defect-reports")
-
-
 @pytest.mark.timeout(120)  # the first case waits for all the runs
 @pytest.mark.parametrize("defect", sorted(CAUGHT_BY))
 @pytest.mark.slow
-@ON_DEFECT_REPORTS
 def test_each_defect_is_caught_by_its_check(defect, defect_reports):
     name, requirement = CAUGHT_BY[defect]
     report = defect_reports[defect]
@@ -240,7 +235,6 @@ def transcript_messages(report):
 
 
 @pytest.mark.timeout(120)
-@ON_DEFECT_REPORTS
 def test_the_probes_schema_verdicts_on_every_defect_agree_with_an_independent_json_schema_validator(defect_reports):
     total = 0
     for defect, report in sorted(defect_reports.items()):
@@ -252,7 +246,6 @@ def test_the_probes_schema_verdicts_on_every_defect_agree_with_an_independent_js
 
 
 @pytest.mark.timeout(120)
-@ON_DEFECT_REPORTS
 def test_an_agent_that_outlives_its_stdin_fails_a_should_and_the_run_still_passes(defect_reports):
     report = defect_reports["ignores-stdin-eof"]
     assert statuses(findings_of(report, "stdin-eof"), "probe:exits-on-stdin-eof") == {FAIL}

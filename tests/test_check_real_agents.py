@@ -24,10 +24,6 @@ from acp_lite.tools.wirecheck import CLIENT_TO_AGENT, WireChecker
 from conftest import REPO
 from json_schema_judge import disagreements, schema_name, schema_valid, v1_json_schema, wirecheck_schema_valid
 
-# The replays are run once, by the module's `reports` fixture: its tests stay on one worker of a
-# parallel run.
-pytestmark = pytest.mark.xdist_group("real-agent-replays")
-
 RECORDINGS = REPO / "tests" / "data" / "real_agents"
 REPLAY_AGENT = [sys.executable, str(REPO / "tests" / "check_agents" / "replay_agent.py")]
 AGENTS = sorted(path.name for path in RECORDINGS.iterdir() if path.is_dir())

@@ -38,8 +38,7 @@ class WrongClient(Client):
         return ""
 '''
 
-# One mypy run serves every test here: on one worker of a parallel run, so that it runs once.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.xdist_group("typing-mypy-run")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")
