@@ -808,7 +808,9 @@ def test_a_blocking_call_on_the_main_thread_sees_a_ctrl_c_that_lands_on_another_
             agent.prompt(session_id, "go")
         except KeyboardInterrupt:
             print("interrupted", flush=True)
-        agent.close()
+        # The agent exits once it has read the cancel and its stdin closed; the default close
+        # timeout (5 s, a quarter of it for that exit) can TERM it first on a loaded machine.
+        agent.close(timeout=30)
     """)
     tool = launched(*script, command=())
     tool.wait_for("stderr", "stubborn agent: got session/prompt")
