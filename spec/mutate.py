@@ -158,7 +158,10 @@ def run_mutant(mutant: Dict[str, Any], tests: Sequence[str], project: Path) -> D
         return {"outcome": NOT_APPLIED, "detail": f"old text occurs {original.count(mutant['old'])} times"}
     path.write_text(original.replace(mutant["old"], mutant["new"]), encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(project), PYTHONDONTWRITEBYTECODE="1")
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", f"--timeout={TEST_TIMEOUT}", *tests]
+    # -n 0: the tests of one mutant run in this pytest process; the workers of this check are
+    # the parallelism (pyproject's addopts would give each mutant's run workers of its own).
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "0",
+               f"--timeout={TEST_TIMEOUT}", *tests]
     started = time.monotonic()
     try:
         run = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=MUTANT_TIMEOUT)

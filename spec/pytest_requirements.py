@@ -15,6 +15,13 @@ requirement ids and how each test ended. At the end:
 
 A failed gate sets the session's exit status to 1 and says why in the terminal summary.
 Everything here runs on pytest's main thread.
+
+Under pytest-xdist (``-n``) the tests are collected and run by worker processes, and the controller
+collects nothing. Each worker then only reports what its collection says (which test function
+names which ids, what was deselected or failed to collect) through ``config.workeroutput``; the
+controller gathers that from every worker as it goes down, takes every test's outcome from the
+reports the workers forward to it, and alone judges, writes and prints, once. A worker that ends
+without reporting its collection makes the run partial: the controller cannot know what it held.
 """
 import json
 import os
@@ -28,6 +35,14 @@ from .import_requirements import SPEC_DIR, ManifestError, dump_json, load, load_
 from .mutate import LISTING_VARIABLE, load_mutation_counts
 
 _RANK = {"skipped": 0, "passed": 1, "failed": 2}
+# The key of a worker's collection facts in its xdist workeroutput.
+_WORKER_FACTS = "acp_requirements"
+
+
+def _keep_worst(results: Dict[str, str], key: str, outcome: str) -> None:
+    """Record ``outcome`` for ``key`` unless a worse one is there: failed beats passed beats skipped."""
+    if _RANK[outcome] >= _RANK.get(results.get(key, ""), -1):
+        results[key] = outcome
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,6 +55,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 class _RequirementTracker:
     def __init__(self, config: pytest.Config, manifest: dict, classification: dict) -> None:
+        self.config = config
+        # An xdist worker only reports its collection; the controller (or a plain run) judges.
+        self.is_worker = hasattr(config, "workerinput")
         self.manifest = manifest
         self.classification = classification
         self.known_ids = set(classification)
@@ -48,7 +66,8 @@ class _RequirementTracker:
         self.tests_by_id: Dict[str, Set[str]] = {}
         self.unknown: List[Tuple[str, str]] = []  # (id as written, test)
         self.function_of: Dict[str, str] = {}  # case node id -> test function node id
-        self.results: Dict[str, str] = {}  # test function node id -> passed, failed, skipped
+        self.outcomes: Dict[str, str] = {}  # case node id -> passed, failed, skipped
+        self.results: Dict[str, str] = {}  # test function node id -> the same, from its cases'
         self.ran: Set[str] = set()
         self.partial_because: Set[str] = set()
         if config.option.file_or_dir:
@@ -82,8 +101,24 @@ class _RequirementTracker:
             tagged = {req_id: sorted(tests) for req_id, tests in sorted(self.tests_by_id.items())}
             Path(listing).write_text(json.dumps(tagged, indent=1), encoding="utf-8")
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        """On the xdist controller: take in what a worker that went down collected."""
+        facts = getattr(node, "workeroutput", {}).get(_WORKER_FACTS)
+        if facts is None:
+            self.partial_because.add("a worker ended without reporting its collection")
+            return
+        self.function_of.update(facts["function_of"])
+        for req_id, tests in facts["tests_by_id"].items():
+            self.tests_by_id.setdefault(req_id, set()).update(tests)
+        for req_id, tests in facts["draft_tests"].items():
+            self.draft_tests.setdefault(req_id, set()).update(tests)
+        self.unknown += [(req_id, test) for req_id, test in facts["unknown"]]
+        self.partial_because.update(facts["partial_because"])
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        test = self.function_of.get(report.nodeid, report.nodeid)
+        # Kept per case: under xdist, which function a case belongs to is known only once its
+        # worker has gone down and reported its collection.
         if report.failed:
             outcome = "failed"
         elif report.skipped:
@@ -92,18 +127,29 @@ class _RequirementTracker:
             outcome = "passed"
         else:
             outcome = ""
-        # A test function's result is the worst of its cases': failed beats passed beats skipped.
-        if outcome and _RANK[outcome] >= _RANK.get(self.results.get(test, ""), -1):
-            self.results[test] = outcome
+        if outcome:  # a case's result is the worst of its phases'
+            _keep_worst(self.outcomes, report.nodeid, outcome)
         if report.when == "teardown":
             self.ran.add(report.nodeid)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.is_worker:
+            # Plain lists and dicts: what execnet carries to the controller.
+            self.config.workeroutput[_WORKER_FACTS] = {  # type: ignore[attr-defined]
+                "function_of": self.function_of,
+                "tests_by_id": {req_id: sorted(tests) for req_id, tests in self.tests_by_id.items()},
+                "draft_tests": {req_id: sorted(tests) for req_id, tests in self.draft_tests.items()},
+                "unknown": [list(pair) for pair in self.unknown],
+                "partial_because": sorted(self.partial_because),
+            }
+            return
         if self.unknown:
             listing = sorted(f"{req_id} (in {test})" for req_id, test in set(self.unknown))
             self.problems.append(("tests name requirement ids that spec/manifest does not know", listing))
         if not self.ran >= set(self.function_of):
             self.partial_because.add("not every collected test ran")
+        for case, outcome in self.outcomes.items():  # a test function's is the worst of its cases'
+            _keep_worst(self.results, self.function_of.get(case, case), outcome)
         self.whole_suite = not self.partial_because
         if self.whole_suite:
             rows = build_rows(self.manifest, self.classification, self.tests_by_id, self.results)

@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_workload_h_runs_and_writes_results(tmp_path):
     done = subprocess.run(
         [sys.executable, "bench/host.py", "--runs", "1", "--updates", "3000", "--no-vim", "--out", str(tmp_path)],

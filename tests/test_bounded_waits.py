@@ -29,6 +29,7 @@ def frozen_agent() -> RemoteAgent:
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs SIGSTOP")
+@pytest.mark.slow
 def test_a_call_timeout_covers_sending_a_request_the_agent_does_not_read():
     agent = frozen_agent()
     try:

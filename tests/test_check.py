@@ -96,6 +96,7 @@ def test_an_agent_advertising_everything_has_every_capability_exercised():
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.slow
 def test_an_agent_that_wants_authentication_skips_session_checks_until_given_a_method():
     report = check([*RAW_AGENT, "--require-auth"], pattern="prompt")
     prompt = findings_of(report, "prompt")
@@ -311,6 +312,7 @@ def test_a_pattern_that_selects_nothing_is_a_usage_error():
 
 
 @pytest.mark.timeout(WAIT)
+@pytest.mark.slow
 def test_ctrl_c_stops_the_run_with_status_130():
     command = [*CLI, "--timeout", "30", "-k", "stdin-eof", "--", *RAW_AGENT, "--defect", "ignores-stdin-eof"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO) as proc:

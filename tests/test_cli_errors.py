@@ -66,6 +66,7 @@ def test_forgetting_the_double_dash_hints_where_the_agent_command_goes():
 
 # -- agents that cannot start, or start and exit ------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_agent_that_cannot_start_says_why_with_status_127(tmp_path):
     script = tmp_path / "agent.sh"
     script.write_text("#!/bin/sh\nexit 0\n")
@@ -194,6 +195,7 @@ AUTH_HELP = ("It offers (choose one with --auth-method ID):\n"
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_run_lists_the_auth_methods_when_the_agent_requires_authentication():
     status, out, err = cli("run", "--", *inline_agent(GATED_AGENT), stdin=b"hi\n")
     assert (status, out) == (1, "")

@@ -144,6 +144,7 @@ def _times_out_and_cancels(remote, raw, name, args):
 
 @pytest.mark.timeout(60)
 @pytest.mark.req("ACP-V1-SCHEMA-CANCEL-REQUEST-NOTIFICATION-SHAPE")
+@pytest.mark.slow
 def test_a_blocking_request_that_times_out_raises_and_cancels_it_on_the_wire():
     with _initialized_agent_with_session() as (remote, raw):
         for name, args, _ in AGENT_REQUESTS:

@@ -127,6 +127,7 @@ def test_an_agent_exiting_in_the_middle_of_a_line_fails_every_pending_call_with_
     assert remote.process.returncode() == 3
 
 
+@pytest.mark.slow
 def test_an_agent_closing_its_stdout_but_running_on_ends_the_connection_and_close_still_returns():
     editor = Recorder()
     remote = spawn("close-stdout", editor)
@@ -469,6 +470,7 @@ class ShuffledAnswers(Agent):
             future.set_result({"echo": params})
 
 
+@pytest.mark.slow
 def test_ten_thousand_calls_pending_at_once_from_sixteen_threads_each_get_their_own_answer():
     agent_end, client_end = memory_pair()
     agent = ShuffledAnswers()

@@ -113,6 +113,7 @@ COMMANDS = {
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.slow
 def test_a_command_ended_by_sigterm_or_sighup_stops_its_agent_first(starters, command):
     # Both signals at once, each to its own command process: the stop takes seconds (the agent
     # is given its stdin's end first), which need not be waited for twice.
@@ -170,6 +171,7 @@ def test_an_application_ended_by_a_signal_leaves_no_agent(starters, signum):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_an_agent_that_ignores_sigterm_is_killed_after_the_grace_period(starters):
     starter = starters(application("wait", "stubborn"), "stubborn")
     starter.wait_ready()

@@ -336,6 +336,7 @@ def test_closed_error_carries_the_exit_code_and_the_stderr_tail(agents):
 
 
 @pytest.mark.timeout(10)
+@pytest.mark.slow
 def test_closed_error_of_an_agent_still_running_has_no_exit_code(agents):
     agent = agents("import os, sys; os.close(1); print('closed stdout', file=sys.stderr); sys.stdin.read()")
     assert agent.stdout.read() == b""

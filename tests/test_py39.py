@@ -76,6 +76,7 @@ def pep604_annotations(path: Path):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 def test_no_pep604_unions_in_annotations():
     found = [f"{path.relative_to(REPO)}:{line}" for path in python_files() for line in pep604_annotations(path)]
     assert not found, "use Optional[...] / Union[...] (Python 3.9): " + ", ".join(found)

@@ -547,6 +547,7 @@ def make_drivers(sides: Tuple[Side, Side], soak: Soak) -> List[Driver]:
 @pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-SAME-ID", "ACP-V1-JSONRPC-RESPONSE-REQUIRED")
 @pytest.mark.timeout(40)
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.slow
 def test_random_traffic_both_ways_keeps_every_promise(seed, caplog):
     soak = Soak(seed, closing=False)
     a, b = linked_sides(soak)

@@ -121,6 +121,7 @@ line_bytes = st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"."))
     terminated=st.booleans(),
     block_bytes=st.integers(min_value=1, max_value=200),
 )
+@pytest.mark.slow
 def test_any_chunking_yields_the_same_frames(lines, cuts, limit, terminated, block_bytes):
     stream = b"\n".join(lines) + (b"\n" if terminated and lines else b"")
     expected = []
@@ -228,6 +229,7 @@ bad_lines = st.one_of(
 
 @settings(max_examples=60, deadline=None)
 @given(lines=st.lists(bad_lines, min_size=1, max_size=6))
+@pytest.mark.slow
 def test_no_input_stops_the_reader_and_every_reply_is_json_rpc(lines):
     ours, theirs = wire.memory_pair()
     connection = Connection(ours, name="fuzzed")

@@ -97,6 +97,7 @@ def _agent_argv(tmp_path: Path, kind: str) -> List[str]:
 @pytest.mark.timeout(90)
 @pytest.mark.req("ACP-V2-NEGOTIATE-AGENT-ANSWER", "ACP-V2-SESSION-BASELINE", "ACP-V2-PROMPT-ACK",
                  "ACP-V2-CANCEL-IDLE-CANCELLED")
+@pytest.mark.slow
 def test_check_protocol_2_finds_every_v2_rule_met_by_a_dual_version_agent(tmp_path):
     report = run_checks(CheckOptions(_agent_argv(tmp_path, "dual"), timeout=10.0, protocol=2))
     v2 = {f.requirement: f.status for result in report.checks for f in result.findings}

@@ -157,6 +157,7 @@ def test_single_file_offers_the_package_api(isolated):
 
 @pytest.mark.timeout(60)
 @pytest.mark.req("ACP-V1-PROMPT-PERMISSION-MAY", "ACP-V1-PROMPT-CLIENT-CANCEL-MAY", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON")
+@pytest.mark.slow
 def test_plugin_skeleton_on_a_synchronous_host(tmp_path, msgspec_only):
     """examples/plugin with its vendored file built in, its host loop pumping on the main thread,
     against examples/agent.py (which runs on the installed package)."""

@@ -105,6 +105,7 @@ def _gone(pid: int) -> bool:
     "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
     "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
 )
+@pytest.mark.slow
 def test_the_vim_plugin_chats_asks_permission_cancels_and_exits_cleanly(vim_ready, tmp_path):
     plugin = tmp_path / "vim-plugin"
     shutil.copytree(EXAMPLES / "vim", plugin, ignore=shutil.ignore_patterns("_acp.py", "__pycache__"))

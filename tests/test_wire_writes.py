@@ -456,6 +456,7 @@ def test_a_program_that_exits_without_closing_still_sends_every_frame():
     assert out == b"".join(b'{"i":%d}\n' % i for i in range(200_000))
 
 
+@pytest.mark.slow
 def test_the_exit_flush_gives_up_on_a_peer_that_does_not_read():
     # More than the pipe holds, nobody reading: the program still exits, after the hook's
     # bounded wait, instead of hanging on the flush.

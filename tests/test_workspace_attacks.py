@@ -399,6 +399,7 @@ def test_the_interpreters_exit_ends_the_terminals_an_editor_left_open(root, tmp_
         assert _survivors(pids) == []
 
 
+@pytest.mark.slow
 def test_stopping_an_agent_ends_the_children_that_left_its_group():
     # The agent waits for its stdin to close, which is how stop() first asks it to exit; the
     # children sleep on. The daemon is out of reach (re-parented to init before stop() looked).

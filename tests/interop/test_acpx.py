@@ -129,6 +129,7 @@ def test_a_sigint_to_acpx_cancels_the_turn_and_the_example_agent_answers_cancell
                  "ACP-V1-SCHEMA-TERMINAL-CREATE-SHAPE", "ACP-V1-SCHEMA-TERMINAL-OUTPUT-SHAPE",
                  "ACP-V1-SCHEMA-TERMINAL-RELEASE-SHAPE", "ACP-V1-SCHEMA-TERMINAL-WAIT-FOR-EXIT-SHAPE",
                  "ACP-V1-SCHEMA-TERMINAL-KILL-SHAPE")
+@pytest.mark.slow
 def test_an_acp_lite_agent_calls_acpxs_file_system_and_terminals(tmp_path):
     run = acpx(tmp_path, EDITOR_CALLS_AGENT, "--approve-all", prompt="use the editor")
     assert run.status == 0, run.stderr
