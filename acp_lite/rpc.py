@@ -437,13 +437,25 @@ class Connection:
                 "use call_future()"
             )
 
-    def call_future(self, method: str, params: Any = None, result_type: Any = Any) -> Future:
+    def call_future(
+        self,
+        method: str,
+        params: Any = None,
+        result_type: Any = Any,
+        *,
+        on_done: Optional[Callable[[Future], Any]] = None,
+    ) -> Future:
         """Send a request; a ``Future`` of its result (or error). Cancelling the future while the
         call is pending sends ``$/cancel_request`` and drops the eventual answer. The future is
         settled, and its done-callbacks run, where callbacks run (the delivery thread; the host
         thread in host mode), one at a time with them and in order; when the connection is
-        closed, on the thread that closes it. Any thread."""
+        closed, on the thread that closes it. ``on_done(future)`` is added before the request
+        goes out, so it surely runs there, in order with the messages around the answer (a
+        done-callback added once ``call_future`` has returned runs at once, on the adding thread,
+        if the answer has already come). Any thread."""
         future: Future = Future()
+        if on_done is not None:
+            future.add_done_callback(on_done)
         request_id = self._send_request(method, params, result_type, future, False, None)
         future.add_done_callback(lambda f: self._on_call_future_done(request_id, f))
         return future

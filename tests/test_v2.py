@@ -365,6 +365,37 @@ def test_prompt_returns_at_the_idle_after_its_acknowledgment_with_every_update_d
     assert seen[1].error.path == "$.update"
 
 
+@pytest.mark.req("ACP-V2-PROMPT-IDLE-STOP-REASON")
+def test_the_idle_right_after_the_acknowledgment_ends_the_turn_however_late_the_prompting_thread_runs():
+    # The prompting thread may lose the processor right after its request went out, until the
+    # answer and the idle after it have been delivered: the turn must still end at that idle.
+    idle_delivered = threading.Event()
+
+    class Records(Client):
+        def session_update(self, params):
+            if getattr(params.update, "stop_reason", None) == "end_turn":
+                idle_delivered.set()
+
+    with _client_with_raw_agent(Records()) as (remote, raw):
+        _in_session(remote, raw)
+        call_future = remote.connection.call_future
+
+        def descheduled_after_sending(method, *args, **kwargs):
+            future = call_future(method, *args, **kwargs)
+            if method == "session/prompt":
+                idle_delivered.wait(WAIT)
+            return future
+
+        remote.connection.call_future = descheduled_after_sending
+        turn = background(remote.prompt, "s1", "hi")
+        request = raw.recv()
+        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"messageId": "u1"}})
+        raw.notify("session/update", {"sessionId": "s1", "update": {"sessionUpdate": "state_update", "state": "idle",
+                                                                      "stopReason": "end_turn"}})
+        assert idle_delivered.wait(WAIT)
+        assert turn.result(WAIT) == v2.SessionUpdateStateUpdate(state="idle", stop_reason="end_turn")
+
+
 def test_a_pending_v2_turn_fails_when_the_connection_closes():
     with _client_with_raw_agent() as (remote, raw):
         _in_session(remote, raw)

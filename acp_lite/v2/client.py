@@ -332,8 +332,14 @@ class RemoteAgent(v1client.RemoteAgent):
             if session_id in self._turn_ends:
                 raise UsageError(f"session {session_id!r} already has a prompt running")
             self._turn_ends[session_id] = turn
-        acknowledgment = self._start(request)
-        acknowledgment.add_done_callback(lambda done: self._acknowledged(session_id, turn, done))
+        # The acknowledgment's callback is in place before the request goes out, so that it runs
+        # in order before the updates that follow the answer (the idle that ends the turn).
+        self.connection.call_future(
+            request.method,
+            request.params,
+            request.result_type,
+            on_done=lambda done: self._acknowledged(session_id, turn, done),
+        )
         return turn.done
 
     def _acknowledged(self, session_id: str, turn: _Turn, done: Future) -> None:
