@@ -25,6 +25,7 @@ from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union
 
+from .answering import RequestContext
 from .errors import CallTimeout, CapabilityError, InvalidParams, MethodNotFound, RequestCancelled, UsageError
 from .peer import (
     SUPPORTED_PROTOCOL_VERSIONS,
@@ -36,7 +37,7 @@ from .peer import (
     require_absolute_path,
     v2_module,
 )
-from .rpc import Connection, HostDelivery, RequestContext
+from .rpc import Connection, HostDelivery
 from .schema import (
     AGENT_METHODS,
     CLIENT_METHODS,

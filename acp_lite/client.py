@@ -25,6 +25,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Union
 
+from .answering import RequestContext
 from .client_base import _CLIENT_HANDLERS, Client
 from .codec import Undecodable, UnknownVariant, keep_undecodable
 from .errors import CapabilityError, InvalidParams, UsageError, VersionMismatch
@@ -38,7 +39,7 @@ from .peer import (
     v2_module,
 )
 from .process import AgentProcess
-from .rpc import Connection, HostDelivery, RequestContext
+from .rpc import Connection, HostDelivery
 from .schema import (
     AGENT_METHODS,
     CLIENT_METHODS,

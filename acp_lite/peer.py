@@ -19,9 +19,10 @@ from concurrent.futures import Future
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
+from .answering import RequestContext
 from .errors import MethodNotFound, UsageError
 from .jsonrpc import settle
-from .rpc import Connection, RequestContext
+from .rpc import Connection
 from .schema import PROTOCOL_VERSION
 
 # The protocol versions this runtime speaks, newest last.

@@ -1,8 +1,8 @@
 """A JSON-RPC 2.0 connection: the threads and the transport around the sans-IO core.
 
-``jsonrpc.RpcCore`` decides what every line means; ``delivery`` runs callbacks in order; this
-module owns the threads that read, deliver and run handlers, and the rules between them. Every
-thread a connection may have:
+``jsonrpc.RpcCore`` decides what every line means; ``delivery`` runs callbacks in order;
+``answering`` runs a request's handler and answers it; this module owns the threads that read,
+deliver and run handlers, and the rules between them. Every thread a connection may have:
 
 | thread | started by | stopped by | may run |
 | --- | --- | --- | --- |
@@ -28,7 +28,7 @@ Invariants:
   (a call's timeout bounds the whole call, sending included; the id is then forgotten and a late
   answer dropped), ``ConnectionClosed`` at end of stream or ``close()``, or cancellation through
   its future (which sends ``$/cancel_request``). Every request is answered once: the first of
-  ``respond``/``respond_error``/the handler's return wins.
+  ``respond``/``respond_error``/the handler's return wins (see ``answering``).
 - Back-pressure: the reader stops reading while about 2 MiB it read wait for the delivery thread
   or the host's pumps, so a slow application makes a fast peer wait; requests are not started
   while the peer does not read our answers (the transport's backlog is full), so such a peer
@@ -53,12 +53,11 @@ from typing import Any, Callable, List, Optional
 
 from msgspec import UNSET
 
+from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
 from .delivery import Callback, CallbackQueue, Expand, HostDelivery, HostLane, WorkerPool, run_callbacks
-from .error_rules import error_for
-from .errors import AcpError, CallTimeout, ConnectionClosed, RequestCancelled, UsageError
+from .errors import CallTimeout, ConnectionClosed, UsageError
 from .jsonrpc import (
     CANCEL_REQUEST_METHOD,
-    BatchReply,
     ConnectionStats,
     PendingCall,
     Route,
@@ -93,103 +92,6 @@ _WATCH_TICK_SECONDS = 0.002
 _WATCH_QUIET_TICKS = 50
 
 
-# -- cancellation and request context ------------------------------------------------------------
-class CancelToken:
-    """Tells a running handler that its request was cancelled.
-
-    Any thread may read it, wait on it or cancel it. Callbacks run once, on the thread that
-    cancels (or at once, on the caller's thread, when added to a token already cancelled); one
-    that raises is logged and the others still run.
-    """
-
-    __slots__ = ("_callbacks", "_cancelled", "_event", "_lock")
-
-    def __init__(self) -> None:
-        self._cancelled = False
-        self._lock = threading.Lock()
-        self._callbacks: List[Callable[[], Any]] = []
-        # Made by the first wait(): every request gets a token and few are waited on, while an
-        # Event costs more to make than the rest of a small request's handling.
-        self._event: Optional[threading.Event] = None
-
-    @property
-    def is_cancelled(self) -> bool:
-        return self._cancelled
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Block up to ``timeout`` seconds (forever if None) until cancelled; True if cancelled."""
-        with self._lock:
-            if self._cancelled:
-                return True
-            if self._event is None:
-                self._event = threading.Event()
-            event = self._event
-        return event.wait(timeout)
-
-    def add_callback(self, fn: Callable[[], Any]) -> None:
-        """Run ``fn()`` when the token is cancelled (now, if it already is)."""
-        with self._lock:
-            if not self._cancelled:
-                self._callbacks.append(fn)
-                return
-        _run_logged(fn)
-
-    def cancel(self) -> None:
-        """Cancel; the first call runs the callbacks, later ones do nothing."""
-        with self._lock:
-            if self._cancelled:
-                return
-            self._cancelled = True
-            event, callbacks, self._callbacks = self._event, self._callbacks, []
-        if event is not None:
-            event.set()
-        for fn in callbacks:
-            _run_logged(fn)
-
-    def raise_if_cancelled(self) -> None:
-        """Raise ``RequestCancelled`` if cancelled (the runtime then answers -32800)."""
-        if self._cancelled:
-            raise RequestCancelled()
-
-
-def _run_logged(fn: Callable[[], Any]) -> None:
-    try:
-        fn()
-    except Exception:
-        logging.getLogger("acp_lite.rpc").exception("cancellation callback %r failed", fn)
-
-
-class RequestContext:
-    """One incoming request: its ``id``, ``method`` and ``cancel_token``.
-
-    ``respond``/``respond_error`` answer it from any thread, at any time; the first answer wins
-    and later ones (including the handler's own return value) are dropped.
-    """
-
-    __slots__ = ("_answered", "_batch", "_connection", "_params", "_route", "cancel_token", "id", "method")
-
-    def __init__(self, connection: "Connection", request_id: Any, method: str, batch: Optional[BatchReply]):
-        self.id = request_id
-        self.method = method
-        self.cancel_token = CancelToken()
-        self._connection = connection
-        self._batch = batch
-        self._answered = False
-        self._route: Optional[Route] = None
-        self._params: Any = None
-
-    def respond(self, result: Any) -> bool:
-        """Answer with ``result`` now; False if the request was already answered. Any thread."""
-        return self._connection._answer(self, result, None)
-
-    def respond_error(self, error: AcpError) -> bool:
-        """Answer with ``error`` now; False if the request was already answered. Any thread."""
-        return self._connection._answer(self, None, error)
-
-    def __repr__(self) -> str:
-        return f"RequestContext(id={self.id!r}, method={self.method!r})"
-
-
 # -- the connection --------------------------------------------------------------------------------
 class Connection:
     """A JSON-RPC 2.0 peer over a transport.
@@ -214,16 +116,18 @@ class Connection:
         self._queue: Any = delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue()
         self._pool = None if delivery is not None else WorkerPool(name, self._log)
         self._lock = threading.Lock()
+        self._answering = Answering(name, self._log, self._lock, self._send_frame)
         self._core = RpcCore(
             name,
             self._log,
-            self._make_context,
+            self._answering.make_context,
             self._start_request,
-            _cancel_request,
+            cancel_incoming,
             threading.Lock,
             self._send_frame,
             transport.max_message_size,
         )
+        self._answering.core = self._core
         self.stats: ConnectionStats = self._core.stats
         self._closing_callbacks: List[Callable[[], Any]] = []
         # Bytes the reader has queued for the delivery thread (or the host) and not yet routed.
@@ -383,7 +287,7 @@ class Connection:
         with self._lock:
             waiting = [ctx for ctx in self._core.incoming.values() if ctx._route is not None]
         for ctx in waiting:
-            self._refuse_to_start(ctx)
+            self._answering.refuse_to_start(ctx)
 
     def _run_closing(self, _: Any) -> None:
         with self._lock:
@@ -392,7 +296,7 @@ class Connection:
             self._closing_ran = True
             contexts = list(self._core.incoming.values())
         for fn in self._closing_callbacks:
-            _run_logged(fn)
+            run_logged(fn)
         for ctx in contexts:
             ctx.cancel_token.cancel()
         if self._pool is not None:
@@ -519,34 +423,15 @@ class Connection:
         except ConnectionClosed:
             self._log.debug("%s: reply dropped, the connection is closed", self.name)
 
-    # -- answering incoming requests --------------------------------------------------------------
-    def _make_context(self, request_id: Any, route: Route, params: Any, batch: Optional[BatchReply]) -> RequestContext:
-        ctx = RequestContext(self, request_id, route.method, batch)
-        ctx._route, ctx._params = route, params
-        return ctx
-
-    def _answer(self, ctx: RequestContext, result: Any, error: Optional[AcpError]) -> bool:
-        with self._lock:
-            if ctx._answered:
-                return False
-            ctx._answered = True
-            if self._core.incoming.get(ctx.id) is ctx:
-                del self._core.incoming[ctx.id]
-        frame = self._core.answer_frame(ctx.id, ctx.method, result, error)
-        # In a batch, the batch's answer goes out once its last request is answered.
-        whole = frame if ctx._batch is None else ctx._batch.add(frame)
-        if whole is not None:
-            self._send_frame(whole)
-        return True
-
+    # -- starting incoming requests (answered by answering.Answering) -----------------------------
     def _start_request(self, ctx: RequestContext) -> None:
         # Delivery (or host) thread, in arrival order.
         if not self._arrive(ctx):
             return
         if self._pool is None:
-            self._run_handler(ctx)
+            self._answering.run_handler(ctx)
         elif not self._pool.submit(self._run_handler_outliving_it, ctx):
-            self._refuse_to_start(ctx)  # closing
+            self._answering.refuse_to_start(ctx)  # closing
 
     def _arrive(self, ctx: RequestContext) -> bool:
         """A request's turn has come: run its arrival hook; True if it may start now (False:
@@ -565,65 +450,20 @@ class Connection:
             while self._transport.backed_up and not self._close_called:
                 self._transport.flush(_BACKED_UP_POLL_SECONDS)
         if self._close_called:
-            self._refuse_to_start(ctx)
+            self._answering.refuse_to_start(ctx)
             return False
         return True
-
-    def _refuse_to_start(self, ctx: RequestContext) -> None:
-        # Closing: cancel it the way every other cancellation goes, so that the layer above may
-        # still answer it its own way (a prompt turn answers "cancelled"); else -32800.
-        ctx.cancel_token.cancel()
-        self._answer(ctx, None, RequestCancelled("the connection is closing"))
-
-    def _run_handler(self, ctx: RequestContext) -> None:
-        route, params = ctx._route, ctx._params
-        ctx._route = ctx._params = None
-        assert route is not None
-        try:
-            # Even a request cancelled before it started runs: its handler sees the token and
-            # decides, so the outcome never depends on how the cancel raced the start.
-            result = route.handler(params, ctx)
-        except BaseException as exc:
-            self._answer_exception(ctx, exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        if isinstance(result, Future):
-            ctx.cancel_token.add_callback(result.cancel)
-            result.add_done_callback(lambda f: self._answer_future(ctx, f))
-        else:
-            self._answer(ctx, result, None)
 
     def _run_handler_outliving_it(self, ctx: RequestContext) -> None:
         # Workers go on after any handler: a SystemExit (sys.exit() in a handler) has been
         # answered -32603 and logged like any failure, and ends nothing.
         if self._close_called:
-            self._refuse_to_start(ctx)  # it waited for a worker (see WorkerPool) until the close
+            self._answering.refuse_to_start(ctx)  # it waited for a worker (see WorkerPool) until the close
             return
         try:
-            self._run_handler(ctx)
+            self._answering.run_handler(ctx)
         except BaseException:
             pass
-
-    def _answer_future(self, ctx: RequestContext, future: Future) -> None:
-        if future.cancelled():
-            self._answer(ctx, None, RequestCancelled())
-            return
-        exc = future.exception()
-        if exc is not None:
-            self._answer_exception(ctx, exc)
-        else:
-            self._answer(ctx, future.result(), None)
-
-    def _answer_exception(self, ctx: RequestContext, exc: BaseException) -> None:
-        error, own_failure = error_for(exc, ctx.cancel_token.is_cancelled)
-        if own_failure:
-            self._log.error("%s: handler for %s failed", self.name, ctx.method, exc_info=exc)
-        elif error is not exc and not ctx.cancel_token.is_cancelled:
-            self._log.warning(
-                "%s: handler for %s let the error of a call it made escape: %s", self.name, ctx.method, exc
-            )
-        self._answer(ctx, None, error)
 
     # -- reader thread ----------------------------------------------------------------------------
     def _read_loop(self, _: Any = None) -> None:
@@ -670,7 +510,7 @@ class Connection:
                 ctx = self._here.pop(0)
                 self._runs += 1
             if closing:
-                self._refuse_to_start(ctx)
+                self._answering.refuse_to_start(ctx)
             else:
                 self._run_handler_outliving_it(ctx)
                 self._pool.release()
@@ -687,7 +527,7 @@ class Connection:
         assert self._pool is not None
         for ctx in requests:
             if not self._pool.submit(self._run_handler_outliving_it, ctx):
-                self._refuse_to_start(ctx)  # closing
+                self._answering.refuse_to_start(ctx)  # closing
 
     def _watch(self, _: Any) -> None:
         """Worker, the watcher: reads on in the reading thread's place once that thread has been
@@ -837,10 +677,6 @@ class Connection:
         for call in pending.values():
             settle(call.future, None, self._close_error)
         self._run_closing(None)
-
-
-def _cancel_request(ctx: RequestContext) -> None:
-    ctx.cancel_token.cancel()
 
 
 def _burst_size(blocks: List[Any]) -> int:

@@ -23,8 +23,8 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, Set, Tuple
 
+from .answering import RequestContext
 from .jsonrpc import settle
-from .rpc import RequestContext
 from .schema import ReleaseTerminalResponse, WaitForTerminalExitRequest
 
 

@@ -46,10 +46,11 @@ from ..agent import (
 from ..agent import (
     RemoteClient as RemoteClientV1,
 )
+from ..answering import RequestContext
 from ..codec import UnknownVariant, convert
 from ..errors import UsageError
 from ..peer import Request, bind_handlers
-from ..rpc import Connection, RequestContext
+from ..rpc import Connection
 from . import schema as v2
 from .router import VersionRouter
 from .updates import idle, new_id, running, user_message

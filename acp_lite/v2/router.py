@@ -24,9 +24,10 @@ from typing import Any, Callable, Dict, Optional, Tuple, cast
 
 import msgspec
 
+from ..answering import RequestContext
 from ..codec import decode
 from ..errors import MethodNotFound, UsageError
-from ..rpc import Connection, RequestContext
+from ..rpc import Connection
 
 _ABSENT = b"null"  # what absent params decode from (the types say whether that is allowed)
 

@@ -1,0 +1,225 @@
+"""An incoming request and how it is answered: ``RequestContext``, its ``CancelToken``, and
+``Answering``, which runs a request's handler and sends its answer.
+
+``rpc.Connection`` decides where and when a handler runs (its module holds the table of threads);
+this module decides what the answer is. Rules it keeps:
+
+- Answered once: a request is answered exactly once, and the first answer wins, whichever comes
+  first of ``respond``, ``respond_error``, the handler's return and the refusal of a close; later
+  ones are dropped (``respond`` returns False). Any thread may answer, at any time. An answered
+  request leaves the core's table of incoming requests; in a batch, the batch's answer goes out
+  once its last request is answered.
+- A raised exception becomes an error answer by ``error_rules``: an ``acp_lite`` protocol error
+  is sent as it is; a request cancelled meanwhile answers -32800; the error the peer answered to a
+  call the handler made is answered -32603 naming that call (and logged as a warning); anything
+  else is the handler's own failure, answered -32603 and logged with its traceback. A
+  ``BaseException`` that is no ``Exception`` (``SystemExit``) is answered like a failure and then
+  raised on, for the thread that ran the handler to decide.
+- A handler's ``Future``: the request is answered when the future completes, with its result or
+  its exception as above; cancelling the request cancels the future, and a cancelled future
+  answers -32800.
+- A request cancelled before its handler started still runs it: the handler sees the token and
+  decides, so the outcome never depends on how the cancel raced the start.
+- Refused (the connection is closing): the token is cancelled first, like every cancellation, so
+  the layer above may still answer its own way; else -32800.
+- Cancellation callbacks run once, on the thread that cancels; one that raises is logged (on
+  ``acp_lite.rpc``) and the others still run.
+"""
+
+import logging
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable, List, Optional
+
+from .error_rules import error_for
+from .errors import AcpError, RequestCancelled
+from .jsonrpc import BatchReply, Route, RpcCore
+
+
+class CancelToken:
+    """Tells a running handler that its request was cancelled.
+
+    Any thread may read it, wait on it or cancel it. Callbacks run once, on the thread that
+    cancels (or at once, on the caller's thread, when added to a token already cancelled); one
+    that raises is logged and the others still run.
+    """
+
+    __slots__ = ("_callbacks", "_cancelled", "_event", "_lock")
+
+    def __init__(self) -> None:
+        self._cancelled = False
+        self._lock = threading.Lock()
+        self._callbacks: List[Callable[[], Any]] = []
+        # Made by the first wait(): every request gets a token and few are waited on, while an
+        # Event costs more to make than the rest of a small request's handling.
+        self._event: Optional[threading.Event] = None
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._cancelled
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block up to ``timeout`` seconds (forever if None) until cancelled; True if cancelled."""
+        with self._lock:
+            if self._cancelled:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
+
+    def add_callback(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn()`` when the token is cancelled (now, if it already is)."""
+        with self._lock:
+            if not self._cancelled:
+                self._callbacks.append(fn)
+                return
+        run_logged(fn)
+
+    def cancel(self) -> None:
+        """Cancel; the first call runs the callbacks, later ones do nothing."""
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            event, callbacks, self._callbacks = self._event, self._callbacks, []
+        if event is not None:
+            event.set()
+        for fn in callbacks:
+            run_logged(fn)
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``RequestCancelled`` if cancelled (the runtime then answers -32800)."""
+        if self._cancelled:
+            raise RequestCancelled()
+
+
+def run_logged(fn: Callable[[], Any]) -> None:
+    """Run ``fn()``; if it raises, log it and go on (cancellation and closing callbacks)."""
+    try:
+        fn()
+    except Exception:
+        logging.getLogger("acp_lite.rpc").exception("cancellation callback %r failed", fn)
+
+
+class RequestContext:
+    """One incoming request: its ``id``, ``method`` and ``cancel_token``.
+
+    ``respond``/``respond_error`` answer it from any thread, at any time; the first answer wins
+    and later ones (including the handler's own return value) are dropped.
+    """
+
+    __slots__ = ("_answered", "_answering", "_batch", "_params", "_route", "cancel_token", "id", "method")
+
+    def __init__(self, answering: "Answering", request_id: Any, method: str, batch: Optional[BatchReply]):
+        self.id = request_id
+        self.method = method
+        self.cancel_token = CancelToken()
+        self._answering = answering
+        self._batch = batch
+        self._answered = False
+        # The handler and its params, until the handler starts (the connection reads them too:
+        # a request with a route is one not started yet).
+        self._route: Optional[Route] = None
+        self._params: Any = None
+
+    def respond(self, result: Any) -> bool:
+        """Answer with ``result`` now; False if the request was already answered. Any thread."""
+        return self._answering.answer(self, result, None)
+
+    def respond_error(self, error: AcpError) -> bool:
+        """Answer with ``error`` now; False if the request was already answered. Any thread."""
+        return self._answering.answer(self, None, error)
+
+    def __repr__(self) -> str:
+        return f"RequestContext(id={self.id!r}, method={self.method!r})"
+
+
+def cancel_incoming(ctx: RequestContext) -> None:
+    """Cancel a request (for ``$/cancel_request``): its handler decides what to answer."""
+    ctx.cancel_token.cancel()
+
+
+class Answering:
+    """The answering of one connection's incoming requests (see the module's rules).
+
+    ``lock`` is the connection's own lock, which also guards the core's table of incoming
+    requests; ``send_frame`` writes an answer, dropping it once the connection is closed.
+    """
+
+    def __init__(self, name: str, log: logging.Logger, lock: Any, send_frame: Callable[[bytes], None]):
+        self.name = name
+        self._log = log
+        self._lock = lock
+        self._send_frame = send_frame
+        # The connection's JSON-RPC core, set by the connection once made: the core builds its
+        # contexts with make_context, so it cannot be made first.
+        self.core: RpcCore
+
+    def make_context(self, request_id: Any, route: Route, params: Any, batch: Optional[BatchReply]) -> RequestContext:
+        ctx = RequestContext(self, request_id, route.method, batch)
+        ctx._route, ctx._params = route, params
+        return ctx
+
+    def answer(self, ctx: RequestContext, result: Any, error: Optional[AcpError]) -> bool:
+        """Send the answer, unless the request has one already; True if this one was sent."""
+        with self._lock:
+            if ctx._answered:
+                return False
+            ctx._answered = True
+            if self.core.incoming.get(ctx.id) is ctx:
+                del self.core.incoming[ctx.id]
+        frame = self.core.answer_frame(ctx.id, ctx.method, result, error)
+        # In a batch, the batch's answer goes out once its last request is answered.
+        whole = frame if ctx._batch is None else ctx._batch.add(frame)
+        if whole is not None:
+            self._send_frame(whole)
+        return True
+
+    def refuse_to_start(self, ctx: RequestContext) -> None:
+        # Closing: cancel it the way every other cancellation goes, so that the layer above may
+        # still answer it its own way (a prompt turn answers "cancelled"); else -32800.
+        ctx.cancel_token.cancel()
+        self.answer(ctx, None, RequestCancelled("the connection is closing"))
+
+    def run_handler(self, ctx: RequestContext) -> None:
+        """Run the request's handler on this thread and answer with what it returns or raises
+        (a ``Future``: once it completes). A ``BaseException`` that is no ``Exception`` is
+        answered, then raised on."""
+        route, params = ctx._route, ctx._params
+        ctx._route = ctx._params = None
+        assert route is not None
+        try:
+            # Even a request cancelled before it started runs: its handler sees the token and
+            # decides, so the outcome never depends on how the cancel raced the start.
+            result = route.handler(params, ctx)
+        except BaseException as exc:
+            self._answer_exception(ctx, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        if isinstance(result, Future):
+            ctx.cancel_token.add_callback(result.cancel)
+            result.add_done_callback(lambda f: self._answer_future(ctx, f))
+        else:
+            self.answer(ctx, result, None)
+
+    def _answer_future(self, ctx: RequestContext, future: Future) -> None:
+        if future.cancelled():
+            self.answer(ctx, None, RequestCancelled())
+            return
+        exc = future.exception()
+        if exc is not None:
+            self._answer_exception(ctx, exc)
+        else:
+            self.answer(ctx, future.result(), None)
+
+    def _answer_exception(self, ctx: RequestContext, exc: BaseException) -> None:
+        error, own_failure = error_for(exc, ctx.cancel_token.is_cancelled)
+        if own_failure:
+            self._log.error("%s: handler for %s failed", self.name, ctx.method, exc_info=exc)
+        elif error is not exc and not ctx.cancel_token.is_cancelled:
+            self._log.warning(
+                "%s: handler for %s let the error of a call it made escape: %s", self.name, ctx.method, exc
+            )
+        self.answer(ctx, None, error)
