@@ -391,7 +391,7 @@ class Connection:
                 raise self._closed_error()
             self._core.pending[request_id] = PendingCall(method, future, result_type, direct)
         try:
-            self._transport.send(frame, awaited=True, timeout=timeout)
+            self._transport.send(frame, timeout=timeout)
         except CallTimeout:  # no room to send: the request never went out
             self._core.forget(request_id)
             raise CallTimeout(f"{method}: could not be sent within {timeout} s (the peer is not reading)") from None
@@ -419,7 +419,7 @@ class Connection:
 
     def _send_frame(self, frame: bytes) -> None:
         try:
-            self._transport.send(frame, awaited=True)
+            self._transport.send(frame)
         except ConnectionClosed:
             self._log.debug("%s: reply dropped, the connection is closed", self.name)
 

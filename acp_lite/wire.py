@@ -15,20 +15,19 @@ Rules this module keeps:
   above can decode a whole block in one call instead of splitting it first. On Linux a pipe the
   transport reads from is enlarged to 1 MiB (where the OS allows), so a streaming peer hands
   over up to that much per read instead of 64 KiB.
-- Writes from any number of threads never interleave and are never reordered: one thread at a
-  time holds the writer role, and once frames wait in the backlog every later frame goes behind
-  them. A lone message is written at once by its sender, in its own thread (no timer, no hop),
-  and so is each frame of a short run of quick sends. Frames sent while a write is under way,
-  and a thread's frames once its quick sends make a long run (a stream of updates, unless the
-  sender marks them awaited), are left in the backlog for the transport's flusher thread
-  (started on first need), which writes all that piled up in one write, so a busy connection
-  makes few, large writes. A sender waits when the backlog grows past a few megabytes (the peer
-  stopped reading), and when the flusher is writing a thread's stream, that thread's next lone
-  frame (not part of a run of quick sends) waits, for at most a millisecond, until the flusher
-  has taken it for a write: a sender that computes between its frames holds the GIL, and the
-  flusher, which needs the GIL to take the backlog, would otherwise hold its frames for a switch
-  interval (5 ms) each time, and keep the role, and so every later frame, as long as frames
-  keep coming.
+- Writes from any number of threads never interleave and are never reordered: one thread at a time
+  holds the writer role, and once frames wait in the backlog every later frame goes behind them. A
+  lone message is written at once by its sender, in its own thread (no timer, no hop), and so is
+  each frame of a short run of quick sends. Frames sent while a write is under way, and a thread's
+  frames once its quick sends make a long run (a stream of updates), are left in the backlog for
+  the transport's flusher thread (started on first need), which writes all that piled up in one
+  write, so a busy connection makes few, large writes. A sender waits when the backlog grows past a
+  few megabytes (the peer stopped reading), and when the flusher is writing a thread's stream, that
+  thread's next lone frame (not part of a run of quick sends) waits, for at most a millisecond,
+  until the flusher has taken it for a write: a sender that computes between its frames holds the
+  GIL, and the flusher, which needs the GIL to take the backlog, would otherwise hold its frames
+  for a switch interval (5 ms) each time, and keep the role, and so every later frame, as long as
+  frames keep coming.
 - ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
   reader blocked in a read, and releases the streams once no thread is inside a read or a write
   any more, so a descriptor number is never closed under a thread still using it.
@@ -419,13 +418,8 @@ class Transport:
         return blocks or None
 
     # -- writing (any thread) -----------------------------------------------------------------
-    def send(self, frame: bytes, awaited: bool = False, timeout: Optional[float] = None) -> None:
+    def send(self, frame: bytes, timeout: Optional[float] = None) -> None:
         """Write one frame (without its newline, which is added here). Any thread.
-
-        ``awaited`` marks a frame the peer waits for (a request, an answer): its sender writes it
-        at once when nothing is queued, even right after its previous frame, instead of leaving
-        it to the flusher as part of a stream; a wake-up of the flusher costs the peer more than
-        the coalescing would save.
 
         Returns once the frame is written or queued behind the frames already waiting, which
         the thread holding the writer role (possibly the flusher) writes next; ``close()`` or
@@ -455,7 +449,7 @@ class Transport:
                 if not room:
                     raise CallTimeout(f"{self.name}: no room to send within {timeout} s (the peer is not reading)")
             refused = self._closing or self._write_failed
-            if not refused and (self._writing or not self._take_writer_role(awaited, timeout is not None)):
+            if not refused and (self._writing or not self._take_writer_role(timeout is not None)):
                 self._backlog.append(frame)
                 self._backlog_size += len(frame) + 1
                 if self._streamer is not None and timeout is None and self._streamer == threading.get_ident():
@@ -480,10 +474,10 @@ class Transport:
             else:
                 self._end_write(failed=False)
 
-    def _take_writer_role(self, awaited: bool, bounded: bool) -> bool:
+    def _take_writer_role(self, bounded: bool) -> bool:
         # Under the lock, the role being free: take it. True when the sender is to write its
         # frame at once; False when the sender must not block (``bounded``) or the frame ends a
-        # run of _STREAM_RUN quick sends from the same thread (and is not awaited), in which
+        # run of _STREAM_RUN quick sends from the same thread, in which
         # case the role goes to the flusher, which writes what piles up meanwhile in one go.
         writer = threading.get_ident()
         self._writing = True
@@ -491,7 +485,7 @@ class Transport:
         if bounded:
             self._hand_to_flusher()
             return False
-        if not awaited and writer == self._last_writer and time.monotonic() - self._last_send < _STREAM_GAP:
+        if writer == self._last_writer and time.monotonic() - self._last_send < _STREAM_GAP:
             self._quick_sends += 1
             if self._quick_sends >= _STREAM_RUN:
                 self._streamer = writer

@@ -43,9 +43,9 @@ def traced_agent() -> None:
     marks: Dict[str, List[int]] = {"send": [], "write": [], "written": []}
     send, write_all = wire.Transport.send, wire._write_all_fd
 
-    def timed_send(self, frame, awaited=False, timeout=None):  # type: ignore[no-untyped-def]
+    def timed_send(self, frame, timeout=None):  # type: ignore[no-untyped-def]
         marks["send"].append(time.monotonic_ns())
-        return send(self, frame, awaited, timeout)
+        return send(self, frame, timeout)
 
     def timed_write(fd: int, data: bytes) -> None:
         marks["write"].append(time.monotonic_ns())

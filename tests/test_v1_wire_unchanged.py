@@ -49,9 +49,9 @@ class Recording(Transport):
         super().__init__(read_fd, write_fd, name=name)
         self.log = log
 
-    def send(self, frame: bytes, awaited: bool = False, timeout: Any = None) -> None:
+    def send(self, frame: bytes, timeout: Any = None) -> None:
         self.log.append((self.name, bytes(frame).decode("utf-8")))
-        super().send(frame, awaited, timeout)
+        super().send(frame, timeout)
 
     @property
     def written(self) -> List[str]:

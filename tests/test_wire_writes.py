@@ -377,24 +377,8 @@ def test_a_failed_lone_write_raises_in_its_sender():
     os.close(feed)
 
 
-# -- awaited frames -------------------------------------------------------------------------------
-def test_awaited_frames_back_to_back_are_each_on_the_wire_when_send_returns():
-    transport, feed, drain = drained_transport("awaited")
-    try:
-        for i in range(2_000):
-            frame = b'{"id":%d,"result":null}' % i
-            transport.send(frame, awaited=True)
-            assert _read_available(drain) == frame + b"\n", f"awaited frame {i} was not written by its sender"
-        assert flushers() == []  # none of them was left to a flusher
-    finally:
-        transport.close()
-    os.close(feed)
-    os.close(drain)
-
-
-def test_the_same_loop_without_awaited_is_a_stream_for_the_flusher():
-    # The counterpart of the test above, so that it cannot pass merely because no loop is fast
-    # enough to make a stream.
+# -- a stream and the frames after it ---------------------------------------------------------------
+def test_a_loop_of_quick_sends_is_a_stream_for_the_flusher():
     transport, sink = sink_transport()
     frames = [b'{"id":%d,"result":null}' % i for i in range(2_000)]
     for frame in frames:
@@ -404,15 +388,8 @@ def test_the_same_loop_without_awaited_is_a_stream_for_the_flusher():
     assert b"".join(sink.writes) == b"".join(frame + b"\n" for frame in frames)
     assert len(sink.writes) < len(frames)
 
-    transport, sink = sink_transport()
-    for frame in frames:
-        transport.send(frame, awaited=True)
-    assert flushers() == []
-    transport.close()
-    assert sink.writes == [frame + b"\n" for frame in frames]  # one write each, by the sender
 
-
-def test_an_awaited_frame_goes_behind_the_frames_waiting_in_the_backlog():
+def test_a_frame_after_a_stream_goes_behind_the_frames_waiting_in_the_backlog():
     transport, sink = sink_transport()
     sent = []
     for round_ in range(20):
@@ -424,7 +401,7 @@ def test_an_awaited_frame_goes_behind_the_frames_waiting_in_the_backlog():
             if transport._backlog:
                 break
         answer = b'{"r":%d,"id":%d,"result":null}' % (round_, len(sent))
-        transport.send(answer, awaited=True)
+        transport.send(answer)
         sent.append(answer)
     transport.close()
     assert b"".join(sink.writes) == b"".join(frame + b"\n" for frame in sent)

@@ -160,11 +160,11 @@ class RecordingTransport(Transport):
             self.frames.extend((self.incoming, line) for line in lines)
         return blocks
 
-    def send(self, frame: bytes, awaited: bool = False, timeout: Optional[float] = None) -> None:
+    def send(self, frame: bytes, timeout: Optional[float] = None) -> None:
         # Recorded before it is written, so a request is always logged before its response.
         with self._frames_lock:
             self.frames.append((self.outgoing, bytes(frame)))
-        super().send(frame, awaited, timeout)
+        super().send(frame, timeout)
 
     def messages(self, direction: str) -> List[Any]:
         """The messages recorded so far in ``direction``, parsed."""
