@@ -87,11 +87,11 @@ def main() -> int:
             for label, root in order:
                 result = run_job(job, root) if job else None
                 if result is not None:
-                    figures.setdefault((label,) + key, []).append(result[key[2]])
+                    figures.setdefault((label, *key), []).append(result[key[2]])
         for key, job in references:
             result = run_job(job, None) if job else None
             if result is not None:
-                figures.setdefault(("ref",) + key, []).append(result[key[2]])
+                figures.setdefault(("ref", *key), []).append(result[key[2]])
         print(f"run {number + 1}/{args.runs} done", file=sys.stderr)
     lines = [f"# Ablation: {args.title}", "",
              f"{args.runs} runs, scale {args.scale} (C: {plan['requests']} requests, A: {plan['updates']} updates); "
@@ -99,14 +99,14 @@ def main() -> int:
              "Medians; the ratio is after/before taken run by run, then its median.", "",
              "| workload | metric | before | after | after/before |", "| --- | --- | ---: | ---: | ---: |"]
     for key, _ in measured:
-        before, after = figures.get(("before",) + key, []), figures.get(("after",) + key, [])
+        before, after = figures.get(("before", *key), []), figures.get(("after", *key), [])
         ratios = [a / b for a, b in zip(after, before) if b]
         lines.append(f"| {key[0]} {key[1]} | {key[2]} | {statistics.median(before) if before else float('nan'):,.0f} | "
                      f"{statistics.median(after) if after else float('nan'):,.0f} | "
                      f"{statistics.median(ratios) if ratios else float('nan'):.2f} |")
     lines += ["", "References (same runs):", "", "| workload | subject | metric | median |", "| --- | --- | --- | ---: |"]
     for key, _ in references:
-        values = figures.get(("ref",) + key, [])
+        values = figures.get(("ref", *key), [])
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {statistics.median(values) if values else float('nan'):,.0f} |")
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,9 @@ per second of the turn, and how long each pump that ran a callback took (max, p9
 
 With Vim (+python3, msgspec for its Python) and tmux installed, the run also measures what the
 10 ms poll of examples/vim costs while nothing happens: Vim's CPU time over 10 s with the plugin
-connected to an idle agent, against Vim alone and Vim running a 10 ms timer that does nothing. Kept apart from ``run.py`` (workloads A-F):
-it answers a different question, the editor's responsiveness rather than throughput.
+connected to an idle agent, against Vim alone and Vim running a 10 ms timer that does nothing.
+Kept apart from ``run.py`` (workloads A-F): it answers a different question, the editor's
+responsiveness rather than throughput.
 """
 import argparse
 import json
@@ -228,18 +229,19 @@ def markdown(doc: dict) -> str:
     lines = [
         "# Workload H: host embedding",
         "",
-        f"{meta['started_utc']} · {meta['machine']} · Python {meta['python']} · acp_lite {meta['versions']['acp_lite']} "
-        f"(commit {meta['commit']}) · msgspec {meta['versions']['msgspec']}",
+        f"{meta['started_utc']} · {meta['machine']} · Python {meta['python']} · "
+        f"acp_lite {meta['versions']['acp_lite']} (commit {meta['commit']}) · msgspec {meta['versions']['msgspec']}",
         "",
-        f"Load average (1 min) {meta['load_average_at_start'][0]:.2f} at the start, {meta['load_average_at_end'][0]:.2f} "
-        "at the end; anything else running shows up as spread between runs.",
+        f"Load average (1 min) {meta['load_average_at_start'][0]:.2f} at the start, "
+        f"{meta['load_average_at_end'][0]:.2f} at the end; anything else running shows up as spread between runs.",
         "",
-        f"A turn of {doc['updates']:,} updates (workload A's mix) from the replay agent, delivered through `HostDelivery` "
-        f"on the client's main thread, which calls `pump(budget={doc['budget_ms'] / 1e3})` every {doc['tick_ms']:.0f} ms "
-        f"and sleeps between. Median (min–max) over {len(doc['runs']['updates/s'])} runs; pump durations are over the "
-        "pumps that ran at least one callback; a pump's CPU ms is its thread's CPU time, the rest of its wall time "
-        "the thread waited (for a core, or for the GIL). The ceiling is the same loop without the library, run right "
-        f"after each measurement: {CEILING_TICKS} ticks spinning for the budget, whose overruns are the machine's.",
+        f"A turn of {doc['updates']:,} updates (workload A's mix) from the replay agent, delivered through "
+        f"`HostDelivery` on the client's main thread, which calls `pump(budget={doc['budget_ms'] / 1e3})` every "
+        f"{doc['tick_ms']:.0f} ms and sleeps between. Median (min–max) over {len(doc['runs']['updates/s'])} runs; "
+        "pump durations are over the pumps that ran at least one callback; a pump's CPU ms is its thread's CPU time, "
+        "the rest of its wall time the thread waited (for a core, or for the GIL). The ceiling is the same loop "
+        f"without the library, run right after each measurement: {CEILING_TICKS} ticks spinning for the budget, "
+        "whose overruns are the machine's.",
         "",
         "| metric | median | min | max | target |",
         "| --- | ---: | ---: | ---: | --- |",
@@ -273,7 +275,8 @@ def _verdict(s: dict) -> str:
     """Each target against the worst run, not the median: a host feels its slowest pump."""
     checks = []
     if s.get("updates/s"):
-        checks.append(f"updates/s >= {UPDATES_TARGET:,} in every run: {'met' if s['updates/s']['min'] >= UPDATES_TARGET else 'MISSED'}")
+        verdict = "met" if s["updates/s"]["min"] >= UPDATES_TARGET else "MISSED"
+        checks.append(f"updates/s >= {UPDATES_TARGET:,} in every run: {verdict}")
     for name, bound in TARGETS.items():
         if s.get(name):
             checks.append(f"{name} <= {bound:g} in every run: {'met' if s[name]['max'] <= bound else 'MISSED'}")

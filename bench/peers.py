@@ -34,19 +34,19 @@ class Peer:
         self.launcher = launcher  # interpreter and adapter script, plus any fixed leading arguments
 
     def client_a(self, agent_argv: List[str], options: Sequence[str] = ()) -> List[str]:
-        return self.launcher + ["client-a", *options, "--"] + agent_argv
+        return [*self.launcher, "client-a", *options, "--", *agent_argv]
 
     def agent(self, n: int, stream_file: Path) -> List[str]:
-        return self.launcher + ["agent", "--n", str(n), "--updates", str(stream_file)]
+        return [*self.launcher, "agent", "--n", str(n), "--updates", str(stream_file)]
 
     def client_c(self, k: int, inflight: int, agent_argv: List[str], options: Sequence[str] = ()) -> List[str]:
-        return self.launcher + ["client-c", "--k", str(k), "--inflight", str(inflight), *options, "--"] + agent_argv
+        return [*self.launcher, "client-c", "--k", str(k), "--inflight", str(inflight), *options, "--", *agent_argv]
 
     def paced_agent(self) -> List[str]:
-        return self.launcher + ["agent", "--paced"]
+        return [*self.launcher, "agent", "--paced"]
 
     def client_d(self, rates: Sequence[float], seconds: float, agent_argv: List[str]) -> List[str]:
-        return self.launcher + ["client-d", *paced_options(rates, seconds), "--"] + agent_argv
+        return [*self.launcher, "client-d", *paced_options(rates, seconds), "--", *agent_argv]
 
 
 def paced_options(rates: Sequence[float], seconds: float) -> List[str]:

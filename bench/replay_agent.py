@@ -99,7 +99,7 @@ def main() -> None:
             result = {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": [],
                       "agentInfo": {"name": "bench-replay-agent", "version": "1"}}
         elif method == "session/new":
-            result = {"sessionId": "sess-%d" % sessions}
+            result = {"sessionId": f"sess-{sessions}"}
             sessions += 1
         elif method == workload.PING_METHOD:
             result = {}

@@ -172,7 +172,7 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
     """Every measurement of one run, in order; ``peer_list`` are the other subjects (the official
     SDKs installed, a baseline)."""
     n, k, inflight = plan["updates"], plan["requests"], plan["inflight"]
-    subjects = [acp_lite_peer()] + peer_list
+    subjects = [acp_lite_peer(), *peer_list]
     mix = stream_file(streams_dir, "mix", n)
     mix_bytes = mix.stat().st_size
     on_mix = receive_metrics(mix_bytes)
@@ -285,7 +285,8 @@ def make_targets(plan: dict) -> List[Target]:
         Target("E", "1 MB updates at ≥ 200 MB/s", ("E", "acp_lite, 1 MB updates", "MB/s"), 200),
         Target("E", "host-thread delivery ≥ 80% of the default", ("E", "acp_lite, host-thread delivery", "updates/s"),
                0.8, right=a_lite),
-    ] + paced_targets(plan)
+        *paced_targets(plan),
+    ]
     return sorted(targets, key=lambda target: target.workload)
 
 

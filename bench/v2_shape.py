@@ -37,11 +37,11 @@ def _run(argv: List[str]) -> Dict[str, float]:
 
 def _commands(stream: Path, n: int, v2: bool) -> Dict[str, List[str]]:
     flag = ["--v2"] if v2 else []
-    replay = [PY, str(BENCH / "replay_agent.py"), str(stream)] + flag
-    agent = [PY, str(BENCH / "lite.py"), "agent", "--n", str(n), "--updates", str(stream)] + flag
+    replay = [PY, str(BENCH / "replay_agent.py"), str(stream), *flag]
+    agent = [PY, str(BENCH / "lite.py"), "agent", "--n", str(n), "--updates", str(stream), *flag]
     return {
-        "A": [PY, str(BENCH / "lite.py"), "client-a"] + flag + ["--"] + replay,
-        "B": [PY, str(BENCH / "raw.py"), "receive", "split"] + flag + ["--"] + agent,
+        "A": [PY, str(BENCH / "lite.py"), "client-a", *flag, "--", *replay],
+        "B": [PY, str(BENCH / "raw.py"), "receive", "split", *flag, "--", *agent],
     }
 
 

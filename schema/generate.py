@@ -32,8 +32,9 @@ reader meets them in the output:
 * Unions msgspec can decode natively stay ``typing.Union``. The others (an alternative without a
   tag beside tagged ones, two untagged objects, two arrays) become ``untagged_union(...)`` stand-ins
   that the codec resolves. An alternative without a tag beside tagged ones is chosen when the tag
-  is absent or equals the alternative's title (``stdio``, ``agent``). Every union with a discriminator is open: type checkers see
-  ``UnknownVariant`` among its members, since a newer peer may send a tag we do not know.
+  is absent or equals the alternative's title (``stdio``, ``agent``). Every union with a
+  discriminator is open: type checkers see ``UnknownVariant`` among its members, since a newer
+  peer may send a tag we do not know.
 * ``x-method``/``x-side`` build the method tables; a def referred to under a JSON-RPC ``result``
   property is the method's result type, the other one its params type.
 

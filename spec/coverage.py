@@ -60,7 +60,10 @@ def gate(rows: List[Dict[str, Any]]) -> List[Tuple[str, List[str]]]:
 def _problem_of(row: Dict[str, Any]) -> str:
     status, covered = row["status"], is_covered(row)
     if status == "pending" and covered:
-        return f"pending but now covered by a passing test; update spec/manifest/classification.json with `{PROMOTE_COMMAND}`"
+        return (
+            "pending but now covered by a passing test; "
+            f"update spec/manifest/classification.json with `{PROMOTE_COMMAND}`"
+        )
     if status == "tested" and not covered:
         return "classified tested, but no test carrying the id passed"
     if status == "hook" and row["tests"].get(row["hook_test"]) != "passed":

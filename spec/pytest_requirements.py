@@ -9,9 +9,9 @@ requirement ids and how each test ended. At the end:
 - on a whole-suite run, a draft requirement marked ``tested`` without a passing test fails the
   session too (the draft's own gate, next to v1's);
 - on a whole-suite run only (no path arguments, nothing deselected by ``-k``/``-m``/``--lf``, no
-  collection error, every collected test ran) it writes ``spec/COVERAGE.md`` and ``spec/coverage.json`` and applies the coverage
-  gate of ``spec/coverage.py``. A partial run proves nothing about coverage: it neither writes nor
-  judges, and says why.
+  collection error, every collected test ran) it writes ``spec/COVERAGE.md`` and
+  ``spec/coverage.json`` and applies the coverage gate of ``spec/coverage.py``. A partial run
+  proves nothing about coverage: it neither writes nor judges, and says why.
 
 A failed gate sets the session's exit status to 1 and says why in the terminal summary.
 Everything here runs on pytest's main thread.

@@ -18,7 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 # installed, so make the repository root importable however pytest was started.
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-pytest_plugins = ["spec.pytest_requirements"]
+pytest_plugins = [
+    "spec.pytest_requirements",
+    # The workspace tests' fixtures (root, editor), shared by modules that must not import them.
+    "workspace_editor",
+]
 
 GRACE_SECONDS = 3.0
 

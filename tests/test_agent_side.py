@@ -576,7 +576,7 @@ def test_a_blocking_client_call_from_a_notification_handler_raises_instead_of_de
 
 
 class Paging(Minimal):
-    SESSIONS = [schema.SessionInfo(session_id=f"s{i}", cwd="/w" if i < 3 else "/other") for i in range(4)]
+    SESSIONS = tuple(schema.SessionInfo(session_id=f"s{i}", cwd="/w" if i < 3 else "/other") for i in range(4))
 
     def list_sessions(self, params):
         matching = [info for info in self.SESSIONS if params.cwd in (None, info.cwd)]

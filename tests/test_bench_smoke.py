@@ -16,7 +16,7 @@ def test_bench_runs_without_peers_and_writes_results(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--no-peers", "--no-chart", "--runs", "1", "--scale", "0.005",
          "--name", "smoke", "--out", str(tmp_path)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=110,
+        cwd=REPO, capture_output=True, timeout=110,
     )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
 

@@ -305,7 +305,7 @@ def test_a_should_level_failure_alone_exits_0():
 
 @pytest.mark.timeout(WAIT)
 def test_a_pattern_that_selects_nothing_is_a_usage_error():
-    status, out, err = run_cli("-k", "no-such-check", "--", *RAW_AGENT)
+    status, _out, err = run_cli("-k", "no-such-check", "--", *RAW_AGENT)
     assert status == 2
     assert "no check matches -k 'no-such-check'" in err
 

@@ -319,13 +319,13 @@ def test_run_shows_thoughts_plans_and_tool_call_changes_on_stderr():
 # -- run: failing agents --------------------------------------------------------------------------
 
 def test_run_without_an_agent_command_is_a_usage_error():
-    status, out, err = cli("run", "--yes")
+    status, _out, err = cli("run", "--yes")
     assert status == 2
     assert "missing agent command" in err and "run [options] -- AGENT_CMD" in err
 
 
 def test_run_with_an_agent_that_cannot_be_found():
-    status, out, err = cli("run", "--", "no-such-agent-anywhere")
+    status, _out, err = cli("run", "--", "no-such-agent-anywhere")
     assert status == 127
     assert "no-such-agent-anywhere" in err
 
@@ -345,7 +345,7 @@ def test_run_with_an_agent_that_exits_at_once_shows_its_stderr_tail():
 @pytest.mark.slow
 def test_run_with_an_agent_that_never_answers_initialize_times_out():
     mute = inline_agent("import sys, time; sys.stderr.write('loading model...\\n'); sys.stderr.flush(); time.sleep(60)")
-    status, out, err = cli("run", "--timeout", "1", "--", *mute, stdin=b"hello\n")
+    status, _out, err = cli("run", "--timeout", "1", "--", *mute, stdin=b"hello\n")
     assert status == 1
     assert "did not answer initialize within 1 s" in err
     assert "loading model..." in err
@@ -354,7 +354,7 @@ def test_run_with_an_agent_that_never_answers_initialize_times_out():
 @pytest.mark.timeout(60)
 def test_run_with_an_agent_that_dies_during_a_turn():
     dying = STUBBORN_AGENT.replace("continue", "sys.exit(4)")
-    status, out, err = cli("run", "--", *inline_agent(dying), stdin=b"hello\n")
+    status, _out, err = cli("run", "--", *inline_agent(dying), stdin=b"hello\n")
     assert status == 1
     assert "the session failed" in err and "exit code 4" in err
 
@@ -394,7 +394,7 @@ def test_tap_carries_a_whole_session_and_logs_every_message(tmp_path):
     # Cause before effect, although each direction is read by its own thread.
     assert calls.index(("client->agent", f"response {asked_id}")) > permission
     assert calls[-1] == ("agent->client", "response 3")
-    status, out, err = cli("validate", str(log))
+    status, out, _err = cli("validate", str(log))
     assert status == 0, out
     assert out.splitlines()[-1] == f"{len(entries)} messages, 0 invalid"
 
@@ -477,7 +477,10 @@ OVERREACHING_AGENT = """
 def test_tap_flags_schema_errors_and_calls_of_capabilities_not_advertised(tmp_path, launched):
     log = tmp_path / "tap.jsonl"
     tool = launched("tap", "--log", str(log), "--", *inline_agent(OVERREACHING_AGENT))
-    send = lambda message: tool.proc.stdin.write(json.dumps(dict(message, jsonrpc="2.0")).encode() + b"\n")
+
+    def send(message):
+        tool.proc.stdin.write(json.dumps(dict(message, jsonrpc="2.0")).encode() + b"\n")
+
     send({"id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}})
     tool.proc.stdin.flush()
     tool.wait_for("stdout", "session/update")
@@ -543,11 +546,11 @@ def test_tap_log_does_not_depend_on_where_reads_split_the_stream(lines, cuts, fi
 
 
 def test_tap_usage_errors(tmp_path):
-    status, out, err = cli("tap", "--log", str(tmp_path / "log"))
+    status, _out, err = cli("tap", "--log", str(tmp_path / "log"))
     assert status == 2 and "missing agent command" in err
-    status, out, err = cli("tap", "--log", str(tmp_path / "no" / "such" / "dir"), "--", *MOCK_AGENT)
+    status, _out, err = cli("tap", "--log", str(tmp_path / "no" / "such" / "dir"), "--", *MOCK_AGENT)
     assert status == 2 and "cannot open the log" in err
-    status, out, err = cli("tap", "--log", str(tmp_path / "log"), "--", "no-such-agent-anywhere")
+    status, _out, err = cli("tap", "--log", str(tmp_path / "log"), "--", "no-such-agent-anywhere")
     assert status == 127 and "no-such-agent-anywhere" in err
 
 
@@ -572,7 +575,7 @@ def ndjson(messages):
 
 
 def test_validate_accepts_a_good_capture_from_stdin_inferring_directions():
-    status, out, err = cli("validate", stdin=ndjson(GOOD_CAPTURE))
+    status, out, _err = cli("validate", stdin=ndjson(GOOD_CAPTURE))
     assert status == 0, out
     lines = out.splitlines()
     assert lines[1] == "line 2: ok agent->client response initialize id=0"
@@ -582,7 +585,8 @@ def test_validate_accepts_a_good_capture_from_stdin_inferring_directions():
 
 
 def test_validate_reports_each_invalid_message_with_its_path(tmp_path):
-    bad = GOOD_CAPTURE[:3] + [
+    bad = [
+        *GOOD_CAPTURE[:3],
         {"jsonrpc": "2.0", "id": 1, "result": {"session": "s1"}},  # sessionId missing
         {"jsonrpc": "1.0", "method": "session/cancel", "params": {"sessionId": "s1"}},
         {"jsonrpc": "2.0", "id": 9, "method": "session/cancel", "params": {"sessionId": "s1"}},
@@ -591,7 +595,7 @@ def test_validate_reports_each_invalid_message_with_its_path(tmp_path):
     ]
     capture = tmp_path / "capture.ndjson"
     capture.write_bytes(ndjson(bad) + b"Server started on stdout\n")
-    status, out, err = cli("validate", str(capture))
+    status, out, _err = cli("validate", str(capture))
     assert status == 1
     lines = out.splitlines()
     assert lines[:3] == [f"line {n}: ok" + rest for n, rest in (
@@ -613,14 +617,14 @@ def test_validate_reports_each_invalid_message_with_its_path(tmp_path):
 def test_validate_notes_what_it_tolerates_without_failing():
     unknown_update = {"jsonrpc": "2.0", "method": "session/update",
                       "params": {"sessionId": "s1", "update": {"sessionUpdate": "brand_new_kind"}}}
-    status, out, err = cli("validate", stdin=ndjson([unknown_update]))
+    status, out, _err = cli("validate", stdin=ndjson([unknown_update]))
     assert status == 0
     assert out.splitlines()[0] == ("line 1: ok agent->client notification session/update: tolerated: unknown-variant "
                                    "at $.params.update (sessionUpdate 'brand_new_kind' is not known to this version)")
 
 
 def test_validate_of_a_missing_file_is_a_usage_error(tmp_path):
-    status, out, err = cli("validate", str(tmp_path / "absent.ndjson"))
+    status, _out, err = cli("validate", str(tmp_path / "absent.ndjson"))
     assert status == 2 and "cannot read" in err
 
 
@@ -686,9 +690,9 @@ def test_bench_json_on_stdout_replaces_the_table():
 
 
 def test_bench_of_an_agent_that_cannot_start_or_of_nothing_says_why():
-    status, out, err = cli("bench", "--", "/nonexistent/agent-binary")
+    status, _out, err = cli("bench", "--", "/nonexistent/agent-binary")
     assert status == 127 and "agent-binary" in err
-    status, out, err = cli("bench")
+    status, _out, err = cli("bench")
     assert status == 2 and "missing agent command" in err
 
 
@@ -700,7 +704,8 @@ def test_bench_of_an_agent_that_never_answers_unknown_requests_times_no_round_tr
             results = {"initialize": {"protocolVersion": 1}, "session/new": {"sessionId": "s"},
                        "session/prompt": {"stopReason": "end_turn"}}
             if message.get("method") in results:  # anything else is never answered
-                print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": results[message["method"]]}), flush=True)
+                answer = {"jsonrpc": "2.0", "id": message["id"], "result": results[message["method"]]}
+                print(json.dumps(answer), flush=True)
     """)
     status, out, err = cli("bench", "--timeout", "0.5", "--json", "-", "--", *silent)
     assert status == 0, err
@@ -800,7 +805,10 @@ def test_a_blocking_call_on_the_main_thread_sees_a_ctrl_c_that_lands_on_another_
         import sys
         from acp_lite import RemoteAgent
 
-        agent = RemoteAgent.spawn({inline_agent(STUBBORN_AGENT)!r}, on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True))
+        def show(line):
+            print(line, file=sys.stderr, flush=True)
+
+        agent = RemoteAgent.spawn({inline_agent(STUBBORN_AGENT)!r}, on_stderr_line=show)
         agent.initialize()
         session_id = agent.new_session("/tmp").session_id
         try:

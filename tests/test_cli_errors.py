@@ -58,7 +58,7 @@ def test_a_bad_option_value_is_a_usage_error_before_the_agent_starts(tmp_path, a
 
 
 def test_forgetting_the_double_dash_hints_where_the_agent_command_goes():
-    status, out, err = cli("check", "python", "agent.py")
+    status, _out, err = cli("check", "python", "agent.py")
     assert status == 2
     assert err.splitlines()[-1] == ("acp-lite check: error: unrecognized arguments: python agent.py; "
                                     "the agent command goes after '--': acp-lite check [options] -- python agent.py")
@@ -73,7 +73,7 @@ def test_an_agent_that_cannot_start_says_why_with_status_127(tmp_path):
     for command in ("run", "check", "bench"):  # the same status and words in every command
         assert cli(command, "--", str(script))[0::2] == (127, f"acp-lite: agent command {script} is not executable\n")
     assert cli("run", "--", str(tmp_path))[0::2] == (127, f"acp-lite: agent command {tmp_path} is a directory, not a program\n")
-    status, out, err = cli("run", "--", "no-such-agent-anywhere")
+    status, _out, err = cli("run", "--", "no-such-agent-anywhere")
     assert (status, err) == (127, "acp-lite: agent command not found: no-such-agent-anywhere (not on PATH)\n")
 
 
@@ -93,7 +93,7 @@ def test_an_agent_that_starts_and_exits_fails_with_status_1_and_its_stderr_once(
 
 @pytest.mark.timeout(60)
 def test_validate_on_a_terminal_says_it_reads_stdin_and_ctrl_c_ends_it(launched, tty):
-    master, slave = tty
+    _master, slave = tty
     tool = launched("validate", stdin=slave)
     tool.wait_for("stderr", "reading messages from stdin")
     tool.proc.send_signal(signal.SIGINT)
@@ -146,7 +146,7 @@ def test_validate_of_pretty_printed_json_says_one_message_per_line():
     assert cli("validate", stdin=pretty) == (1, "", "acp-lite: validate: the input is pretty-printed JSON, but messages are "
                                                     "read one per line (NDJSON): compact it first, e.g. with `jq -c .`\n")
     # A line that opens a value but is followed by garbage is judged line by line, as any input.
-    status, out, err = cli("validate", stdin=b"{\nnot json\n")
+    status, out, _err = cli("validate", stdin=b"{\nnot json\n")
     assert status == 1 and out.startswith("line 1: INVALID") and out.endswith("2 messages, 2 invalid\n")
 
 
@@ -154,7 +154,7 @@ def test_validate_of_pretty_printed_json_says_one_message_per_line():
 
 @pytest.mark.timeout(60)
 def test_vendor_subcommand_writes_the_file_and_creates_no_directory(tmp_path):
-    status, out, err = cli("vendor", str(tmp_path / "missing" / "_acp.py"))
+    status, _out, err = cli("vendor", str(tmp_path / "missing" / "_acp.py"))
     assert status == 2 and not (tmp_path / "missing").exists()
     assert err.splitlines()[-1] == (f"acp-lite vendor: error: argument out: cannot write {tmp_path}/missing/_acp.py: "
                                     f"no directory {tmp_path}/missing (it is not created)")
@@ -262,11 +262,15 @@ CHANGING_AGENT = RAW_AGENT_HELPERS + """
             cwd = message["params"]["cwd"]
             send({"id": message["id"], "result": {"sessionId": "s1"}})
         elif method == "session/prompt":
-            send({"id": 0, "method": "fs/write_text_file", "params": {"sessionId": "s1", "path": cwd + "/x", "content": "x"}})
+            write_params = {"sessionId": "s1", "path": cwd + "/x", "content": "x"}
+            send({"id": 0, "method": "fs/write_text_file", "params": write_params})
             write = reply_to(0)
-            send({"id": 1, "method": "terminal/create", "params": {"sessionId": "s1", "command": "touch", "args": [cwd + "/y"]}})
+            create_params = {"sessionId": "s1", "command": "touch", "args": [cwd + "/y"]}
+            send({"id": 1, "method": "terminal/create", "params": create_params})
             terminal = reply_to(1)
-            seen = [offered["fs"]["writeTextFile"], offered["terminal"], write["error"]["code"], terminal["error"]["code"]]
+            seen = [
+                offered["fs"]["writeTextFile"], offered["terminal"], write["error"]["code"], terminal["error"]["code"]
+            ]
             send({"method": "session/update", "params": {"sessionId": "s1", "update": {
                 "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": json.dumps(seen)}}}})
             send({"id": message["id"], "result": {"stopReason": "end_turn"}})

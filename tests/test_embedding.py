@@ -95,7 +95,7 @@ def test_every_request_blocks_with_a_timeout_and_has_a_future_twin(handle, peer_
     methods = schema.AGENT_METHODS if handle is client.RemoteAgent else schema.CLIENT_METHODS
     names = [peer_methods[m] for m, spec in methods.items() if spec.result_type is not None and m in peer_methods]
     assert len(names) >= 9
-    for name in names + ["ext_method"]:
+    for name in [*names, "ext_method"]:
         blocking = inspect.signature(getattr(handle, name))
         future = inspect.signature(getattr(handle, name + "_future"))
         assert blocking.parameters["timeout"].default is None, name
@@ -342,7 +342,10 @@ QUIET_SCRIPT = textwrap.dedent(
     theirs_read, ours_write = os.pipe()
     delivery = acp.HostDelivery() if host_mode else None
     remote = acp.RemoteAgent.connect(acp.wire.Transport(ours_read, ours_write), Raising(), delivery=delivery)
-    update = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}\\n'
+    update = (
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":'
+        b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}\\n'
+    )
     os.write(theirs_write, b"Welcome to the agent!\\n" + update * 3)
     deadline = time.monotonic() + 10
     while Raising.calls < 3 and time.monotonic() < deadline:

@@ -265,8 +265,8 @@ def _paths(value: Any, prefix: Tuple[Any, ...] = ()) -> List[Tuple[Any, ...]]:
     found: List[Tuple[Any, ...]] = []
     children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, child in children:
-        found.append(prefix + (key,))
-        found.extend(_paths(child, prefix + (key,)))
+        found.append((*prefix, key))
+        found.extend(_paths(child, (*prefix, key)))
     return found
 
 
@@ -408,7 +408,7 @@ RESULTS = {
 def mutated_result(draw: Any) -> Tuple[str, Any]:
     method = draw(st.sampled_from(sorted(RESULTS)))
     result, _ = RESULTS[method]
-    path = draw(st.sampled_from([()] + _paths(result)))
+    path = draw(st.sampled_from([(), *_paths(result)]))
     old = _node(result, path)
     new_kind = draw(st.sampled_from(sorted(set(_OF_KIND) - {_kind(old)})))
     return method, _replaced(result, path, draw(_OF_KIND[new_kind]))

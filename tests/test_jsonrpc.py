@@ -206,7 +206,10 @@ def test_a_block_of_notifications_of_a_type_that_keeps_what_does_not_fit_is_deco
     seen: List[Any] = []
     core.register(Route("x/kept", seen.append, keep_undecodable(Item), False))
     core.rebuild()  # as a connection does when it starts
-    good = b'{"jsonrpc":"2.0","method":"x/kept","params":{"text":"a"}}\n{"jsonrpc":"2.0","method":"x/kept","params":{"text":"b"}}'
+    good = (
+        b'{"jsonrpc":"2.0","method":"x/kept","params":{"text":"a"}}\n'
+        b'{"jsonrpc":"2.0","method":"x/kept","params":{"text":"b"}}'
+    )
     items: List[Any] = []
     core.route_block(good, items, [])
     assert len(items) == 1  # one callback for the whole block

@@ -2,6 +2,7 @@
 listed sessions, config option values, and one agent instance per connection."""
 import sys
 import textwrap
+from functools import partial
 
 import pytest
 
@@ -158,7 +159,7 @@ def test_config_option_values_must_fit_the_option_the_agent_described():
         raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"sessionId": "s", "configOptions": [model, think]}})
         pending.result(WAIT)
         for config_id, value in (("model", True), ("model", "turbo"), ("think", "yes")):
-            refused(lambda: remote.set_config_option("s", config_id, value), UsageError)
+            refused(partial(remote.set_config_option, "s", config_id, value), UsageError)
         raw.expect_silence()
         pending = background(remote.set_config_option, "s", "think", True)
         request = raw.recv()

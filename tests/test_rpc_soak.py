@@ -5,9 +5,9 @@ answers) send a seeded random mix: blocking calls with and without timeouts, fut
 cancelled, which sends ``$/cancel_request``), notifications alone and in bursts. The handlers on
 the far side answer at once, sleep or wait a few milliseconds, raise, call back the other side
 (nested, a few levels deep, blocking or through a future), notify before answering, wait for
-a notification the caller sends after the request, or have an arrival hook. So requests run on the reader, the runner and
-the threads that replace them, and answers are read by the reader, the delivery thread and the
-callers the reading is lent to.
+a notification the caller sends after the request, or have an arrival hook. So requests run on
+the reader, the runner and the threads that replace them, and answers are read by the reader, the
+delivery thread and the callers the reading is lent to.
 
 Every request carries a token that names it; what is checked afterwards:
 
@@ -34,6 +34,7 @@ import traceback
 from collections import Counter
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import pytest
@@ -357,7 +358,7 @@ class Driver:
             waiting.append((kind, token, future))
         for kind, token, future in waiting:
             own = self.own_invalid_params(token) if kind == "raise" else None
-            self.check(f"future soak/{kind}", token, lambda: future.result(WAIT), {"token": token}, own)
+            self.check(f"future soak/{kind}", token, partial(future.result, WAIT), {"token": token}, own)
 
     def sleep_call(self) -> None:
         token = next(self.tokens)

@@ -2,6 +2,7 @@
 elicitation, and the shape rules the types enforce."""
 import json
 import logging
+from functools import partial
 
 import msgspec
 import pytest
@@ -265,7 +266,7 @@ def test_set_mode_sends_only_advertised_mode_ids():
         assert _reply(raw, {})["params"] == {"sessionId": "s", "modeId": "code"}
         pending.result(WAIT)
         for mode_id in ("no-such-mode", "Code"):  # a mode's name is no mode id
-            refused(lambda: remote.set_mode("s", mode_id), UsageError)
+            refused(partial(remote.set_mode, "s", mode_id), UsageError)
         raw.expect_silence()
 
 

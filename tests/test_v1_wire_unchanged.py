@@ -67,7 +67,7 @@ def recording_pair(log: List[Tuple[str, str]]) -> Tuple[Recording, Recording]:
 
 class V1Agent(Agent):
     agent_info = Implementation(name="wire-agent", version="1.0")
-    auth_methods = [AuthMethodAgent(id="token", name="Token")]
+    auth_methods = (AuthMethodAgent(id="token", name="Token"),)
 
     def authenticate(self, params):
         return None

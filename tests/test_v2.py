@@ -81,7 +81,7 @@ def test_an_agent_speaking_both_answers_2_in_v2_shape_to_a_client_asking_2():
 
 def test_auth_methods_are_offered_in_v2_shape():
     class WithLogin(DualAgent):
-        auth_methods = [AuthMethodAgent(id="login", name="Log in")]
+        auth_methods = (AuthMethodAgent(id="login", name="Log in"),)
 
         def logout(self, params):
             return None
@@ -137,7 +137,7 @@ def test_a_v2_connection_refuses_v1_methods_and_v1_shapes():
 def test_serving_a_v2_agent_without_the_required_methods_is_refused():
     class Partial(Agent):
         protocol_versions = (2,)
-        auth_methods = [AuthMethodAgent(id="login", name="Log in")]
+        auth_methods = (AuthMethodAgent(id="login", name="Log in"),)
 
         def new_session(self, params):
             return {"sessionId": "s1"}

@@ -108,7 +108,9 @@ def test_check_protocol_2_finds_every_v2_rule_met_by_a_dual_version_agent(tmp_pa
 def test_check_protocol_2_says_a_v1_agent_does_not_speak_v2(tmp_path):
     report = run_checks(CheckOptions(_agent_argv(tmp_path, "v1"), timeout=10.0, protocol=2))
     first = report.checks[0]
-    assert [(f.status, f.detail) for f in first.findings][0] == (SKIP, "asked for 2, the agent answered 1: it does not speak ACP v2")
+    assert (first.findings[0].status, first.findings[0].detail) == (
+        SKIP, "asked for 2, the agent answered 1: it does not speak ACP v2"
+    )
     assert {f.status for result in report.checks for f in result.findings} == {SKIP}
 
 

@@ -17,8 +17,8 @@ from typing import Any, List
 
 import pytest
 from acp_harness import client_with_raw_agent
-from test_workspace import INVALID_PARAMS, NOT_FOUND, PATIENCE, SESSION, RecordingWorkspace, _gone, editor_for
-from test_workspace import editor, root  # noqa: F401 (fixtures: a project beside outside/secret.txt)
+from test_workspace import _gone
+from workspace_editor import INVALID_PARAMS, NOT_FOUND, PATIENCE, SESSION, RecordingWorkspace, editor_for
 
 from acp_lite import beneath
 from acp_lite.client import RemoteAgent
@@ -385,10 +385,12 @@ def test_the_interpreters_exit_ends_the_terminals_an_editor_left_open(root, tmp_
         from acp_lite.workspace import WorkspaceClient
         workspace = WorkspaceClient(terminals=True)
         workspace.on_session("s", {str(root)!r}, [])
-        terminal = workspace.create_terminal(CreateTerminalRequest(session_id="s", command=sys.executable, args=["-c", {ESCAPERS!r}]))
-        while "\\n" not in workspace.terminal_output(type("R", (), {{"session_id": "s", "terminal_id": terminal.terminal_id}})).output:
+        request = CreateTerminalRequest(session_id="s", command=sys.executable, args=["-c", {ESCAPERS!r}])
+        terminal = workspace.create_terminal(request)
+        output_request = type("R", (), {{"session_id": "s", "terminal_id": terminal.terminal_id}})
+        while "\\n" not in workspace.terminal_output(output_request).output:
             time.sleep(0.01)
-        print(workspace.terminal_output(type("R", (), {{"session_id": "s", "terminal_id": terminal.terminal_id}})).output, end="", flush=True)
+        print(workspace.terminal_output(output_request).output, end="", flush=True)
         """
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PATIENCE)

@@ -265,7 +265,7 @@ def test_the_buffer_keeps_the_longest_suffix_within_the_limit_that_starts_on_a_c
     buffer = _OutputBuffer(limit)
     # The same bytes, arriving in chunks cut anywhere (even inside a character).
     start = 0
-    for cut in sorted(c for c in cuts if c < len(data)) + [len(data)]:
+    for cut in [*sorted(c for c in cuts if c < len(data)), len(data)]:
         buffer.append(data[start:cut])
         start = cut
     kept = buffer.text(final=True)

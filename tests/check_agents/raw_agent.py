@@ -4,8 +4,8 @@ Without options it behaves and advertises every agent capability: load (replayin
 conversation), resume, list, close, delete, additional directories, image/audio/embedded prompts,
 logout, an ``agent`` auth method, modes and a select config option. A prompt starting with
 ``wait`` keeps the turn running (a minute at most) until it is cancelled or its session closed;
-any other prompt asks permission to read a file and, once answered, is echoed back. It announces each new session with an extension
-notification.
+any other prompt asks permission to read a file and, once answered, is echoed back. It announces
+each new session with an extension notification.
 
 With ``--require-auth`` it refuses ``session/new`` (error -32000) until ``authenticate``.
 

@@ -328,7 +328,7 @@ async def client_scenario(conn, client, cwd):
         report["authenticate"] = as_json(await conn.authenticate(method_id=init.auth_methods[0].id))
     mcp = init.agent_capabilities.mcp_capabilities if init.agent_capabilities else None
     servers = [s for s in SCENARIO["mcp_servers"] if "type" not in s or (mcp and getattr(mcp, s["type"]))]
-    request = schema.NewSessionRequest.model_validate({"cwd": cwd, "mcpServers": servers + [PEER_ONLY_MCP_SERVER]})
+    request = schema.NewSessionRequest.model_validate({"cwd": cwd, "mcpServers": [*servers, PEER_ONLY_MCP_SERVER]})
     session = await conn.new_session(cwd=cwd, mcp_servers=request.mcp_servers)
     report["new_session"] = as_json(session)
     session_id = session.session_id

@@ -141,6 +141,7 @@ def test_an_acp_lite_agent_calls_acpxs_file_system_and_terminals(tmp_path):
     assert (run.cwd / "notes.txt").read_text() == "written through the editor\n"
     (report,) = calls(run.wire, "session/update")
     assert report["params"]["update"]["content"]["text"] == (
-        "read='written through the editor\\n' echo_exit=0 output='terminal-ok\\n' killed_exit=None killed_signal=SIGTERM")
+        "read='written through the editor\\n' echo_exit=0 output='terminal-ok\\n' "
+        "killed_exit=None killed_signal=SIGTERM")
     assert run.wire[-1]["result"] == {"stopReason": "end_turn"}
     judged_clean(run.wire)

@@ -124,13 +124,18 @@ def peer(request) -> Peer:
     return _typescript_peer() if request.param == "typescript" else _python_peer()
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    to_read = tmp_path / SCENARIO["file_to_read"]
+def scenario_workspace(directory: Path) -> Path:
+    """``directory`` with the files the scenario reads."""
+    to_read = directory / SCENARIO["file_to_read"]
     to_read.parent.mkdir(parents=True, exist_ok=True)
     to_read.write_text("line one\nline two\nline three\n")
-    (tmp_path / "main.py").write_text("print('hello')\n")
-    return tmp_path
+    (directory / "main.py").write_text("print('hello')\n")
+    return directory
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return scenario_workspace(tmp_path)
 
 
 def for_cwd(value: Any, cwd: Path) -> Any:
@@ -302,7 +307,7 @@ def _poll_notes(agent: RemoteAgent) -> Any:
 )
 def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
     stderr: List[str] = []
-    process = AgentProcess(peer.argv + ["agent"], on_stderr_line=stderr.append)
+    process = AgentProcess([*peer.argv, "agent"], on_stderr_line=stderr.append)
     transport = RecordingTransport(process, incoming=AGENT_TO_CLIENT, outgoing=CLIENT_TO_AGENT)
     client = RecordingClient()
     agent = RemoteAgent(Connection(transport, name="agent"), client, process)
@@ -426,7 +431,7 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
 @pytest.mark.req("ACP-V1-INIT-VERSION-AGREEMENT")
 def test_the_peer_agent_answers_an_unknown_version_with_one_we_speak(peer: Peer):
     stderr: List[str] = []
-    with RemoteAgent.spawn(peer.argv + ["agent"], on_stderr_line=stderr.append) as agent:
+    with RemoteAgent.spawn([*peer.argv, "agent"], on_stderr_line=stderr.append) as agent:
         assert agent.initialize(protocol_version=PROTOCOL_VERSION + 1, timeout=WAIT_SECONDS).protocol_version == PROTOCOL_VERSION
     assert_quiet(stderr, peer)
 
@@ -436,13 +441,13 @@ def test_the_peer_agent_answers_an_unknown_version_with_one_we_speak(peer: Peer)
 def test_our_client_runs_turns_of_two_sessions_at_once(peer: Peer, workspace: Path):
     stderr: List[str] = []
     client = RecordingClient()
-    with RemoteAgent.spawn(peer.argv + ["agent"], client, on_stderr_line=stderr.append) as agent:
+    with RemoteAgent.spawn([*peer.argv, "agent"], client, on_stderr_line=stderr.append) as agent:
         agent.initialize(timeout=WAIT_SECONDS)
         sessions = [agent.new_session(str(workspace)).session_id for _ in range(2)]
         turns = [agent.prompt_future(sid, "Fix the greeting") for sid in sessions]
         assert [t.result(WAIT_SECONDS).stop_reason for t in turns] == ["end_turn", "end_turn"]
     client.close()
-    expected = [SCENARIO["session_start_update"]] + for_cwd(SCENARIO["updates"], workspace)
+    expected = [SCENARIO["session_start_update"], *for_cwd(SCENARIO["updates"], workspace)]
     for sid in sessions:
         known = [as_json(n.update) for n in client.updates if n.session_id == sid and not isinstance(n.update, UnknownVariant)]
         assert known[: len(expected)] == expected
@@ -612,7 +617,7 @@ class InteropAgent(Agent):
 def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     report_path = workspace / "peer-report.json"
     stderr: List[str] = []
-    process = AgentProcess(peer.argv + ["client", str(workspace), str(report_path)], on_stderr_line=stderr.append)
+    process = AgentProcess([*peer.argv, "client", str(workspace), str(report_path)], on_stderr_line=stderr.append)
     transport = RecordingTransport(process, incoming=CLIENT_TO_AGENT, outgoing=AGENT_TO_CLIENT)
     agent = InteropAgent()
     handle = serve(agent, transport)

@@ -18,7 +18,6 @@ import pytest
 
 import interop_peers
 import test_interop
-from test_interop import workspace  # noqa: F401 (the fixture, for the v1 scenario)
 from acp_lite.agent import serve
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.codec import encode
@@ -66,7 +65,7 @@ class Editor(Client):
 def test_our_v2_client_drives_the_typescript_v2_agent(tmp_path: Path):
     stderr: List[str] = []
     editor = Editor()
-    with RemoteAgent.spawn(_peer_argv() + ["agent"], editor, on_stderr_line=stderr.append,
+    with RemoteAgent.spawn([*_peer_argv(), "agent"], editor, on_stderr_line=stderr.append,
                            protocol_versions=(2, 1)) as agent:
         init = agent.initialize(timeout=WAIT_SECONDS)
         assert (agent.protocol_version, init.info.name) == (2, "interop-ts-v2-agent")
@@ -126,7 +125,7 @@ class LiteAgent(DualAgent):
 def test_the_typescript_v2_client_drives_our_v2_agent(tmp_path: Path):
     report_path = tmp_path / "peer-report.json"
     stderr: List[str] = []
-    process = AgentProcess(_peer_argv() + ["client", str(tmp_path), str(report_path)], on_stderr_line=stderr.append)
+    process = AgentProcess([*_peer_argv(), "client", str(tmp_path), str(report_path)], on_stderr_line=stderr.append)
     agent = LiteAgent()
     handle = serve(agent, process_transport(process))
     try:
@@ -158,7 +157,8 @@ class DualInteropAgent(test_interop.InteropAgent):
 
 
 @pytest.mark.req("ACP-V2-NEGOTIATE-AGENT-ANSWER", "ACP-V2-NEGOTIATE-ONE-VERSION-PER-CONNECTION")
-def test_the_typescript_v1_client_meets_our_dual_version_agent_in_v1(workspace: Path, monkeypatch):
+def test_the_typescript_v1_client_meets_our_dual_version_agent_in_v1(tmp_path: Path, monkeypatch):
     # The whole v1 interop scenario, every assertion of it, with the agent opted in to v2 as well.
     monkeypatch.setattr(test_interop, "InteropAgent", DualInteropAgent)
+    workspace = test_interop.scenario_workspace(tmp_path)
     test_interop.test_the_peer_client_drives_our_agent(test_interop._typescript_peer(), workspace)
