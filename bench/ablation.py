@@ -8,6 +8,7 @@ Within a run the two builds go one after the other, in alternating order from ru
 that the load of a shared machine hits both alike; the Python SDK and the bare ping-pong run once
 per run as references. Figures are medians over the runs; a ratio is taken run by run first.
 """
+
 import argparse
 import os
 import statistics
@@ -42,8 +43,17 @@ REFERENCES = [
 def pick(jobs: List[suite.Job], workload: str, subject: str, metric: str) -> Optional[suite.Job]:
     for job in jobs:
         if job.workload == workload and job.subject == subject:
-            probe = {"updates": 1, "seconds": 1, "cpu_seconds": 1, "rss_kb": 1, "requests": 1, "p50_us": 1,
-                     "p99_us": 1, "agent_cpu_seconds": None, "agent_rss_kb": None}
+            probe = {
+                "updates": 1,
+                "seconds": 1,
+                "cpu_seconds": 1,
+                "rss_kb": 1,
+                "requests": 1,
+                "p50_us": 1,
+                "p99_us": 1,
+                "agent_cpu_seconds": None,
+                "agent_rss_kb": None,
+            }
             if metric in job.metrics(probe):
                 return job
     return None
@@ -93,21 +103,36 @@ def main() -> int:
             if result is not None:
                 figures.setdefault(("ref", *key), []).append(result[key[2]])
         print(f"run {number + 1}/{args.runs} done", file=sys.stderr)
-    lines = [f"# Ablation: {args.title}", "",
-             f"{args.runs} runs, scale {args.scale} (C: {plan['requests']} requests, A: {plan['updates']} updates); "
-             "the two builds alternate within each run (A,B then B,A), so the load of the shared machine hits both alike. "
-             "Medians; the ratio is after/before taken run by run, then its median.", "",
-             "| workload | metric | before | after | after/before |", "| --- | --- | ---: | ---: | ---: |"]
+    lines = [
+        f"# Ablation: {args.title}",
+        "",
+        f"{args.runs} runs, scale {args.scale} (C: {plan['requests']} requests, A: {plan['updates']} updates); "
+        "the two builds alternate within each run (A,B then B,A), so the load of the shared machine hits both alike. "
+        "Medians; the ratio is after/before taken run by run, then its median.",
+        "",
+        "| workload | metric | before | after | after/before |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
     for key, _ in measured:
         before, after = figures.get(("before", *key), []), figures.get(("after", *key), [])
         ratios = [a / b for a, b in zip(after, before) if b]
-        lines.append(f"| {key[0]} {key[1]} | {key[2]} | {statistics.median(before) if before else float('nan'):,.0f} | "
-                     f"{statistics.median(after) if after else float('nan'):,.0f} | "
-                     f"{statistics.median(ratios) if ratios else float('nan'):.2f} |")
-    lines += ["", "References (same runs):", "", "| workload | subject | metric | median |", "| --- | --- | --- | ---: |"]
+        lines.append(
+            f"| {key[0]} {key[1]} | {key[2]} | {statistics.median(before) if before else float('nan'):,.0f} | "
+            f"{statistics.median(after) if after else float('nan'):,.0f} | "
+            f"{statistics.median(ratios) if ratios else float('nan'):.2f} |"
+        )
+    lines += [
+        "",
+        "References (same runs):",
+        "",
+        "| workload | subject | metric | median |",
+        "| --- | --- | --- | ---: |",
+    ]
     for key, _ in references:
         values = figures.get(("ref", *key), [])
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {statistics.median(values) if values else float('nan'):,.0f} |")
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {statistics.median(values) if values else float('nan'):,.0f} |"
+        )
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

@@ -20,6 +20,7 @@ would: the updates that are due go out back to back.
 One connection runs every turn of the workload: the client prompts ``RATE SECONDS SENDER`` (e.g.
 ``5000 5 busy``) once per rate and kind of sender, and the agent paces that turn accordingly.
 """
+
 import time
 from typing import Iterator, List, Optional, Sequence, Tuple
 
@@ -85,8 +86,7 @@ def turn_result(prompt: str, latencies_ns: List[int]) -> dict:
     def pick(quantile: float) -> Optional[float]:
         return ordered[min(len(ordered) - 1, int(len(ordered) * quantile))] / 1000 if ordered else None
 
-    return {"turn": prompt, "updates": len(ordered), "p50_us": pick(0.5), "p99_us": pick(0.99),
-            "max_us": pick(1.0)}
+    return {"turn": prompt, "updates": len(ordered), "p50_us": pick(0.5), "p99_us": pick(0.99), "max_us": pick(1.0)}
 
 
 def client_result(turns: List[dict], rss_kb: int) -> dict:

@@ -16,6 +16,7 @@ requirement ids and how each test ended. At the end:
 A failed gate sets the session's exit status to 1 and says why in the terminal summary.
 Everything here runs on pytest's main thread.
 """
+
 import json
 import os
 from pathlib import Path
@@ -119,9 +120,14 @@ class _RequirementTracker:
 
     def _draft_gate(self) -> str:
         """The v2 draft's line of the summary; its untraced ``tested`` ids go to the problems."""
-        passing = {req_id for req_id, tests in self.draft_tests.items()
-                   if any(self.results.get(test) == "passed" for test in tests)}
-        untraced = sorted(req_id for req_id, entry in self.draft.items() if entry["status"] == "tested" and req_id not in passing)
+        passing = {
+            req_id
+            for req_id, tests in self.draft_tests.items()
+            if any(self.results.get(test) == "passed" for test in tests)
+        }
+        untraced = sorted(
+            req_id for req_id, entry in self.draft.items() if entry["status"] == "tested" and req_id not in passing
+        )
         if untraced:
             self.problems.append(("v2 draft requirements marked tested have no passing test", untraced))
         return f"v2 draft: {len(passing)} of {len(self.draft)} traced by passing tests"

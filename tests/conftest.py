@@ -4,6 +4,7 @@ Every test runs under ``no_leaks``: when it ends, it fails if the test left behi
 open file descriptor or a child process. Threads and children get a short grace period to finish,
 since a clean ``close()`` may still be joining them when the test body returns.
 """
+
 import os
 import sys
 import threading

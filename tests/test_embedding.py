@@ -2,6 +2,7 @@
 that tell connections apart, a library that never writes to the host's stderr, and host-thread
 delivery under bad conditions (a raising callback, a closed connection, a pump inside a pump, a
 peer flooding faster than the host pumps). Over real pipes and subprocesses."""
+
 import contextlib
 import fcntl
 import inspect
@@ -17,12 +18,12 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+from acp_harness import WAIT, RawPeer, agent_with_raw_client, background, client_with_raw_agent, initialized
 
 from acp_lite import HostDelivery, RemoteAgent, agent, client, rpc, schema, updates, wire
 from acp_lite.agent import Agent
 from acp_lite.errors import CallTimeout, ConnectionClosed, UsageError, VersionMismatch
 from acp_lite.tools import vendor
-from acp_harness import WAIT, RawPeer, agent_with_raw_client, background, client_with_raw_agent, initialized
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ALL_AGENT_CAPS = {
@@ -38,7 +39,9 @@ ALL_CLIENT_CAPS = {
         "elicitation": {"form": {}},
     },
 }
-FORM = schema.ElicitationFormMode(session_id="s1", message="name?", requested_schema=schema.ElicitationSchema(properties={}))
+FORM = schema.ElicitationFormMode(
+    session_id="s1", message="name?", requested_schema=schema.ElicitationSchema(properties={})
+)
 
 # Every request of each handle: the method, its arguments, and an answer the peer may give.
 # Closing and deleting come last: they forget the session the others use.
@@ -57,7 +60,15 @@ AGENT_REQUESTS = [
     ("delete_session", ("s1",), {}),
 ]
 CLIENT_REQUESTS = [
-    ("request_permission", ("s1", schema.ToolCallUpdate(tool_call_id="t1"), [schema.PermissionOption(option_id="ok", name="OK", kind="allow_once")]), {"outcome": {"outcome": "selected", "optionId": "ok"}}),
+    (
+        "request_permission",
+        (
+            "s1",
+            schema.ToolCallUpdate(tool_call_id="t1"),
+            [schema.PermissionOption(option_id="ok", name="OK", kind="allow_once")],
+        ),
+        {"outcome": {"outcome": "selected", "optionId": "ok"}},
+    ),
     ("read_text_file", ("s1", "/work/a.txt"), {"content": "text"}),
     ("write_text_file", ("s1", "/work/a.txt", "text"), {}),
     ("create_terminal", ("s1", "make"), {"terminalId": "term1"}),
@@ -99,7 +110,9 @@ def test_every_request_blocks_with_a_timeout_and_has_a_future_twin(handle, peer_
         blocking = inspect.signature(getattr(handle, name))
         future = inspect.signature(getattr(handle, name + "_future"))
         assert blocking.parameters["timeout"].default is None, name
-        assert [p for p in blocking.parameters.values() if p.name != "timeout"] == list(future.parameters.values()), name
+        assert [p for p in blocking.parameters.values() if p.name != "timeout"] == list(future.parameters.values()), (
+            name
+        )
 
 
 @contextlib.contextmanager
@@ -374,7 +387,11 @@ def _run_quiet(root, module, mode, logging_):
     env = {**os.environ, "PYTHONPATH": str(root)}
     return subprocess.run(
         [sys.executable, str(root / "quiet.py"), module, mode, logging_],
-        cwd=root, env=env, capture_output=True, text=True, timeout=45,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=45,
     )
 
 
@@ -402,7 +419,10 @@ def _update_line(text="x", session_id="s1"):
     message = {
         "jsonrpc": "2.0",
         "method": "session/update",
-        "params": {"sessionId": session_id, "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}},
+        "params": {
+            "sessionId": session_id,
+            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}},
+        },
     }
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 

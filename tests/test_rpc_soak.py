@@ -26,6 +26,7 @@ for a request the closing side refused), and each sender's delivered notificatio
 of what it sent. A failure names its seed; the thread interleaving differs between runs, the
 operations each thread performs do not.
 """
+
 import logging
 import random
 import threading
@@ -84,7 +85,7 @@ class Soak:
         self.sent: Counter = Counter()  # (side handling it, token)
         self.handled: Counter = Counter()
         self.operations = 0  # operations finished, all drivers together
-        self.sides: Dict[str, "Side"] = {}
+        self.sides: Dict[str, Side] = {}
 
     def problem(self, text: str) -> None:
         with self.lock:
@@ -520,7 +521,9 @@ def notes_problem(sender: str, got: List[int], sent: Optional[int]) -> Optional[
     order, or (when ``sent`` is given) fewer than it sent; None if nothing."""
     for position, seq in enumerate(got):
         if seq != position:
-            return f"notes of {sender}: delivered ...{got[max(0, position - 3):position + 5]}... at position {position}"
+            return (
+                f"notes of {sender}: delivered ...{got[max(0, position - 3) : position + 5]}... at position {position}"
+            )
     if sent is not None and len(got) != sent:
         return f"notes of {sender}: sent {sent}, delivered {len(got)}"
     return None
@@ -557,13 +560,10 @@ def test_random_traffic_both_ways_keeps_every_promise(seed, caplog):
 
         # Cancelled and timed-out requests may still be running on the far side: wait for them.
         handled_all = wait_until(lambda: soak.handled == soak.sent)
-        settled = wait_until(
-            lambda: not any(s.connection._core.pending or s.connection._core.incoming for s in (a, b))
-        )
+        settled = wait_until(lambda: not any(s.connection._core.pending or s.connection._core.incoming for s in (a, b)))
         wait_until(  # every notification delivered (checked below, with what went wrong)
             lambda: all(
-                len(soak.sides[driver.side.peer].notes.get(driver.name, [])) == driver.seq
-                for driver in drivers
+                len(soak.sides[driver.side.peer].notes.get(driver.name, [])) == driver.seq for driver in drivers
             )
         )
     finally:
@@ -577,7 +577,10 @@ def test_random_traffic_both_ways_keeps_every_promise(seed, caplog):
     if not settled:
         soak.problem(
             "left pending: "
-            + ", ".join(f"{s.name}: calls {list(s.connection._core.pending)}, requests {list(s.connection._core.incoming)}" for s in (a, b))
+            + ", ".join(
+                f"{s.name}: calls {list(s.connection._core.pending)}, requests {list(s.connection._core.incoming)}"
+                for s in (a, b)
+            )
         )
     for driver in drivers:
         wrong = notes_problem(driver.name, soak.sides[driver.side.peer].notes.get(driver.name, []), driver.seq)

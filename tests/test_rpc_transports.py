@@ -1,4 +1,5 @@
 """The connection over real subprocess pipes and sockets, and the framing under arbitrary chunking."""
+
 import json
 import os
 import sys

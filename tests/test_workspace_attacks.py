@@ -2,6 +2,7 @@
 real file system and real processes (Linux) and checks that the boundary holds. Requests go over a
 real connection from a raw agent unless the attack is a race, where the handler is called directly
 so that a bounded number of attempts fits in a short test."""
+
 import contextlib
 import ctypes
 import logging
@@ -126,7 +127,11 @@ def test_a_directory_swapped_with_a_symlink_to_outside_never_lets_a_read_out(roo
         with swapping(root / "d", root / "l"):
             for _ in range(ATTEMPTS):
                 try:
-                    seen.add(workspace.read_text_file(ReadTextFileRequest(session_id=SESSION, path=str(root / "d" / "secret.txt"))).content)
+                    seen.add(
+                        workspace.read_text_file(
+                            ReadTextFileRequest(session_id=SESSION, path=str(root / "d" / "secret.txt"))
+                        ).content
+                    )
                 except AcpError as exc:
                     assert exc.code == NOT_FOUND, exc
                     seen.add(NOT_FOUND)
@@ -147,7 +152,9 @@ def test_a_directory_swapped_with_a_symlink_to_outside_never_lets_a_write_out(ro
         with swapping(root / "d", root / "l"):
             for attempt in range(ATTEMPTS):
                 try:
-                    workspace.write_text_file(WriteTextFileRequest(session_id=SESSION, path=str(root / "d" / "f.txt"), content=str(attempt)))
+                    workspace.write_text_file(
+                        WriteTextFileRequest(session_id=SESSION, path=str(root / "d" / "f.txt"), content=str(attempt))
+                    )
                 except AcpError as exc:
                     assert exc.code == NOT_FOUND, exc
                 if time.monotonic() > deadline:
@@ -183,7 +190,9 @@ def test_writes_under_protected_paths_are_refused_by_default(editor, root, relat
     (root / ".vscode").mkdir()
     (root / ".git" / "config").write_text("[core]\n")
     (root / "via-link").symlink_to(".git/config")  # the protected file, reached through a symlink
-    error = editor.error("fs/write_text_file", path=str(root / relative), content='[core]\n\tfsmonitor = "touch pwned; false"\n')
+    error = editor.error(
+        "fs/write_text_file", path=str(root / relative), content='[core]\n\tfsmonitor = "touch pwned; false"\n'
+    )
     assert error["code"] == REFUSED and "did not allow" in error["message"]
     assert (root / ".git" / "config").read_text() == "[core]\n"
     if relative not in (".git/config", "via-link"):  # those two name the file checked above
@@ -260,10 +269,12 @@ def test_a_hook_that_never_answers_refuses_after_the_timeout_with_a_log_line(roo
 
 
 def test_a_terminal_runs_once_the_hooks_future_allows_it(root, tmp_path):
-    decision: "Future[bool]" = Future()
+    decision: Future[bool] = Future()
     workspace = ApprovingWorkspace(decision)
     with editor_for(root, workspace=workspace) as editor:
-        request_id = editor.raw.request("terminal/create", {"sessionId": SESSION, "command": "touch", "args": [str(tmp_path / "ran")]})
+        request_id = editor.raw.request(
+            "terminal/create", {"sessionId": SESSION, "command": "touch", "args": [str(tmp_path / "ran")]}
+        )
         while not workspace.asked:
             time.sleep(0.01)
         assert not (tmp_path / "ran").exists()
@@ -360,7 +371,9 @@ def _our_cgroups() -> List[str]:
 def test_a_command_that_kills_its_supervisor_is_still_ended_by_its_cgroup(editor):
     if not _try_cgroup():
         pytest.skip("no cgroup v2 of our own to make cgroups in")
-    terminal = editor.run("import os, time; os.setsid(); os.kill(os.getppid(), 9); print(os.getpid(), flush=True); time.sleep(60)")
+    terminal = editor.run(
+        "import os, time; os.setsid(); os.kill(os.getppid(), 9); print(os.getpid(), flush=True); time.sleep(60)"
+    )
     pid = int(editor.output_containing(terminal, "\n")["output"])
     with killed_at_last([pid]):
         assert not _gone(pid)

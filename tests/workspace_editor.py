@@ -5,6 +5,7 @@ with a recording workspace, driven over a real connection by a raw agent that se
 Also a pytest plugin (conftest.py lists it in ``pytest_plugins``), so that every test module finds
 its fixtures without importing them: ``root``, a project directory beside ``outside/secret.txt``,
 and ``editor``, an editor with one session open in that project."""
+
 import contextlib
 import sys
 import threading
@@ -50,7 +51,9 @@ class Editor:
         self.workspace = workspace
         self.root = root
 
-    def open_session(self, session_id: str, cwd: Path, additional: Optional[List[str]] = None, method: str = "new") -> None:
+    def open_session(
+        self, session_id: str, cwd: Path, additional: Optional[List[str]] = None, method: str = "new"
+    ) -> None:
         if method == "new":
             pending = background(self.remote.new_session, str(cwd), additional_directories=additional)
         else:
