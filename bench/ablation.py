@@ -14,6 +14,7 @@ and the bare ping-pong's of the same run (the targets are such ratios), and its 
 context switches per request over both processes (client and agent), which a shared machine's
 load moves far less than the wall-clock rates.
 """
+
 import argparse
 import os
 import resource
@@ -58,8 +59,17 @@ C_COSTS = [(CPU, "CPU µs per request, both sides", 1e6), (SWITCHES, "context sw
 def pick(jobs: List[suite.Job], workload: str, subject: str, metric: str) -> Optional[suite.Job]:
     for job in jobs:
         if job.workload == workload and job.subject == subject:
-            probe = {"updates": 1, "seconds": 1, "cpu_seconds": 1, "rss_kb": 1, "requests": 1, "p50_us": 1,
-                     "p99_us": 1, "agent_cpu_seconds": None, "agent_rss_kb": None}
+            probe = {
+                "updates": 1,
+                "seconds": 1,
+                "cpu_seconds": 1,
+                "rss_kb": 1,
+                "requests": 1,
+                "p50_us": 1,
+                "p99_us": 1,
+                "agent_cpu_seconds": None,
+                "agent_rss_kb": None,
+            }
             if metric in job.metrics(probe):
                 return job
     return None
@@ -89,10 +99,14 @@ def run_job(job: suite.Job, root: Optional[str]) -> Optional[Dict[str, float]]:
 # Each C figure of acp_lite is also set beside these references of the same run: the targets
 # are ratios to the Python SDK, and the bare ping-pong is the ceiling.
 C_REFERENCES = {
-    "requests/s (sequential)": [("C", "python-sdk", "requests/s (sequential)"),
-                                ("C", "bare ping-pong", "requests/s (sequential)")],
-    "requests/s (8 in flight)": [("C", "python-sdk", "requests/s (8 in flight)"),
-                                 ("C", "bare ping-pong, threads", "requests/s (8 in flight)")],
+    "requests/s (sequential)": [
+        ("C", "python-sdk", "requests/s (sequential)"),
+        ("C", "bare ping-pong", "requests/s (sequential)"),
+    ],
+    "requests/s (8 in flight)": [
+        ("C", "python-sdk", "requests/s (8 in flight)"),
+        ("C", "bare ping-pong, threads", "requests/s (8 in flight)"),
+    ],
 }
 
 
@@ -150,7 +164,7 @@ def main() -> int:
                     results[(id(job), label)] = run_job(job, root)
                 result = results.get((id(job), label))
                 if result is not None:
-                    figures.setdefault((label,) + key, {})[number] = result[key[2]]
+                    figures.setdefault((label, *key), {})[number] = result[key[2]]
                     if key[0] == "C":
                         for field, metric, unit in C_COSTS:
                             cost = result[field] / plan["requests"] * unit
@@ -158,37 +172,61 @@ def main() -> int:
         for key, job in references:
             result = run_job(job, None) if job else None
             if result is not None:
-                figures.setdefault(("ref",) + key, {})[number] = result[key[2]]
+                figures.setdefault(("ref", *key), {})[number] = result[key[2]]
         loads.append(load_average())
         print(f"run {number + 1}/{args.runs} done (load average {loads[-1]})", file=sys.stderr)
-    lines = [f"# Ablation: {args.title}", "",
-             f"{args.runs} runs, scale {args.scale} (C: {plan['requests']} requests, A: {plan['updates']} updates); "
-             "the two builds alternate within each run (A,B then B,A), so the load of the shared machine hits both alike. "
-             "Medians; a ratio is taken run by run, then its median (the runs' ratios follow it). "
-             f"Load average (1, 5, 15 min) before the first run and after each: {'; '.join(loads)}.", "",
-             "| workload | metric | before | after | after/before | run by run |",
-             "| --- | --- | ---: | ---: | ---: | --- |"]
-    costs = [(key[0], key[1], f"{metric} ({key[2]})") for key, _ in measured if key[0] == "C" for _, metric, _ in C_COSTS]
+    lines = [
+        f"# Ablation: {args.title}",
+        "",
+        f"{args.runs} runs, scale {args.scale} (C: {plan['requests']} requests, A: {plan['updates']} updates); "
+        "the two builds alternate within each run (A,B then B,A), so the load of the shared machine hits both alike. "
+        "Medians; a ratio is taken run by run, then its median (the runs' ratios follow it). "
+        f"Load average (1, 5, 15 min) before the first run and after each: {'; '.join(loads)}.",
+        "",
+        "| workload | metric | before | after | after/before | run by run |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    costs = [
+        (key[0], key[1], f"{metric} ({key[2]})") for key, _ in measured if key[0] == "C" for _, metric, _ in C_COSTS
+    ]
     for key in [key for key, _ in measured] + costs:
-        before, after = figures.get(("before",) + key, {}), figures.get(("after",) + key, {})
+        before, after = figures.get(("before", *key), {}), figures.get(("after", *key), {})
         by_run = ratios(after, before)
-        lines.append(f"| {key[0]} {key[1]} | {key[2]} | {figure(median(list(before.values())))} | "
-                     f"{figure(median(list(after.values())))} | {median(by_run):.2f} | {run_by_run(by_run)} |")
-    beside = [(key, ref) for key, _ in measured for ref in C_REFERENCES.get(key[2], []) if key[0] == "C"
-              and ("ref",) + ref in figures and (ref[1] != "bare ping-pong, threads" or key[1] == "acp_lite")]
+        lines.append(
+            f"| {key[0]} {key[1]} | {key[2]} | {figure(median(list(before.values())))} | "
+            f"{figure(median(list(after.values())))} | {median(by_run):.2f} | {run_by_run(by_run)} |"
+        )
+    beside = [
+        (key, ref)
+        for key, _ in measured
+        for ref in C_REFERENCES.get(key[2], [])
+        if key[0] == "C" and ("ref", *ref) in figures and (ref[1] != "bare ping-pong, threads" or key[1] == "acp_lite")
+    ]
     if beside:
-        lines += ["", "acp_lite beside the references of the same run (ratio run by run, then its median):", "",
-                  "| workload | metric | over | before | after | after, run by run |",
-                  "| --- | --- | --- | ---: | ---: | --- |"]
+        lines += [
+            "",
+            "acp_lite beside the references of the same run (ratio run by run, then its median):",
+            "",
+            "| workload | metric | over | before | after | after, run by run |",
+            "| --- | --- | --- | ---: | ---: | --- |",
+        ]
         for key, ref in beside:
-            under = figures[("ref",) + ref]
-            before = ratios(figures.get(("before",) + key, {}), under)
-            after = ratios(figures.get(("after",) + key, {}), under)
-            lines.append(f"| C {key[1]} | {key[2]} | {ref[1]} | {median(before):.2f} | {median(after):.2f} | "
-                         f"{run_by_run(after)} |")
-    lines += ["", "References (same runs):", "", "| workload | subject | metric | median |", "| --- | --- | --- | ---: |"]
+            under = figures[("ref", *ref)]
+            before = ratios(figures.get(("before", *key), {}), under)
+            after = ratios(figures.get(("after", *key), {}), under)
+            lines.append(
+                f"| C {key[1]} | {key[2]} | {ref[1]} | {median(before):.2f} | {median(after):.2f} | "
+                f"{run_by_run(after)} |"
+            )
+    lines += [
+        "",
+        "References (same runs):",
+        "",
+        "| workload | subject | metric | median |",
+        "| --- | --- | --- | ---: |",
+    ]
     for key, _ in references:
-        values = list(figures.get(("ref",) + key, {}).values())
+        values = list(figures.get(("ref", *key), {}).values())
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {median(values):,.0f} |")
     lines += _host_over_default(figures)
     text = "\n".join(lines) + "\n"
@@ -209,12 +247,20 @@ def _host_over_default(figures: Dict[Tuple[str, ...], Dict[int, float]]) -> List
             default = figures.get((label, "A", "acp_lite", metric), {})
             by_run = ratios(default, host) if invert else ratios(host, default)
             if by_run:
-                rows.append(f"| {label} | {metric} | {median(by_run):.2f} | {min(by_run):.2f} | "
-                            f"{max(by_run):.2f} | {run_by_run(by_run)} |")
+                rows.append(
+                    f"| {label} | {metric} | {median(by_run):.2f} | {min(by_run):.2f} | "
+                    f"{max(by_run):.2f} | {run_by_run(by_run)} |"
+                )
     if not rows:
         return []
-    return ["", "E host-thread delivery as a fraction of A's default delivery, each build on its own, run by run:", "",
-            "| build | metric | median | min | max | runs |", "| --- | --- | ---: | ---: | ---: | --- |", *rows]
+    return [
+        "",
+        "E host-thread delivery as a fraction of A's default delivery, each build on its own, run by run:",
+        "",
+        "| build | metric | median | min | max | runs |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+        *rows,
+    ]
 
 
 if __name__ == "__main__":

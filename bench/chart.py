@@ -4,14 +4,15 @@ Runs in the peers' venv, the one place matplotlib is installed. One panel per he
 (A with its ceilings, B, C sequential, C in flight, E's payload sizes); a bar per subject at its median, with a
 whisker from min to max.
 """
+
 import json
 import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
 
 ACP_LITE_COLOR, PEER_COLOR, CEILING_COLOR = "#2b7bba", "#d9822b", "#9a9a9a"
 
@@ -44,13 +45,20 @@ def main(src, dst):
     with open(src) as f:
         doc = json.load(f)
     shown = [(title, rows) for title, rows in panels(doc) if rows]
-    fig, axes = plt.subplots(len(shown), 1, figsize=(9, 1.2 + sum(0.45 * len(rows) + 0.8 for _, rows in shown)),
-                             gridspec_kw={"height_ratios": [len(rows) for _, rows in shown]}, squeeze=False)
+    fig, axes = plt.subplots(
+        len(shown),
+        1,
+        figsize=(9, 1.2 + sum(0.45 * len(rows) + 0.8 for _, rows in shown)),
+        gridspec_kw={"height_ratios": [len(rows) for _, rows in shown]},
+        squeeze=False,
+    )
     for ax, (title, rows) in zip(axes[:, 0], shown):
         labels = [r["subject"] for r in rows]
         medians = [r["summary"]["median"] for r in rows]
-        spread = [[m - r["summary"]["min"] for m, r in zip(medians, rows)],
-                  [r["summary"]["max"] - m for m, r in zip(medians, rows)]]
+        spread = [
+            [m - r["summary"]["min"] for m, r in zip(medians, rows)],
+            [r["summary"]["max"] - m for m, r in zip(medians, rows)],
+        ]
         ax.barh(labels, medians, xerr=spread, color=[color(s) for s in labels], capsize=3)
         ax.invert_yaxis()
         ax.set_title(title, loc="left", fontsize=10)
@@ -60,8 +68,10 @@ def main(src, dst):
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
         ax.tick_params(labelsize=8)
     meta, plan = doc["meta"], doc["plan"]
-    fig.suptitle(f"acp_lite bench ({meta['name']}): median of {plan['runs']} runs, whiskers min–max\n"
-                 f"{meta['machine']}", fontsize=8)
+    fig.suptitle(
+        f"acp_lite bench ({meta['name']}): median of {plan['runs']} runs, whiskers min–max\n{meta['machine']}",
+        fontsize=8,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(dst, dpi=110)
 

@@ -13,9 +13,11 @@ per second of the turn, and how long each pump that ran a callback took (max, p9
 
 With Vim (+python3, msgspec for its Python) and tmux installed, the run also measures what the
 10 ms poll of examples/vim costs while nothing happens: Vim's CPU time over 10 s with the plugin
-connected to an idle agent, against Vim alone and Vim running a 10 ms timer that does nothing. Kept apart from ``run.py`` (workloads A-F):
+connected to an idle agent, against Vim alone and Vim running a 10 ms timer that does nothing.
+Kept apart from ``run.py`` (workloads A-F):
 it answers a different question, the editor's responsiveness rather than throughput.
 """
+
 import argparse
 import json
 import os
@@ -30,10 +32,10 @@ from typing import Callable, Dict, List, Optional
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from acp_lite import HostDelivery, RemoteAgent  # noqa: E402
-
 from lite import CountingClient  # noqa: E402
 from measure import Stopwatch, peak_rss_kb  # noqa: E402
+
+from acp_lite import HostDelivery, RemoteAgent  # noqa: E402
 
 TICK = 0.010  # the host loop's timer
 BUDGET = 0.008  # what each tick lets the connection take
@@ -41,14 +43,28 @@ UPDATES = 400_000
 TARGETS = {"max pump ms": 12.0, "p99 pump ms": 9.0}  # at most
 UPDATES_TARGET = 150_000  # updates/s, at least
 IDLE_SECONDS = 10.0
-METRICS = ("updates/s", "max pump ms", "p99 pump ms", "p50 pump ms", "max pump CPU ms", "p99 pump CPU ms", "pumps", "CPU µs/update",
-           "ceiling: max busy ms", "ceiling: p99 busy ms", "ceiling: p50 busy ms")
+METRICS = (
+    "updates/s",
+    "max pump ms",
+    "p99 pump ms",
+    "p50 pump ms",
+    "max pump CPU ms",
+    "p99 pump CPU ms",
+    "pumps",
+    "CPU µs/update",
+    "ceiling: max busy ms",
+    "ceiling: p99 busy ms",
+    "ceiling: p50 busy ms",
+)
 CEILING_TICKS = 200
 
 
 # -- the adapter ----------------------------------------------------------------------------------
 def _tick_until(
-    delivery: HostDelivery, done: Callable[[], bool], pumps: Optional[List[float]] = None, pump_cpu: Optional[List[float]] = None
+    delivery: HostDelivery,
+    done: Callable[[], bool],
+    pumps: Optional[List[float]] = None,
+    pump_cpu: Optional[List[float]] = None,
 ) -> None:
     """The host loop: a pump with the budget every tick, sleeping the rest of it. Records the
     wall time of each pump that ran a callback, and its thread's CPU time (the difference is
@@ -83,8 +99,14 @@ def client_h(argv: List[str]) -> dict:
         _tick_until(delivery, turn.done, pumps, pump_cpu)
         elapsed = stopwatch.elapsed()
         turn.result()
-    return {"updates": counter.updates, **elapsed, "pumps": len(pumps), **_percentiles("pump_ms", pumps),
-            **_percentiles("pump_cpu_ms", pump_cpu), "rss_kb": peak_rss_kb()}
+    return {
+        "updates": counter.updates,
+        **elapsed,
+        "pumps": len(pumps),
+        **_percentiles("pump_ms", pumps),
+        **_percentiles("pump_cpu_ms", pump_cpu),
+        "rss_kb": peak_rss_kb(),
+    }
 
 
 def ceiling_h(ticks: int) -> dict:
@@ -140,20 +162,29 @@ def vim_idle_cpu(case: str, agent: List[str]) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         plugin = work / "vim"
-        shutil.copytree(BENCH.parent / "examples" / "vim", plugin, ignore=shutil.ignore_patterns("_acp.py", "__pycache__"))
+        shutil.copytree(
+            BENCH.parent / "examples" / "vim", plugin, ignore=shutil.ignore_patterns("_acp.py", "__pycache__")
+        )
         vendor.build(plugin / "python3" / "acp_chat" / "_acp.py")
-        rc = ["set nocompatible encoding=utf-8 shortmess+=I", f"set runtimepath^={plugin}",
-              f"let g:acp_chat_agent = {json.dumps(agent)}"]
+        rc = [
+            "set nocompatible encoding=utf-8 shortmess+=I",
+            f"set runtimepath^={plugin}",
+            f"let g:acp_chat_agent = {json.dumps(agent)}",
+        ]
         (work / "vimrc").write_text("\n".join(rc) + "\n")
         tmux = ["tmux", "-S", str(work / "tmux.sock"), "-f", "/dev/null"]
-        subprocess.run([*tmux, "new-session", "-d", "-x", "120", "-y", "40", f"cd {work} && vim -Nu vimrc -i NONE"], check=True)
+        subprocess.run(
+            [*tmux, "new-session", "-d", "-x", "120", "-y", "40", f"cd {work} && vim -Nu vimrc -i NONE"], check=True
+        )
         try:
             time.sleep(1.0)
             keys = VIM_CASES[case] + ":call writefile([getpid()], 'pid')\r"
             subprocess.run([*tmux, "send-keys", "-l", keys], check=True)
             deadline = time.monotonic() + 30
             pid_file = work / "pid"
-            while not (pid_file.exists() and pid_file.read_text().endswith("\n")) or (with_plugin and "[ready]" not in _screen(tmux)):
+            while not (pid_file.exists() and pid_file.read_text().endswith("\n")) or (
+                with_plugin and "[ready]" not in _screen(tmux)
+            ):
                 if time.monotonic() > deadline:
                     raise RuntimeError("Vim did not get ready; the screen:\n" + _screen(tmux))
                 time.sleep(0.1)
@@ -173,7 +204,7 @@ def _screen(tmux: List[str]) -> str:
 # -- the run --------------------------------------------------------------------------------------
 def main(args: List[str]) -> int:
     if args[:1] == ["client-h"]:
-        print(json.dumps(client_h(args[args.index("--") + 1:])))
+        print(json.dumps(client_h(args[args.index("--") + 1 :])))
         return 0
     if args[:1] == ["ceiling-h"]:
         print(json.dumps(ceiling_h(CEILING_TICKS)))
@@ -188,23 +219,42 @@ def main(args: List[str]) -> int:
     parser.add_argument("--updates", type=int, default=UPDATES)
     parser.add_argument("--no-vim", action="store_true")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
-    parser.add_argument("--baseline", type=Path, help="a folder holding another build's acp_lite package (e.g. "
-                        "`git archive REV acp_lite` unpacked there), measured too, the two alternating run by run")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a folder holding another build's acp_lite package (e.g. "
+        "`git archive REV acp_lite` unpacked there), measured too, the two alternating run by run",
+    )
     options = parser.parse_args(args)
 
     meta = machine_meta("host", [])
     stream = stream_file(BENCH / "results" / "tmp", "mix", options.updates)
 
     def metrics(r: dict) -> Dict[str, float]:
-        return {"updates/s": r["updates"] / r["seconds"], "max pump ms": r["max_pump_ms"],
-                "p99 pump ms": r["p99_pump_ms"], "p50 pump ms": r["p50_pump_ms"],
-                "max pump CPU ms": r["max_pump_cpu_ms"], "p99 pump CPU ms": r["p99_pump_cpu_ms"],
-                "pumps": r["pumps"], "CPU µs/update": r["cpu_seconds"] / r["updates"] * 1e6}
+        return {
+            "updates/s": r["updates"] / r["seconds"],
+            "max pump ms": r["max_pump_ms"],
+            "p99 pump ms": r["p99_pump_ms"],
+            "p50 pump ms": r["p50_pump_ms"],
+            "max pump CPU ms": r["max_pump_cpu_ms"],
+            "p99 pump CPU ms": r["p99_pump_cpu_ms"],
+            "pumps": r["pumps"],
+            "CPU µs/update": r["cpu_seconds"] / r["updates"] * 1e6,
+        }
 
-    job = Job("H", "acp_lite", [PY, __file__, "client-h", "--", *replay_agent(stream)], metrics,
-              expect=("updates", options.updates))
-    ceiling = Job("H", "ceiling", [PY, __file__, "ceiling-h"],
-                  lambda r: {f"ceiling: {p} busy ms": r[f"{p}_busy_ms"] for p in ("max", "p99", "p50")})
+    job = Job(
+        "H",
+        "acp_lite",
+        [PY, __file__, "client-h", "--", *replay_agent(stream)],
+        metrics,
+        expect=("updates", options.updates),
+    )
+    ceiling = Job(
+        "H",
+        "ceiling",
+        [PY, __file__, "ceiling-h"],
+        lambda r: {f"ceiling: {p} busy ms": r[f"{p}_busy_ms"] for p in ("max", "p99", "p50")},
+    )
     series: Dict[str, List[Optional[float]]] = {}
     baseline: Dict[str, List[Optional[float]]] = {}
     for i in range(options.runs):
@@ -221,8 +271,15 @@ def main(args: List[str]) -> int:
             print(f"Vim idle: {case}", file=sys.stderr)
             idle[case] = vim_idle_cpu(case, agent)
     meta["load_average_at_end"] = os.getloadavg()
-    doc = {"meta": meta, "updates": options.updates, "tick_ms": TICK * 1e3, "budget_ms": BUDGET * 1e3,
-           "runs": series, "summary": {k: report.summary(v) for k, v in series.items()}, "vim_idle_cpu_percent": idle}
+    doc = {
+        "meta": meta,
+        "updates": options.updates,
+        "tick_ms": TICK * 1e3,
+        "budget_ms": BUDGET * 1e3,
+        "runs": series,
+        "summary": {k: report.summary(v) for k, v in series.items()},
+        "vim_idle_cpu_percent": idle,
+    }
     if options.baseline:
         ratios = {k: report.summary(report.pairwise("/", series[k], baseline[k])) for k in METRICS}
         doc["baseline"] = {"root": str(options.baseline), "runs": baseline, "over_baseline": ratios}
@@ -238,17 +295,18 @@ def markdown(doc: dict) -> str:
     lines = [
         "# Workload H: host embedding",
         "",
-        f"{meta['started_utc']} · {meta['machine']} · Python {meta['python']} · acp_lite {meta['versions']['acp_lite']} "
-        f"(commit {meta['commit']}) · msgspec {meta['versions']['msgspec']}",
+        f"{meta['started_utc']} · {meta['machine']} · Python {meta['python']} · "
+        f"acp_lite {meta['versions']['acp_lite']} (commit {meta['commit']}) · msgspec {meta['versions']['msgspec']}",
         "",
-        f"Load average (1 min) {meta['load_average_at_start'][0]:.2f} at the start, {meta['load_average_at_end'][0]:.2f} "
-        "at the end; anything else running shows up as spread between runs.",
+        f"Load average (1 min) {meta['load_average_at_start'][0]:.2f} at the start, "
+        f"{meta['load_average_at_end'][0]:.2f} at the end; anything else running shows up as spread between runs.",
         "",
-        f"A turn of {doc['updates']:,} updates (workload A's mix) from the replay agent, delivered through `HostDelivery` "
-        f"on the client's main thread, which calls `pump(budget={doc['budget_ms'] / 1e3})` every {doc['tick_ms']:.0f} ms "
-        f"and sleeps between. Median (min–max) over {len(doc['runs']['updates/s'])} runs; pump durations are over the "
-        "pumps that ran at least one callback; a pump's CPU ms is its thread's CPU time, the rest of its wall time "
-        "the thread waited (for a core, or for the GIL). The ceiling is the same loop without the library, run right "
+        f"A turn of {doc['updates']:,} updates (workload A's mix) from the replay agent, delivered through "
+        f"`HostDelivery` on the client's main thread, which calls `pump(budget={doc['budget_ms'] / 1e3})` every "
+        f"{doc['tick_ms']:.0f} ms and sleeps between. Median (min–max) over {len(doc['runs']['updates/s'])} runs; "
+        "pump durations are over the pumps that ran at least one callback; a pump's CPU ms is its thread's CPU "
+        "time, the rest of its wall time the thread waited (for a core, or for the GIL). The ceiling is the same "
+        "loop without the library, run right "
         f"after each measurement: {CEILING_TICKS} ticks spinning for the budget, whose overruns are the machine's.",
         "",
         "| metric | median | min | max | target |",
@@ -298,8 +356,10 @@ def _baseline_table(doc: dict) -> List[str]:
         mine, theirs, ratio = doc["summary"].get(name), report.summary(base["runs"].get(name, [])), ratios.get(name)
         if mine is None or theirs is None or ratio is None:
             continue
-        lines.append(f"| {name} | {mine['median']:,.2f} | {theirs['median']:,.2f} | "
-                     f"{ratio['median']:.2f} ({ratio['min']:.2f}–{ratio['max']:.2f}) |")
+        lines.append(
+            f"| {name} | {mine['median']:,.2f} | {theirs['median']:,.2f} | "
+            f"{ratio['median']:.2f} ({ratio['min']:.2f}–{ratio['max']:.2f}) |"
+        )
     return [*lines, ""]
 
 
@@ -307,7 +367,10 @@ def _verdict(s: dict) -> str:
     """Each target against the worst run, not the median: a host feels its slowest pump."""
     checks = []
     if s.get("updates/s"):
-        checks.append(f"updates/s >= {UPDATES_TARGET:,} in every run: {'met' if s['updates/s']['min'] >= UPDATES_TARGET else 'MISSED'}")
+        checks.append(
+            f"updates/s >= {UPDATES_TARGET:,} in every run: "
+            f"{'met' if s['updates/s']['min'] >= UPDATES_TARGET else 'MISSED'}"
+        )
     for name, bound in TARGETS.items():
         if s.get(name):
             checks.append(f"{name} <= {bound:g} in every run: {'met' if s[name]['max'] <= bound else 'MISSED'}")

@@ -18,6 +18,7 @@ a different order in each run (rotated), so that the load of a shared machine hi
 The load average is recorded with each measurement. Results go to ``results/NAME.md`` and
 ``NAME.json``: per pair and turn, the median (min–max) over the runs of p50, p99 and max.
 """
+
 import argparse
 import json
 import os
@@ -39,8 +40,9 @@ JOB_TIMEOUT = 300
 STATS = ("p50_us", "p99_us", "max_us")
 
 
-def pairs(builds: List[Tuple[str, Optional[str], str]], py_sdk: Optional[peers.Peer], rates: List[float],
-          seconds: float) -> List[Tuple[str, Optional[str], List[str]]]:
+def pairs(
+    builds: List[Tuple[str, Optional[str], str]], py_sdk: Optional[peers.Peer], rates: List[float], seconds: float
+) -> List[Tuple[str, Optional[str], List[str]]]:
     """(label, PYTHONPATH root or None, argv) of each measurement of one run."""
     options = [*peers.paced_options(rates, seconds)]
     bare_writer = [PY, str(BENCH / "pacing.py"), "agent"]
@@ -79,8 +81,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rates", default="100,5000")
-    parser.add_argument("--build", action="append", default=[],
-                        help="NAME=ROOT[:send|:receive], ROOT a folder holding acp_lite")
+    parser.add_argument(
+        "--build", action="append", default=[], help="NAME=ROOT[:send|:receive], ROOT a folder holding acp_lite"
+    )
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--name", default="latency-3")
     args = parser.parse_args()
@@ -114,25 +117,42 @@ def _cell(values: List[float]) -> str:
     return f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})" if values else "–"
 
 
-def write_results(args: argparse.Namespace, builds: List[Tuple[str, Optional[str], str]],
-                  figures: Dict[str, Dict[str, Dict[str, List[float]]]], loads: Dict[str, List[float]]) -> None:
+def write_results(
+    args: argparse.Namespace,
+    builds: List[Tuple[str, Optional[str], str]],
+    figures: Dict[str, Dict[str, Dict[str, List[float]]]],
+    loads: Dict[str, List[float]],
+) -> None:
     every_load = [load for values in loads.values() for load in values]
-    lines = [f"# Workload D taken apart: {args.name}", "",
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} · {platform.platform()} · {os.cpu_count()} cores · "
-             f"Python {platform.python_version()} · builds: "
-             + ", ".join(f"{name} ({root or 'working tree'})" for name, root, _ in builds), "",
-             f"{args.runs} runs of {args.seconds:g} s turns; µs, median (min–max) over the runs. Load average (1 min) "
-             f"at the start of the measurements: median {statistics.median(every_load):.2f}, "
-             f"min {min(every_load):.2f}, max {max(every_load):.2f} (2 cores; other sessions were running).", "",
-             "| pair | turn | p50 | p99 | max | load |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"# Workload D taken apart: {args.name}",
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} · {platform.platform()} · {os.cpu_count()} cores · "
+        f"Python {platform.python_version()} · builds: "
+        + ", ".join(f"{name} ({root or 'working tree'})" for name, root, _ in builds),
+        "",
+        f"{args.runs} runs of {args.seconds:g} s turns; µs, median (min–max) over the runs. Load average (1 min) "
+        f"at the start of the measurements: median {statistics.median(every_load):.2f}, "
+        f"min {min(every_load):.2f}, max {max(every_load):.2f} (2 cores; other sessions were running).",
+        "",
+        "| pair | turn | p50 | p99 | max | load |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
     for label, turns in figures.items():
         for turn, stats in turns.items():
-            lines.append(f"| {label} | {turn} | " + " | ".join(_cell(stats.get(stat, [])) for stat in STATS)
-                         + f" | {statistics.median(loads[label]):.1f} |")
+            lines.append(
+                f"| {label} | {turn} | "
+                + " | ".join(_cell(stats.get(stat, [])) for stat in STATS)
+                + f" | {statistics.median(loads[label]):.1f} |"
+            )
     out = BENCH / "results"
     (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
-    (out / f"{args.name}.json").write_text(json.dumps({"builds": builds, "runs": args.runs, "seconds": args.seconds,
-                                                       "figures": figures, "loads": loads}, indent=1) + "\n")
+    (out / f"{args.name}.json").write_text(
+        json.dumps(
+            {"builds": builds, "runs": args.runs, "seconds": args.seconds, "figures": figures, "loads": loads}, indent=1
+        )
+        + "\n"
+    )
     print("\n".join(lines))
 
 

@@ -13,6 +13,7 @@ turn. The clocks are taken by wrapping the transport's methods from outside, so 
 costs a little on both sides of each cut; compare the parts with each other, and the totals with
 latency.py's figures rather than to the microsecond.
 """
+
 import json
 import subprocess
 import sys
@@ -65,11 +66,22 @@ def traced_agent() -> None:
                 turn.send(AgentMessageChunk(content=TextContent(text=pacing.chunk_text(i)), meta={pacing.STAMP: stamp}))
             # A frame left to the flusher has no write of its own: only lone frames are timed.
             n = min(len(stamps), len(marks["send"]), len(marks["write"]))
-            parts = {"stamp → Transport.send": [marks["send"][i] - stamps[i] for i in range(n)],
-                     "Transport.send → write": [marks["write"][i] - marks["send"][i] for i in range(n)],
-                     "write": [marks["written"][i] - marks["write"][i] for i in range(n)]}
-            print(json.dumps({"turn": params.prompt[0].text, "frames written by their sender": len(marks["write"]),
-                              **{k: _quantiles(v) for k, v in parts.items()}}), file=sys.stderr, flush=True)
+            parts = {
+                "stamp → Transport.send": [marks["send"][i] - stamps[i] for i in range(n)],
+                "Transport.send → write": [marks["write"][i] - marks["send"][i] for i in range(n)],
+                "write": [marks["written"][i] - marks["write"][i] for i in range(n)],
+            }
+            print(
+                json.dumps(
+                    {
+                        "turn": params.prompt[0].text,
+                        "frames written by their sender": len(marks["write"]),
+                        **{k: _quantiles(v) for k, v in parts.items()},
+                    }
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
             return "end_turn"
 
     serve_stdio(TracedAgent())
@@ -105,8 +117,16 @@ def traced_client(rates: List[float], seconds: float) -> None:
         for prompt in pacing.turn_prompts(rates, seconds):
             client.parts = ([], [])
             agent.prompt(session_id, prompt)
-            print(json.dumps({"turn": prompt, "stamp → read returned": _quantiles(client.parts[0]),
-                              "read returned → callback": _quantiles(client.parts[1])}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "turn": prompt,
+                        "stamp → read returned": _quantiles(client.parts[0]),
+                        "read returned → callback": _quantiles(client.parts[1]),
+                    }
+                ),
+                flush=True,
+            )
 
 
 def main(args: List[str]) -> None:
@@ -118,8 +138,20 @@ def main(args: List[str]) -> None:
     seconds = float(opts.get("--seconds", "2"))
     print("sending side (p50 / p99 µs), acp_lite's agent → the bare reader:", flush=True)
     options = ["--rates", ",".join(f"{rate:g}" for rate in rates), "--seconds", f"{seconds:g}"]
-    subprocess.run([sys.executable, str(BENCH / "raw.py"), "latency", *options, "--",
-                    sys.executable, str(Path(__file__).resolve()), "agent"], stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "raw.py"),
+            "latency",
+            *options,
+            "--",
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "agent",
+        ],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     print("receiving side (p50 / p99 µs), the bare writer → acp_lite's client:", flush=True)
     traced_client(rates, seconds)
 

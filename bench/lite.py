@@ -16,6 +16,7 @@ reports the latency of each turn's stamped updates, which the ``--paced`` agent 
 pacing.py). ``--v2``: the client asks for ACP v2 only, the agent speaks only v2 (the same stream,
 decoded into the v2 types).
 """
+
 import json
 import sys
 import threading
@@ -23,15 +24,15 @@ import time
 from concurrent.futures import Future
 from typing import Callable, List
 
-from acp_lite import Agent, Client, HostDelivery, RemoteAgent, serve_stdio
-from acp_lite.codec import convert
-from acp_lite.schema import AgentMessageChunk, NewSessionResponse, SessionUpdate, TextContent
-from acp_lite.v2 import schema as v2
-
 import pacing
 from measure import Stopwatch, peak_rss_kb, round_trips
 from shared import workload
 from streams import agent_updates
+
+from acp_lite import Agent, Client, HostDelivery, RemoteAgent, serve_stdio
+from acp_lite.codec import convert
+from acp_lite.schema import AgentMessageChunk, NewSessionResponse, SessionUpdate, TextContent
+from acp_lite.v2 import schema as v2
 
 PING = workload.PING_METHOD
 
@@ -124,6 +125,7 @@ def client_a(argv: List[str], sessions: int = 1, host_delivery: bool = False, v2
     delivery = HostDelivery() if host_delivery else None
     versions = {"protocol_versions": (2,)} if v2_only else {}
     with RemoteAgent.spawn(argv, client=counter, delivery=delivery, **versions) as agent:
+
         def drive() -> dict:
             agent.initialize()
             session_ids = [agent.new_session(cwd="/tmp").session_id for _ in range(sessions)]
@@ -167,8 +169,7 @@ def client_c(k: int, inflight: int, argv: List[str]) -> dict:
 
     with RemoteAgent.spawn(argv) as agent:
         agent.initialize()
-        workers = [threading.Thread(target=worker, args=(k // inflight + (i < k % inflight),))
-                   for i in range(inflight)]
+        workers = [threading.Thread(target=worker, args=(k // inflight + (i < k % inflight),)) for i in range(inflight)]
         started = time.perf_counter()
         for thread in workers:
             thread.start()
@@ -211,7 +212,7 @@ def client_c_futures(k: int, inflight: int, argv: List[str]) -> dict:
 def main(args: List[str]) -> None:
     mode = args[0]
     split = args.index("--") if "--" in args else len(args)
-    options, argv = args[1:split], args[split + 1:]
+    options, argv = args[1:split], args[split + 1 :]
     if mode == "agent":
         if "--paced" in options:
             serve_stdio(PacedAgent())

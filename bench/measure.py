@@ -1,5 +1,6 @@
 """What every adapter reports, computed the same way everywhere (stdlib only: the peers' venv
 imports it too)."""
+
 import resource
 import time
 from typing import Dict, List
@@ -21,10 +22,13 @@ def peak_rss_kb() -> int:
 def round_trips(latencies: List[float], seconds: float) -> dict:
     """A round-trip run's result: the count, the wall time, and p50/p99 of the latencies."""
     latencies = sorted(latencies)
-    return {"requests": len(latencies), "seconds": seconds,
-            "p50_us": latencies[len(latencies) // 2] * 1e6,
-            "p99_us": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e6,
-            "rss_kb": peak_rss_kb()}
+    return {
+        "requests": len(latencies),
+        "seconds": seconds,
+        "p50_us": latencies[len(latencies) // 2] * 1e6,
+        "p99_us": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e6,
+        "rss_kb": peak_rss_kb(),
+    }
 
 
 class Stopwatch:

@@ -25,6 +25,7 @@ turns and writes each stamped update with one ``os.write`` of a preformatted lin
 client read from it shows the receiving side alone, and a bare reader of it what the machine
 itself costs (two processes waking each other through a pipe).
 """
+
 import json
 import os
 import sys
@@ -93,8 +94,7 @@ def turn_result(prompt: str, latencies_ns: List[int]) -> dict:
     def pick(quantile: float) -> Optional[float]:
         return ordered[min(len(ordered) - 1, int(len(ordered) * quantile))] / 1000 if ordered else None
 
-    return {"turn": prompt, "updates": len(ordered), "p50_us": pick(0.5), "p99_us": pick(0.99),
-            "max_us": pick(1.0)}
+    return {"turn": prompt, "updates": len(ordered), "p50_us": pick(0.5), "p99_us": pick(0.99), "max_us": pick(1.0)}
 
 
 def client_result(turns: List[dict], rss_kb: int) -> dict:
@@ -105,6 +105,7 @@ def client_result(turns: List[dict], rss_kb: int) -> dict:
 def serve_bare() -> None:
     """The bare paced writer (stdin/stdout): answers ``initialize`` and ``session/new``, paces each
     ``session/prompt`` as ``paced`` says, then answers it; anything else gets -32601."""
+
     def send(message: dict) -> None:
         os.write(1, json.dumps(message, separators=(",", ":")).encode() + b"\n")
 
@@ -118,9 +119,11 @@ def serve_bare() -> None:
         elif method == "session/new":
             result = {"sessionId": "sess-0"}
         elif method == "session/prompt":
-            update = ('{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess-0","update":'
-                      '{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"%s"},'
-                      '"_meta":{"' + STAMP + '":%d}}}}\n')
+            update = (
+                '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess-0","update":'
+                '{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"%s"},'
+                '"_meta":{"' + STAMP + '":%d}}}}\n'
+            )
             for i in paced(message["params"]["prompt"][0]["text"]):
                 os.write(1, (update % (chunk_text(i), time.monotonic_ns())).encode())
             result = {"stopReason": "end_turn"}

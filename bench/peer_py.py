@@ -10,15 +10,15 @@ Runs in the SDK's own venv (``bench/.peers/py``), which has neither acp_lite nor
 
 Each client prints one JSON object on stdout, with the same keys as ``raw.py``.
 """
+
 import asyncio
 import json
 import sys
 import time
 
 import acp
-from acp import schema
-
 import pacing
+from acp import schema
 from measure import Stopwatch, peak_rss_kb, round_trips
 from shared import workload
 from streams import agent_updates
@@ -91,8 +91,9 @@ class PacedAgent(StreamingAgent):
             elif due > time.perf_counter():
                 await asyncio.sleep(due - time.perf_counter())  # the event loop runs meanwhile
             text = schema.TextContentBlock(type="text", text=pacing.chunk_text(i))
-            chunk = schema.AgentMessageChunk(session_update="agent_message_chunk", content=text,
-                                             field_meta={pacing.STAMP: time.monotonic_ns()})
+            chunk = schema.AgentMessageChunk(
+                session_update="agent_message_chunk", content=text, field_meta={pacing.STAMP: time.monotonic_ns()}
+            )
             await self.client.session_update(session_id, chunk)
         return schema.PromptResponse(stop_reason="end_turn")
 
@@ -141,7 +142,7 @@ async def client_c(k: int, inflight: int, argv):
 def main(args):
     mode = args[0]
     split = args.index("--") if "--" in args else len(args)
-    opts, argv = dict(zip(args[1:split:2], args[2:split:2])), args[split + 1:]
+    opts, argv = dict(zip(args[1:split:2], args[2:split:2])), args[split + 1 :]
     if mode == "agent":
         paced = "--paced" in args[1:split]
         agent = PacedAgent() if paced else StreamingAgent(int(opts["--n"]), opts["--updates"])

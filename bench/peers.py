@@ -6,6 +6,7 @@ is idempotent: a peer whose pinned version is already there is used as is. A pee
 installed (no network, no node) is skipped with a message saying why, and the bench goes on
 without it.
 """
+
 import json
 import shutil
 import subprocess
@@ -34,19 +35,19 @@ class Peer:
         self.launcher = launcher  # interpreter and adapter script, plus any fixed leading arguments
 
     def client_a(self, agent_argv: List[str], options: Sequence[str] = ()) -> List[str]:
-        return self.launcher + ["client-a", *options, "--"] + agent_argv
+        return [*self.launcher, "client-a", *options, "--", *agent_argv]
 
     def agent(self, n: int, stream_file: Path) -> List[str]:
-        return self.launcher + ["agent", "--n", str(n), "--updates", str(stream_file)]
+        return [*self.launcher, "agent", "--n", str(n), "--updates", str(stream_file)]
 
     def client_c(self, k: int, inflight: int, agent_argv: List[str], options: Sequence[str] = ()) -> List[str]:
-        return self.launcher + ["client-c", "--k", str(k), "--inflight", str(inflight), *options, "--"] + agent_argv
+        return [*self.launcher, "client-c", "--k", str(k), "--inflight", str(inflight), *options, "--", *agent_argv]
 
     def paced_agent(self) -> List[str]:
-        return self.launcher + ["agent", "--paced"]
+        return [*self.launcher, "agent", "--paced"]
 
     def client_d(self, rates: Sequence[float], seconds: float, agent_argv: List[str]) -> List[str]:
-        return self.launcher + ["client-d", *paced_options(rates, seconds), "--"] + agent_argv
+        return [*self.launcher, "client-d", *paced_options(rates, seconds), "--", *agent_argv]
 
 
 def paced_options(rates: Sequence[float], seconds: float) -> List[str]:
@@ -82,11 +83,14 @@ def peers_python() -> Path:
 def install_python_sdk() -> Optional[Peer]:
     python = peers_python()
     if not _venv_has(python, PY_SDK, PY_SDK_VERSION):
-        if not python.exists() and not _run([sys.executable, "-m", "venv", str(python.parent.parent)],
-                                             "the Python SDK (cannot create its venv)"):
+        if not python.exists() and not _run(
+            [sys.executable, "-m", "venv", str(python.parent.parent)], "the Python SDK (cannot create its venv)"
+        ):
             return None
-        if not _run([str(python), "-m", "pip", "install", "-q", f"{PY_SDK}=={PY_SDK_VERSION}"],
-                    f"the Python SDK ({PY_SDK}=={PY_SDK_VERSION} unreachable?)"):
+        if not _run(
+            [str(python), "-m", "pip", "install", "-q", f"{PY_SDK}=={PY_SDK_VERSION}"],
+            f"the Python SDK ({PY_SDK}=={PY_SDK_VERSION} unreachable?)",
+        ):
             return None
     return Peer("python-sdk", PY_SDK_VERSION, [str(python), str(BENCH / "peer_py.py")])
 
@@ -97,8 +101,9 @@ def install_chart_tools() -> Optional[Path]:
     if not python.exists():
         return None
     probe = subprocess.run([str(python), "-c", "import matplotlib"], stderr=subprocess.DEVNULL)
-    if probe.returncode == 0 or _run([str(python), "-m", "pip", "install", "-q", "matplotlib"],
-                                     "the chart (matplotlib unreachable?)"):
+    if probe.returncode == 0 or _run(
+        [str(python), "-m", "pip", "install", "-q", "matplotlib"], "the chart (matplotlib unreachable?)"
+    ):
         return python
     return None
 
@@ -114,8 +119,10 @@ def install_typescript_sdk() -> Optional[Peer]:
         prefix.mkdir(parents=True, exist_ok=True)
         if not (prefix / "package.json").exists():
             (prefix / "package.json").write_text('{"private": true}\n')
-        if not _run([npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
-                     f"{TS_SDK}@{TS_SDK_VERSION}"], f"the TypeScript SDK ({TS_SDK}@{TS_SDK_VERSION} unreachable?)"):
+        if not _run(
+            [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", f"{TS_SDK}@{TS_SDK_VERSION}"],
+            f"the TypeScript SDK ({TS_SDK}@{TS_SDK_VERSION} unreachable?)",
+        ):
             return None
     # The adapter imports the file the package exports as "." so it uses only the public entry point.
     exports = json.loads(package_json.read_text())["exports"]["."]

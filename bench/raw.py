@@ -18,6 +18,7 @@ the agent: the turn's lines then also hold the prompt's acknowledgment, the user
 D's turns in a single thread that blocks in ``os.read`` and reports the latency of the stamped
 updates (see pacing.py): the sending side alone.
 """
+
 import itertools
 import json
 import os
@@ -28,10 +29,9 @@ import time
 from typing import List, Optional, Union
 
 import msgspec
-
+import pacing
 from measure import Stopwatch, peak_rss_kb, round_trips
 from shared import workload
-import pacing
 
 # 64 KiB per read, as a tuned reader would take: a read of 256 KiB allocates a bytes object that
 # large each time, which costs a bare reader 10-25% (measured) and would flatter whoever is
@@ -58,8 +58,7 @@ class DiffItem(msgspec.Struct, tag_field="type", tag="diff", rename="camel", gc=
     old_text: Optional[str] = None
 
 
-class AgentMessageChunk(msgspec.Struct, tag_field="sessionUpdate", tag="agent_message_chunk", rename="camel",
-                        gc=False):
+class AgentMessageChunk(msgspec.Struct, tag_field="sessionUpdate", tag="agent_message_chunk", rename="camel", gc=False):
     content: TextContent
     message_id: Optional[str] = None
 
@@ -79,6 +78,7 @@ class SessionNotification(msgspec.Struct, rename="camel", gc=False):
 
 class Incoming(msgspec.Struct, gc=False):
     """Any line of the turn: the update notifications and, last, the prompt's response."""
+
     jsonrpc: str
     method: Optional[str] = None
     id: Optional[int] = None
@@ -118,6 +118,7 @@ class RawAgent:
         self.in_fd = self.proc.stdin.fileno()
         if pipe_size:
             import fcntl
+
             fcntl.fcntl(self.out_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), pipe_size)
         self.buf = b""
         self.last_id = 0
@@ -151,7 +152,9 @@ class RawAgent:
 
     def open_session(self, v2: bool = False) -> str:
         if v2:
-            self.request("initialize", {"protocolVersion": 2, "info": {"name": "bench-raw", "version": "1"}, "capabilities": {}})
+            self.request(
+                "initialize", {"protocolVersion": 2, "info": {"name": "bench-raw", "version": "1"}, "capabilities": {}}
+            )
             return self.request("session/new", {"cwd": "/tmp"})["sessionId"]
         self.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
         return self.request("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
@@ -214,8 +217,14 @@ def receive(mode: str, argv: List[str], pipe_size: int = 0, v2: bool = False) ->
     elapsed = stopwatch.elapsed()
     agent_cpu_after = agent.cpu_seconds()
     agent_rss = agent.close()
-    return {"updates": lines - (4 if v2 else 1), **elapsed, "bytes": nbytes, "rss_kb": peak_rss_kb(), "agent_rss_kb": agent_rss,
-            "agent_cpu_seconds": None if agent_cpu is None else agent_cpu_after - agent_cpu}
+    return {
+        "updates": lines - (4 if v2 else 1),
+        **elapsed,
+        "bytes": nbytes,
+        "rss_kb": peak_rss_kb(),
+        "agent_rss_kb": agent_rss,
+        "agent_cpu_seconds": None if agent_cpu is None else agent_cpu_after - agent_cpu,
+    }
 
 
 def latency(rates: List[float], seconds: float, argv: List[str]) -> dict:
@@ -295,7 +304,7 @@ def pingpong_threads(k: int, inflight: int, argv: List[str]) -> dict:
 
 def main(args: List[str]) -> None:
     split = args.index("--")
-    options, argv = args[:split], args[split + 1:]
+    options, argv = args[:split], args[split + 1 :]
     if options[0] == "receive":
         pipe_size = int(options[options.index("--pipe-size") + 1]) if "--pipe-size" in options else 0
         result = receive(options[1], argv, pipe_size, "--v2" in options)

@@ -13,6 +13,7 @@ With ``--v2`` it speaks ACP v2: a v2 initialize answer, each prompt acknowledged
 and its turn ended by an ``idle`` state update instead of the result (the stream's updates are
 valid v2 as they are). Anything else gets -32601.
 """
+
 import json
 import os
 import sys
@@ -26,7 +27,7 @@ STREAM_SESSION_ID = b"sess-0"  # the id the stream files are written with (bench
 def _write_all(data) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(1, view):]
+        view = view[os.write(1, view) :]
 
 
 def _send(message: dict) -> None:
@@ -52,8 +53,16 @@ def _chunks(path: str):
 
 def _end_turn(request_id, session_id: str, v2: bool) -> None:
     if v2:
-        _send({"jsonrpc": "2.0", "method": "session/update", "params": {
-            "sessionId": session_id, "update": {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}}})
+        _send(
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {
+                    "sessionId": session_id,
+                    "update": {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"},
+                },
+            }
+        )
     else:
         _send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
 
@@ -93,13 +102,20 @@ def main() -> None:
         if request_id is None:
             continue  # notifications such as session/cancel: nothing to cancel in a replay
         if method == "initialize" and v2:
-            result = {"protocolVersion": 2, "capabilities": {"session": {}},
-                      "info": {"name": "bench-replay-agent", "version": "1"}}
+            result = {
+                "protocolVersion": 2,
+                "capabilities": {"session": {}},
+                "info": {"name": "bench-replay-agent", "version": "1"},
+            }
         elif method == "initialize":
-            result = {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": [],
-                      "agentInfo": {"name": "bench-replay-agent", "version": "1"}}
+            result = {
+                "protocolVersion": 1,
+                "agentCapabilities": {},
+                "authMethods": [],
+                "agentInfo": {"name": "bench-replay-agent", "version": "1"},
+            }
         elif method == "session/new":
-            result = {"sessionId": "sess-%d" % sessions}
+            result = {"sessionId": f"sess-{sessions}"}
             sessions += 1
         elif method == workload.PING_METHOD:
             result = {}
@@ -110,8 +126,13 @@ def main() -> None:
                 pending = []
             continue
         else:
-            _send({"jsonrpc": "2.0", "id": request_id,
-                   "error": {"code": -32601, "message": f"method not found: {method}"}})
+            _send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "error": {"code": -32601, "message": f"method not found: {method}"},
+                }
+            )
             continue
         _send({"jsonrpc": "2.0", "id": request_id, "result": result})
 

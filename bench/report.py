@@ -5,6 +5,7 @@ the median, min and max of a series, and a ratio is computed run by run (run i o
 over run i of the denominator) before its statistics are taken, so that both sides of a ratio
 always come from the same moment of the same run.
 """
+
 import json
 import statistics
 from pathlib import Path
@@ -37,24 +38,43 @@ class Target:
     bound goes.
     """
 
-    def __init__(self, workload: str, text: str, left: tuple, bound: float, *, right: Optional[tuple] = None,
-                 op: str = "/", at_least: bool = True):
+    def __init__(
+        self,
+        workload: str,
+        text: str,
+        left: tuple,
+        bound: float,
+        *,
+        right: Optional[tuple] = None,
+        op: str = "/",
+        at_least: bool = True,
+    ):
         self.workload, self.text, self.left, self.right = workload, text, left, right
         self.bound, self.op, self.at_least = bound, op, at_least
 
     def evaluate(self, figures: Dict[tuple, List[Optional[float]]]) -> dict:
         if self.left not in figures or (self.right is not None and self.right not in figures):
             return {"workload": self.workload, "target": self.text, "measured": None, "met": None}
-        series = figures[self.left] if self.right is None else pairwise(self.op, figures[self.left], figures[self.right])
+        series = (
+            figures[self.left] if self.right is None else pairwise(self.op, figures[self.left], figures[self.right])
+        )
         stats = summary(series)
         met = None
         if stats is not None:
             met = stats["median"] >= self.bound if self.at_least else stats["median"] <= self.bound
-        return {"workload": self.workload, "target": self.text, "bound": self.bound, "runs": series,
-                "measured": stats, "met": met}
+        return {
+            "workload": self.workload,
+            "target": self.text,
+            "bound": self.bound,
+            "runs": series,
+            "measured": stats,
+            "met": met,
+        }
 
 
-def results_document(meta: dict, plan: dict, figures: Dict[tuple, List[Optional[float]]], targets: List[Target]) -> dict:
+def results_document(
+    meta: dict, plan: dict, figures: Dict[tuple, List[Optional[float]]], targets: List[Target]
+) -> dict:
     doc = {
         "meta": meta,
         "plan": plan,
@@ -76,7 +96,7 @@ def before_after(figures: Dict[tuple, List[Optional[float]]], baseline: str) -> 
     for (w, s, m), series in figures.items():
         if not s.startswith(baseline):
             continue
-        today = (w, "acp_lite" + s[len(baseline):], m)
+        today = (w, "acp_lite" + s[len(baseline) :], m)
         if today in figures:
             ratios = pairwise("/", figures[today], series)
             out.append({"workload": w, "subject": today[1], "metric": m, "runs": ratios, "summary": summary(ratios)})
@@ -95,11 +115,10 @@ def _fmt(value: Optional[float]) -> str:
 
 WORKLOAD_TITLES = {
     "A": "A. Client receive (a turn of session/update notifications from the replay agent; the ceilings are "
-         "bare readers of the same stream)",
+    "bare readers of the same stream)",
     "B": "B. Agent send (the agent under test streams a turn to a bare line reader)",
     "C": "C. Round trip (extension request client → agent of the same SDK)",
-    "D": "D. Paced stream latency (send → session_update callback; each agent to its own client, and to a "
-         "bare reader)",
+    "D": "D. Paced stream latency (send → session_update callback; each agent to its own client, and to a bare reader)",
     "E": "E. Cost growth (acp_lite)",
     "F": "F. Each SDK's agent measured by `acp-lite bench` (start-up, round trip, one turn)",
 }
@@ -107,42 +126,65 @@ WORKLOAD_TITLES = {
 
 def markdown(doc: dict) -> str:
     meta, plan = doc["meta"], doc["plan"]
-    lines = [f"# Benchmark results: {meta['name']}", "",
-             f"{meta['started_utc']} · {meta['machine']} · Python {meta['python']} · "
-             f"acp_lite {meta['versions'].get('acp_lite')} (commit {meta['commit']}) · "
-             + " · ".join(f"{k} {v}" for k, v in meta["versions"].items() if k != "acp_lite"), "",
-             f"Load average (1 min) {meta['load_average_at_start'][0]:.2f} at the start, "
-             f"{meta['load_average_at_end'][0]:.2f} at the end; anything "
-             "else running shows up as spread between runs.", "",
-             f"Median (min–max) over {plan['runs']} runs; ratios are taken run by run. "
-             f"A, B: {plan['updates']:,} updates per turn; C: {plan['requests']:,} requests; "
-             f"D: turns of {plan['paced_seconds']:g} s at " + " and ".join(f"{r:,}" for r in plan["rates"])
-             + " updates/s; E: "
-             + ", ".join(f"{n:,} updates of {size} B" for size, n in plan["sizes"].items())
-             + f", {plan['sessions']} sessions sharing {plan['updates']:,} updates, "
-             f"{plan['flat'][0]:,} vs {plan['flat'][1]:,} updates for memory; F: a turn of "
-             f"{plan['requests']:,} updates.", ""]
+    lines = [
+        f"# Benchmark results: {meta['name']}",
+        "",
+        f"{meta['started_utc']} · {meta['machine']} · Python {meta['python']} · "
+        f"acp_lite {meta['versions'].get('acp_lite')} (commit {meta['commit']}) · "
+        + " · ".join(f"{k} {v}" for k, v in meta["versions"].items() if k != "acp_lite"),
+        "",
+        f"Load average (1 min) {meta['load_average_at_start'][0]:.2f} at the start, "
+        f"{meta['load_average_at_end'][0]:.2f} at the end; anything "
+        "else running shows up as spread between runs.",
+        "",
+        f"Median (min–max) over {plan['runs']} runs; ratios are taken run by run. "
+        f"A, B: {plan['updates']:,} updates per turn; C: {plan['requests']:,} requests; "
+        f"D: turns of {plan['paced_seconds']:g} s at "
+        + " and ".join(f"{r:,}" for r in plan["rates"])
+        + " updates/s; E: "
+        + ", ".join(f"{n:,} updates of {size} B" for size, n in plan["sizes"].items())
+        + f", {plan['sessions']} sessions sharing {plan['updates']:,} updates, "
+        f"{plan['flat'][0]:,} vs {plan['flat'][1]:,} updates for memory; F: a turn of "
+        f"{plan['requests']:,} updates.",
+        "",
+    ]
     for workload in "ABCDEF":
         rows = [f for f in doc["figures"] if f["workload"] == workload]
         if not rows:
             continue
-        lines += [f"## {WORKLOAD_TITLES[workload]}", "", "| subject | metric | median | min | max |",
-                  "| --- | --- | ---: | ---: | ---: |"]
+        lines += [
+            f"## {WORKLOAD_TITLES[workload]}",
+            "",
+            "| subject | metric | median | min | max |",
+            "| --- | --- | ---: | ---: | ---: |",
+        ]
         for f in rows:
             s = f["summary"] or {}
-            lines.append(f"| {f['subject']} | {f['metric']} | {_fmt(s.get('median'))} | {_fmt(s.get('min'))} "
-                         f"| {_fmt(s.get('max'))} |")
+            lines.append(
+                f"| {f['subject']} | {f['metric']} | {_fmt(s.get('median'))} | {_fmt(s.get('min'))} "
+                f"| {_fmt(s.get('max'))} |"
+            )
         lines.append("")
     if doc.get("before_after"):
-        lines += [f"## acp_lite / acp_lite@{doc['meta']['baseline']} (run by run)", "",
-                  "| workload | subject | metric | median | min | max |", "| --- | --- | --- | ---: | ---: | ---: |"]
+        lines += [
+            f"## acp_lite / acp_lite@{doc['meta']['baseline']} (run by run)",
+            "",
+            "| workload | subject | metric | median | min | max |",
+            "| --- | --- | --- | ---: | ---: | ---: |",
+        ]
         for f in doc["before_after"]:
             s = f["summary"] or {}
-            lines.append(f"| {f['workload']} | {f['subject']} | {f['metric']} | {_fmt(s.get('median'))} "
-                         f"| {_fmt(s.get('min'))} | {_fmt(s.get('max'))} |")
+            lines.append(
+                f"| {f['workload']} | {f['subject']} | {f['metric']} | {_fmt(s.get('median'))} "
+                f"| {_fmt(s.get('min'))} | {_fmt(s.get('max'))} |"
+            )
         lines.append("")
-    lines += ["## Targets (issues 6 and 17)", "", "| workload | target | measured median (min–max) | met |",
-              "| --- | --- | ---: | :---: |"]
+    lines += [
+        "## Targets (issues 6 and 17)",
+        "",
+        "| workload | target | measured median (min–max) | met |",
+        "| --- | --- | ---: | :---: |",
+    ]
     for t in doc["targets"]:
         s = t["measured"]
         measured = "not measured" if s is None else f"{_fmt(s['median'])} ({_fmt(s['min'])}–{_fmt(s['max'])})"

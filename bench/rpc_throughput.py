@@ -18,6 +18,7 @@
 
 Prints the median of ``--runs`` runs of each as one JSON object.
 """
+
 import argparse
 import json
 import os
@@ -32,8 +33,8 @@ import msgspec
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from acp_lite.rpc import Connection  # noqa: E402
-from acp_lite.wire import Transport, memory_pair  # noqa: E402
+from acp_lite.rpc import Connection
+from acp_lite.wire import Transport, memory_pair
 
 TEXT = "The quick brown fox jumps over the lazy dog, then naps a bit."  # 61 characters
 METHOD = "bench/update"

@@ -11,6 +11,7 @@ needs matplotlib, which lives in the peers' venv; without it the chart is skippe
 ``--baseline REV`` adds acp_lite as it was at git revision REV as one more subject of A to E
 (``acp_lite@REV``), for before/after ratios in the same run.
 """
+
 import argparse
 import json
 import os
@@ -32,15 +33,24 @@ from streams import stream_file  # noqa: E402
 
 JOB_TIMEOUT = 900
 PY = sys.executable
-FULL = {"runs": 5, "updates": 200_000, "requests": 20_000, "inflight": 8, "sessions": 16,
-        "sizes": {100: 200_000, 10_000: 20_000, 1_000_000: 200}, "flat": (10_000, 1_000_000),
-        "rates": (100, 5_000), "paced_seconds": 5.0}
+FULL = {
+    "runs": 5,
+    "updates": 200_000,
+    "requests": 20_000,
+    "inflight": 8,
+    "sessions": 16,
+    "sizes": {100: 200_000, 10_000: 20_000, 1_000_000: 200},
+    "flat": (10_000, 1_000_000),
+    "rates": (100, 5_000),
+    "paced_seconds": 5.0,
+}
 QUICK_SCALE, QUICK_RUNS = 0.1, 3
 
 
 def make_plan(runs: int, scale: float) -> dict:
     def scaled(n: int) -> int:
         return max(2, int(n * scale))
+
     plan = dict(FULL, runs=runs, scale=scale, updates=scaled(FULL["updates"]), requests=scaled(FULL["requests"]))
     plan["sizes"] = {size: scaled(n) for size, n in FULL["sizes"].items()}
     plan["flat"] = tuple(scaled(n) for n in FULL["flat"])
@@ -54,8 +64,14 @@ def make_plan(runs: int, scale: float) -> dict:
 class Job:
     """One measurement: ``argv`` prints a JSON object whose fields ``metrics`` turns into figures."""
 
-    def __init__(self, workload: str, subject: str, argv: List[str], metrics: Callable[[dict], Dict[str, float]],
-                 expect: Optional[tuple] = None):
+    def __init__(
+        self,
+        workload: str,
+        subject: str,
+        argv: List[str],
+        metrics: Callable[[dict], Dict[str, float]],
+        expect: Optional[tuple] = None,
+    ):
         self.workload, self.subject, self.argv, self.metrics = workload, subject, argv, metrics
         self.expect = expect  # (field, value) the result must report, e.g. every update arrived
 
@@ -71,8 +87,11 @@ class Job:
             return None
         result = json.loads(out[-1])
         if self.expect is not None and result.get(self.expect[0]) != self.expect[1]:
-            print(f"  ! {self.workload} {self.subject}: got {self.expect[0]}={result.get(self.expect[0])}, "
-                  f"expected {self.expect[1]}", file=sys.stderr)
+            print(
+                f"  ! {self.workload} {self.subject}: got {self.expect[0]}={result.get(self.expect[0])}, "
+                f"expected {self.expect[1]}",
+                file=sys.stderr,
+            )
             return None
         return self.metrics(result)
 
@@ -83,8 +102,13 @@ def _mb(kb: float) -> float:
 
 def receive_metrics(stream_bytes: int) -> Callable[[dict], Dict[str, float]]:
     def metrics(r: dict) -> Dict[str, float]:
-        return {"updates/s": r["updates"] / r["seconds"], "MB/s": stream_bytes / r["seconds"] / 1e6,
-                "CPU µs/update": r["cpu_seconds"] / r["updates"] * 1e6, "peak RSS MB": _mb(r["rss_kb"])}
+        return {
+            "updates/s": r["updates"] / r["seconds"],
+            "MB/s": stream_bytes / r["seconds"] / 1e6,
+            "CPU µs/update": r["cpu_seconds"] / r["updates"] * 1e6,
+            "peak RSS MB": _mb(r["rss_kb"]),
+        }
+
     return metrics
 
 
@@ -99,16 +123,24 @@ def agent_metrics(r: dict) -> Dict[str, float]:
 
 def round_trip_metrics(label: str) -> Callable[[dict], Dict[str, float]]:
     def metrics(r: dict) -> Dict[str, float]:
-        return {f"requests/s ({label})": r["requests"] / r["seconds"], f"p50 µs ({label})": r["p50_us"],
-                f"p99 µs ({label})": r["p99_us"]}
+        return {
+            f"requests/s ({label})": r["requests"] / r["seconds"],
+            f"p50 µs ({label})": r["p50_us"],
+            f"p99 µs ({label})": r["p99_us"],
+        }
+
     return metrics
 
 
 def bench_tool_metrics(r: dict) -> Dict[str, float]:
     # `acp-lite bench --json -` on an agent: its start-up, a cheap round trip, and one turn.
     (turn,) = r["turns"]
-    return {"initialize ms": r["initialize_ms"], "round trip p50 µs": r["round_trip_ms"]["p50"] * 1000,
-            "first update ms": turn["first_update_ms"], "updates/s": turn["updates_per_s"]}
+    return {
+        "initialize ms": r["initialize_ms"],
+        "round trip p50 µs": r["round_trip_ms"]["p50"] * 1000,
+        "first update ms": turn["first_update_ms"],
+        "updates/s": turn["updates_per_s"],
+    }
 
 
 def replay_agent(path: Path, sessions: int = 1) -> List[str]:
@@ -121,20 +153,25 @@ def raw(*args: str) -> List[str]:
 
 def acp_lite_peer() -> peers.Peer:
     import acp_lite
+
     return peers.Peer("acp_lite", acp_lite.__version__, [PY, str(BENCH / "lite.py")])
 
 
 def baseline_peer(rev: str, tmp_dir: Path) -> peers.Peer:
     """acp_lite as it was at git revision ``rev``: its package extracted under ``tmp_dir`` and put
     first on the adapters' import path (the adapter script is today's)."""
-    commit = subprocess.run(["git", "rev-parse", "--short", rev], stdout=subprocess.PIPE, check=True,
-                            cwd=BENCH).stdout.decode().strip()
+    commit = (
+        subprocess.run(["git", "rev-parse", "--short", rev], stdout=subprocess.PIPE, check=True, cwd=BENCH)
+        .stdout.decode()
+        .strip()
+    )
     root = tmp_dir / f"acp_lite-{commit}"
     if not (root / "acp_lite").is_dir():
         partial = tmp_dir / f"acp_lite-{commit}.{os.getpid()}.part"
         partial.mkdir(parents=True)
-        archive = subprocess.run(["git", "archive", commit, "acp_lite"], stdout=subprocess.PIPE, check=True,
-                                 cwd=BENCH.parent).stdout
+        archive = subprocess.run(
+            ["git", "archive", commit, "acp_lite"], stdout=subprocess.PIPE, check=True, cwd=BENCH.parent
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(partial)], input=archive, check=True)
         partial.replace(root)
     return peers.Peer(f"acp_lite@{commit}", commit, ["env", f"PYTHONPATH={root}", PY, str(BENCH / "lite.py")])
@@ -162,9 +199,15 @@ def paced_jobs(plan: dict, subjects: List[peers.Peer]) -> List[Job]:
     jobs = []
     for peer in subjects:
         jobs.append(Job("D", peer.name, peer.client_d(rates, seconds, peer.paced_agent()), latency_metrics, expect))
-        jobs.append(Job("D", f"{peer.name} agent → bare reader",
-                        raw("latency", *peers.paced_options(rates, seconds), "--", *peer.paced_agent()),
-                        latency_metrics, expect))
+        jobs.append(
+            Job(
+                "D",
+                f"{peer.name} agent → bare reader",
+                raw("latency", *peers.paced_options(rates, seconds), "--", *peer.paced_agent()),
+                latency_metrics,
+                expect,
+            )
+        )
     return jobs
 
 
@@ -172,7 +215,7 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
     """Every measurement of one run, in order; ``peer_list`` are the other subjects (the official
     SDKs installed, a baseline)."""
     n, k, inflight = plan["updates"], plan["requests"], plan["inflight"]
-    subjects = [acp_lite_peer()] + peer_list
+    subjects = [acp_lite_peer(), *peer_list]
     mix = stream_file(streams_dir, "mix", n)
     mix_bytes = mix.stat().st_size
     on_mix = receive_metrics(mix_bytes)
@@ -180,13 +223,23 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
     jobs = []
     if "A" in workloads:
         # The ceilings first: bare readers of the same stream.
-        for mode, subject in (("split", "ceiling: split lines"), ("json", "ceiling: json.loads"),
-                              ("msgspec", "ceiling: msgspec Structs"),
-                              ("schema", "ceiling: msgspec into acp_lite.schema")):
+        for mode, subject in (
+            ("split", "ceiling: split lines"),
+            ("json", "ceiling: json.loads"),
+            ("msgspec", "ceiling: msgspec Structs"),
+            ("schema", "ceiling: msgspec into acp_lite.schema"),
+        ):
             jobs.append(Job("A", subject, raw("receive", mode, "--", *replay_agent(mix)), on_mix, turn))
         if sys.platform.startswith("linux"):  # the pipe size acp_lite asks for, for comparison
-            jobs.append(Job("A", "ceiling: msgspec Structs, 1 MiB pipe",
-                            raw("receive", "msgspec", "--pipe-size", str(1 << 20), "--", *replay_agent(mix)), on_mix, turn))
+            jobs.append(
+                Job(
+                    "A",
+                    "ceiling: msgspec Structs, 1 MiB pipe",
+                    raw("receive", "msgspec", "--pipe-size", str(1 << 20), "--", *replay_agent(mix)),
+                    on_mix,
+                    turn,
+                )
+            )
         for peer in subjects:
             jobs.append(Job("A", peer.name, peer.client_a(replay_agent(mix)), on_mix, turn))
     if "B" in workloads:
@@ -195,20 +248,42 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
     if "C" in workloads:
         for window, label in ((1, "sequential"), (inflight, f"{inflight} in flight")):
             requests = ("requests", k)
-            jobs.append(Job("C", "bare ping-pong", raw("pingpong", "--k", str(k), "--inflight", str(window), "--",
-                                                       *replay_agent(mix)), round_trip_metrics(label), requests))
+            jobs.append(
+                Job(
+                    "C",
+                    "bare ping-pong",
+                    raw("pingpong", "--k", str(k), "--inflight", str(window), "--", *replay_agent(mix)),
+                    round_trip_metrics(label),
+                    requests,
+                )
+            )
             for peer in subjects:
-                jobs.append(Job("C", peer.name, peer.client_c(k, window, peer.agent(0, mix)),
-                                round_trip_metrics(label), requests))
+                jobs.append(
+                    Job(
+                        "C",
+                        peer.name,
+                        peer.client_c(k, window, peer.agent(0, mix)),
+                        round_trip_metrics(label),
+                        requests,
+                    )
+                )
         # Several in flight from threads cost a thread wake-up per answer, whatever the library:
         # the bare client shows that ceiling; one thread with futures avoids it.
         par = round_trip_metrics(f"{inflight} in flight")
         requests = ("requests", k)
-        jobs.append(Job("C", "bare ping-pong, threads", raw("pingpong", "--k", str(k), "--inflight", str(inflight),
-                                                           "--threads", "--", *replay_agent(mix)), par, requests))
+        jobs.append(
+            Job(
+                "C",
+                "bare ping-pong, threads",
+                raw("pingpong", "--k", str(k), "--inflight", str(inflight), "--threads", "--", *replay_agent(mix)),
+                par,
+                requests,
+            )
+        )
         lite = subjects[0]
-        jobs.append(Job("C", "acp_lite, futures", lite.client_c(k, inflight, lite.agent(0, mix), ["--futures"]),
-                        par, requests))
+        jobs.append(
+            Job("C", "acp_lite, futures", lite.client_c(k, inflight, lite.agent(0, mix), ["--futures"]), par, requests)
+        )
     if "D" in workloads:
         jobs += paced_jobs(plan, subjects)
     if "E" in workloads:
@@ -227,22 +302,50 @@ def growth_jobs(plan: dict, streams_dir: Path, mix: Path, lite: peers.Peer) -> L
         path = stream_file(streams_dir, f"size:{size}", count)
         label = {100: "100 B", 10_000: "10 KB", 1_000_000: "1 MB"}[size]
         metrics = receive_metrics(path.stat().st_size)
-        jobs.append(Job("E", f"acp_lite, {label} updates", lite.client_a(replay_agent(path)), metrics,
-                        ("updates", count)))
-        jobs.append(Job("E", f"ceiling: msgspec Structs, {label} updates",
-                        raw("receive", "msgspec", "--", *replay_agent(path)), metrics, ("updates", count)))
+        jobs.append(
+            Job("E", f"acp_lite, {label} updates", lite.client_a(replay_agent(path)), metrics, ("updates", count))
+        )
+        jobs.append(
+            Job(
+                "E",
+                f"ceiling: msgspec Structs, {label} updates",
+                raw("receive", "msgspec", "--", *replay_agent(path)),
+                metrics,
+                ("updates", count),
+            )
+        )
     sessions = plan["sessions"]
     per_session = stream_file(streams_dir, "mix", plan["updates"] // sessions)
     total = sessions * (plan["updates"] // sessions)
-    jobs.append(Job("E", f"acp_lite, {sessions} sessions at once",
-                    lite.client_a(replay_agent(per_session, sessions), ["--sessions", str(sessions)]),
-                    receive_metrics(per_session.stat().st_size * sessions), ("updates", total)))
+    jobs.append(
+        Job(
+            "E",
+            f"acp_lite, {sessions} sessions at once",
+            lite.client_a(replay_agent(per_session, sessions), ["--sessions", str(sessions)]),
+            receive_metrics(per_session.stat().st_size * sessions),
+            ("updates", total),
+        )
+    )
     for count in plan["flat"]:
         path = stream_file(streams_dir, "mix", count)
-        jobs.append(Job("E", f"acp_lite, {count:,} updates", lite.client_a(replay_agent(path)),
-                        receive_metrics(path.stat().st_size), ("updates", count)))
-    jobs.append(Job("E", "acp_lite, host-thread delivery", lite.client_a(replay_agent(mix), ["--host-delivery"]),
-                    receive_metrics(mix.stat().st_size), ("updates", plan["updates"])))
+        jobs.append(
+            Job(
+                "E",
+                f"acp_lite, {count:,} updates",
+                lite.client_a(replay_agent(path)),
+                receive_metrics(path.stat().st_size),
+                ("updates", count),
+            )
+        )
+    jobs.append(
+        Job(
+            "E",
+            "acp_lite, host-thread delivery",
+            lite.client_a(replay_agent(mix), ["--host-delivery"]),
+            receive_metrics(mix.stat().st_size),
+            ("updates", plan["updates"]),
+        )
+    )
     return jobs
 
 
@@ -257,35 +360,97 @@ def make_targets(plan: dict) -> List[Target]:
         Target("A", "acp_lite ≥ 8× the TypeScript SDK", a_lite, 8, right=("A", "typescript-sdk", "updates/s")),
         # The same three in CPU time per update (the client's own, every thread): on a shared
         # 2-core machine this is the view that other load does not distort.
-        Target("A", "CPU time: acp_lite within 1/0.9 of the msgspec-Struct reader's per update",
-               ("A", "ceiling: msgspec Structs", "CPU µs/update"), 0.9, right=("A", "acp_lite", "CPU µs/update")),
-        Target("A", "CPU time: acp_lite ≥ 15× leaner than the Python SDK",
-               ("A", "python-sdk", "CPU µs/update"), 15, right=("A", "acp_lite", "CPU µs/update")),
-        Target("A", "CPU time: acp_lite ≥ 8× leaner than the TypeScript SDK",
-               ("A", "typescript-sdk", "CPU µs/update"), 8, right=("A", "acp_lite", "CPU µs/update")),
+        Target(
+            "A",
+            "CPU time: acp_lite within 1/0.9 of the msgspec-Struct reader's per update",
+            ("A", "ceiling: msgspec Structs", "CPU µs/update"),
+            0.9,
+            right=("A", "acp_lite", "CPU µs/update"),
+        ),
+        Target(
+            "A",
+            "CPU time: acp_lite ≥ 15× leaner than the Python SDK",
+            ("A", "python-sdk", "CPU µs/update"),
+            15,
+            right=("A", "acp_lite", "CPU µs/update"),
+        ),
+        Target(
+            "A",
+            "CPU time: acp_lite ≥ 8× leaner than the TypeScript SDK",
+            ("A", "typescript-sdk", "CPU µs/update"),
+            8,
+            right=("A", "acp_lite", "CPU µs/update"),
+        ),
         Target("B", "acp_lite ≥ 300,000 updates/s", ("B", "acp_lite", "updates/s"), 300_000),
-        Target("B", "acp_lite ≥ 20× the Python SDK", ("B", "acp_lite", "updates/s"), 20,
-               right=("B", "python-sdk", "updates/s")),
-        Target("B", "CPU time: acp_lite ≤ 3.33 µs per update (300,000 per CPU-second)",
-               ("B", "acp_lite", "agent CPU µs/update"), 1e6 / 300_000, at_least=False),
-        Target("B", "CPU time: acp_lite ≥ 20× leaner than the Python SDK",
-               ("B", "python-sdk", "agent CPU µs/update"), 20, right=("B", "acp_lite", "agent CPU µs/update")),
-        Target("C", "acp_lite ≥ 75% of the bare ping-pong, sequential", ("C", "acp_lite", f"requests/s ({seq})"),
-               0.75, right=("C", "bare ping-pong", f"requests/s ({seq})")),
+        Target(
+            "B",
+            "acp_lite ≥ 20× the Python SDK",
+            ("B", "acp_lite", "updates/s"),
+            20,
+            right=("B", "python-sdk", "updates/s"),
+        ),
+        Target(
+            "B",
+            "CPU time: acp_lite ≤ 3.33 µs per update (300,000 per CPU-second)",
+            ("B", "acp_lite", "agent CPU µs/update"),
+            1e6 / 300_000,
+            at_least=False,
+        ),
+        Target(
+            "B",
+            "CPU time: acp_lite ≥ 20× leaner than the Python SDK",
+            ("B", "python-sdk", "agent CPU µs/update"),
+            20,
+            right=("B", "acp_lite", "agent CPU µs/update"),
+        ),
+        Target(
+            "C",
+            "acp_lite ≥ 75% of the bare ping-pong, sequential",
+            ("C", "acp_lite", f"requests/s ({seq})"),
+            0.75,
+            right=("C", "bare ping-pong", f"requests/s ({seq})"),
+        ),
         Target("C", "acp_lite p50 ≤ 150 µs, sequential", ("C", "acp_lite", f"p50 µs ({seq})"), 150, at_least=False),
-        Target("C", "acp_lite ≥ 3× the Python SDK, sequential", ("C", "acp_lite", f"requests/s ({seq})"), 3,
-               right=("C", "python-sdk", f"requests/s ({seq})")),
-        Target("C", f"acp_lite ≥ 2× the Python SDK, {par}", ("C", "acp_lite", f"requests/s ({par})"), 2,
-               right=("C", "python-sdk", f"requests/s ({par})")),
-        Target("C", f"acp_lite with futures from one thread ≥ 2× the Python SDK, {par}",
-               ("C", "acp_lite, futures", f"requests/s ({par})"), 2, right=("C", "python-sdk", f"requests/s ({par})")),
-        Target("E", f"peak RSS: {large:,} updates within 5 MB of {small:,}",
-               ("E", f"acp_lite, {large:,} updates", "peak RSS MB"), 5.0,
-               right=("E", f"acp_lite, {small:,} updates", "peak RSS MB"), op="-", at_least=False),
+        Target(
+            "C",
+            "acp_lite ≥ 3× the Python SDK, sequential",
+            ("C", "acp_lite", f"requests/s ({seq})"),
+            3,
+            right=("C", "python-sdk", f"requests/s ({seq})"),
+        ),
+        Target(
+            "C",
+            f"acp_lite ≥ 2× the Python SDK, {par}",
+            ("C", "acp_lite", f"requests/s ({par})"),
+            2,
+            right=("C", "python-sdk", f"requests/s ({par})"),
+        ),
+        Target(
+            "C",
+            f"acp_lite with futures from one thread ≥ 2× the Python SDK, {par}",
+            ("C", "acp_lite, futures", f"requests/s ({par})"),
+            2,
+            right=("C", "python-sdk", f"requests/s ({par})"),
+        ),
+        Target(
+            "E",
+            f"peak RSS: {large:,} updates within 5 MB of {small:,}",
+            ("E", f"acp_lite, {large:,} updates", "peak RSS MB"),
+            5.0,
+            right=("E", f"acp_lite, {small:,} updates", "peak RSS MB"),
+            op="-",
+            at_least=False,
+        ),
         Target("E", "1 MB updates at ≥ 200 MB/s", ("E", "acp_lite, 1 MB updates", "MB/s"), 200),
-        Target("E", "host-thread delivery ≥ 80% of the default", ("E", "acp_lite, host-thread delivery", "updates/s"),
-               0.8, right=a_lite),
-    ] + paced_targets(plan)
+        Target(
+            "E",
+            "host-thread delivery ≥ 80% of the default",
+            ("E", "acp_lite, host-thread delivery", "updates/s"),
+            0.8,
+            right=a_lite,
+        ),
+        *paced_targets(plan),
+    ]
     return sorted(targets, key=lambda target: target.workload)
 
 
@@ -300,22 +465,36 @@ def paced_targets(plan: dict) -> List[Target]:
                 lite = ("D", "acp_lite", f"{stat} µs ({label})")
                 targets.append(Target("D", f"{label}: acp_lite {stat} ≤ {bound} µs", lite, bound, at_least=False))
                 for sdk, name in (("python-sdk", "Python"), ("typescript-sdk", "TypeScript")):
-                    targets.append(Target("D", f"{label}: acp_lite {stat} below the {name} SDK's", lite, 1.0,
-                                          right=("D", sdk, f"{stat} µs ({label})"), at_least=False))
+                    targets.append(
+                        Target(
+                            "D",
+                            f"{label}: acp_lite {stat} below the {name} SDK's",
+                            lite,
+                            1.0,
+                            right=("D", sdk, f"{stat} µs ({label})"),
+                            at_least=False,
+                        )
+                    )
     return targets
 
 
 def _command_output(argv: List[str]) -> Optional[str]:
     try:
-        return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60,
-                              cwd=BENCH).stdout.decode().strip() or None
+        return (
+            subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60, cwd=BENCH)
+            .stdout.decode()
+            .strip()
+            or None
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
 
 
 def machine_meta(name: str, peer_list: List[peers.Peer]) -> dict:
     import msgspec
+
     import acp_lite
+
     cpu = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as f:
@@ -325,7 +504,7 @@ def machine_meta(name: str, peer_list: List[peers.Peer]) -> dict:
     memory = ""
     try:
         with open("/proc/meminfo") as f:
-            memory = f", {int(f.readline().split()[1]) / 1024 ** 2:.0f} GiB"
+            memory = f", {int(f.readline().split()[1]) / 1024**2:.0f} GiB"
     except (OSError, ValueError, IndexError):
         pass
     commit = _command_output(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
@@ -335,10 +514,15 @@ def machine_meta(name: str, peer_list: List[peers.Peer]) -> dict:
     versions.update({peer.name: peer.version for peer in peer_list})
     if any(peer.name == "typescript-sdk" for peer in peer_list):
         versions["node"] = _command_output(["node", "--version"])
-    return {"name": name, "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "load_average_at_start": os.getloadavg(),
-            "machine": f"{cpu}, {os.cpu_count()} cores{memory}, {platform.platform()}",
-            "python": platform.python_version(), "commit": commit, "versions": versions}
+    return {
+        "name": name,
+        "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average_at_start": os.getloadavg(),
+        "machine": f"{cpu}, {os.cpu_count()} cores{memory}, {platform.platform()}",
+        "python": platform.python_version(),
+        "commit": commit,
+        "versions": versions,
+    }
 
 
 def draw_chart(json_path: Path, png_path: Path) -> Optional[Path]:
@@ -383,8 +567,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             # A failed run stays None in its series; a subject that never succeeds has no figure.
             for metric, value in (measured or {}).items():
                 figures.setdefault((job.workload, job.subject, metric), [None] * runs)[run] = value
-            shown = "failed" if measured is None else ", ".join(
-                f"{metric} {report._fmt(value)}" for metric, value in measured.items())
+            shown = (
+                "failed"
+                if measured is None
+                else ", ".join(f"{metric} {report._fmt(value)}" for metric, value in measured.items())
+            )
             print(f"[run {run + 1}/{runs}] {job.workload} {job.subject}: {shown}", file=sys.stderr)
     meta["load_average_at_end"] = os.getloadavg()
     doc = report.results_document(meta, plan, figures, make_targets(plan))

@@ -12,6 +12,7 @@ sides pay the same call overhead), for:
 * for scale, the stdlib ``json.loads`` to plain dicts, and ``codec.decode`` of a message that takes
   the lenient path (an unknown ``sessionUpdate`` tag from a newer peer).
 """
+
 import argparse
 import json
 import logging
@@ -24,17 +25,20 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from acp_lite import codec  # noqa: E402
-from acp_lite.schema import SessionNotification  # noqa: E402
+from acp_lite import codec
+from acp_lite.schema import SessionNotification
 
-VALID = json.dumps({
-    "sessionId": "sess_abc123def456",
-    "update": {
-        "sessionUpdate": "agent_message_chunk",
-        "messageId": "msg_0001",
-        "content": {"type": "text", "text": "I'll analyze your code for potential issues. Let me look at it."},
+VALID = json.dumps(
+    {
+        "sessionId": "sess_abc123def456",
+        "update": {
+            "sessionUpdate": "agent_message_chunk",
+            "messageId": "msg_0001",
+            "content": {"type": "text", "text": "I'll analyze your code for potential issues. Let me look at it."},
+        },
     },
-}, separators=(",", ":")).encode()
+    separators=(",", ":"),
+).encode()
 UNKNOWN_TAG = VALID.replace(b'"agent_message_chunk"', b'"notice"')
 
 
@@ -65,15 +69,25 @@ def main(argv=None) -> int:
     decoders = {SessionNotification: bare}
     cases = [
         ("msgspec.json.Decoder(SessionNotification).decode", lambda d: bare.decode(d), VALID, args.number),
-        ("a bare Python wrapper: decoders[type_].decode(data)", lambda d: wrapper(d, SessionNotification), VALID,
-         args.number),
+        (
+            "a bare Python wrapper: decoders[type_].decode(data)",
+            lambda d: wrapper(d, SessionNotification),
+            VALID,
+            args.number,
+        ),
         ("codec.decode(data, SessionNotification)", lambda d: codec.decode(d, SessionNotification), VALID, args.number),
         ("json.loads (plain dicts, for scale)", json.loads, VALID, args.number),
-        ("codec.decode, unknown tag (lenient path)", lambda d: codec.decode(d, SessionNotification), UNKNOWN_TAG,
-         max(1, args.number // 20)),
+        (
+            "codec.decode, unknown tag (lenient path)",
+            lambda d: codec.decode(d, SessionNotification),
+            UNKNOWN_TAG,
+            max(1, args.number // 20),
+        ),
     ]
-    print(f"python {sys.version.split()[0]}, msgspec {msgspec.__version__}, {len(VALID)}-byte message, "
-          f"median of {args.runs} runs")
+    print(
+        f"python {sys.version.split()[0]}, msgspec {msgspec.__version__}, {len(VALID)}-byte message, "
+        f"median of {args.runs} runs"
+    )
     floor = None
     for label, decode, data, number in cases:
         ns = median_ns(decode, data, args.runs, number)

@@ -5,6 +5,7 @@ That module imports only the standard library, by rule, so it is loaded here by 
 than as part of the package: the scripts that import this one also run in the official SDKs'
 venvs, which have neither acp_lite nor msgspec, and with ``--baseline`` beside an older acp_lite.
 """
+
 import importlib.util
 from pathlib import Path
 

@@ -16,6 +16,7 @@ Two kinds of stream:
 Every line names session ``SESSION_ID``; the replay agent swaps in another id when it streams one
 turn per session.
 """
+
 import json
 import os
 from pathlib import Path
@@ -30,7 +31,7 @@ AGENT_DISTINCT_UPDATES = 1000
 
 def _file_text(i: int, length: int) -> str:
     """``length`` characters of source-like text in 80-column lines."""
-    line = (workload.text(i, 79) + "\n")
+    line = workload.text(i, 79) + "\n"
     return (line * (length // 80 + 1))[:length]
 
 
@@ -39,8 +40,7 @@ def diff_update(i: int, length: int) -> dict:
         "sessionUpdate": "tool_call_update",
         "toolCallId": f"call-{i:06d}",
         "status": "in_progress",
-        "content": [{"type": "diff", "path": f"/src/module_{i}.py", "oldText": None,
-                     "newText": _file_text(i, length)}],
+        "content": [{"type": "diff", "path": f"/src/module_{i}.py", "oldText": None, "newText": _file_text(i, length)}],
     }
 
 
@@ -49,8 +49,7 @@ def sized_update(i: int, size: int) -> dict:
 
 
 def notification_line(update: dict) -> bytes:
-    message = {"jsonrpc": "2.0", "method": "session/update",
-               "params": {"sessionId": SESSION_ID, "update": update}}
+    message = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": SESSION_ID, "update": update}}
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
 

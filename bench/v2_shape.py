@@ -12,6 +12,7 @@ the same run, and the figures are the median (min-max) over the runs. The target
 median ratio of at least 0.9 for A and for B. Results go to ``bench/results/NAME.json`` and
 ``NAME.md`` (``v2_shape`` by default).
 """
+
 import argparse
 import json
 import os
@@ -37,11 +38,11 @@ def _run(argv: List[str]) -> Dict[str, float]:
 
 def _commands(stream: Path, n: int, v2: bool) -> Dict[str, List[str]]:
     flag = ["--v2"] if v2 else []
-    replay = [PY, str(BENCH / "replay_agent.py"), str(stream)] + flag
-    agent = [PY, str(BENCH / "lite.py"), "agent", "--n", str(n), "--updates", str(stream)] + flag
+    replay = [PY, str(BENCH / "replay_agent.py"), str(stream), *flag]
+    agent = [PY, str(BENCH / "lite.py"), "agent", "--n", str(n), "--updates", str(stream), *flag]
     return {
-        "A": [PY, str(BENCH / "lite.py"), "client-a"] + flag + ["--"] + replay,
-        "B": [PY, str(BENCH / "raw.py"), "receive", "split"] + flag + ["--"] + agent,
+        "A": [PY, str(BENCH / "lite.py"), "client-a", *flag, "--", *replay],
+        "B": [PY, str(BENCH / "raw.py"), "receive", "split", *flag, "--", *agent],
     }
 
 
@@ -70,17 +71,31 @@ def main(argv: List[str]) -> int:
         }
         for workload, by_version in rates.items()
     }
-    document = {"runs": args.runs, "updates": args.updates, "target_ratio": 0.9,
-                "load_average": [round(x, 2) for x in os.getloadavg()], "workloads": figures}
+    document = {
+        "runs": args.runs,
+        "updates": args.updates,
+        "target_ratio": 0.9,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "workloads": figures,
+    }
     out = BENCH / "results" / args.name
     out.with_suffix(".json").write_text(json.dumps(document, indent=1) + "\n")
-    lines = [f"# Workloads A and B, v2 shape beside v1 ({args.runs} runs, {args.updates:,} updates, "
-             f"load average at the end {document['load_average']})", "",
-             "| workload | v1 updates/s | v2 updates/s | v2 / v1 (target >= 0.9) |", "| --- | --- | --- | --- |"]
+    lines = [
+        f"# Workloads A and B, v2 shape beside v1 ({args.runs} runs, {args.updates:,} updates, "
+        f"load average at the end {document['load_average']})",
+        "",
+        "| workload | v1 updates/s | v2 updates/s | v2 / v1 (target >= 0.9) |",
+        "| --- | --- | --- | --- |",
+    ]
     for workload, f in figures.items():
-        cells = [f"{f[k]['median']:,.0f} ({f[k]['min']:,.0f}-{f[k]['max']:,.0f})" for k in ("v1_updates_per_s", "v2_updates_per_s")]
+        cells = [
+            f"{f[k]['median']:,.0f} ({f[k]['min']:,.0f}-{f[k]['max']:,.0f})"
+            for k in ("v1_updates_per_s", "v2_updates_per_s")
+        ]
         ratio = f["ratio"]
-        lines.append(f"| {workload} | {cells[0]} | {cells[1]} | {ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f}) |")
+        lines.append(
+            f"| {workload} | {cells[0]} | {cells[1]} | {ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f}) |"
+        )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -25,6 +25,7 @@ keeps, and the generator needs, is their structure. The rules:
 ``--check`` rebuilds the file in memory and fails (status 1) when the committed one differs: run it
 after taking a new upstream schema, together with ``schema/generate.py``.
 """
+
 import argparse
 import hashlib
 import json
@@ -82,11 +83,13 @@ def methods_from_markers(defs: Dict[str, Any], version: int) -> Dict[str, Any]:
 
 def derive(schema_bytes: bytes, meta_bytes: Optional[bytes], version: int, origin: str) -> Dict[str, Any]:
     schema = json.loads(schema_bytes)
-    derived = {"x-acp-lite-derived": {
-        "from": origin,
-        "schema_sha256": hashlib.sha256(schema_bytes).hexdigest(),
-        "by": "schema/derive.py",
-    }}
+    derived = {
+        "x-acp-lite-derived": {
+            "from": origin,
+            "schema_sha256": hashlib.sha256(schema_bytes).hexdigest(),
+            "by": "schema/derive.py",
+        }
+    }
     if meta_bytes is not None:
         meta = json.loads(meta_bytes)
         if meta.get("version") != version:

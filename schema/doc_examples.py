@@ -11,6 +11,7 @@ JSON-RPC message (it names ``"jsonrpc"``), as parsed JSON, with its page and its
 page's ``json`` blocks (so a reason given for one example keeps pointing at it), and the sha256 of
 every page read. Blocks that are not JSON (some elide values with comments) are left out.
 """
+
 import argparse
 import hashlib
 import json
@@ -36,8 +37,10 @@ def collect(docs: Path, origin: str) -> Dict[str, Any]:
             except ValueError:
                 continue
             examples.append({"page": page.name, "block": index, "message": message})
-    return {"x-acp-lite-derived": {"from": origin, "by": "schema/doc_examples.py", "pages_sha256": pages},
-            "examples": examples}
+    return {
+        "x-acp-lite-derived": {"from": origin, "by": "schema/doc_examples.py", "pages_sha256": pages},
+        "examples": examples,
+    }
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -47,10 +50,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="where to write the JSON file")
     args = parser.parse_args(argv)
     data = collect(args.docs, args.origin)
-    text = "{\n" + ",\n".join(
-        [f' "x-acp-lite-derived": {json.dumps(data["x-acp-lite-derived"], ensure_ascii=False)}',
-         ' "examples": [\n' + ",\n".join(f"  {json.dumps(e, ensure_ascii=False)}" for e in data["examples"]) + "\n ]"]
-    ) + "\n}\n"
+    text = (
+        "{\n"
+        + ",\n".join(
+            [
+                f' "x-acp-lite-derived": {json.dumps(data["x-acp-lite-derived"], ensure_ascii=False)}',
+                ' "examples": [\n'
+                + ",\n".join(f"  {json.dumps(e, ensure_ascii=False)}" for e in data["examples"])
+                + "\n ]",
+            ]
+        )
+        + "\n}\n"
+    )
     with open(args.out, "w", encoding="utf-8", newline="\n") as f:
         f.write(text)
     return 0

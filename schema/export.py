@@ -4,6 +4,7 @@ Usage, from the repository root: ``python schema/export.py [--out schema/acp_lit
 Structs come from ``msgspec.json.schema_components``; every other public name (aliases, literals,
 unions) gets the schema msgspec gives for it, so the file has one ``$defs`` entry per name.
 """
+
 import argparse
 import json
 import sys
@@ -14,8 +15,8 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from acp_lite import schema  # noqa: E402
-from acp_lite.codec import untagged_union  # noqa: E402
+from acp_lite import schema
+from acp_lite.codec import untagged_union
 
 REF = "#/$defs/{name}"
 _UNTAGGED = type(untagged_union("_Probe"))

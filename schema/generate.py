@@ -32,13 +32,15 @@ reader meets them in the output:
 * Unions msgspec can decode natively stay ``typing.Union``. The others (an alternative without a
   tag beside tagged ones, two untagged objects, two arrays) become ``untagged_union(...)`` stand-ins
   that the codec resolves. An alternative without a tag beside tagged ones is chosen when the tag
-  is absent or equals the alternative's title (``stdio``, ``agent``). Every union with a discriminator is open: type checkers see
-  ``UnknownVariant`` among its members, since a newer peer may send a tag we do not know.
+  is absent or equals the alternative's title (``stdio``, ``agent``). Every union with a
+  discriminator is open: type checkers see ``UnknownVariant`` among its members, since a newer
+  peer may send a tag we do not know.
 * ``x-method``/``x-side`` build the method tables; a def referred to under a JSON-RPC ``result``
   property is the method's result type, the other one its params type.
 
 The output is deterministic: same input, same bytes.
 """
+
 import argparse
 import json
 import keyword
@@ -145,8 +147,10 @@ def _shared_part(base: Dict[str, Any], required: List[str], tag: Optional[Tuple[
     """The properties a union object declares for every variant, less the variant's tag: msgspec
     writes the tag itself (a union may also declare its tag property, as an open string)."""
     tag_field = tag[0] if tag else None
-    return {"properties": {k: v for k, v in base.items() if k != tag_field},
-            "required": [k for k in required if k != tag_field]}
+    return {
+        "properties": {k: v for k, v in base.items() if k != tag_field},
+        "required": [k for k in required if k != tag_field],
+    }
 
 
 class Field:
@@ -166,8 +170,14 @@ class Field:
 
 
 class StructSpec:
-    def __init__(self, name: str, fields: List[Field], base: str = "_SchemaStruct",
-                 tag: Optional[Tuple[str, str]] = None, doc: str = ""):
+    def __init__(
+        self,
+        name: str,
+        fields: List[Field],
+        base: str = "_SchemaStruct",
+        tag: Optional[Tuple[str, str]] = None,
+        doc: str = "",
+    ):
         self.name = name
         self.fields = fields
         self.base = base
@@ -197,8 +207,7 @@ class Alias:
     def render(self) -> str:
         if self.typed is None:
             return f"{self.name} = {self.runtime}"
-        return (f"if TYPE_CHECKING:\n    {self.name} = {self.typed}\n"
-                f"else:\n    {self.name} = {self.runtime}")
+        return f"if TYPE_CHECKING:\n    {self.name} = {self.typed}\nelse:\n    {self.name} = {self.runtime}"
 
 
 class Generator:
@@ -206,7 +215,7 @@ class Generator:
         self.defs: Dict[str, Dict[str, Any]] = schema.get("$defs", {})
         self.refcount: Counter = Counter()
         _count_refs(schema, self.refcount)
-        self.scalars: List[Alias] = []      # aliases that depend on no class
+        self.scalars: List[Alias] = []  # aliases that depend on no class
         self.structs: Dict[str, StructSpec] = {}
         self.variants: List[StructSpec] = []  # classes made for union variants, after the defs
         self.unions: List[Alias] = []
@@ -251,7 +260,9 @@ class Generator:
         if types == "object" or "properties" in node:
             if node.get("properties"):
                 name = self.unique(f"{owner}{pascal(prop)}")
-                self.variants.append(StructSpec(name, self.fields(node, name), doc=f"The ``{prop}`` object of ``{owner}``."))
+                self.variants.append(
+                    StructSpec(name, self.fields(node, name), doc=f"The ``{prop}`` object of ``{owner}``.")
+                )
                 return name
             extra = node.get("additionalProperties")
             value = self.annotation(extra, owner, prop) if isinstance(extra, dict) else "Any"
@@ -271,7 +282,11 @@ class Generator:
             bounds.append(f"le={high}")
         if not bounds:
             return "int"
-        name = f"_{pascal(fmt)}" if (low, high) == _INT_FORMATS.get(fmt) else f"_Int{'_'.join(bounds)}".replace("=", "").replace("-", "m")
+        name = (
+            f"_{pascal(fmt)}"
+            if (low, high) == _INT_FORMATS.get(fmt)
+            else f"_Int{'_'.join(bounds)}".replace("=", "").replace("-", "m")
+        )
         if name not in self.bounded:
             self.bounded[name] = Alias(name, f"Annotated[int, msgspec.Meta({', '.join(bounds)})]")
         return name
@@ -341,8 +356,16 @@ class Generator:
             base = node.get("properties", {}) if _is_object(node) else {}
             for alt in alts:
                 ref = _ref_name(alt)
-                inline = {k: v for k, v in alt.get("properties", {}).items() if not (_tag_of(alt) and k == _tag_of(alt)[0])}
-                if ref and not inline and self.refcount[ref] == 1 and _is_object(self.defs.get(ref, {})) and not _is_catch_all(alt):
+                inline = {
+                    k: v for k, v in alt.get("properties", {}).items() if not (_tag_of(alt) and k == _tag_of(alt)[0])
+                }
+                if (
+                    ref
+                    and not inline
+                    and self.refcount[ref] == 1
+                    and _is_object(self.defs.get(ref, {}))
+                    and not _is_catch_all(alt)
+                ):
                     self.owned[ref] = (_tag_of(alt), base, list(node.get("required", [])), name)
 
     def define(self, name: str, node: Dict[str, Any]) -> None:
@@ -350,8 +373,13 @@ class Generator:
         if _is_object(node) and name in self.owned:
             tag, base, base_required, union = self.owned[name]
             what = f"The ``{tag[1]}`` variant of ``{union}``." if tag else ""
-            fields = self.ordered([self.fields(_shared_part(base, base_required, tag), name),
-                                   self.fields(node, name), self.mixin_fields(node, alts, name)])
+            fields = self.ordered(
+                [
+                    self.fields(_shared_part(base, base_required, tag), name),
+                    self.fields(node, name),
+                    self.mixin_fields(node, alts, name),
+                ]
+            )
             self.structs[name] = StructSpec(name, fields, tag=tag, doc=what)
         elif _is_object(node) and any(_tag_of(a) for a in alts):
             self.build_union(name, alts, node.get("properties", {}), node.get("required", []))
@@ -401,7 +429,9 @@ class Generator:
             return
         self.build_union(name, alts, {}, [])
 
-    def build_union(self, name: str, alts: List[Dict[str, Any]], base: Dict[str, Any], base_required: List[str]) -> None:
+    def build_union(
+        self, name: str, alts: List[Dict[str, Any]], base: Dict[str, Any], base_required: List[str]
+    ) -> None:
         """Define ``name`` as the union of ``alts``; ``base`` holds properties every variant shares."""
         nullable = any(_is_null(a) for a in alts)
         members: List[str] = []
@@ -424,7 +454,9 @@ class Generator:
         else:
             # Beside tagged siblings, an untagged alternative's title is the tag it may also carry.
             implied = ", ".join(f'"{title}": {member}' for title, member in titles) if tagged else ""
-            runtime = f'untagged_union("{name}", {", ".join(members)}' + (f", implied={{{implied}}})" if implied else ")")
+            runtime = f'untagged_union("{name}", {", ".join(members)}' + (
+                f", implied={{{implied}}})" if implied else ")"
+            )
         typed_members = members + (["UnknownVariant"] if tagged else [])
         typed = f"Union[{', '.join(typed_members)}]" if len(typed_members) > 1 else typed_members[0]
         if nullable:
@@ -455,8 +487,14 @@ class Generator:
         spec = self.structs.get(name) or next((v for v in self.variants if v.name == name), None)
         return spec.tag if spec else None
 
-    def variant(self, union: str, alt: Dict[str, Any], tag: Optional[Tuple[str, str]],
-                base: Dict[str, Any], base_required: List[str]) -> str:
+    def variant(
+        self,
+        union: str,
+        alt: Dict[str, Any],
+        tag: Optional[Tuple[str, str]],
+        base: Dict[str, Any],
+        base_required: List[str],
+    ) -> str:
         """The class name standing for one alternative of ``union`` (made when needed)."""
         ref = _ref_name(alt)
         inline = {k: v for k, v in alt.get("properties", {}).items() if not (tag and k == tag[0])}
@@ -474,8 +512,11 @@ class Generator:
         if ref and not base and not inline:
             name = pascal(label)
             name = self.unique(name if name not in self.taken else union + pascal(label))
-            self.variants.append(StructSpec(name, [], base=ref, tag=tag,
-                                            doc=f"The ``{label}`` variant of ``{union}``, shaped as ``{ref}``."))
+            self.variants.append(
+                StructSpec(
+                    name, [], base=ref, tag=tag, doc=f"The ``{label}`` variant of ``{union}``, shaped as ``{ref}``."
+                )
+            )
             return name
         name = self.unique(union + pascal(label))
         groups = [self.fields(_shared_part(base, base_required, tag), name)]
@@ -490,8 +531,9 @@ class Generator:
         node = self.defs.get(name, {})
         return not _is_object(node) and any(_tag_of(a) for a in _alternatives(node))
 
-    def flattened_variant(self, union: str, ref: str, tag: Tuple[str, str],
-                          base: Dict[str, Any], base_required: List[str]) -> str:
+    def flattened_variant(
+        self, union: str, ref: str, tag: Tuple[str, str], base: Dict[str, Any], base_required: List[str]
+    ) -> str:
         """A tagged variant whose payload is itself a union tagged by another property
         (``state_update`` holding ``running``/``idle``/...): msgspec reads one tag per class, so
         the variant is one class holding the inner tag as a required field and the inner
@@ -510,8 +552,10 @@ class Generator:
             props = {k: v for k, v in target.get("properties", {}).items() if k != inner_field}
             groups.append(self.fields({"properties": props}, name, optional_all=True))
             groups.append(self.mixin_fields(target, _alternatives(target), name))
-        doc = (f"The ``{tag[1]}`` variant of ``{union}``: the variants of ``{ref}`` (told apart by "
-               f"``{inner_field}``) in one class.")
+        doc = (
+            f"The ``{tag[1]}`` variant of ``{union}``: the variants of ``{ref}`` (told apart by "
+            f"``{inner_field}``) in one class."
+        )
         self.variants.append(StructSpec(name, self.ordered(groups), tag=tag, doc=doc))
         return name
 
@@ -534,7 +578,9 @@ class Generator:
         return result
 
 
-def method_tables(defs: Dict[str, Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, List[Tuple[str, str, Optional[str]]]]:
+def method_tables(
+    defs: Dict[str, Dict[str, Any]], meta: Dict[str, Any]
+) -> Dict[str, List[Tuple[str, str, Optional[str]]]]:
     """side -> [(method, params type, result type or None)] from ``x-method``/``x-side``, in the
     order of the method table ``meta``, which must name exactly the same methods."""
     results = set()
@@ -570,7 +616,9 @@ def method_tables(defs: Dict[str, Dict[str, Any]], meta: Dict[str, Any]) -> Dict
         listed = list(meta.get(key, {}).values())
         found = [m for m, _, _ in tables.get(side, [])]
         if sorted(listed) != sorted(found):
-            raise SchemaShapeError(f"{key} in the method table {sorted(listed)} differ from the schema's {sorted(found)}")
+            raise SchemaShapeError(
+                f"{key} in the method table {sorted(listed)} differ from the schema's {sorted(found)}"
+            )
         tables[side] = sorted(tables.get(side, []), key=lambda entry: listed.index(entry[0]))
     return tables
 
@@ -601,8 +649,14 @@ from {codec} import MethodSpec, UnknownVariant, untagged_union
 '''
 
 
-def render(gen: Generator, source: str, digest: str, tables: Dict[str, List[Tuple[str, str, Optional[str]]]],
-           version: int, codec: str = ".codec") -> str:
+def render(
+    gen: Generator,
+    source: str,
+    digest: str,
+    tables: Dict[str, List[Tuple[str, str, Optional[str]]]],
+    version: int,
+    codec: str = ".codec",
+) -> str:
     parts = [HEADER.format(source=source, digest=digest, codec=codec), f"PROTOCOL_VERSION = {version}\n\n"]
     parts.append(
         "# Leniency markers read by acp_lite.codec: a malformed value falls back to the field's default,\n"
@@ -626,8 +680,12 @@ def render(gen: Generator, source: str, digest: str, tables: Dict[str, List[Tupl
     for side, constant in (("agent", "AGENT_METHODS"), ("client", "CLIENT_METHODS"), ("protocol", "PROTOCOL_METHODS")):
         rows = "".join(f'    "{m}": MethodSpec("{m}", {p}, {r or "None"}),\n' for m, p, r in tables.get(side, []))
         parts.append(f"\n{constant}: Dict[str, MethodSpec] = {{\n{rows}}}\n")
-    public = sorted({a.name for a in gen.scalars} | set(gen.structs) | {v.name for v in gen.variants if not v.name.startswith("_")}
-                    | {u.name for u in gen.unions if not u.name.startswith("_")})
+    public = sorted(
+        {a.name for a in gen.scalars}
+        | set(gen.structs)
+        | {v.name for v in gen.variants if not v.name.startswith("_")}
+        | {u.name for u in gen.unions if not u.name.startswith("_")}
+    )
     public += ["AGENT_METHODS", "CLIENT_METHODS", "PROTOCOL_METHODS", "PROTOCOL_VERSION"]
     parts.append("\n__all__ = [\n" + "".join(f'    "{n}",\n' for n in public) + "]\n")
     return "".join(parts)
@@ -648,8 +706,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="Generate acp_lite/schema.py from a structure file of schema/.")
     parser.add_argument("structure", help="the structure file made by schema/derive.py (schema/v1/structure.json)")
     parser.add_argument("--out", required=True, help="where to write the module")
-    parser.add_argument("--codec", default=".codec",
-                        help="the module the output imports acp_lite.codec as, relative to the output (..codec in a subpackage)")
+    parser.add_argument(
+        "--codec",
+        default=".codec",
+        help="the module the output imports acp_lite.codec as, relative to the output (..codec in a subpackage)",
+    )
     args = parser.parse_args(argv)
     text = generate(args.structure, args.codec)
     with open(args.out, "w", encoding="utf-8", newline="\n") as f:

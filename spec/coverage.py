@@ -4,6 +4,7 @@ Pure functions over plain data, so the pytest plugin (``spec/pytest_requirements
 A *test* here is a test function's node id without its parametrization (``tests/t.py::test_x``);
 its result is ``passed`` when at least one of its cases passed and none failed.
 """
+
 from collections import Counter
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -60,7 +61,10 @@ def gate(rows: List[Dict[str, Any]]) -> List[Tuple[str, List[str]]]:
 def _problem_of(row: Dict[str, Any]) -> str:
     status, covered = row["status"], is_covered(row)
     if status == "pending" and covered:
-        return f"pending but now covered by a passing test; update spec/manifest/classification.json with `{PROMOTE_COMMAND}`"
+        return (
+            "pending but now covered by a passing test; "
+            f"update spec/manifest/classification.json with `{PROMOTE_COMMAND}`"
+        )
     if status == "tested" and not covered:
         return "classified tested, but no test carrying the id passed"
     if status == "hook" and row["tests"].get(row["hook_test"]) != "passed":
@@ -92,7 +96,7 @@ def _status_counts(rows: List[Dict[str, Any]]) -> Dict[str, int]:
 
 
 def verification(row: Dict[str, Any], mutants: Optional[Dict[str, List[int]]]) -> str:
-    """"verified by N tests, M mutants killed": the passing tests carrying the id, and the mutants
+    """ "verified by N tests, M mutants killed": the passing tests carrying the id, and the mutants
     of ``spec/mutants.json`` that break it and were killed in the last mutation run (of how many)."""
     passing = sum(outcome == "passed" for outcome in row["tests"].values())
     text = f"verified by {passing} test{'s' if passing != 1 else ''}"
@@ -108,7 +112,9 @@ def mutation_line(mutants: Optional[Dict[str, List[int]]], rows: List[Dict[str, 
     if mutants is None:
         return "Mutants: not run (`python -m spec.mutate`)."
     gated = [row["id"] for row in rows if is_gated(row)]
-    verified = sum(1 for req_id in gated if mutants.get(req_id, (0, 0))[0] > 0 and mutants[req_id][0] == mutants[req_id][1])
+    verified = sum(
+        1 for req_id in gated if mutants.get(req_id, (0, 0))[0] > 0 and mutants[req_id][0] == mutants[req_id][1]
+    )
     return (
         f"Mutants (`python -m spec.mutate`, catalogue `spec/mutants.json`): {verified}/{len(gated)} MUST-level "
         "sdk/shared requirements have every mutant killed by their tests."
@@ -155,6 +161,16 @@ def render_markdown(
         why = row.get("why", "")
         if row.get("hook_test"):
             why = f"{why} (hook test `{row['hook_test']}`)"
-        cells = [row["id"], row["keyword"], row["role"], row["responsibility"], row["status"], tests, row["result"], verification(row, mutants), why]
+        cells = [
+            row["id"],
+            row["keyword"],
+            row["role"],
+            row["responsibility"],
+            row["status"],
+            tests,
+            row["result"],
+            verification(row, mutants),
+            why,
+        ]
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(out) + "\n"

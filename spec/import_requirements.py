@@ -30,6 +30,7 @@ Output, both written deterministically (same input, same bytes):
 ``--check`` writes nothing: it fails (status 1) when the committed manifest is not the import of
 the given file.
 """
+
 import hashlib
 import json
 import sys

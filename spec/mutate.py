@@ -27,6 +27,7 @@ A full run writes ``spec/mutation.json`` (each mutant's outcome) and rewrites ``
 from ``coverage.json`` with each requirement's "verified by N tests, M mutants killed"; it exits 1
 when any mutant survived, did not apply or could not run.
 """
+
 import argparse
 import json
 import os
@@ -111,7 +112,9 @@ def check_catalogue(mutants: List[Dict[str, Any]], root: Path = ROOT) -> List[st
     problems, names, mutated = [], set(), set()
     for mutant in mutants:
         name = mutant.get("name", "?")
-        missing = [field for field in REQUIRED_FIELDS if not mutant.get(field)] + (["new"] if "new" not in mutant else [])
+        missing = [field for field in REQUIRED_FIELDS if not mutant.get(field)] + (
+            ["new"] if "new" not in mutant else []
+        )
         if missing:
             problems.append(f"{name}: missing {', '.join(missing)}")
             continue
@@ -130,7 +133,9 @@ def check_catalogue(mutants: List[Dict[str, Any]], root: Path = ROOT) -> List[st
             problems.append(f"{name}: no test to run")
         count = occurrences(mutant, root)
         if count != 1:
-            problems.append(f"{name}: {NOT_APPLIED}: its old text occurs {count} times in {mutant['file']} (retarget it)")
+            problems.append(
+                f"{name}: {NOT_APPLIED}: its old text occurs {count} times in {mutant['file']} (retarget it)"
+            )
     rows = [dict(req, **classification[req["id"]]) for req in manifest["requirements"]]
     for row in rows:
         if is_gated(row) and row["status"] not in ("pending", "not-applicable") and row["id"] not in mutated:
@@ -160,8 +165,19 @@ def run_mutant(mutant: Dict[str, Any], tests: Sequence[str], project: Path) -> D
     env = dict(os.environ, PYTHONPATH=str(project), PYTHONDONTWRITEBYTECODE="1")
     # -n 0: the tests of one mutant run in this pytest process; the workers of this check are
     # the parallelism (pyproject's addopts would give each mutant's run workers of its own).
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "0",
-               f"--timeout={TEST_TIMEOUT}", *tests]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "0",
+        f"--timeout={TEST_TIMEOUT}",
+        *tests,
+    ]
     started = time.monotonic()
     try:
         run = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=MUTANT_TIMEOUT)
@@ -170,13 +186,17 @@ def run_mutant(mutant: Dict[str, Any], tests: Sequence[str], project: Path) -> D
     finally:
         path.write_text(original, encoding="utf-8")
     seconds = round(time.monotonic() - started, 1)
-    lines = (run.stdout.strip().splitlines() or [""])
+    lines = run.stdout.strip().splitlines() or [""]
     if run.returncode == 0:
         return {"outcome": SURVIVED, "detail": lines[-1], "seconds": seconds}
     if run.returncode == 1 and (" failed" in run.stdout or " error" in run.stdout):
         failed = [line.split(" - ")[0] for line in lines if re.match(r"(FAILED|ERROR) \S+::", line)]
         return {"outcome": KILLED, "detail": (failed or lines)[0][:300], "seconds": seconds}
-    return {"outcome": ERROR, "detail": f"pytest exit {run.returncode}: {(run.stdout + run.stderr)[-600:]}", "seconds": seconds}
+    return {
+        "outcome": ERROR,
+        "detail": f"pytest exit {run.returncode}: {(run.stdout + run.stderr)[-600:]}",
+        "seconds": seconds,
+    }
 
 
 def run_all(mutants: List[Dict[str, Any]], root: Path = ROOT, workers: int = WORKERS) -> Dict[str, Dict[str, Any]]:
@@ -188,7 +208,7 @@ def run_all(mutants: List[Dict[str, Any]], root: Path = ROOT, workers: int = WOR
             worker_dir = Path(scratch) / f"w{index}"
             worker_dir.mkdir()
             projects.append(_make_scratch(root, worker_dir))
-        free: "queue.Queue[Path]" = queue.Queue()
+        free: queue.Queue[Path] = queue.Queue()
         for project in projects:
             free.put(project)
         results: Dict[str, Dict[str, Any]] = {}
@@ -200,7 +220,10 @@ def run_all(mutants: List[Dict[str, Any]], root: Path = ROOT, workers: int = WOR
             finally:
                 free.put(project)
             results[mutant["name"]] = dict(result, requirements=mutant["requirements"])
-            print(f"{result['outcome']:>14}  {mutant['name']}  ({result.get('seconds', 0)} s) {result['detail']}", flush=True)
+            print(
+                f"{result['outcome']:>14}  {mutant['name']}  ({result.get('seconds', 0)} s) {result['detail']}",
+                flush=True,
+            )
 
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(work, mutants))
@@ -239,7 +262,9 @@ def write_reports(results: Dict[str, Dict[str, Any]], root: Path = ROOT) -> None
         return
     manifest, _ = load(root / "spec" / "manifest")
     coverage = json.loads(coverage_path.read_text(encoding="utf-8"))
-    (root / "spec" / "COVERAGE.md").write_text(render_markdown(manifest, coverage["requirements"], counts), encoding="utf-8")
+    (root / "spec" / "COVERAGE.md").write_text(
+        render_markdown(manifest, coverage["requirements"], counts), encoding="utf-8"
+    )
 
 
 def main(argv: List[str]) -> int:

@@ -8,6 +8,7 @@ Each pending requirement with a passing test becomes ``tested``, or ``hook`` whe
 ``"plan": "hook"`` (its first passing test becomes the ``hook_test``, its ``why`` is kept).
 Only ``spec/manifest/classification.json`` changes; review the diff before committing it.
 """
+
 import json
 
 from .import_requirements import MANIFEST_DIR, SPEC_DIR, dump_json, load

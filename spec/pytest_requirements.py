@@ -9,9 +9,9 @@ requirement ids and how each test ended. At the end:
 - on a whole-suite run, a draft requirement marked ``tested`` without a passing test fails the
   session too (the draft's own gate, next to v1's);
 - on a whole-suite run only (no path arguments, nothing deselected by ``-k``/``-m``/``--lf``, no
-  collection error, every collected test ran) it writes ``spec/COVERAGE.md`` and ``spec/coverage.json`` and applies the coverage
-  gate of ``spec/coverage.py``. A partial run proves nothing about coverage: it neither writes nor
-  judges, and says why.
+  collection error, every collected test ran) it writes ``spec/COVERAGE.md`` and
+  ``spec/coverage.json`` and applies the coverage gate of ``spec/coverage.py``. A partial run
+  proves nothing about coverage: it neither writes nor judges, and says why.
 
 A failed gate sets the session's exit status to 1 and says why in the terminal summary.
 Everything here runs on pytest's main thread.
@@ -23,6 +23,7 @@ controller gathers that from every worker as it goes down, takes every test's ou
 reports the workers forward to it, and alone judges, writes and prints, once. A worker that ends
 without reporting its collection makes the run partial: the controller cannot know what it held.
 """
+
 import json
 import os
 from pathlib import Path
@@ -165,9 +166,14 @@ class _RequirementTracker:
 
     def _draft_gate(self) -> str:
         """The v2 draft's line of the summary; its untraced ``tested`` ids go to the problems."""
-        passing = {req_id for req_id, tests in self.draft_tests.items()
-                   if any(self.results.get(test) == "passed" for test in tests)}
-        untraced = sorted(req_id for req_id, entry in self.draft.items() if entry["status"] == "tested" and req_id not in passing)
+        passing = {
+            req_id
+            for req_id, tests in self.draft_tests.items()
+            if any(self.results.get(test) == "passed" for test in tests)
+        }
+        untraced = sorted(
+            req_id for req_id, entry in self.draft.items() if entry["status"] == "tested" and req_id not in passing
+        )
         if untraced:
             self.problems.append(("v2 draft requirements marked tested have no passing test", untraced))
         return f"v2 draft: {len(passing)} of {len(self.draft)} traced by passing tests"

@@ -7,6 +7,7 @@ Usage (from the repository root)::
 
 The table sits between two marker lines in README.md; everything else there is left alone.
 """
+
 import sys
 from pathlib import Path
 from typing import List
@@ -24,7 +25,9 @@ def render_table() -> str:
     for requirement in manifest["requirements"]:
         entry = classification[requirement["id"]]
         if entry["status"] == "application":
-            lines.append(f"| `{requirement['id']}` | {requirement['keyword']} | {requirement['role']} | {entry['why']} |")
+            lines.append(
+                f"| `{requirement['id']}` | {requirement['keyword']} | {requirement['role']} | {entry['why']} |"
+            )
     return "\n".join(lines)
 
 

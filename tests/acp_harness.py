@@ -5,6 +5,7 @@ the other side's messages back with a timeout. ``agent_with_raw_client`` serves 
 ``RawPeer`` playing the editor; ``client_with_raw_agent`` connects a ``RemoteAgent`` to a
 ``RawPeer`` playing the agent.
 """
+
 import contextlib
 import json
 import os
@@ -104,7 +105,9 @@ class RawPeer:
     def expect_silence(self, seconds: float = 0.2) -> None:
         """Assert nothing arrives for ``seconds``."""
         ready, _, _ = select.select([self._read_fd], [], [], seconds)
-        assert not ready and b"\n" not in self._buffer, f"unexpected bytes: {self._buffer or os.read(self._read_fd, 4096)!r}"
+        assert not ready and b"\n" not in self._buffer, (
+            f"unexpected bytes: {self._buffer or os.read(self._read_fd, 4096)!r}"
+        )
 
     def close_writing(self) -> None:
         if self._write_fd >= 0:
@@ -128,7 +131,9 @@ INIT_PARAMS = {"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"n
 
 
 @contextlib.contextmanager
-def agent_with_raw_client(agent: Agent, initialize: Optional[Dict[str, Any]] = INIT_PARAMS) -> Iterator[Tuple[RemoteClient, RawPeer]]:
+def agent_with_raw_client(
+    agent: Agent, initialize: Optional[Dict[str, Any]] = INIT_PARAMS
+) -> Iterator[Tuple[RemoteClient, RawPeer]]:
     """Serve ``agent``; the test plays the editor through the ``RawPeer``. Initializes first
     unless ``initialize`` is None."""
     transport, raw = _raw_pair("agent-under-test")
@@ -158,7 +163,9 @@ def client_with_raw_agent(client: Optional[Client] = None, **connect: Any) -> It
         raw.close()
 
 
-def answer_initialize(raw: RawPeer, agent_capabilities: Optional[Dict[str, Any]] = None, **extra: Any) -> Dict[str, Any]:
+def answer_initialize(
+    raw: RawPeer, agent_capabilities: Optional[Dict[str, Any]] = None, **extra: Any
+) -> Dict[str, Any]:
     """Play the agent's side of ``initialize``: read the request, answer it; return the request."""
     request = raw.recv()
     assert request["method"] == "initialize", request
@@ -169,7 +176,7 @@ def answer_initialize(raw: RawPeer, agent_capabilities: Optional[Dict[str, Any]]
 
 def background(fn: Any, *args: Any, **kwargs: Any) -> "Future[Any]":
     """Run ``fn`` on a fresh thread; its result (or exception) arrives in the returned Future."""
-    future: "Future[Any]" = Future()
+    future: Future[Any] = Future()
 
     def run() -> None:
         try:
@@ -208,7 +215,9 @@ def sent(raw: RawPeer, call: Callable[[], Any]) -> Dict[str, Any]:
     return request
 
 
-def initialized(remote: RemoteAgent, raw: RawPeer, agent_capabilities: Optional[Dict[str, Any]] = None, **extra: Any) -> Dict[str, Any]:
+def initialized(
+    remote: RemoteAgent, raw: RawPeer, agent_capabilities: Optional[Dict[str, Any]] = None, **extra: Any
+) -> Dict[str, Any]:
     """Run ``remote.initialize()`` against the raw agent; return the request it sent."""
     pending = background(remote.initialize)
     request = answer_initialize(raw, agent_capabilities, **extra)

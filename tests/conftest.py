@@ -4,6 +4,7 @@ Every test runs under ``no_leaks``: when it ends, it fails if the test left behi
 open file descriptor or a child process. Threads and children get a short grace period to finish,
 since a clean ``close()`` may still be joining them when the test body returns.
 """
+
 import os
 import sys
 import threading
@@ -18,7 +19,11 @@ REPO = Path(__file__).resolve().parent.parent
 # installed, so make the repository root importable however pytest was started.
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-pytest_plugins = ["spec.pytest_requirements"]
+pytest_plugins = [
+    "spec.pytest_requirements",
+    # The workspace tests' fixtures (root, editor), shared by modules that must not import them.
+    "workspace_editor",
+]
 
 GRACE_SECONDS = 3.0
 

@@ -6,16 +6,16 @@ project's v1 schema, set against ``WireChecker``, the judge of ``acp-lite check`
 asks both whether its shape is valid. ``WireChecker`` counts as saying "valid" when it reports no
 ``schema-invalid`` problem and no ``tolerated`` decoding.
 """
+
 import json
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import jsonschema
+from conftest import REPO
 
 from acp_lite.codec import set_diagnostics_hook
 from acp_lite.schema import AGENT_METHODS, CLIENT_METHODS, PROTOCOL_METHODS
 from acp_lite.tools.wirecheck import WireChecker, WireVerdict
-
-from conftest import REPO
 
 METHODS = {**AGENT_METHODS, **CLIENT_METHODS, **PROTOCOL_METHODS}
 
@@ -54,7 +54,9 @@ def disagreements(conversation: Iterable[Tuple[Optional[str], Any]]) -> Tuple[in
             if verdict.method not in METHODS or not isinstance(message, dict) or part not in message:
                 continue  # not an ACP method's params or result: no schema to judge it by
             judged += 1
-            if wirecheck_schema_valid(verdict) != schema_valid(schema, schema_name(verdict.method, part), message[part]):
+            if wirecheck_schema_valid(verdict) != schema_valid(
+                schema, schema_name(verdict.method, part), message[part]
+            ):
                 disagreed.append((message, verdict))
     finally:
         set_diagnostics_hook(None)  # the checker took the codec's hook over

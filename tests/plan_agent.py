@@ -1,5 +1,6 @@
 """An agent for tests/test_vim_plugin.py: answers every prompt with a plan, then one message in
 two chunks, then ``end_turn``."""
+
 from acp_lite import schema, updates
 from acp_lite.agent import Agent, serve_stdio
 

@@ -5,6 +5,7 @@ or exits 1 when there is none). Looks at pyenv's installed versions (``$PYENV_RO
 ``~/.pyenv``), then ``pythonX.Y`` on the PATH; a candidate counts only when it runs and reports
 that version (a pyenv shim for a version that is not active does not).
 """
+
 import os
 import shutil
 import subprocess
@@ -15,9 +16,11 @@ from typing import Iterator, Optional
 
 def _candidates(version: str) -> Iterator[str]:
     root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-    installed = sorted(root.glob(f"versions/{version}.*/bin/python{version}"),
-                       key=lambda path: [int(part) for part in path.parent.parent.name.split(".") if part.isdigit()],
-                       reverse=True)  # the newest patch release first
+    installed = sorted(
+        root.glob(f"versions/{version}.*/bin/python{version}"),
+        key=lambda path: [int(part) for part in path.parent.parent.name.split(".") if part.isdigit()],
+        reverse=True,
+    )  # the newest patch release first
     yield from map(str, installed)
     on_path = shutil.which(f"python{version}")
     if on_path:
@@ -28,8 +31,12 @@ def find_python(version: str) -> Optional[str]:
     """The path of an interpreter that runs as Python ``version`` ("3.9"), or None."""
     for candidate in _candidates(version):
         try:
-            done = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                  capture_output=True, text=True, timeout=30)
+            done = subprocess.run(
+                [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
         except (OSError, subprocess.TimeoutExpired):
             continue
         if done.returncode == 0 and done.stdout.strip() == version:

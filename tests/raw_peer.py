@@ -5,6 +5,7 @@ transport's input pipe, so that several lines written at once reach the connecti
 one read (a burst), and a thread of its own reads back what the connection writes, so the test
 can wait for each frame with a timeout.
 """
+
 import json
 import os
 import queue
@@ -27,7 +28,7 @@ class RawPeer:
         from_connection, replies = os.pipe()
         self.transport_for_connection = Transport(to_connection, replies, name="raw-a", **transport_options)
         self._replies = Transport(from_connection, os.open(os.devnull, os.O_WRONLY), name="raw-b")
-        self.frames: "queue.Queue[Optional[bytes]]" = queue.Queue()
+        self.frames: queue.Queue[Optional[bytes]] = queue.Queue()
         self._reader = threading.Thread(target=self._read, name="raw-peer-reader", daemon=True)
         self._reader.start()
 
@@ -44,7 +45,7 @@ class RawPeer:
         """Write the bytes as they are (newlines included) in one write."""
         view = memoryview(data)
         while view:
-            view = view[os.write(self._feed, view):]
+            view = view[os.write(self._feed, view) :]
 
     def send(self, *messages: Any) -> None:
         """Write the messages' lines in one write: two or more arrive as one burst."""

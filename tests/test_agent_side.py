@@ -1,17 +1,18 @@
 """The agent side over a real pipe pair: the test plays the editor with raw JSON lines."""
+
 import threading
 import time
 from concurrent.futures import wait as futures_wait
 
 import pytest
+from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, capability_cases, refused, sent
 
 from acp_lite import agent as agent_module
 from acp_lite import schema, updates
 from acp_lite.agent import Agent
+from acp_lite.client import Client
 from acp_lite.codec import convert
 from acp_lite.errors import CapabilityError, RequestCancelled, UsageError
-from acp_lite.client import Client
-from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, capability_cases, refused, sent
 
 
 class Minimal(Agent):
@@ -124,7 +125,9 @@ def test_terminal_auth_methods_are_offered_only_to_clients_that_can_run_them():
 
     with agent_with_raw_client(WithLogin(), initialize=None) as (_, raw):
         for unable in ({}, {"auth": {}}, {"auth": {"terminal": False}}):
-            assert [m["id"] for m in _init(raw, clientCapabilities=unable)["result"]["authMethods"]] == ["oauth"], unable
+            assert [m["id"] for m in _init(raw, clientCapabilities=unable)["result"]["authMethods"]] == ["oauth"], (
+                unable
+            )
         plain = _init(raw)["result"]["authMethods"]
         capable = _init(raw, clientCapabilities={"auth": {"terminal": True}})["result"]["authMethods"]
     assert [m["id"] for m in plain] == ["oauth"]
@@ -151,7 +154,11 @@ def test_prompt_streams_updates_in_order_then_answers_with_the_stop_reason():
         "method": "session/update",
         "params": {
             "sessionId": "s-/work",
-            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "one"}, "messageId": "m1"},
+            "update": {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": "one"},
+                "messageId": "m1",
+            },
         },
     }
     assert response == {"jsonrpc": "2.0", "id": id, "result": {"stopReason": "end_turn"}}
@@ -166,9 +173,12 @@ def test_the_agent_acts_on_the_text_of_the_prompt():
                 turn.send(updates.text_chunk(block.text[::-1]))
             return "end_turn"
 
-    text = "multi-line\ntext with \"quotes\", \u00e9 and \U0001f600"
+    text = 'multi-line\ntext with "quotes", \u00e9 and \U0001f600'
     with agent_with_raw_client(Echo()) as (_, raw):
-        id = raw.request("session/prompt", {"sessionId": "s", "prompt": [{"type": "text", "text": text}, {"type": "text", "text": "2nd"}]})
+        id = raw.request(
+            "session/prompt",
+            {"sessionId": "s", "prompt": [{"type": "text", "text": text}, {"type": "text", "text": "2nd"}]},
+        )
         before, response = raw.recv_until_response(id)
     assert [m["params"]["update"]["content"]["text"] for m in before] == [text[::-1], "dn2"]
     assert response["result"] == {"stopReason": "end_turn"}
@@ -270,7 +280,9 @@ class PermissionAsker(Minimal):
         return "end_turn"
 
 
-@pytest.mark.req("ACP-V1-PROMPT-PERMISSION-MAY", "ACP-V1-TOOLS-PERMISSION-MAY", "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY")
+@pytest.mark.req(
+    "ACP-V1-PROMPT-PERMISSION-MAY", "ACP-V1-TOOLS-PERMISSION-MAY", "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY"
+)
 def test_cancel_while_waiting_for_permission_cascades_a_cancel_request():
     outcome = {}
     with agent_with_raw_client(PermissionAsker(outcome)) as (_, raw):
@@ -349,26 +361,78 @@ def test_load_session_replays_the_conversation_before_its_response():
     assert response["result"] == {}
 
 
-FORM_REQUEST = {"message": "Name?", "mode": "form", "sessionId": "s", "requestedSchema": {"type": "object", "properties": {}}}
-URL_REQUEST = {"message": "Sign in", "mode": "url", "sessionId": "s", "elicitationId": "e1", "url": "https://example.com/login"}
+FORM_REQUEST = {
+    "message": "Name?",
+    "mode": "form",
+    "sessionId": "s",
+    "requestedSchema": {"type": "object", "properties": {}},
+}
+URL_REQUEST = {
+    "message": "Sign in",
+    "mode": "url",
+    "sessionId": "s",
+    "elicitationId": "e1",
+    "url": "https://example.com/login",
+}
 
 # Each client method an agent may call only when the client advertised it: the call, its wire
 # method, the capability shapes that must refuse it (omitted, present but without the member or
 # false) and the one that allows it.
 CLIENT_CAPABILITY_CHECKS = {
-    "read": (lambda c: c.read_text_file("s", "/etc/hosts"), "fs/read_text_file",
-             [{}, {"fs": {}}, {"fs": {"readTextFile": False, "writeTextFile": True}}], {"fs": {"readTextFile": True}}),
-    "write": (lambda c: c.write_text_file("s", "/tmp/x", "data"), "fs/write_text_file",
-              [{}, {"fs": {}}, {"fs": {"readTextFile": True, "writeTextFile": False}}], {"fs": {"writeTextFile": True}}),
-    "terminal create": (lambda c: c.create_terminal("s", "ls"), "terminal/create", [{}, {"terminal": False}], {"terminal": True}),
-    "terminal output": (lambda c: c.terminal_output("s", "t1"), "terminal/output", [{}, {"terminal": False}], {"terminal": True}),
-    "terminal wait": (lambda c: c.wait_for_terminal_exit("s", "t1"), "terminal/wait_for_exit", [{}, {"terminal": False}], {"terminal": True}),
-    "terminal kill": (lambda c: c.kill_terminal("s", "t1"), "terminal/kill", [{}, {"terminal": False}], {"terminal": True}),
-    "terminal release": (lambda c: c.release_terminal("s", "t1"), "terminal/release", [{}, {"terminal": False}], {"terminal": True}),
-    "form elicitation": (lambda c: c.create_elicitation(convert(FORM_REQUEST, schema.CreateElicitationRequest)), "elicitation/create",
-                         [{}, {"elicitation": {}}, {"elicitation": {"url": {}}}], {"elicitation": {"form": {}}}),
-    "url elicitation": (lambda c: c.create_elicitation(convert(URL_REQUEST, schema.CreateElicitationRequest)), "elicitation/create",
-                        [{}, {"elicitation": {}}, {"elicitation": {"form": {}}}], {"elicitation": {"url": {}}}),
+    "read": (
+        lambda c: c.read_text_file("s", "/etc/hosts"),
+        "fs/read_text_file",
+        [{}, {"fs": {}}, {"fs": {"readTextFile": False, "writeTextFile": True}}],
+        {"fs": {"readTextFile": True}},
+    ),
+    "write": (
+        lambda c: c.write_text_file("s", "/tmp/x", "data"),
+        "fs/write_text_file",
+        [{}, {"fs": {}}, {"fs": {"readTextFile": True, "writeTextFile": False}}],
+        {"fs": {"writeTextFile": True}},
+    ),
+    "terminal create": (
+        lambda c: c.create_terminal("s", "ls"),
+        "terminal/create",
+        [{}, {"terminal": False}],
+        {"terminal": True},
+    ),
+    "terminal output": (
+        lambda c: c.terminal_output("s", "t1"),
+        "terminal/output",
+        [{}, {"terminal": False}],
+        {"terminal": True},
+    ),
+    "terminal wait": (
+        lambda c: c.wait_for_terminal_exit("s", "t1"),
+        "terminal/wait_for_exit",
+        [{}, {"terminal": False}],
+        {"terminal": True},
+    ),
+    "terminal kill": (
+        lambda c: c.kill_terminal("s", "t1"),
+        "terminal/kill",
+        [{}, {"terminal": False}],
+        {"terminal": True},
+    ),
+    "terminal release": (
+        lambda c: c.release_terminal("s", "t1"),
+        "terminal/release",
+        [{}, {"terminal": False}],
+        {"terminal": True},
+    ),
+    "form elicitation": (
+        lambda c: c.create_elicitation(convert(FORM_REQUEST, schema.CreateElicitationRequest)),
+        "elicitation/create",
+        [{}, {"elicitation": {}}, {"elicitation": {"url": {}}}],
+        {"elicitation": {"form": {}}},
+    ),
+    "url elicitation": (
+        lambda c: c.create_elicitation(convert(URL_REQUEST, schema.CreateElicitationRequest)),
+        "elicitation/create",
+        [{}, {"elicitation": {}}, {"elicitation": {"form": {}}}],
+        {"elicitation": {"url": {}}},
+    ),
 }
 CLIENT_REFUSALS, CLIENT_REFUSAL_IDS = capability_cases(CLIENT_CAPABILITY_CHECKS)
 
@@ -421,27 +485,36 @@ def test_the_agent_refuses_relative_paths_before_sending():
             lambda: client.read_text_file("s", "relative/file.txt"),
             lambda: client.write_text_file("s", "./out.txt", "data"),
             lambda: client.create_terminal("s", "ls", cwd="build"),
-            lambda: client.request_permission("s", schema.ToolCallUpdate(tool_call_id="t", locations=[relative_location]), [option]),
+            lambda: client.request_permission(
+                "s", schema.ToolCallUpdate(tool_call_id="t", locations=[relative_location]), [option]
+            ),
             lambda: client.session_update("s", updates.tool_call("t", "Edit", locations=[relative_location])),
-            lambda: client.session_update("s", schema.SessionUpdateToolCallUpdate(tool_call_id="t", content=[relative_diff])),
+            lambda: client.session_update(
+                "s", schema.SessionUpdateToolCallUpdate(tool_call_id="t", content=[relative_diff])
+            ),
         ):
             refused(call, UsageError)
         raw.expect_silence()
         # The same calls with absolute paths go out.
-        client.session_update("s", updates.tool_call("t", "Edit", locations=[schema.ToolCallLocation(path="/w/loc.py")]))
+        client.session_update(
+            "s", updates.tool_call("t", "Edit", locations=[schema.ToolCallLocation(path="/w/loc.py")])
+        )
         assert raw.recv()["params"]["update"]["locations"] == [{"path": "/w/loc.py"}]
 
 
 @pytest.mark.timeout(10)
 @pytest.mark.req("ACP-V1-OVERVIEW-ABSOLUTE-PATHS")
-@pytest.mark.parametrize("method, params", [
-    ("session/new", {"cwd": "not/absolute", "mcpServers": []}),
-    ("session/new", {"cwd": "/w", "mcpServers": [], "additionalDirectories": ["/lib", "docs"]}),
-    ("session/load", {"sessionId": "s", "cwd": "./w", "mcpServers": []}),
-    ("session/resume", {"sessionId": "s", "cwd": "w"}),
-    ("session/resume", {"sessionId": "s", "cwd": "/w", "additionalDirectories": ["../up"]}),
-    ("session/list", {"cwd": "w"}),
-])
+@pytest.mark.parametrize(
+    "method, params",
+    [
+        ("session/new", {"cwd": "not/absolute", "mcpServers": []}),
+        ("session/new", {"cwd": "/w", "mcpServers": [], "additionalDirectories": ["/lib", "docs"]}),
+        ("session/load", {"sessionId": "s", "cwd": "./w", "mcpServers": []}),
+        ("session/resume", {"sessionId": "s", "cwd": "w"}),
+        ("session/resume", {"sessionId": "s", "cwd": "/w", "additionalDirectories": ["../up"]}),
+        ("session/list", {"cwd": "w"}),
+    ],
+)
 def test_relative_session_roots_are_answered_invalid_params(method, params):
     handled = []
 
@@ -520,7 +593,11 @@ def test_extension_methods_and_meta_pass_through():
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.req("ACP-V1-SCHEMA-EXTENSION-METHOD-NAMES", "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST", "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND")
+@pytest.mark.req(
+    "ACP-V1-SCHEMA-EXTENSION-METHOD-NAMES",
+    "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST",
+    "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
+)
 def test_only_underscore_methods_reach_the_extension_handlers():
     seen = []
 
@@ -576,12 +653,12 @@ def test_a_blocking_client_call_from_a_notification_handler_raises_instead_of_de
 
 
 class Paging(Minimal):
-    SESSIONS = [schema.SessionInfo(session_id=f"s{i}", cwd="/w" if i < 3 else "/other") for i in range(4)]
+    SESSIONS = tuple(schema.SessionInfo(session_id=f"s{i}", cwd="/w" if i < 3 else "/other") for i in range(4))
 
     def list_sessions(self, params):
         matching = [info for info in self.SESSIONS if params.cwd in (None, info.cwd)]
         start = int(params.cursor or 0)
-        page = matching[start:start + 2]
+        page = matching[start : start + 2]
         more = start + 2 < len(matching)
         return schema.ListSessionsResponse(sessions=page, next_cursor=str(start + 2) if more else None)
 
@@ -593,13 +670,18 @@ def test_session_list_pages_go_out_with_a_cursor_until_the_last_and_empty_when_n
         first = raw.call("session/list", {"cwd": "/w"})["result"]
         last = raw.call("session/list", {"cwd": "/w", "cursor": first["nextCursor"]})["result"]
         none = raw.call("session/list", {"cwd": "/nowhere"})["result"]
-    assert first == {"sessions": [{"sessionId": "s0", "cwd": "/w"}, {"sessionId": "s1", "cwd": "/w"}], "nextCursor": "2"}
+    assert first == {
+        "sessions": [{"sessionId": "s0", "cwd": "/w"}, {"sessionId": "s1", "cwd": "/w"}],
+        "nextCursor": "2",
+    }
     assert last == {"sessions": [{"sessionId": "s2", "cwd": "/w"}]}
     assert none == {"sessions": []}
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.req("ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-CLIENT-MISSING-CURSOR-IS-END", "ACP-V1-LIST-CLIENT-OPAQUE-CURSOR")
+@pytest.mark.req(
+    "ACP-V1-LIST-AGENT-RESPONSE", "ACP-V1-LIST-CLIENT-MISSING-CURSOR-IS-END", "ACP-V1-LIST-CLIENT-OPAQUE-CURSOR"
+)
 def test_iter_sessions_walks_every_page_of_an_acp_lite_agent():
     with agent_and_client(Paging(), Client()) as remote:
         remote.initialize()

@@ -1,5 +1,6 @@
 """bench/host.py (workload H) run once in its smallest form: it must run end to end and write
 well-formed results. Nothing here looks at speed (performance lives in bench/, not in tests)."""
+
 import json
 import subprocess
 import sys
@@ -15,7 +16,10 @@ REPO = Path(__file__).resolve().parent.parent
 def test_workload_h_runs_and_writes_results(tmp_path):
     done = subprocess.run(
         [sys.executable, "bench/host.py", "--runs", "1", "--updates", "3000", "--no-vim", "--out", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=110,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=110,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads((tmp_path / "host.json").read_text())

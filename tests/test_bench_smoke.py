@@ -1,5 +1,6 @@
 """The benchmark suite, run once in its smallest form: it must run end to end and write
 well-formed results. Nothing here looks at speed (performance lives in bench/, not in tests)."""
+
 import json
 import subprocess
 import sys
@@ -14,9 +15,24 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 def test_bench_runs_without_peers_and_writes_results(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--no-peers", "--no-chart", "--runs", "1", "--scale", "0.005",
-         "--name", "smoke", "--out", str(tmp_path)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=110,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--no-peers",
+            "--no-chart",
+            "--runs",
+            "1",
+            "--scale",
+            "0.005",
+            "--name",
+            "smoke",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        timeout=110,
     )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
 
@@ -66,7 +82,9 @@ def test_before_after_divides_todays_figures_by_the_baselines_run_by_run():
         ("D", "python-sdk", "p50 µs (100/s, busy sender)"): [1.0, 1.0, 1.0],
     }
     rows = {(r["workload"], r["subject"], r["metric"]): r for r in before_after(figures, "acp_lite@abc123")}
-    assert set(rows) == {("B", "acp_lite", "updates/s"),
-                         ("D", "acp_lite agent → bare reader", "p50 µs (100/s, busy sender)")}
+    assert set(rows) == {
+        ("B", "acp_lite", "updates/s"),
+        ("D", "acp_lite agent → bare reader", "p50 µs (100/s, busy sender)"),
+    }
     assert rows[("B", "acp_lite", "updates/s")]["runs"] == [2.0, 3.0, None]
     assert rows[("D", "acp_lite agent → bare reader", "p50 µs (100/s, busy sender)")]["summary"]["median"] == 1.0

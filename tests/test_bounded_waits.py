@@ -1,16 +1,16 @@
 """Every wait has its bound: a call's timeout covers sending its request, and close(timeout)
 covers the whole close, the agent process's stop included, even with the agent frozen."""
+
 import os
 import signal
 import sys
 import time
 
 import pytest
+from test_peer_errors import EXAMPLES, WAIT, Printer
 
 from acp_lite import RemoteAgent
 from acp_lite.errors import CallTimeout
-
-from test_peer_errors import EXAMPLES, WAIT, Printer
 
 pytestmark = pytest.mark.timeout(60)
 

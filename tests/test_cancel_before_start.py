@@ -5,17 +5,17 @@ handler must then never run (what it would send would land after the answer). Ch
 wire, from a raw client that writes the prompt and its cancel in one write, and at
 ``Client.session_update`` through ``RemoteAgent``.
 """
+
 import threading
 from typing import Any, Dict, List
 
 import pytest
+from raw_peer import RawPeer
 
 from acp_lite import schema, updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.wire import memory_pair
-
-from raw_peer import RawPeer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -95,7 +95,9 @@ def test_on_the_wire_no_update_follows_the_answer_of_a_turn_cancelled_before_dur
                 if turn in answered:
                     late.append(text)
             elif "result" in frame and isinstance(frame["result"], dict) and "stopReason" in frame["result"]:
-                answered[f"before{frame['id']}" if isinstance(frame["id"], int) else frame["id"]] = frame["result"]["stopReason"]
+                answered[f"before{frame['id']}" if isinstance(frame["id"], int) else frame["id"]] = frame["result"][
+                    "stopReason"
+                ]
         assert late == []
         assert answered["during"] == "cancelled" and answered["after"] == "end_turn"
         assert len(answered) == TURNS + 2  # every turn answered (either way: the invariant is the order)

@@ -6,6 +6,7 @@ every check; with ``--defect NAME`` it misbehaves in exactly one way, and the pr
 with the right check and exit 1. Most runs are in-process (``run_checks``); a few go through the
 command line to pin the exit statuses and the JSON report.
 """
+
 import json
 import os
 import signal
@@ -15,15 +16,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
-from acp_lite.tools.check_probe import AUTH_SKIP, FAIL, PASS, REQUIREMENT_LEVELS, SKIP, CheckOptions
-from acp_lite.tools.check_report import format_summary
-from acp_lite.tools.wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT
-from acp_lite.tools.check_runner import run_checks, selected_checks
-from acp_lite.codec import set_diagnostics_hook
-
 from conftest import REPO
 from json_schema_judge import disagreements
+
+from acp_lite.codec import set_diagnostics_hook
+from acp_lite.tools.check_probe import AUTH_SKIP, FAIL, PASS, REQUIREMENT_LEVELS, SKIP, CheckOptions
+from acp_lite.tools.check_report import format_summary
+from acp_lite.tools.check_runner import run_checks, selected_checks
+from acp_lite.tools.wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="the raw agent selects on its stdin")
 
@@ -55,13 +55,23 @@ def statuses(findings, requirement):
 
 # -- agents that conform ----------------------------------------------------------------------------
 @pytest.mark.timeout(60)
-@pytest.mark.req("ACP-V1-INIT-AGENT-RESPONSE", "ACP-V1-INIT-AGENT-SAME-VERSION", "ACP-V1-INIT-AGENT-LATEST-VERSION",
-                 "ACP-V1-INIT-SESSION-BASELINE", "ACP-V1-SETUP-NEW-SESSION-ID",
-                 "ACP-V1-INIT-PROMPT-BASELINE", "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
-                 "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON", "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS",
-                 "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE", "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",
-                 "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST", "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
-                 "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS", "ACP-V1-SCHEMA-ERROR-OBJECT")
+@pytest.mark.req(
+    "ACP-V1-INIT-AGENT-RESPONSE",
+    "ACP-V1-INIT-AGENT-SAME-VERSION",
+    "ACP-V1-INIT-AGENT-LATEST-VERSION",
+    "ACP-V1-INIT-SESSION-BASELINE",
+    "ACP-V1-SETUP-NEW-SESSION-ID",
+    "ACP-V1-INIT-PROMPT-BASELINE",
+    "ACP-V1-PROMPT-RESPOND-WITH-STOP-REASON",
+    "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
+    "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS",
+    "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE",
+    "ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP",
+    "ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST",
+    "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
+    "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS",
+    "ACP-V1-SCHEMA-ERROR-OBJECT",
+)
 @pytest.mark.slow
 def test_the_mock_example_agent_passes_every_applicable_check():
     report = check(EXAMPLES["agent.py"])
@@ -91,8 +101,17 @@ def test_an_agent_advertising_everything_has_every_capability_exercised():
     report = check(RAW_AGENT, cancel_prompt="wait a moment", auth_method="token")
     not_passed = [finding for finding in report.findings() if finding.status != PASS]
     assert not_passed == []
-    assert {result.name for result in report.checks} >= {"load", "resume", "list", "close", "delete", "modes",
-                                                          "config-options", "prompt-audio", "logout"}
+    assert {result.name for result in report.checks} >= {
+        "load",
+        "resume",
+        "list",
+        "close",
+        "delete",
+        "modes",
+        "config-options",
+        "prompt-audio",
+        "logout",
+    }
 
 
 @pytest.mark.timeout(30)
@@ -171,8 +190,10 @@ CAUGHT_BY = {
 # The defects that break only a SHOULD (-32601 for unknown methods; an agent that outlives its
 # stdin, which the transports page does not forbid): reported, exit status 0.
 SHOULD_DEFECT = "null-for-unknown-methods"
-SHOULD_DEFECTS = {SHOULD_DEFECT: ("errors", "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND"),
-                  "ignores-stdin-eof": ("stdin-eof", "probe:exits-on-stdin-eof")}
+SHOULD_DEFECTS = {
+    SHOULD_DEFECT: ("errors", "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND"),
+    "ignores-stdin-eof": ("stdin-eof", "probe:exits-on-stdin-eof"),
+}
 
 
 def test_every_defect_of_the_raw_agent_has_a_case():
@@ -194,8 +215,12 @@ def defect_reports():
 
     def probe(defect):
         timeout = 5.0 if defect in SILENT_DEFECTS else 15.0
-        return check([*RAW_AGENT, "--defect", defect], pattern=ALL_DEFECTS[defect][0], timeout=timeout,
-                     cancel_prompt="wait a moment")
+        return check(
+            [*RAW_AGENT, "--defect", defect],
+            pattern=ALL_DEFECTS[defect][0],
+            timeout=timeout,
+            cancel_prompt="wait a moment",
+        )
 
     with ThreadPoolExecutor(max_workers=len(ALL_DEFECTS), thread_name_prefix="defect-probe") as pool:
         reports = dict(zip(ALL_DEFECTS, pool.map(probe, ALL_DEFECTS)))
@@ -283,8 +308,9 @@ def test_the_command_exits_0_for_the_example_agent_and_prints_a_summary():
 @pytest.mark.timeout(WAIT)
 def test_a_failure_exits_1_with_its_transcript_in_the_text_and_the_json_report(tmp_path):
     report_file = tmp_path / "report.json"
-    status, out, _ = run_cli("--json", str(report_file), "-k", "ACP-V1-INIT-AGENT-*", "--", *RAW_AGENT,
-                             "--defect", "echoes-version")
+    status, out, _ = run_cli(
+        "--json", str(report_file), "-k", "ACP-V1-INIT-AGENT-*", "--", *RAW_AGENT, "--defect", "echoes-version"
+    )
     assert status == 1
     assert "  FAIL ACP-V1-INIT-AGENT-LATEST-VERSION (MUST): asked for 99, answered 99" in out
     assert '<- {"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": 99' in out
@@ -306,7 +332,7 @@ def test_a_should_level_failure_alone_exits_0():
 
 @pytest.mark.timeout(WAIT)
 def test_a_pattern_that_selects_nothing_is_a_usage_error():
-    status, out, err = run_cli("-k", "no-such-check", "--", *RAW_AGENT)
+    status, _out, err = run_cli("-k", "no-such-check", "--", *RAW_AGENT)
     assert status == 2
     assert "no check matches -k 'no-such-check'" in err
 

@@ -7,12 +7,15 @@ with the recorded lines, so its verdicts on real agents are pinned without the a
 message of the recordings is judged twice: by ``WireChecker`` (what ``check`` and ``validate``
 use) and by an independent JSON Schema validator on the project's v1 schema. They must agree.
 """
+
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List
 
 import pytest
+from conftest import REPO
+from json_schema_judge import disagreements, schema_name, schema_valid, v1_json_schema, wirecheck_schema_valid
 
 from acp_lite.codec import set_diagnostics_hook
 from acp_lite.schema import CLIENT_METHODS
@@ -20,9 +23,6 @@ from acp_lite.tools.check_probe import AUTH_SKIP, FAIL, PASS, SKIP, CheckOptions
 from acp_lite.tools.check_report import format_check_result
 from acp_lite.tools.check_runner import run_checks
 from acp_lite.tools.wirecheck import CLIENT_TO_AGENT, WireChecker
-
-from conftest import REPO
-from json_schema_judge import disagreements, schema_name, schema_valid, v1_json_schema, wirecheck_schema_valid
 
 RECORDINGS = REPO / "tests" / "data" / "real_agents"
 REPLAY_AGENT = [sys.executable, str(REPO / "tests" / "check_agents" / "replay_agent.py")]
@@ -80,8 +80,12 @@ def test_the_replayed_run_gives_the_verdicts_of_the_live_run(agent, reports):
 
 
 def statuses(report, requirement: str) -> Dict[str, str]:
-    return {result.name: finding.status for result in report.checks for finding in result.findings
-            if finding.requirement == requirement}
+    return {
+        result.name: finding.status
+        for result in report.checks
+        for finding in result.findings
+        if finding.requirement == requirement
+    }
 
 
 @pytest.mark.timeout(120)
@@ -92,7 +96,10 @@ def test_codex_answering_notifications_with_id_less_errors_fails_no_reply_to_not
     notifications = next(result for result in report.checks if result.name == "notifications")
     text = format_check_result(notifications)
     # With the transcript that shows it: the reply, flagged where it stands.
-    assert '<- {"jsonrpc":"2.0","error":{"code":-32601,"message":"Method not found","data":"_acp_lite_check/notice"}}' in text
+    assert (
+        '<- {"jsonrpc":"2.0","error":{"code":-32601,"message":"Method not found","data":"_acp_lite_check/notice"}}'
+        in text
+    )
     assert "!! ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION: no-id: a response without an id" in text
     # Not blamed on stdout hygiene, and its env_var auth methods are valid under the schema.
     requirements = report.requirement_status()
@@ -110,7 +117,9 @@ def test_what_authentication_blocks_is_skipped_with_that_reason_and_nothing_else
     assert {"prompt", "load", "resume"} <= set(blocked)
     for result in report.checks:
         # What a check judged before the block stands (codex's reply to a notification).
-        assert not [f for f in result.findings if f.status == FAIL and "-32000" in f.detail], format_check_result(result)
+        assert not [f for f in result.findings if f.status == FAIL and "-32000" in f.detail], format_check_result(
+            result
+        )
         if result.name in blocked:
             assert {f.detail for f in result.findings if f.status == SKIP} == {AUTH_SKIP}
     assert "stopReason None" not in "\n".join(format_check_result(result) for result in report.checks)
@@ -129,17 +138,23 @@ def test_claude_turns_are_judged_by_what_the_protocol_requires(reports):
     assert finding(report, "prompt", "ACP-V1-CONTENT-TEXT-SUPPORT").status == PASS
     # It sends its available commands after the load response: session state, not a late replay.
     load = finding(report, "load", "ACP-V1-SETUP-LOAD-RESPOND-AFTER-REPLAY")
-    assert (load.status, load.detail) == (PASS, "no conversation update after the response "
-                                                "(1 session-state update(s) after it: available_commands_update)")
+    assert (load.status, load.detail) == (
+        PASS,
+        "no conversation update after the response (1 session-state update(s) after it: available_commands_update)",
+    )
     # It lists only sessions with history; the list it answers is what the protocol asks for.
     assert finding(report, "list", "ACP-V1-LIST-AGENT-RESPONSE").status == PASS
     # What it gets wrong stays wrong: usage_update with "used": null, and a turn ended by
     # session/close answers an error instead of cancelled.
     assert finding(report, "prompt", "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS").detail == (
-        "schema-invalid: Expected `int`, got `null` at $.params.update.used")
+        "schema-invalid: Expected `int`, got `null` at $.params.update.used"
+    )
     assert finding(report, "close", "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS").status == FAIL
-    assert report.must_failures() == ["ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS", "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS",
-                                      "ACP-V1-SETUP-CLOSE-CANCELS-AND-FREES"]
+    assert report.must_failures() == [
+        "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS",
+        "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS",
+        "ACP-V1-SETUP-CLOSE-CANCELS-AND-FREES",
+    ]
 
 
 # -- every recorded message, judged twice ----------------------------------------------------------
@@ -166,15 +181,25 @@ def test_wirecheck_and_an_independent_json_schema_validator_agree_on_every_recor
 # agents send that v1 allows (env_var auth methods match the untagged agent variant) or not
 # (claude-agent-acp's usage_update with "used": null), and the tolerated decodings.
 EDGE_CASES = [
-    ("initialize", {"protocolVersion": 1, "authMethods": [
-        {"type": "env_var", "id": "key", "name": "API key", "vars": [{"name": "API_KEY"}]}]}),
+    (
+        "initialize",
+        {
+            "protocolVersion": 1,
+            "authMethods": [{"type": "env_var", "id": "key", "name": "API key", "vars": [{"name": "API_KEY"}]}],
+        },
+    ),
     ("initialize", {"protocolVersion": 1, "authMethods": [{"type": "env_var", "name": "no id"}]}),
     ("initialize", {"protocolVersion": 1, "authMethods": [{"type": "terminal", "id": "login", "name": "Log in"}]}),
     ("session/update", {"sessionId": "s", "update": {"sessionUpdate": "usage_update", "used": None, "size": 10}}),
     ("session/update", {"sessionId": "s", "update": {"sessionUpdate": "usage_update", "used": 3, "size": 10}}),
     ("session/update", {"sessionId": "s", "update": {"sessionUpdate": "mood_update"}}),
-    ("session/update", {"sessionId": "s", "update": {"sessionUpdate": "tool_call", "toolCallId": "c", "title": "t",
-                                                     "kind": "teleport"}}),
+    (
+        "session/update",
+        {
+            "sessionId": "s",
+            "update": {"sessionUpdate": "tool_call", "toolCallId": "c", "title": "t", "kind": "teleport"},
+        },
+    ),
     ("session/new", {"sessionId": "s", "modes": None}),
 ]
 

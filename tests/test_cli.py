@@ -4,6 +4,7 @@ Agents are ``examples/agent.py`` (the mock coding agent) and small inline script
 JSON lines, so that the tool meets agents that misbehave in exactly one way. Every process a test
 starts is stopped by the ``launched`` fixture, whatever the test's outcome.
 """
+
 import io
 import json
 import os
@@ -15,15 +16,14 @@ import textwrap
 import threading
 
 import pytest
+from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.tools.tap import _TapLog
-from acp_lite.updates import select_permission, variant_tag
 from acp_lite.tools.wirecheck import CLIENT_TO_AGENT
-
-from conftest import REPO
+from acp_lite.updates import select_permission, variant_tag
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="signals and ptys are POSIX")
 
@@ -48,8 +48,9 @@ class Launched:
     come (not line by line: the agent's text has no newline until its message ends)."""
 
     def __init__(self, args, stdin=subprocess.PIPE, read=("stdout", "stderr"), command=tuple(CLI)):
-        self.proc = subprocess.Popen([*command, *args], stdin=stdin, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, cwd=REPO, env=ENV)
+        self.proc = subprocess.Popen(
+            [*command, *args], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=ENV
+        )
         self.seen = {"stdout": "", "stderr": ""}
         self.changed = threading.Condition()
         self.readers = [threading.Thread(target=self._read, args=(name,), daemon=True) for name in read]
@@ -100,14 +101,17 @@ def launched():
 
 # -- run: non-interactive -----------------------------------------------------------------------------
 
+
 @pytest.mark.timeout(60)
 @pytest.mark.req("ACP-V1-TOOLS-CLIENT-AUTO-PERMISSION-MAY", "ACP-V1-TRANSPORT-CLIENT-STDERR-MAY")
 def test_run_without_a_tty_prints_agent_text_to_stdout_and_rejects_permission():
     status, out, err = cli("run", "--", *MOCK_AGENT, stdin=b"hello\n\nsecond prompt\n")
     assert status == 0, err
     # Agent text only on stdout, one line per agent message; everything else on stderr.
-    assert out == ("Analyzing request: hello\nDid not read pyproject.toml (permission: reject_once).\n"
-                   "Analyzing request: second prompt\nDid not read pyproject.toml (permission: reject_once).\n")
+    assert out == (
+        "Analyzing request: hello\nDid not read pyproject.toml (permission: reject_once).\n"
+        "Analyzing request: second prompt\nDid not read pyproject.toml (permission: reject_once).\n"
+    )
     assert "[agent] ready on stdio" in err  # the agent's own stderr is passed on
     assert "[tool] Reading configuration file (read): pending" in err
     assert "[permission] Reading configuration file: reject_once" in err
@@ -179,12 +183,15 @@ TGKILL = pytest.mark.skipif(
 
 @pytest.mark.timeout(60)
 @pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY")
-@pytest.mark.parametrize("interrupt", [
-    pytest.param(lambda pid: os.kill(pid, signal.SIGINT), id="to-the-process"),
-    # A process-wide signal may be delivered to any thread, or land just before the main thread
-    # blocks: either way the main thread, waiting for the turn's events, must still see it.
-    pytest.param(_interrupt_another_thread, marks=TGKILL, id="on-another-thread"),
-])
+@pytest.mark.parametrize(
+    "interrupt",
+    [
+        pytest.param(lambda pid: os.kill(pid, signal.SIGINT), id="to-the-process"),
+        # A process-wide signal may be delivered to any thread, or land just before the main thread
+        # blocks: either way the main thread, waiting for the turn's events, must still see it.
+        pytest.param(_interrupt_another_thread, marks=TGKILL, id="on-another-thread"),
+    ],
+)
 def test_run_second_ctrl_c_exits_when_the_agent_ignores_the_cancel(launched, interrupt):
     tool = launched("run", "--", *inline_agent(STUBBORN_AGENT))
     tool.wait_for("stderr", "[session] s1")
@@ -241,7 +248,9 @@ RAW_AGENT_HELPERS = """
 
 # Serves one turn by writing, reading and trying to read outside the session's root, then
 # reports what it got back.
-FILE_AGENT = RAW_AGENT_HELPERS + """
+FILE_AGENT = (
+    RAW_AGENT_HELPERS
+    + """
     for line in sys.stdin:
         message = json.loads(line)
         method = message.get("method")
@@ -266,6 +275,7 @@ FILE_AGENT = RAW_AGENT_HELPERS + """
                 "sessionUpdate": "agent_message_chunk", "content": text}}})
             send({"id": message["id"], "result": {"stopReason": "end_turn"}})
 """
+)
 
 
 @pytest.mark.timeout(60)
@@ -284,10 +294,12 @@ def test_run_serves_file_requests_only_inside_the_session_root(tmp_path):
 
 
 # One turn that thinks, plans, updates the plan and a tool call, then answers.
-PLANNING_AGENT = STUBBORN_AGENT.replace("""        else:
+PLANNING_AGENT = STUBBORN_AGENT.replace(
+    """        else:
             print("stubborn agent: got", message.get("method"), file=sys.stderr, flush=True)
             continue
-""", """        else:
+""",
+    """        else:
             def update(**fields):
                 print(json.dumps({"jsonrpc": "2.0", "method": "session/update",
                                   "params": {"sessionId": "s1", "update": fields}}), flush=True)
@@ -301,7 +313,8 @@ PLANNING_AGENT = STUBBORN_AGENT.replace("""        else:
             update(sessionUpdate="usage_update", used=None, size=1000)  # does not decode: shown all the same
             update(sessionUpdate="agent_message_chunk", content={"type": "text", "text": "All done."})
             result = {"stopReason": "end_turn"}
-""")
+""",
+)
 
 
 @pytest.mark.timeout(60)
@@ -311,21 +324,24 @@ def test_run_shows_thoughts_plans_and_tool_call_changes_on_stderr():
     assert out == "All done.\n"
     assert "[thought] hmm\n" in err
     assert "[plan]\n  [in_progress] Read the code\n  [pending] Fix the bug\n" in err
-    assert ("[tool] grep TODO (search): pending\n[tool] grep TODO (search): in_progress\n"
-            "[tool] grep TODO (search): completed\n") in err
+    assert (
+        "[tool] grep TODO (search): pending\n[tool] grep TODO (search): in_progress\n"
+        "[tool] grep TODO (search): completed\n"
+    ) in err
     assert "[update that does not decode] " in err and " at `$.update.used`" in err
 
 
 # -- run: failing agents --------------------------------------------------------------------------
 
+
 def test_run_without_an_agent_command_is_a_usage_error():
-    status, out, err = cli("run", "--yes")
+    status, _out, err = cli("run", "--yes")
     assert status == 2
     assert "missing agent command" in err and "run [options] -- AGENT_CMD" in err
 
 
 def test_run_with_an_agent_that_cannot_be_found():
-    status, out, err = cli("run", "--", "no-such-agent-anywhere")
+    status, _out, err = cli("run", "--", "no-such-agent-anywhere")
     assert status == 127
     assert "no-such-agent-anywhere" in err
 
@@ -345,7 +361,7 @@ def test_run_with_an_agent_that_exits_at_once_shows_its_stderr_tail():
 @pytest.mark.slow
 def test_run_with_an_agent_that_never_answers_initialize_times_out():
     mute = inline_agent("import sys, time; sys.stderr.write('loading model...\\n'); sys.stderr.flush(); time.sleep(60)")
-    status, out, err = cli("run", "--timeout", "1", "--", *mute, stdin=b"hello\n")
+    status, _out, err = cli("run", "--timeout", "1", "--", *mute, stdin=b"hello\n")
     assert status == 1
     assert "did not answer initialize within 1 s" in err
     assert "loading model..." in err
@@ -354,12 +370,13 @@ def test_run_with_an_agent_that_never_answers_initialize_times_out():
 @pytest.mark.timeout(60)
 def test_run_with_an_agent_that_dies_during_a_turn():
     dying = STUBBORN_AGENT.replace("continue", "sys.exit(4)")
-    status, out, err = cli("run", "--", *inline_agent(dying), stdin=b"hello\n")
+    status, _out, err = cli("run", "--", *inline_agent(dying), stdin=b"hello\n")
     assert status == 1
     assert "the session failed" in err and "exit code 4" in err
 
 
 # -- tap ----------------------------------------------------------------------------------------
+
 
 def read_log(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -394,7 +411,7 @@ def test_tap_carries_a_whole_session_and_logs_every_message(tmp_path):
     # Cause before effect, although each direction is read by its own thread.
     assert calls.index(("client->agent", f"response {asked_id}")) > permission
     assert calls[-1] == ("agent->client", "response 3")
-    status, out, err = cli("validate", str(log))
+    status, out, _err = cli("validate", str(log))
     assert status == 0, out
     assert out.splitlines()[-1] == f"{len(entries)} messages, 0 invalid"
 
@@ -477,7 +494,10 @@ OVERREACHING_AGENT = """
 def test_tap_flags_schema_errors_and_calls_of_capabilities_not_advertised(tmp_path, launched):
     log = tmp_path / "tap.jsonl"
     tool = launched("tap", "--log", str(log), "--", *inline_agent(OVERREACHING_AGENT))
-    send = lambda message: tool.proc.stdin.write(json.dumps(dict(message, jsonrpc="2.0")).encode() + b"\n")
+
+    def send(message):
+        tool.proc.stdin.write(json.dumps(dict(message, jsonrpc="2.0")).encode() + b"\n")
+
     send({"id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}})
     tool.proc.stdin.flush()
     tool.wait_for("stdout", "session/update")
@@ -500,10 +520,13 @@ def test_tap_flags_schema_errors_and_calls_of_capabilities_not_advertised(tmp_pa
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("terminate", [
-    pytest.param(lambda pid: os.kill(pid, signal.SIGTERM), id="to-the-process"),
-    pytest.param(lambda pid: _signal_another_thread(pid, signal.SIGTERM), marks=TGKILL, id="on-another-thread"),
-])
+@pytest.mark.parametrize(
+    "terminate",
+    [
+        pytest.param(lambda pid: os.kill(pid, signal.SIGTERM), id="to-the-process"),
+        pytest.param(lambda pid: _signal_another_thread(pid, signal.SIGTERM), marks=TGKILL, id="on-another-thread"),
+    ],
+)
 def test_tap_passes_sigterm_to_the_agent_and_reports_how_it_ended(tmp_path, launched, terminate):
     tool = launched("tap", "--log", str(tmp_path / "tap.jsonl"), "--", *inline_agent(ECHO_AGENT))
     tool.wait_for("stdout", "Echo agent v0 starting")  # the agent runs
@@ -512,10 +535,13 @@ def test_tap_passes_sigterm_to_the_agent_and_reports_how_it_ended(tmp_path, laun
 
 
 # Lines as they may appear on a pipe: JSON-RPC messages, blank lines, banners, invalid UTF-8.
-wire_lines = st.lists(st.one_of(
-    st.builds(lambda n: b'{"jsonrpc":"2.0","method":"_x","params":{"n":%d}}' % n, st.integers(0, 10**6)),
-    st.binary(max_size=20).map(lambda raw: raw.replace(b"\n", b"")),
-), max_size=12)
+wire_lines = st.lists(
+    st.one_of(
+        st.builds(lambda n: b'{"jsonrpc":"2.0","method":"_x","params":{"n":%d}}' % n, st.integers(0, 10**6)),
+        st.binary(max_size=20).map(lambda raw: raw.replace(b"\n", b"")),
+    ),
+    max_size=12,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -539,29 +565,48 @@ def test_tap_log_does_not_depend_on_where_reads_split_the_stream(lines, cuts, fi
         else:
             assert entry["raw"] == line.decode("utf-8", errors="replace")
     unterminated = [entry for entry in entries if any(f.startswith("unterminated") for f in entry["flags"])]
-    assert len(unterminated) == (1 if expected and not stream.endswith(b"\n") and stream.split(b"\n")[-1].strip() else 0)
+    assert len(unterminated) == (
+        1 if expected and not stream.endswith(b"\n") and stream.split(b"\n")[-1].strip() else 0
+    )
 
 
 def test_tap_usage_errors(tmp_path):
-    status, out, err = cli("tap", "--log", str(tmp_path / "log"))
+    status, _out, err = cli("tap", "--log", str(tmp_path / "log"))
     assert status == 2 and "missing agent command" in err
-    status, out, err = cli("tap", "--log", str(tmp_path / "no" / "such" / "dir"), "--", *MOCK_AGENT)
+    status, _out, err = cli("tap", "--log", str(tmp_path / "no" / "such" / "dir"), "--", *MOCK_AGENT)
     assert status == 2 and "cannot open the log" in err
-    status, out, err = cli("tap", "--log", str(tmp_path / "log"), "--", "no-such-agent-anywhere")
+    status, _out, err = cli("tap", "--log", str(tmp_path / "log"), "--", "no-such-agent-anywhere")
     assert status == 127 and "no-such-agent-anywhere" in err
 
 
 # -- validate -------------------------------------------------------------------------------------
 
 GOOD_CAPTURE = [
-    {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}}}},
+    {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}}},
+    },
     {"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}}},
     {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/work", "mcpServers": []}},
     {"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s1"}},
-    {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": "s1", "prompt": [{"type": "text", "text": "hi"}]}},
+    {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "session/prompt",
+        "params": {"sessionId": "s1", "prompt": [{"type": "text", "text": "hi"}]},
+    },
     {"jsonrpc": "2.0", "id": "r1", "method": "fs/read_text_file", "params": {"sessionId": "s1", "path": "/work/a.txt"}},
     {"jsonrpc": "2.0", "id": "r1", "result": {"content": "hello"}},
-    {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hi!"}}}},
+    {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {
+            "sessionId": "s1",
+            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hi!"}},
+        },
+    },
     {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}},
     {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "cancelled"}},
 ]
@@ -572,7 +617,7 @@ def ndjson(messages):
 
 
 def test_validate_accepts_a_good_capture_from_stdin_inferring_directions():
-    status, out, err = cli("validate", stdin=ndjson(GOOD_CAPTURE))
+    status, out, _err = cli("validate", stdin=ndjson(GOOD_CAPTURE))
     assert status == 0, out
     lines = out.splitlines()
     assert lines[1] == "line 2: ok agent->client response initialize id=0"
@@ -582,28 +627,47 @@ def test_validate_accepts_a_good_capture_from_stdin_inferring_directions():
 
 
 def test_validate_reports_each_invalid_message_with_its_path(tmp_path):
-    bad = GOOD_CAPTURE[:3] + [
+    bad = [
+        *GOOD_CAPTURE[:3],
         {"jsonrpc": "2.0", "id": 1, "result": {"session": "s1"}},  # sessionId missing
         {"jsonrpc": "1.0", "method": "session/cancel", "params": {"sessionId": "s1"}},
         {"jsonrpc": "2.0", "id": 9, "method": "session/cancel", "params": {"sessionId": "s1"}},
-        {"jsonrpc": "2.0", "id": 5, "method": "session/request_permission", "params": {"sessionId": "s1", "toolCall": {"toolCallId": "t"}, "options": [{"optionId": "a", "name": "A", "kind": "maybe"}]}},
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "session/request_permission",
+            "params": {
+                "sessionId": "s1",
+                "toolCall": {"toolCallId": "t"},
+                "options": [{"optionId": "a", "name": "A", "kind": "maybe"}],
+            },
+        },
         {"jsonrpc": "2.0", "id": 42, "result": {}},
     ]
     capture = tmp_path / "capture.ndjson"
     capture.write_bytes(ndjson(bad) + b"Server started on stdout\n")
-    status, out, err = cli("validate", str(capture))
+    status, out, _err = cli("validate", str(capture))
     assert status == 1
     lines = out.splitlines()
-    assert lines[:3] == [f"line {n}: ok" + rest for n, rest in (
-        (1, " client->agent request initialize id=0"),
-        (2, " agent->client response initialize id=0"),
-        (3, " client->agent request session/new id=1"),
-    )]
-    assert lines[3] == ("line 4: INVALID agent->client response session/new id=1: "
-                        "schema-invalid: Object missing required field `sessionId` at $.result")
-    assert lines[4] == 'line 5: INVALID client->agent notification session/cancel: not-json-rpc: "jsonrpc" must be "2.0"'
+    assert lines[:3] == [
+        f"line {n}: ok" + rest
+        for n, rest in (
+            (1, " client->agent request initialize id=0"),
+            (2, " agent->client response initialize id=0"),
+            (3, " client->agent request session/new id=1"),
+        )
+    ]
+    assert lines[3] == (
+        "line 4: INVALID agent->client response session/new id=1: "
+        "schema-invalid: Object missing required field `sessionId` at $.result"
+    )
+    assert (
+        lines[4] == 'line 5: INVALID client->agent notification session/cancel: not-json-rpc: "jsonrpc" must be "2.0"'
+    )
     assert lines[5].endswith("not-json-rpc: session/cancel must be sent as a notification (no id)")
-    assert lines[6].startswith("line 7: INVALID agent->client request session/request_permission id=5: schema-invalid: ")
+    assert lines[6].startswith(
+        "line 7: INVALID agent->client request session/request_permission id=5: schema-invalid: "
+    )
     assert lines[6].endswith(" at $.params.options[0].kind")
     assert lines[7] == "line 8: INVALID direction? response id=42: unknown-id: no request with id 42 is pending"
     assert lines[8].startswith("line 9: INVALID direction? garbage: not-json: ")
@@ -611,16 +675,21 @@ def test_validate_reports_each_invalid_message_with_its_path(tmp_path):
 
 
 def test_validate_notes_what_it_tolerates_without_failing():
-    unknown_update = {"jsonrpc": "2.0", "method": "session/update",
-                      "params": {"sessionId": "s1", "update": {"sessionUpdate": "brand_new_kind"}}}
-    status, out, err = cli("validate", stdin=ndjson([unknown_update]))
+    unknown_update = {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {"sessionId": "s1", "update": {"sessionUpdate": "brand_new_kind"}},
+    }
+    status, out, _err = cli("validate", stdin=ndjson([unknown_update]))
     assert status == 0
-    assert out.splitlines()[0] == ("line 1: ok agent->client notification session/update: tolerated: unknown-variant "
-                                   "at $.params.update (sessionUpdate 'brand_new_kind' is not known to this version)")
+    assert out.splitlines()[0] == (
+        "line 1: ok agent->client notification session/update: tolerated: unknown-variant "
+        "at $.params.update (sessionUpdate 'brand_new_kind' is not known to this version)"
+    )
 
 
 def test_validate_of_a_missing_file_is_a_usage_error(tmp_path):
-    status, out, err = cli("validate", str(tmp_path / "absent.ndjson"))
+    status, _out, err = cli("validate", str(tmp_path / "absent.ndjson"))
     assert status == 2 and "cannot read" in err
 
 
@@ -655,13 +724,29 @@ BENCH_TARGET = inline_agent("""
 @pytest.mark.parametrize("allow", [False, True])
 def test_bench_measures_an_agents_startup_round_trips_and_turns(tmp_path, allow):
     report_path = tmp_path / "report.json"
-    status, out, err = cli("bench", "--prompt", "one", "--prompt", "two", "--rounds", "2", "--pings", "5",
-                           *(["--yes"] if allow else []), "--json", str(report_path), "--", *BENCH_TARGET)
+    status, out, err = cli(
+        "bench",
+        "--prompt",
+        "one",
+        "--prompt",
+        "two",
+        "--rounds",
+        "2",
+        "--pings",
+        "5",
+        *(["--yes"] if allow else []),
+        "--json",
+        str(report_path),
+        "--",
+        *BENCH_TARGET,
+    )
     assert status == 0, err
     report = json.loads(report_path.read_text())
     assert report["agent"] == {"name": "bench-target", "version": "9"} and report["protocol_version"] == 1
     assert report["initialize_ms"] > 0 and report["new_session_ms"] > 0
-    assert report["round_trip_ms"]["count"] == 5 and 0 < report["round_trip_ms"]["min"] <= report["round_trip_ms"]["p50"]
+    assert (
+        report["round_trip_ms"]["count"] == 5 and 0 < report["round_trip_ms"]["min"] <= report["round_trip_ms"]["p50"]
+    )
     assert report["largest_message"]["kind"] == "session/update:agent_message_chunk"
     assert 5000 < report["largest_message"]["bytes"] < 5200
     assert [turn["prompt"] for turn in report["turns"]] == ["one", "two", "one", "two"]
@@ -686,9 +771,9 @@ def test_bench_json_on_stdout_replaces_the_table():
 
 
 def test_bench_of_an_agent_that_cannot_start_or_of_nothing_says_why():
-    status, out, err = cli("bench", "--", "/nonexistent/agent-binary")
+    status, _out, err = cli("bench", "--", "/nonexistent/agent-binary")
     assert status == 127 and "agent-binary" in err
-    status, out, err = cli("bench")
+    status, _out, err = cli("bench")
     assert status == 2 and "missing agent command" in err
 
 
@@ -700,7 +785,8 @@ def test_bench_of_an_agent_that_never_answers_unknown_requests_times_no_round_tr
             results = {"initialize": {"protocolVersion": 1}, "session/new": {"sessionId": "s"},
                        "session/prompt": {"stopReason": "end_turn"}}
             if message.get("method") in results:  # anything else is never answered
-                print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": results[message["method"]]}), flush=True)
+                answer = {"jsonrpc": "2.0", "id": message["id"], "result": results[message["method"]]}
+                print(json.dumps(answer), flush=True)
     """)
     status, out, err = cli("bench", "--timeout", "0.5", "--json", "-", "--", *silent)
     assert status == 0, err
@@ -801,7 +887,10 @@ def test_a_blocking_call_on_the_main_thread_sees_a_ctrl_c_that_lands_on_another_
         import sys
         from acp_lite import RemoteAgent
 
-        agent = RemoteAgent.spawn({inline_agent(STUBBORN_AGENT)!r}, on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True))
+        def show(line):
+            print(line, file=sys.stderr, flush=True)
+
+        agent = RemoteAgent.spawn({inline_agent(STUBBORN_AGENT)!r}, on_stderr_line=show)
         agent.initialize()
         session_id = agent.new_session("/tmp").session_id
         try:
@@ -827,7 +916,10 @@ def test_an_agent_on_stdio_sees_a_ctrl_c_that_lands_on_another_thread(launched):
     # serve_stdio's main thread waits for the client to go away; a Ctrl-C in the agent's
     # terminal must end it even when another thread took the signal.
     tool = launched("bench", "--client", "--updates", "10")
-    tool.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}).encode() + b"\n")
+    tool.proc.stdin.write(
+        json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}).encode()
+        + b"\n"
+    )
     tool.proc.stdin.flush()
     tool.wait_for("stdout", '"protocolVersion":1')
     _interrupt_another_thread(tool.proc.pid)
@@ -857,13 +949,23 @@ BENCH_EDITOR = inline_agent("""
 @pytest.mark.slow
 def test_bench_client_replays_a_recorded_stream_to_a_client_command(tmp_path):
     def update(text):
-        return {"jsonrpc": "2.0", "method": "session/update",
-                "params": {"sessionId": "old", "update": {"sessionUpdate": "agent_message_chunk",
-                                                          "content": {"type": "text", "text": text}}}}
+        return {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {
+                "sessionId": "old",
+                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}},
+            },
+        }
 
     # A tap log: only the agent's session/update messages are replayed.
     log = [
-        {"dir": "client->agent", "t": 1.0, "msg": {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}, "flags": []},
+        {
+            "dir": "client->agent",
+            "t": 1.0,
+            "msg": {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}},
+            "flags": [],
+        },
         {"dir": "agent->client", "t": 1.1, "msg": update("first"), "flags": []},
         {"dir": "agent->client", "t": 1.2, "msg": {"jsonrpc": "2.0", "id": 0, "result": {}}, "flags": []},
         {"dir": "agent->client", "t": 1.3, "msg": update("second"), "flags": []},
@@ -871,8 +973,20 @@ def test_bench_client_replays_a_recorded_stream_to_a_client_command(tmp_path):
     stream = tmp_path / "stream.log"
     stream.write_text("".join(json.dumps(entry) + "\n" for entry in log))
     seen_path = tmp_path / "seen.json"
-    status, out, err = cli("bench", "--client", "--stream", str(stream), "--updates", "5", "--json", "-",
-                           "--", *BENCH_EDITOR, str(seen_path), str(tmp_path))
+    status, out, err = cli(
+        "bench",
+        "--client",
+        "--stream",
+        str(stream),
+        "--updates",
+        "5",
+        "--json",
+        "-",
+        "--",
+        *BENCH_EDITOR,
+        str(seen_path),
+        str(tmp_path),
+    )
     assert status == 0, err
     assert json.loads(seen_path.read_text()) == ["first", "second", "first", "second", "first"]
     turns = json.loads(out)["turns"]

@@ -5,6 +5,7 @@ not be started, 130 interrupted, 128 + N ended by signal N), and never shows a t
 Options are checked before anything starts, so those tests need no agent; the others use small
 inline agents that misbehave in exactly one way.
 """
+
 import json
 import os
 import signal
@@ -12,11 +13,11 @@ import time
 
 import pytest
 
-from acp_lite import __version__
-
 # The tool's runners and its process fixture, shared with its main tests.
 import test_cli
 from test_cli import RAW_AGENT_HELPERS, WAIT, cli, inline_agent
+
+from acp_lite import __version__
 
 launched = test_cli.launched  # the fixture, by the name pytest finds it under
 
@@ -34,20 +35,29 @@ def tty():
 
 # -- options are checked before anything starts ---------------------------------------------------
 
+
 def test_version():
     assert cli("--version") == (0, f"acp-lite {__version__}\n", "")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["run", "--cwd", "/nonexistent/dir"], "argument --cwd: no such directory: /nonexistent/dir"),
-    (["run", "--cwd", "/etc/passwd"], "argument --cwd: not a directory: /etc/passwd"),
-    (["check", "--timeout", "-5"], "argument --timeout: must be a number of seconds greater than 0, not -5"),
-    (["check", "--json", "/nonexistent/report.json"],
-     "argument --json: cannot write /nonexistent/report.json: no directory /nonexistent (it is not created)"),
-    (["bench", "--json", "/nonexistent/report.json"],
-     "argument --json: cannot write /nonexistent/report.json: no directory /nonexistent (it is not created)"),
-    (["check", "--json", "/tmp"], "argument --json: /tmp is a directory, not a file"),
-], ids=lambda value: " ".join(value) if isinstance(value, list) else "")
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--cwd", "/nonexistent/dir"], "argument --cwd: no such directory: /nonexistent/dir"),
+        (["run", "--cwd", "/etc/passwd"], "argument --cwd: not a directory: /etc/passwd"),
+        (["check", "--timeout", "-5"], "argument --timeout: must be a number of seconds greater than 0, not -5"),
+        (
+            ["check", "--json", "/nonexistent/report.json"],
+            "argument --json: cannot write /nonexistent/report.json: no directory /nonexistent (it is not created)",
+        ),
+        (
+            ["bench", "--json", "/nonexistent/report.json"],
+            "argument --json: cannot write /nonexistent/report.json: no directory /nonexistent (it is not created)",
+        ),
+        (["check", "--json", "/tmp"], "argument --json: /tmp is a directory, not a file"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)
 def test_a_bad_option_value_is_a_usage_error_before_the_agent_starts(tmp_path, args, message):
     marker = tmp_path / "started"
     agent = inline_agent(f"open({str(marker)!r}, 'w')")
@@ -58,13 +68,16 @@ def test_a_bad_option_value_is_a_usage_error_before_the_agent_starts(tmp_path, a
 
 
 def test_forgetting_the_double_dash_hints_where_the_agent_command_goes():
-    status, out, err = cli("check", "python", "agent.py")
+    status, _out, err = cli("check", "python", "agent.py")
     assert status == 2
-    assert err.splitlines()[-1] == ("acp-lite check: error: unrecognized arguments: python agent.py; "
-                                    "the agent command goes after '--': acp-lite check [options] -- python agent.py")
+    assert err.splitlines()[-1] == (
+        "acp-lite check: error: unrecognized arguments: python agent.py; "
+        "the agent command goes after '--': acp-lite check [options] -- python agent.py"
+    )
 
 
 # -- agents that cannot start, or start and exit ------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_an_agent_that_cannot_start_says_why_with_status_127(tmp_path):
@@ -73,8 +86,11 @@ def test_an_agent_that_cannot_start_says_why_with_status_127(tmp_path):
     script.chmod(0o644)
     for command in ("run", "check", "bench"):  # the same status and words in every command
         assert cli(command, "--", str(script))[0::2] == (127, f"acp-lite: agent command {script} is not executable\n")
-    assert cli("run", "--", str(tmp_path))[0::2] == (127, f"acp-lite: agent command {tmp_path} is a directory, not a program\n")
-    status, out, err = cli("run", "--", "no-such-agent-anywhere")
+    assert cli("run", "--", str(tmp_path))[0::2] == (
+        127,
+        f"acp-lite: agent command {tmp_path} is a directory, not a program\n",
+    )
+    status, _out, err = cli("run", "--", "no-such-agent-anywhere")
     assert (status, err) == (127, "acp-lite: agent command not found: no-such-agent-anywhere (not on PATH)\n")
 
 
@@ -92,15 +108,17 @@ def test_an_agent_that_starts_and_exits_fails_with_status_1_and_its_stderr_once(
 
 # -- Ctrl-C: one line, exit status 130 -------------------------------------------------------------
 
+
 @pytest.mark.timeout(60)
 def test_validate_on_a_terminal_says_it_reads_stdin_and_ctrl_c_ends_it(launched, tty):
-    master, slave = tty
+    _master, slave = tty
     tool = launched("validate", stdin=slave)
     tool.wait_for("stderr", "reading messages from stdin")
     tool.proc.send_signal(signal.SIGINT)
     assert tool.finish() == 130
-    assert tool.seen["stderr"] == ("acp-lite: validate: reading messages from stdin, one per line; Ctrl-D ends the input\n"
-                                   "acp-lite: interrupted\n")
+    assert tool.seen["stderr"] == (
+        "acp-lite: validate: reading messages from stdin, one per line; Ctrl-D ends the input\nacp-lite: interrupted\n"
+    )
 
 
 # Never answers initialize: writes its pid to argv[1] once the request has come, then reads
@@ -136,29 +154,41 @@ def wait_until(condition):
 
 # -- validate: no message, or not one per line ------------------------------------------------------
 
+
 @pytest.mark.parametrize("stdin", [b"", b"\n  \n"], ids=["empty", "blank"])
 def test_validate_of_an_input_without_any_message_fails(stdin):
-    assert cli("validate", stdin=stdin) == (1, "", "acp-lite: validate: the input holds no message (it is empty or blank)\n")
+    assert cli("validate", stdin=stdin) == (
+        1,
+        "",
+        "acp-lite: validate: the input holds no message (it is empty or blank)\n",
+    )
 
 
 def test_validate_of_pretty_printed_json_says_one_message_per_line():
     message = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
     pretty = (json.dumps(message, indent=2) + "\n" + json.dumps(message, indent=2)).encode()
-    assert cli("validate", stdin=pretty) == (1, "", "acp-lite: validate: the input is pretty-printed JSON, but messages are "
-                                                    "read one per line (NDJSON): compact it first, e.g. with `jq -c .`\n")
+    assert cli("validate", stdin=pretty) == (
+        1,
+        "",
+        "acp-lite: validate: the input is pretty-printed JSON, but messages are "
+        "read one per line (NDJSON): compact it first, e.g. with `jq -c .`\n",
+    )
     # A line that opens a value but is followed by garbage is judged line by line, as any input.
-    status, out, err = cli("validate", stdin=b"{\nnot json\n")
+    status, out, _err = cli("validate", stdin=b"{\nnot json\n")
     assert status == 1 and out.startswith("line 1: INVALID") and out.endswith("2 messages, 2 invalid\n")
 
 
 # -- vendor ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.timeout(60)
 def test_vendor_subcommand_writes_the_file_and_creates_no_directory(tmp_path):
-    status, out, err = cli("vendor", str(tmp_path / "missing" / "_acp.py"))
+    status, _out, err = cli("vendor", str(tmp_path / "missing" / "_acp.py"))
     assert status == 2 and not (tmp_path / "missing").exists()
-    assert err.splitlines()[-1] == (f"acp-lite vendor: error: argument out: cannot write {tmp_path}/missing/_acp.py: "
-                                    f"no directory {tmp_path}/missing (it is not created)")
+    assert err.splitlines()[-1] == (
+        f"acp-lite vendor: error: argument out: cannot write {tmp_path}/missing/_acp.py: "
+        f"no directory {tmp_path}/missing (it is not created)"
+    )
     assert cli("vendor", str(tmp_path / "_acp.py")) == (0, f"vendor: wrote {tmp_path}/_acp.py\n", "")
     assert f"from acp_lite {__version__}" in (tmp_path / "_acp.py").read_text().splitlines()[0]
 
@@ -189,9 +219,7 @@ GATED_AGENT = """
     serve_stdio(Gated())
 """
 
-AUTH_HELP = ("It offers (choose one with --auth-method ID):\n"
-             "  token: Token - reads $TOKEN\n"
-             "  oauth: Browser login\n")
+AUTH_HELP = "It offers (choose one with --auth-method ID):\n  token: Token - reads $TOKEN\n  oauth: Browser login\n"
 
 
 @pytest.mark.timeout(60)
@@ -253,7 +281,9 @@ def test_run_on_a_terminal_gives_the_prompt_back_after_a_failed_turn(launched, t
 
 
 # Reports what it was offered, then tries a write and a terminal anyway.
-CHANGING_AGENT = RAW_AGENT_HELPERS + """
+CHANGING_AGENT = (
+    RAW_AGENT_HELPERS
+    + """
     for line in sys.stdin:
         message = json.loads(line)
         method = message.get("method")
@@ -264,15 +294,19 @@ CHANGING_AGENT = RAW_AGENT_HELPERS + """
             cwd = message["params"]["cwd"]
             send({"id": message["id"], "result": {"sessionId": "s1"}})
         elif method == "session/prompt":
-            send({"id": 0, "method": "fs/write_text_file", "params": {"sessionId": "s1", "path": cwd + "/x", "content": "x"}})
+            params = {"sessionId": "s1", "path": cwd + "/x", "content": "x"}
+            send({"id": 0, "method": "fs/write_text_file", "params": params})
             write = reply_to(0)
-            send({"id": 1, "method": "terminal/create", "params": {"sessionId": "s1", "command": "touch", "args": [cwd + "/y"]}})
+            params = {"sessionId": "s1", "command": "touch", "args": [cwd + "/y"]}
+            send({"id": 1, "method": "terminal/create", "params": params})
             terminal = reply_to(1)
-            seen = [offered["fs"]["writeTextFile"], offered["terminal"], write["error"]["code"], terminal["error"]["code"]]
+            seen = [offered["fs"]["writeTextFile"], offered["terminal"]]
+            seen += [write["error"]["code"], terminal["error"]["code"]]
             send({"method": "session/update", "params": {"sessionId": "s1", "update": {
                 "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": json.dumps(seen)}}}})
             send({"id": message["id"], "result": {"stopReason": "end_turn"}})
 """
+)
 
 
 @pytest.mark.timeout(60)

@@ -1,4 +1,5 @@
 """The client side over a real pipe pair: the test plays the agent with raw JSON lines."""
+
 import json
 import threading
 import time
@@ -6,12 +7,12 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
+from acp_harness import WAIT, background, capability_cases, client_with_raw_agent, initialized, refused, sent
 
 from acp_lite import schema, updates
+from acp_lite.client import Client
 from acp_lite.codec import UnknownVariant
 from acp_lite.errors import CapabilityError, ConnectionClosed, UsageError, VersionMismatch
-from acp_lite.client import Client
-from acp_harness import WAIT, background, capability_cases, client_with_raw_agent, initialized, refused, sent
 
 ALL_SESSION_CAPS = {
     "loadSession": True,
@@ -111,29 +112,73 @@ RESOURCE = schema.EmbeddedResource(resource=schema.TextResourceContents(uri="fil
 # that must refuse it (omitted, and present but without the member or false) and the one that
 # allows it.
 CAPABILITY_CHECKS = {
-    "load": (lambda r: r.load_session("s1", "/work"), "session/load",
-             [{}, {"loadSession": False}], {"loadSession": True}),
-    "resume": (lambda r: r.resume_session("s1", "/work"), "session/resume",
-               [{}, {"sessionCapabilities": {}}], {"sessionCapabilities": {"resume": {}}}),
-    "close": (lambda r: r.close_session("s1"), "session/close",
-              [{}, {"sessionCapabilities": {}}], {"sessionCapabilities": {"close": {}}}),
-    "list": (lambda r: r.list_sessions(), "session/list",
-             [{}, {"sessionCapabilities": {}}], {"sessionCapabilities": {"list": {}}}),
-    "delete": (lambda r: r.delete_session("s1"), "session/delete",
-               [{}, {"sessionCapabilities": {}}], {"sessionCapabilities": {"delete": {}}}),
+    "load": (
+        lambda r: r.load_session("s1", "/work"),
+        "session/load",
+        [{}, {"loadSession": False}],
+        {"loadSession": True},
+    ),
+    "resume": (
+        lambda r: r.resume_session("s1", "/work"),
+        "session/resume",
+        [{}, {"sessionCapabilities": {}}],
+        {"sessionCapabilities": {"resume": {}}},
+    ),
+    "close": (
+        lambda r: r.close_session("s1"),
+        "session/close",
+        [{}, {"sessionCapabilities": {}}],
+        {"sessionCapabilities": {"close": {}}},
+    ),
+    "list": (
+        lambda r: r.list_sessions(),
+        "session/list",
+        [{}, {"sessionCapabilities": {}}],
+        {"sessionCapabilities": {"list": {}}},
+    ),
+    "delete": (
+        lambda r: r.delete_session("s1"),
+        "session/delete",
+        [{}, {"sessionCapabilities": {}}],
+        {"sessionCapabilities": {"delete": {}}},
+    ),
     "logout": (lambda r: r.logout(), "logout", [{}, {"auth": {}}], {"auth": {"logout": {}}}),
-    "additional directories": (lambda r: r.new_session("/work", additional_directories=["/other"]), "session/new",
-                               [{}, {"sessionCapabilities": {}}], {"sessionCapabilities": {"additionalDirectories": {}}}),
-    "http mcp server": (lambda r: r.new_session("/work", mcp_servers=[HTTP]), "session/new",
-                        [{}, {"mcpCapabilities": {}}, {"mcpCapabilities": {"http": False, "sse": True}}], {"mcpCapabilities": {"http": True}}),
-    "sse mcp server": (lambda r: r.new_session("/work", mcp_servers=[SSE]), "session/new",
-                       [{}, {"mcpCapabilities": {}}, {"mcpCapabilities": {"http": True, "sse": False}}], {"mcpCapabilities": {"sse": True}}),
-    "image content": (lambda r: r.prompt("s1", [IMAGE]), "session/prompt",
-                      [{}, {"promptCapabilities": {}}, {"promptCapabilities": {"image": False, "audio": True}}], {"promptCapabilities": {"image": True}}),
-    "audio content": (lambda r: r.prompt("s1", [AUDIO]), "session/prompt",
-                      [{}, {"promptCapabilities": {}}, {"promptCapabilities": {"audio": False, "image": True}}], {"promptCapabilities": {"audio": True}}),
-    "embedded resource": (lambda r: r.prompt("s1", [RESOURCE]), "session/prompt",
-                          [{}, {"promptCapabilities": {}}, {"promptCapabilities": {"embeddedContext": False, "image": True}}], {"promptCapabilities": {"embeddedContext": True}}),
+    "additional directories": (
+        lambda r: r.new_session("/work", additional_directories=["/other"]),
+        "session/new",
+        [{}, {"sessionCapabilities": {}}],
+        {"sessionCapabilities": {"additionalDirectories": {}}},
+    ),
+    "http mcp server": (
+        lambda r: r.new_session("/work", mcp_servers=[HTTP]),
+        "session/new",
+        [{}, {"mcpCapabilities": {}}, {"mcpCapabilities": {"http": False, "sse": True}}],
+        {"mcpCapabilities": {"http": True}},
+    ),
+    "sse mcp server": (
+        lambda r: r.new_session("/work", mcp_servers=[SSE]),
+        "session/new",
+        [{}, {"mcpCapabilities": {}}, {"mcpCapabilities": {"http": True, "sse": False}}],
+        {"mcpCapabilities": {"sse": True}},
+    ),
+    "image content": (
+        lambda r: r.prompt("s1", [IMAGE]),
+        "session/prompt",
+        [{}, {"promptCapabilities": {}}, {"promptCapabilities": {"image": False, "audio": True}}],
+        {"promptCapabilities": {"image": True}},
+    ),
+    "audio content": (
+        lambda r: r.prompt("s1", [AUDIO]),
+        "session/prompt",
+        [{}, {"promptCapabilities": {}}, {"promptCapabilities": {"audio": False, "image": True}}],
+        {"promptCapabilities": {"audio": True}},
+    ),
+    "embedded resource": (
+        lambda r: r.prompt("s1", [RESOURCE]),
+        "session/prompt",
+        [{}, {"promptCapabilities": {}}, {"promptCapabilities": {"embeddedContext": False, "image": True}}],
+        {"promptCapabilities": {"embeddedContext": True}},
+    ),
 }
 REFUSALS, REFUSAL_IDS = capability_cases(CAPABILITY_CHECKS)
 
@@ -235,7 +280,12 @@ def test_session_lifecycle_requests_carry_what_the_spec_requires():
         "additionalDirectories": ["/lib"],
         "sessionId": "s1",
     }
-    assert sent["resume"]["params"] == {"sessionId": "s1", "cwd": "/w", "additionalDirectories": ["/lib", "/docs"], "mcpServers": []}
+    assert sent["resume"]["params"] == {
+        "sessionId": "s1",
+        "cwd": "/w",
+        "additionalDirectories": ["/lib", "/docs"],
+        "mcpServers": [],
+    }
     assert sent["close"]["params"] == {"sessionId": "s1"}
     assert {name: request["method"] for name, request in sent.items()} == {name: f"session/{name}" for name in sent}
 
@@ -322,19 +372,34 @@ def test_cancel_answers_pending_permissions_and_late_updates_still_arrive():
         _new_session(remote, raw)
         turn = remote.prompt_future("s1", "go")
         prompt = raw.recv()
-        raw.send({
-            "jsonrpc": "2.0", "id": 77, "method": "session/request_permission",
-            "params": {"sessionId": "s1", "toolCall": {"toolCallId": "c1"},
-                       "options": [{"optionId": "ok", "name": "OK", "kind": "allow_once"}]},
-        })
+        raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 77,
+                "method": "session/request_permission",
+                "params": {
+                    "sessionId": "s1",
+                    "toolCall": {"toolCallId": "c1"},
+                    "options": [{"optionId": "ok", "name": "OK", "kind": "allow_once"}],
+                },
+            }
+        )
         assert asked.wait(WAIT)
         remote.cancel("s1")
         messages = [raw.recv(), raw.recv()]
         assert {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s1"}} in messages
         assert {"jsonrpc": "2.0", "id": 77, "result": {"outcome": {"outcome": "cancelled"}}} in messages
         dialog.set_result(updates.select_permission("ok"))  # too late: dropped
-        raw.send({"jsonrpc": "2.0", "method": "session/update", "params": {
-            "sessionId": "s1", "update": {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "failed"}}})
+        raw.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {
+                    "sessionId": "s1",
+                    "update": {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "failed"},
+                },
+            }
+        )
         _answer(raw, prompt, {"stopReason": "cancelled"})
         assert turn.result(WAIT).stop_reason == "cancelled"
         raw.expect_silence()
@@ -361,19 +426,34 @@ def test_a_permission_request_still_queued_when_the_turn_is_cancelled_is_answere
             return updates.select_permission("ok")
 
     def ask(raw, request_id, tool_call_id):
-        raw.send({
-            "jsonrpc": "2.0", "id": request_id, "method": "session/request_permission",
-            "params": {"sessionId": "s1", "toolCall": {"toolCallId": tool_call_id},
-                       "options": [{"optionId": "ok", "name": "OK", "kind": "allow_once"}]},
-        })
+        raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "session/request_permission",
+                "params": {
+                    "sessionId": "s1",
+                    "toolCall": {"toolCallId": tool_call_id},
+                    "options": [{"optionId": "ok", "name": "OK", "kind": "allow_once"}],
+                },
+            }
+        )
 
     with client_with_raw_agent(SlowUi()) as (remote, raw):
         initialized(remote, raw)
         _new_session(remote, raw)
         turn = remote.prompt_future("s1", "go")
         prompt = raw.recv()
-        raw.send({"jsonrpc": "2.0", "method": "session/update", "params": {
-            "sessionId": "s1", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}}})
+        raw.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {
+                    "sessionId": "s1",
+                    "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}},
+                },
+            }
+        )
         ask(raw, 77, "c1")
         raw.expect_silence()  # the update's callback holds the permission request back
         remote.cancel("s1")
@@ -385,7 +465,11 @@ def test_a_permission_request_still_queued_when_the_turn_is_cancelled_is_answere
         next_turn = remote.prompt_future("s1", "again")
         prompt = raw.recv()
         ask(raw, 78, "c2")
-        assert raw.recv() == {"jsonrpc": "2.0", "id": 78, "result": {"outcome": {"outcome": "selected", "optionId": "ok"}}}
+        assert raw.recv() == {
+            "jsonrpc": "2.0",
+            "id": 78,
+            "result": {"outcome": {"outcome": "selected", "optionId": "ok"}},
+        }
         _answer(raw, prompt, {"stopReason": "end_turn"})
         assert next_turn.result(WAIT).stop_reason == "end_turn"
     assert asked == ["c2"]
@@ -407,8 +491,13 @@ def test_prompt_returns_only_after_every_earlier_update_was_delivered():
         turn = remote.prompt_future("s1", "go")
         prompt = raw.recv()
         for i in range(50):
-            raw.notify("session/update", {"sessionId": "s1", "update": {
-                "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": str(i)}}})
+            raw.notify(
+                "session/update",
+                {
+                    "sessionId": "s1",
+                    "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": str(i)}},
+                },
+            )
         _answer(raw, prompt, {"stopReason": "end_turn"})
         # The answer is in, the updates before it are not all delivered: the turn must not end.
         with pytest.raises(FutureTimeout):
@@ -544,7 +633,7 @@ def test_everything_the_client_writes_is_one_json_rpc_message_per_line_and_adds_
         lines.append(raw.recv_line())
         _answer(raw, json.loads(lines[-1]), {"sessionId": "s1"})
         pending.result(WAIT)
-        turn = remote.prompt_future("s1", "multi\nline \u2028 text \U0001F600")
+        turn = remote.prompt_future("s1", "multi\nline \u2028 text \U0001f600")
         lines.append(raw.recv_line())
         remote.cancel("s1")
         lines.append(raw.recv_line())
@@ -556,7 +645,7 @@ def test_everything_the_client_writes_is_one_json_rpc_message_per_line_and_adds_
         message = json.loads(text)
         assert message["jsonrpc"] == "2.0" and "method" in message
         assert "_meta" not in text
-    assert json.loads(lines[2])["params"]["prompt"][0]["text"] == "multi\nline \u2028 text \U0001F600"
+    assert json.loads(lines[2])["params"]["prompt"][0]["text"] == "multi\nline \u2028 text \U0001f600"
 
 
 def test_answers_read_just_before_the_agent_exits_are_not_lost():

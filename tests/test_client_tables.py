@@ -1,4 +1,5 @@
 """RemoteAgent's per-session tables hold nothing for a session once its business is done."""
+
 from typing import Any
 
 import pytest
@@ -31,7 +32,9 @@ class Allowing(Client):
         pass
 
     def request_permission(self, params: Any) -> Any:
-        return schema.RequestPermissionResponse(outcome=schema.SelectedPermissionOutcome(option_id=params.options[0].option_id))
+        return schema.RequestPermissionResponse(
+            outcome=schema.SelectedPermissionOutcome(option_id=params.options[0].option_id)
+        )
 
 
 def test_no_permission_entry_is_kept_for_sessions_whose_questions_were_answered():

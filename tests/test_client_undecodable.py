@@ -4,18 +4,19 @@ permission request reaches an answer even when the ``Client`` does not handle it
 The agent is played byte by byte over a real pipe pair (``RawPeer``); the lines are what real
 agents send (see each test).
 """
+
 import json
 import logging
 import queue
 
 import pytest
+from acp_harness import WAIT, client_with_raw_agent, initialized
+from conftest import REPO
 
 from acp_lite.client import Client
 from acp_lite.codec import Undecodable, UnknownVariant
 from acp_lite.errors import SchemaError
 from acp_lite.schema import SessionNotification, UsageUpdate
-from acp_harness import WAIT, client_with_raw_agent, initialized
-from conftest import REPO
 
 
 def recorded_usage_update():
@@ -57,9 +58,14 @@ def test_an_update_that_does_not_decode_reaches_session_update_with_its_raw_para
         initialized(remote, raw)
         notify(raw, "session/update", CLAUDE_USAGE_UPDATE)
         session_id = CLAUDE_USAGE_UPDATE["sessionId"]
-        notify(raw, "session/update", {"sessionId": session_id, "update": {"sessionUpdate": "usage_update", "used": 7,
-                                                                           "size": 200000}})
-        notify(raw, "session/update", {"sessionId": session_id, "update": {"sessionUpdate": "mood_update", "mood": "ok"}})
+        notify(
+            raw,
+            "session/update",
+            {"sessionId": session_id, "update": {"sessionUpdate": "usage_update", "used": 7, "size": 200000}},
+        )
+        notify(
+            raw, "session/update", {"sessionId": session_id, "update": {"sessionUpdate": "mood_update", "mood": "ok"}}
+        )
         kept, valid, unknown = (client.updates.get(timeout=WAIT) for _ in range(3))
     assert isinstance(kept, Undecodable)
     assert kept.raw == CLAUDE_USAGE_UPDATE and kept.raw["update"]["used"] is None
@@ -89,9 +95,18 @@ def test_the_default_hook_logs_one_warning_with_the_method_and_the_reason(caplog
         with caplog.at_level(logging.WARNING, logger="acp_lite.client"):
             notify(raw, "elicitation/complete", {"elicitationId": 42})
             # A request after it: once it is answered, the notification before it was delivered.
-            raw.send({"jsonrpc": "2.0", "id": 1, "method": "session/request_permission", "params": {
-                "sessionId": "sess-1", "toolCall": {"toolCallId": "call-1"},
-                "options": [{"optionId": "no", "name": "No", "kind": "reject_once"}]}})
+            raw.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "session/request_permission",
+                    "params": {
+                        "sessionId": "sess-1",
+                        "toolCall": {"toolCallId": "call-1"},
+                        "options": [{"optionId": "no", "name": "No", "kind": "reject_once"}],
+                    },
+                }
+            )
             assert raw.recv()["id"] == 1
     hook_lines = [r.getMessage() for r in caplog.records if "elicitation/complete" in r.getMessage()]
     assert len(hook_lines) == 1
@@ -99,9 +114,16 @@ def test_the_default_hook_logs_one_warning_with_the_method_and_the_reason(caplog
 
 
 def permission_request(request_id, *options):
-    return {"jsonrpc": "2.0", "id": request_id, "method": "session/request_permission", "params": {
-        "sessionId": "sess-1", "toolCall": {"toolCallId": "call-1", "title": "Read notes.txt", "kind": "read"},
-        "options": [{"optionId": option_id, "name": option_id, "kind": kind} for option_id, kind in options]}}
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "session/request_permission",
+        "params": {
+            "sessionId": "sess-1",
+            "toolCall": {"toolCallId": "call-1", "title": "Read notes.txt", "kind": "read"},
+            "options": [{"optionId": option_id, "name": option_id, "kind": kind} for option_id, kind in options],
+        },
+    }
 
 
 @pytest.mark.timeout(30)

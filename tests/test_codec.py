@@ -1,4 +1,5 @@
 """acp_lite.codec over the generated types: variants, forward compatibility, leniency, errors, encoding."""
+
 import json
 import logging
 
@@ -46,58 +47,140 @@ VARIANTS = [
     ("SessionUpdate", dict(CHUNK, sessionUpdate="user_message_chunk"), s.UserMessageChunk),
     ("SessionUpdate", dict(CHUNK, sessionUpdate="agent_message_chunk", messageId="m1"), s.AgentMessageChunk),
     ("SessionUpdate", dict(CHUNK, sessionUpdate="agent_thought_chunk"), s.AgentThoughtChunk),
-    ("SessionUpdate", {"sessionUpdate": "tool_call", "toolCallId": "t", "title": "Read", "kind": "read",
-                       "status": "pending", "locations": [{"path": "/a", "line": 3}], "rawInput": {"p": 1}}, s.ToolCall),
-    ("SessionUpdate", {"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "completed",
-                       "content": [{"type": "content", "content": TEXT}]}, s.SessionUpdateToolCallUpdate),
-    ("SessionUpdate", {"sessionUpdate": "plan", "entries": [
-        {"content": "c", "priority": "high", "status": "in_progress"}]}, s.Plan),
-    ("SessionUpdate", {"sessionUpdate": "available_commands_update", "availableCommands": [
-        {"name": "web", "description": "search", "input": {"hint": "query"}}]}, s.AvailableCommandsUpdate),
+    (
+        "SessionUpdate",
+        {
+            "sessionUpdate": "tool_call",
+            "toolCallId": "t",
+            "title": "Read",
+            "kind": "read",
+            "status": "pending",
+            "locations": [{"path": "/a", "line": 3}],
+            "rawInput": {"p": 1},
+        },
+        s.ToolCall,
+    ),
+    (
+        "SessionUpdate",
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "t",
+            "status": "completed",
+            "content": [{"type": "content", "content": TEXT}],
+        },
+        s.SessionUpdateToolCallUpdate,
+    ),
+    (
+        "SessionUpdate",
+        {"sessionUpdate": "plan", "entries": [{"content": "c", "priority": "high", "status": "in_progress"}]},
+        s.Plan,
+    ),
+    (
+        "SessionUpdate",
+        {
+            "sessionUpdate": "available_commands_update",
+            "availableCommands": [{"name": "web", "description": "search", "input": {"hint": "query"}}],
+        },
+        s.AvailableCommandsUpdate,
+    ),
     ("SessionUpdate", {"sessionUpdate": "current_mode_update", "currentModeId": "code"}, s.CurrentModeUpdate),
     ("SessionUpdate", {"sessionUpdate": "config_option_update", "configOptions": []}, s.ConfigOptionUpdate),
     ("SessionUpdate", {"sessionUpdate": "session_info_update", "title": "T"}, s.SessionInfoUpdate),
-    ("SessionUpdate", {"sessionUpdate": "usage_update", "used": 10, "size": 100,
-                       "cost": {"amount": 0.5, "currency": "USD"}}, s.UsageUpdate),
+    (
+        "SessionUpdate",
+        {"sessionUpdate": "usage_update", "used": 10, "size": 100, "cost": {"amount": 0.5, "currency": "USD"}},
+        s.UsageUpdate,
+    ),
     ("ToolCallContent", {"type": "content", "content": TEXT}, s.Content),
     ("ToolCallContent", {"type": "diff", "path": "/a", "oldText": "x", "newText": "y"}, s.Diff),
     ("ToolCallContent", {"type": "terminal", "terminalId": "term"}, s.Terminal),
     ("RequestPermissionOutcome", {"outcome": "cancelled"}, s.RequestPermissionOutcomeCancelled),
     ("RequestPermissionOutcome", {"outcome": "selected", "optionId": "allow"}, s.SelectedPermissionOutcome),
-    ("McpServer", {"name": "fs", "command": "/bin/fs", "args": ["-v"], "env": [{"name": "A", "value": "1"}]},
-     s.McpServerStdio),
-    ("McpServer", {"type": "http", "name": "h", "url": "https://x", "headers": [{"name": "A", "value": "1"}]},
-     s.McpServerHttp),
+    (
+        "McpServer",
+        {"name": "fs", "command": "/bin/fs", "args": ["-v"], "env": [{"name": "A", "value": "1"}]},
+        s.McpServerStdio,
+    ),
+    (
+        "McpServer",
+        {"type": "http", "name": "h", "url": "https://x", "headers": [{"name": "A", "value": "1"}]},
+        s.McpServerHttp,
+    ),
     ("McpServer", {"type": "sse", "name": "e", "url": "https://x", "headers": []}, s.McpServerSse),
     ("AuthMethod", {"id": "login", "name": "Log in"}, s.AuthMethodAgent),
-    ("AuthMethod", {"type": "terminal", "id": "t", "name": "T", "args": ["--login"], "env": {"A": "1"}},
-     s.AuthMethodTerminal),
-    ("SessionConfigOption", {"type": "select", "id": "model", "name": "Model", "category": "model",
-                             "currentValue": "a", "options": [{"value": "a", "name": "A"}]}, s.SessionConfigSelect),
-    ("SessionConfigOption", {"type": "boolean", "id": "fast", "name": "Fast", "currentValue": False},
-     s.SessionConfigBoolean),
+    (
+        "AuthMethod",
+        {"type": "terminal", "id": "t", "name": "T", "args": ["--login"], "env": {"A": "1"}},
+        s.AuthMethodTerminal,
+    ),
+    (
+        "SessionConfigOption",
+        {
+            "type": "select",
+            "id": "model",
+            "name": "Model",
+            "category": "model",
+            "currentValue": "a",
+            "options": [{"value": "a", "name": "A"}],
+        },
+        s.SessionConfigSelect,
+    ),
+    (
+        "SessionConfigOption",
+        {"type": "boolean", "id": "fast", "name": "Fast", "currentValue": False},
+        s.SessionConfigBoolean,
+    ),
     ("SessionConfigSelectOptions", [{"value": "a", "name": "A"}], list),
     ("SessionConfigSelectOptions", [{"group": "g", "name": "G", "options": [{"value": "a", "name": "A"}]}], list),
-    ("SetSessionConfigOptionRequest", {"sessionId": "s", "configId": "fast", "type": "boolean", "value": True},
-     s.SetSessionConfigOptionRequestBoolean),
-    ("SetSessionConfigOptionRequest", {"sessionId": "s", "configId": "model", "value": "a"},
-     s.SetSessionConfigOptionRequestValueId),
-    ("CreateElicitationRequest", {"mode": "form", "message": "Name?", "sessionId": "s", "requestedSchema": {
-        "type": "object", "properties": {"name": {"type": "string", "minLength": 1}}, "required": ["name"]}},
-     s.ElicitationFormMode),
-    ("CreateElicitationRequest", {"mode": "url", "message": "Open", "requestId": 4, "elicitationId": "e",
-                                  "url": "https://x"}, s.ElicitationUrlMode),
-    ("CreateElicitationResponse", {"action": "accept", "content": {"name": "x", "n": 2, "ok": True, "t": ["a"]}},
-     s.ElicitationAcceptAction),
+    (
+        "SetSessionConfigOptionRequest",
+        {"sessionId": "s", "configId": "fast", "type": "boolean", "value": True},
+        s.SetSessionConfigOptionRequestBoolean,
+    ),
+    (
+        "SetSessionConfigOptionRequest",
+        {"sessionId": "s", "configId": "model", "value": "a"},
+        s.SetSessionConfigOptionRequestValueId,
+    ),
+    (
+        "CreateElicitationRequest",
+        {
+            "mode": "form",
+            "message": "Name?",
+            "sessionId": "s",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "minLength": 1}},
+                "required": ["name"],
+            },
+        },
+        s.ElicitationFormMode,
+    ),
+    (
+        "CreateElicitationRequest",
+        {"mode": "url", "message": "Open", "requestId": 4, "elicitationId": "e", "url": "https://x"},
+        s.ElicitationUrlMode,
+    ),
+    (
+        "CreateElicitationResponse",
+        {"action": "accept", "content": {"name": "x", "n": 2, "ok": True, "t": ["a"]}},
+        s.ElicitationAcceptAction,
+    ),
     ("CreateElicitationResponse", {"action": "decline"}, s.CreateElicitationResponseDecline),
     ("CreateElicitationResponse", {"action": "cancel"}, s.CreateElicitationResponseCancel),
-    ("ElicitationPropertySchema", {"type": "string", "format": "email", "oneOf": [{"const": "a", "title": "A"}]},
-     s.StringPropertySchema),
+    (
+        "ElicitationPropertySchema",
+        {"type": "string", "format": "email", "oneOf": [{"const": "a", "title": "A"}]},
+        s.StringPropertySchema,
+    ),
     ("ElicitationPropertySchema", {"type": "number", "minimum": 0.5}, s.NumberPropertySchema),
     ("ElicitationPropertySchema", {"type": "integer", "maximum": 9, "default": 3}, s.IntegerPropertySchema),
     ("ElicitationPropertySchema", {"type": "boolean", "default": True}, s.BooleanPropertySchema),
-    ("ElicitationPropertySchema", {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
-     s.MultiSelectPropertySchema),
+    (
+        "ElicitationPropertySchema",
+        {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+        s.MultiSelectPropertySchema,
+    ),
     ("MultiSelectItems", {"type": "string", "enum": ["a"]}, s.StringMultiSelectItems),
     ("MultiSelectItems", {"anyOf": [{"const": "a", "title": "A"}]}, s.TitledMultiSelectItems),
     ("RequestId", 5, int),
@@ -106,10 +189,15 @@ VARIANTS = [
 ]
 
 
-@pytest.mark.req("ACP-V1-SCHEMA-CONTENT-BLOCK-VARIANTS", "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS",
-                 "ACP-V1-SCHEMA-MCP-SERVER-VARIANTS", "ACP-V1-SCHEMA-AUTH-METHOD-VARIANTS",
-                 "ACP-V1-SCHEMA-REQUEST-PERMISSION-SHAPE", "ACP-V1-SCHEMA-ELICITATION-CREATE-SHAPE",
-                 "ACP-V1-SCHEMA-SET-CONFIG-OPTION-SHAPE")
+@pytest.mark.req(
+    "ACP-V1-SCHEMA-CONTENT-BLOCK-VARIANTS",
+    "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS",
+    "ACP-V1-SCHEMA-MCP-SERVER-VARIANTS",
+    "ACP-V1-SCHEMA-AUTH-METHOD-VARIANTS",
+    "ACP-V1-SCHEMA-REQUEST-PERMISSION-SHAPE",
+    "ACP-V1-SCHEMA-ELICITATION-CREATE-SHAPE",
+    "ACP-V1-SCHEMA-SET-CONFIG-OPTION-SHAPE",
+)
 @pytest.mark.parametrize("union, value, cls", VARIANTS, ids=[f"{u}-{c.__name__}" for u, _, c in VARIANTS])
 def test_each_variant_decodes_to_its_class_on_the_strict_path_and_encodes_back(union, value, cls, fallbacks):
     decoded, back = roundtrip(value, getattr(s, union))
@@ -120,9 +208,19 @@ def test_each_variant_decodes_to_its_class_on_the_strict_path_and_encodes_back(u
 
 def test_every_session_update_tag_of_the_schema_has_a_class():
     tags = {m.__struct_config__.tag for m in msgspec.inspect.type_info(s.SessionUpdate).types for m in [m.cls]}
-    assert tags == {"user_message_chunk", "agent_message_chunk", "agent_thought_chunk", "tool_call",
-                    "tool_call_update", "plan", "available_commands_update", "current_mode_update",
-                    "config_option_update", "session_info_update", "usage_update"}
+    assert tags == {
+        "user_message_chunk",
+        "agent_message_chunk",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call_update",
+        "plan",
+        "available_commands_update",
+        "current_mode_update",
+        "config_option_update",
+        "session_info_update",
+        "usage_update",
+    }
 
 
 def test_chunks_share_the_content_chunk_shape():
@@ -135,7 +233,9 @@ def test_chunks_share_the_content_chunk_shape():
 def test_untagged_variants_encode_without_a_tag_and_accept_their_implied_tag():
     stdio = s.McpServerStdio(name="fs", command="fs", args=[], env=[])
     assert json.loads(codec.encode(s.NewSessionRequest(cwd="/", mcp_servers=[stdio]))) == {
-        "cwd": "/", "mcpServers": [{"name": "fs", "command": "fs", "args": [], "env": []}]}
+        "cwd": "/",
+        "mcpServers": [{"name": "fs", "command": "fs", "args": [], "env": []}],
+    }
     assert codec.decode(b'{"type":"stdio","name":"fs","command":"fs","args":[],"env":[]}', s.McpServer) == stdio
     agent = codec.decode(b'{"type":"agent","id":"a","name":"A"}', s.AuthMethod)
     assert agent == s.AuthMethodAgent(id="a", name="A")
@@ -153,10 +253,13 @@ def test_a_stdio_server_missing_its_command_is_an_error_not_an_unknown_variant()
 
 
 @pytest.mark.req("ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS")
-@pytest.mark.parametrize("update", [
-    {"sessionUpdate": "notice", "level": "info", "message": "quota at 80%"},
-    {"sessionUpdate": "compaction_update", "status": "started", "_meta": {"x": [1, None]}},
-])
+@pytest.mark.parametrize(
+    "update",
+    [
+        {"sessionUpdate": "notice", "level": "info", "message": "quota at 80%"},
+        {"sessionUpdate": "compaction_update", "status": "started", "_meta": {"x": [1, None]}},
+    ],
+)
 def test_unknown_session_update_keeps_the_raw_object_and_reencodes_it(update, fallbacks, caplog):
     params = {"sessionId": "s1", "update": update}
     with caplog.at_level(logging.INFO, logger="acp_lite.codec"):
@@ -168,12 +271,16 @@ def test_unknown_session_update_keeps_the_raw_object_and_reencodes_it(update, fa
     assert any(r.name == "acp_lite.codec" and "$.update" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.req("ACP-V1-CONFIG-CLIENT-IGNORE-UNKNOWN-TYPE", "ACP-V1-ELIC-CLIENT-UNKNOWN-PROPERTY-SCHEMA-NOT-RENDERED-AS-KNOWN")
+@pytest.mark.req(
+    "ACP-V1-CONFIG-CLIENT-IGNORE-UNKNOWN-TYPE", "ACP-V1-ELIC-CLIENT-UNKNOWN-PROPERTY-SCHEMA-NOT-RENDERED-AS-KNOWN"
+)
 def test_unknown_variants_inside_arrays_and_maps_are_kept_in_place():
-    response = {"configOptions": [
-        {"type": "slider", "id": "temp", "name": "Temperature", "min": 0},
-        {"type": "boolean", "id": "fast", "name": "Fast", "currentValue": True},
-    ]}
+    response = {
+        "configOptions": [
+            {"type": "slider", "id": "temp", "name": "Temperature", "min": 0},
+            {"type": "boolean", "id": "fast", "name": "Fast", "currentValue": True},
+        ]
+    }
     decoded, back = roundtrip(response, s.SetSessionConfigOptionResponse)
     assert isinstance(decoded.config_options[0], UnknownVariant) and decoded.config_options[0].tag == "slider"
     assert isinstance(decoded.config_options[1], s.SessionConfigBoolean)
@@ -187,14 +294,17 @@ def test_unknown_variants_inside_arrays_and_maps_are_kept_in_place():
 
 
 @pytest.mark.req("ACP-V1-SCHEMA-CONTENT-BLOCK-VARIANTS", "ACP-V1-SCHEMA-MCP-SERVER-VARIANTS")
-@pytest.mark.parametrize("union, value", [
-    ("ContentBlock", {"type": "video", "url": "https://x"}),
-    ("ToolCallContent", {"type": "patch", "diff": "@@"}),
-    ("McpServer", {"type": "websocket", "name": "w", "url": "wss://x"}),
-    ("AuthMethod", {"type": "oauth", "id": "o", "name": "O"}),
-    ("RequestPermissionOutcome", {"outcome": "deferred"}),
-    ("CreateElicitationResponse", {"action": "snooze"}),
-])
+@pytest.mark.parametrize(
+    "union, value",
+    [
+        ("ContentBlock", {"type": "video", "url": "https://x"}),
+        ("ToolCallContent", {"type": "patch", "diff": "@@"}),
+        ("McpServer", {"type": "websocket", "name": "w", "url": "wss://x"}),
+        ("AuthMethod", {"type": "oauth", "id": "o", "name": "O"}),
+        ("RequestPermissionOutcome", {"outcome": "deferred"}),
+        ("CreateElicitationResponse", {"action": "snooze"}),
+    ],
+)
 def test_unknown_tags_of_every_open_union_become_unknown_variants(union, value):
     decoded, back = roundtrip(value, getattr(s, union))
     assert isinstance(decoded, UnknownVariant) and decoded.raw == value
@@ -216,18 +326,33 @@ def test_unknown_properties_are_ignored_and_meta_passes_through_untouched(fallba
 
 @pytest.mark.req("ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS")
 def test_malformed_optional_properties_fall_back_to_their_default(fallbacks):
-    update = {"sessionUpdate": "tool_call", "toolCallId": "t", "title": "Run", "kind": "teleport",
-              "status": 7, "locations": "nowhere"}
+    update = {
+        "sessionUpdate": "tool_call",
+        "toolCallId": "t",
+        "title": "Run",
+        "kind": "teleport",
+        "status": 7,
+        "locations": "nowhere",
+    }
     decoded = codec.decode(json.dumps({"sessionId": "s", "update": update}).encode(), s.SessionNotification)
     assert decoded.update == s.ToolCall(tool_call_id="t", title="Run")
     assert sorted((f.path, f.kind) for f in fallbacks) == [
-        ("$.update.kind", "default-on-error"), ("$.update.locations", "default-on-error"),
-        ("$.update.status", "default-on-error")]
+        ("$.update.kind", "default-on-error"),
+        ("$.update.locations", "default-on-error"),
+        ("$.update.status", "default-on-error"),
+    ]
 
 
 def test_malformed_array_items_are_dropped_and_the_rest_kept(fallbacks, caplog):
-    update = {"sessionUpdate": "tool_call_update", "toolCallId": "t", "content": [
-        {"type": "diff", "path": "/a", "newText": "x"}, {"type": "diff", "path": 3}, {"type": "terminal", "terminalId": "k"}]}
+    update = {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": "t",
+        "content": [
+            {"type": "diff", "path": "/a", "newText": "x"},
+            {"type": "diff", "path": 3},
+            {"type": "terminal", "terminalId": "k"},
+        ],
+    }
     with caplog.at_level(logging.WARNING, logger="acp_lite.codec"):
         decoded = codec.decode(json.dumps(update).encode(), s.SessionUpdate)
     assert decoded.content == [s.Diff(path="/a", new_text="x"), s.Terminal(terminal_id="k")]
@@ -276,7 +401,10 @@ def test_decode_takes_a_raw_payload_left_by_an_envelope_decoder(fallbacks):
     class Envelope(msgspec.Struct):
         params: msgspec.Raw
 
-    for update, cls in ((b'{"sessionUpdate":"plan","entries":[]}', s.Plan), (b'{"sessionUpdate":"notice"}', UnknownVariant)):
+    for update, cls in (
+        (b'{"sessionUpdate":"plan","entries":[]}', s.Plan),
+        (b'{"sessionUpdate":"notice"}', UnknownVariant),
+    ):
         envelope = msgspec.json.decode(b'{"params":{"sessionId":"s","update":' + update + b"}}", type=Envelope)
         assert type(codec.decode(envelope.params, s.SessionNotification).update) is cls
     assert [f.kind for f in fallbacks] == ["unknown-variant"]
@@ -303,14 +431,17 @@ def test_invalid_params_raise_a_schema_error_with_the_path_and_expectation():
     assert error.to_wire()["data"]["path"] == "$.prompt[0].text"
 
 
-@pytest.mark.parametrize("data, path", [
-    (b'{"prompt":[]}', "$"),
-    (b'{"sessionId":"s","prompt":[{"type":"image","data":"x"}]}', "$.prompt[0]"),
-    (b'{"sessionId":"s","prompt":[{"text":"no tag"}]}', "$.prompt[0]"),
-    (b'{"sessionId":"s","prompt":"hello"}', "$.prompt"),
-    (b'{"sessionId":5,"prompt":[]}', "$.sessionId"),
-    (b'[]', "$"),
-])
+@pytest.mark.parametrize(
+    "data, path",
+    [
+        (b'{"prompt":[]}', "$"),
+        (b'{"sessionId":"s","prompt":[{"type":"image","data":"x"}]}', "$.prompt[0]"),
+        (b'{"sessionId":"s","prompt":[{"text":"no tag"}]}', "$.prompt[0]"),
+        (b'{"sessionId":"s","prompt":"hello"}', "$.prompt"),
+        (b'{"sessionId":5,"prompt":[]}', "$.sessionId"),
+        (b"[]", "$"),
+    ],
+)
 def test_errors_point_at_the_offending_value(data, path):
     with pytest.raises(SchemaError) as caught:
         codec.decode(data, s.PromptRequest)
@@ -331,9 +462,19 @@ def test_error_objects_and_the_predefined_codes():
     assert codec.decode(b'{"code":-31999,"message":"custom"}', s.Error).code == -31999
     with pytest.raises(SchemaError):
         codec.decode(b'{"code":"-32602","message":"x"}', s.Error)
-    codes = {c.code for c in (errors.ParseError, errors.InvalidRequest, errors.MethodNotFound, errors.InvalidParams,
-                              errors.InternalError, errors.RequestCancelled, errors.AuthRequired,
-                              errors.ResourceNotFound)}
+    codes = {
+        c.code
+        for c in (
+            errors.ParseError,
+            errors.InvalidRequest,
+            errors.MethodNotFound,
+            errors.InvalidParams,
+            errors.InternalError,
+            errors.RequestCancelled,
+            errors.AuthRequired,
+            errors.ResourceNotFound,
+        )
+    }
     upstream = {-32700, -32600, -32601, -32602, -32603, -32800, -32000, -32002}
     assert codes == upstream
 
@@ -342,11 +483,14 @@ def test_error_objects_and_the_predefined_codes():
 
 
 def test_building_and_encoding_an_agent_message_chunk_notification():
-    notification = s.SessionNotification(session_id="s1", update=s.AgentMessageChunk(
-        content=s.TextContent(text="line one\nline two")))
+    notification = s.SessionNotification(
+        session_id="s1", update=s.AgentMessageChunk(content=s.TextContent(text="line one\nline two"))
+    )
     data = codec.encode(notification)
-    assert data == (b'{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk",'
-                    b'"content":{"type":"text","text":"line one\\nline two"}}}')
+    assert data == (
+        b'{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk",'
+        b'"content":{"type":"text","text":"line one\\nline two"}}}'
+    )
     assert b"\n" not in data
     buffer = bytearray(b"prefix")
     codec.encode_into(notification, buffer, -1)
@@ -357,8 +501,9 @@ def test_building_and_encoding_an_agent_message_chunk_notification():
 def test_properties_are_written_in_schema_order_and_none_is_omitted():
     call = s.ToolCall(tool_call_id="t", title="T", raw_output={"ok": True}, kind="read", meta=None)
     assert list(json.loads(codec.encode(call))) == ["sessionUpdate", "toolCallId", "title", "kind", "rawOutput"]
-    assert b"null" not in codec.encode(s.TerminalOutputResponse(output="", truncated=False,
-                                                                exit_status=s.TerminalExitStatus(exit_code=0)))
+    assert b"null" not in codec.encode(
+        s.TerminalOutputResponse(output="", truncated=False, exit_status=s.TerminalExitStatus(exit_code=0))
+    )
 
 
 def test_a_nullable_required_value_is_written_as_null():
@@ -391,8 +536,10 @@ def test_the_json_rpc_envelope_defs_decode():
     # The runtime has its own envelope; these defs exist for completeness and must at least work.
     notification = codec.decode(b'{"method":"_x/y","params":{"a":1}}', s.AgentNotification)
     assert notification.params == {"a": 1}
-    update = codec.decode(b'{"method":"session/update","params":{"sessionId":"s","update":'
-                          b'{"sessionUpdate":"plan","entries":[]}}}', s.AgentNotification)
+    update = codec.decode(
+        b'{"method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan","entries":[]}}}',
+        s.AgentNotification,
+    )
     assert update.params == s.SessionNotification(session_id="s", update=s.Plan(entries=[]))
     error = codec.decode(b'{"id":1,"error":{"code":-32601,"message":"Method not found"}}', s.AgentResponse)
     assert error == s.AgentResponseError(id=1, error=s.Error(code=-32601, message="Method not found"))
@@ -428,8 +575,9 @@ def test_a_kept_type_returns_what_does_not_decode_as_undecodable(entry, fallback
 
 
 def test_an_unknown_tag_that_the_untagged_member_accepts_is_kept_unknown_and_noted_as_valid(fallbacks):
-    methods = codec.convert([{"type": "env_var", "id": "key", "name": "Key", "vars": []}, {"type": "env_var"}],
-                            list[s.AuthMethod])
+    methods = codec.convert(
+        [{"type": "env_var", "id": "key", "name": "Key", "vars": []}, {"type": "env_var"}], list[s.AuthMethod]
+    )
     assert [type(method) for method in methods] == [UnknownVariant, UnknownVariant]
     # The first is a valid agent method under the schema; the second (no id, no name) is not.
     assert [(f.path, f.kind) for f in fallbacks] == [("$[0]", "unknown-tag"), ("$[1]", "unknown-variant")]

@@ -6,6 +6,7 @@ shown earlier in the page). Examples that the schema rejects, or that do not com
 JSON value, are listed in ``EXPECTED_MISMATCHES`` with the reason; the test fails when that list is
 stale in either direction.
 """
+
 import hashlib
 import json
 import subprocess
@@ -28,16 +29,16 @@ EXAMPLES = REPO / "tests" / "data" / "doc_examples.v1.json"
 # (page, index of the ```json block in the page) -> why it does not round-trip unchanged.
 EXPECTED_MISMATCHES = {
     ("file-system.mdx", 4): "result is null; the schema wants a WriteTextFileResponse object "
-                            "(the codec reads it as an empty one, which encodes as {})",
+    "(the codec reads it as an empty one, which encodes as {})",
     ("session-setup.mdx", 6): "session/load result is null; the schema wants a LoadSessionResponse object "
-                              "(the codec reads it as an empty one, which encodes as {})",
+    "(the codec reads it as an empty one, which encodes as {})",
     ("session-modes.mdx", 2): "current_mode_update carries modeId; the schema requires currentModeId",
     ("session-modes.mdx", 3): "a toolCall.content item is a bare ContentBlock (type text) where a ToolCallContent "
-                              "is due: it decodes as an unknown variant, kept and written back as is",
+    "is due: it decodes as an unknown variant, kept and written back as is",
     ("file-system.mdx", 0): "an initialize response carrying clientCapabilities, a member of the request: "
-                            "the unknown member is ignored",
+    "the unknown member is ignored",
     ("terminals.mdx", 0): "an initialize response carrying clientCapabilities, a member of the request: "
-                          "the unknown member is ignored",
+    "the unknown member is ignored",
     ("terminals.mdx", 5): 'exitStatus has "signal": null; optional members are never written as null',
     ("terminals.mdx", 7): '"signal": null; optional members are never written as null',
 }
@@ -80,13 +81,23 @@ def _examples():
             yield page, index, "error", s.Error, message["error"]
 
 
-@pytest.mark.req("ACP-V1-SCHEMA-INITIALIZE-SHAPE", "ACP-V1-SCHEMA-AUTHENTICATE-SHAPE", "ACP-V1-SCHEMA-NEW-SESSION-SHAPE",
-                 "ACP-V1-SCHEMA-LOAD-SESSION-SHAPE", "ACP-V1-SCHEMA-PROMPT-SHAPE",
-                 "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS", "ACP-V1-SCHEMA-REQUEST-PERMISSION-SHAPE",
-                 "ACP-V1-SCHEMA-READ-TEXT-FILE-SHAPE", "ACP-V1-SCHEMA-WRITE-TEXT-FILE-SHAPE",
-                 "ACP-V1-SCHEMA-TERMINAL-CREATE-SHAPE", "ACP-V1-SCHEMA-TERMINAL-OUTPUT-SHAPE",
-                 "ACP-V1-SCHEMA-ELICITATION-CREATE-SHAPE", "ACP-V1-SCHEMA-LIST-SESSIONS-SHAPE",
-                 "ACP-V1-SCHEMA-CANCEL-NOTIFICATION-SHAPE", "ACP-V1-SCHEMA-ERROR-OBJECT")
+@pytest.mark.req(
+    "ACP-V1-SCHEMA-INITIALIZE-SHAPE",
+    "ACP-V1-SCHEMA-AUTHENTICATE-SHAPE",
+    "ACP-V1-SCHEMA-NEW-SESSION-SHAPE",
+    "ACP-V1-SCHEMA-LOAD-SESSION-SHAPE",
+    "ACP-V1-SCHEMA-PROMPT-SHAPE",
+    "ACP-V1-SCHEMA-SESSION-UPDATE-VARIANTS",
+    "ACP-V1-SCHEMA-REQUEST-PERMISSION-SHAPE",
+    "ACP-V1-SCHEMA-READ-TEXT-FILE-SHAPE",
+    "ACP-V1-SCHEMA-WRITE-TEXT-FILE-SHAPE",
+    "ACP-V1-SCHEMA-TERMINAL-CREATE-SHAPE",
+    "ACP-V1-SCHEMA-TERMINAL-OUTPUT-SHAPE",
+    "ACP-V1-SCHEMA-ELICITATION-CREATE-SHAPE",
+    "ACP-V1-SCHEMA-LIST-SESSIONS-SHAPE",
+    "ACP-V1-SCHEMA-CANCEL-NOTIFICATION-SHAPE",
+    "ACP-V1-SCHEMA-ERROR-OBJECT",
+)
 def test_docs_examples_round_trip():
     seen = []
     codec.set_diagnostics_hook(seen.append)
@@ -118,18 +129,28 @@ def test_docs_examples_round_trip():
 def test_the_examples_file_is_made_from_the_pages_json_rpc_blocks_only(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
-    page = ("Prose that stays out.\n\n```json\n{\"type\": \"not a message\"}\n```\n\n"
-            "```json title=\"request\"\n"
-            "{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"session/new\", \"params\": {}}\n```\n\n"
-            "```json\n{\"jsonrpc\": \"2.0\", // elided\n}\n```\n")
+    page = (
+        'Prose that stays out.\n\n```json\n{"type": "not a message"}\n```\n\n'
+        '```json title="request"\n'
+        '{"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {}}\n```\n\n'
+        '```json\n{"jsonrpc": "2.0", // elided\n}\n```\n'
+    )
     (docs / "a.mdx").write_text(page, encoding="utf-8")
     out = tmp_path / "examples.json"
-    done = subprocess.run([sys.executable, str(REPO / "schema" / "doc_examples.py"), str(docs), "--origin", "a test",
-                           "--out", str(out)], capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "schema" / "doc_examples.py"), str(docs), "--origin", "a test", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text(encoding="utf-8"))
-    assert data["x-acp-lite-derived"] == {"from": "a test", "by": "schema/doc_examples.py",
-                                          "pages_sha256": {"a.mdx": hashlib.sha256(page.encode()).hexdigest()}}
-    assert data["examples"] == [{"page": "a.mdx", "block": 1,
-                                 "message": {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {}}}]
+    assert data["x-acp-lite-derived"] == {
+        "from": "a test",
+        "by": "schema/doc_examples.py",
+        "pages_sha256": {"a.mdx": hashlib.sha256(page.encode()).hexdigest()},
+    }
+    assert data["examples"] == [
+        {"page": "a.mdx", "block": 1, "message": {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {}}}
+    ]
     assert "Prose" not in out.read_text(encoding="utf-8")

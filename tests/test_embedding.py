@@ -3,6 +3,7 @@ that tell connections apart, a library that never writes to the host's stderr, a
 delivery under bad conditions (a raising callback, a connection closed mid-pump, a pump inside a
 pump, a pump stopped inside a block of a burst, a peer flooding faster than the host pumps). Over
 real pipes and subprocesses."""
+
 import contextlib
 import fcntl
 import inspect
@@ -18,12 +19,12 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+from acp_harness import WAIT, RawPeer, agent_with_raw_client, background, client_with_raw_agent, initialized
 
 from acp_lite import HostDelivery, RemoteAgent, agent, client, rpc, schema, updates, wire
 from acp_lite.agent import Agent
 from acp_lite.errors import CallTimeout, ConnectionClosed, UsageError, VersionMismatch
 from acp_lite.tools import vendor
-from acp_harness import WAIT, RawPeer, agent_with_raw_client, background, client_with_raw_agent, initialized
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ALL_AGENT_CAPS = {
@@ -39,7 +40,9 @@ ALL_CLIENT_CAPS = {
         "elicitation": {"form": {}},
     },
 }
-FORM = schema.ElicitationFormMode(session_id="s1", message="name?", requested_schema=schema.ElicitationSchema(properties={}))
+FORM = schema.ElicitationFormMode(
+    session_id="s1", message="name?", requested_schema=schema.ElicitationSchema(properties={})
+)
 
 # Every request of each handle: the method, its arguments, and an answer the peer may give.
 # Closing and deleting come last: they forget the session the others use.
@@ -58,7 +61,15 @@ AGENT_REQUESTS = [
     ("delete_session", ("s1",), {}),
 ]
 CLIENT_REQUESTS = [
-    ("request_permission", ("s1", schema.ToolCallUpdate(tool_call_id="t1"), [schema.PermissionOption(option_id="ok", name="OK", kind="allow_once")]), {"outcome": {"outcome": "selected", "optionId": "ok"}}),
+    (
+        "request_permission",
+        (
+            "s1",
+            schema.ToolCallUpdate(tool_call_id="t1"),
+            [schema.PermissionOption(option_id="ok", name="OK", kind="allow_once")],
+        ),
+        {"outcome": {"outcome": "selected", "optionId": "ok"}},
+    ),
     ("read_text_file", ("s1", "/work/a.txt"), {"content": "text"}),
     ("write_text_file", ("s1", "/work/a.txt", "text"), {}),
     ("create_terminal", ("s1", "make"), {"terminalId": "term1"}),
@@ -96,11 +107,13 @@ def test_every_request_blocks_with_a_timeout_and_has_a_future_twin(handle, peer_
     methods = schema.AGENT_METHODS if handle is client.RemoteAgent else schema.CLIENT_METHODS
     names = [peer_methods[m] for m, spec in methods.items() if spec.result_type is not None and m in peer_methods]
     assert len(names) >= 9
-    for name in names + ["ext_method"]:
+    for name in [*names, "ext_method"]:
         blocking = inspect.signature(getattr(handle, name))
         future = inspect.signature(getattr(handle, name + "_future"))
         assert blocking.parameters["timeout"].default is None, name
-        assert [p for p in blocking.parameters.values() if p.name != "timeout"] == list(future.parameters.values()), name
+        assert [p for p in blocking.parameters.values() if p.name != "timeout"] == list(future.parameters.values()), (
+            name
+        )
 
 
 @contextlib.contextmanager
@@ -344,7 +357,10 @@ QUIET_SCRIPT = textwrap.dedent(
     theirs_read, ours_write = os.pipe()
     delivery = acp.HostDelivery() if host_mode else None
     remote = acp.RemoteAgent.connect(acp.wire.Transport(ours_read, ours_write), Raising(), delivery=delivery)
-    update = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}\\n'
+    update = (
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":'
+        b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}\\n'
+    )
     os.write(theirs_write, b"Welcome to the agent!\\n" + update * 3)
     deadline = time.monotonic() + 10
     while Raising.calls < 3 and time.monotonic() < deadline:
@@ -373,7 +389,11 @@ def _run_quiet(root, module, mode, logging_):
     env = {**os.environ, "PYTHONPATH": str(root)}
     return subprocess.run(
         [sys.executable, str(root / "quiet.py"), module, mode, logging_],
-        cwd=root, env=env, capture_output=True, text=True, timeout=45,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=45,
     )
 
 
@@ -401,7 +421,10 @@ def _update_line(text="x", session_id="s1"):
     message = {
         "jsonrpc": "2.0",
         "method": "session/update",
-        "params": {"sessionId": session_id, "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}},
+        "params": {
+            "sessionId": session_id,
+            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}},
+        },
     }
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 

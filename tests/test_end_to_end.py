@@ -1,15 +1,16 @@
 """Both sides of acp_lite talking to each other over in-process pipes and sockets, under load."""
+
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from acp_harness import agent_and_client
 
 from acp_lite import schema, updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.errors import ConnectionClosed
 from acp_lite.wire import connect_tcp, listen_tcp, memory_pair
-from acp_harness import agent_and_client
 
 WAIT = 10.0
 
@@ -178,4 +179,8 @@ def test_meta_given_to_the_high_level_calls_reaches_the_other_side():
         remote.initialize()
         session = remote.new_session("/w", meta={"vendor.origin": "test", "vendor.n": 1}).session_id
         remote.prompt(session, "go", meta=PROMPT_META)
-    assert seen == {"new": {"vendor.origin": "test", "vendor.n": 1}, "prompt": PROMPT_META, "update": {"traceparent": "00-ab-cd-01"}}
+    assert seen == {
+        "new": {"vendor.origin": "test", "vendor.n": 1},
+        "prompt": PROMPT_META,
+        "update": {"traceparent": "00-ab-cd-01"},
+    }

@@ -1,10 +1,11 @@
 """The exception hierarchy: one base, the JSON-RPC codes of the spec, precise classes from the wire."""
+
 import json
 
 import pytest
+from conftest import REPO
 
 from acp_lite import errors
-from conftest import REPO
 
 WIRE_CLASSES = [
     (errors.ParseError, -32700),
@@ -48,7 +49,9 @@ def test_local_errors_are_acp_errors_but_not_protocol_errors():
 
 
 def test_schema_error_is_invalid_params_with_path():
-    err = errors.SchemaError("Expected `str`, got `int` - at `$.prompt[0].text`", path="$.prompt[0].text", expected="str")
+    err = errors.SchemaError(
+        "Expected `str`, got `int` - at `$.prompt[0].text`", path="$.prompt[0].text", expected="str"
+    )
     assert err.code == -32602 and err.data["path"] == "$.prompt[0].text"
 
 

@@ -1,4 +1,5 @@
 """The two-process example and the stdio agent runtime, as real subprocesses."""
+
 import subprocess
 import sys
 import textwrap
@@ -146,7 +147,9 @@ def test_the_example_agent_asks_with_the_tool_calls_details_and_honours_a_reject
     # One tool call per turn, each with an id of its own, each ended by an update of that id.
     assert [call.tool_call_id for call in calls] == [first.tool_call.tool_call_id, second.tool_call.tool_call_id]
     assert len({call.tool_call_id for call in calls}) == 2
-    assert [(done.tool_call_id, done.status) for done in completions] == [(call.tool_call_id, "failed") for call in calls]
+    assert [(done.tool_call_id, done.status) for done in completions] == [
+        (call.tool_call_id, "failed") for call in calls
+    ]
     texts = [update.content.text for update in client.updates if updates.variant_tag(update) == "agent_message_chunk"]
     assert texts[1] == "Did not read pyproject.toml (permission: reject_once)."
     assert not any(text.startswith("Done") for text in texts)

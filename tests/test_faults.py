@@ -6,6 +6,7 @@ JSON lines, so each fault happens exactly where the test wants it. Whatever the 
 calls settle with a precise error, the reader and writer never wait for each other, and
 ``close()`` returns; the autouse fixture then checks that no thread, descriptor or child is left.
 """
+
 import logging
 import random
 import sys
@@ -15,8 +16,8 @@ from concurrent.futures import Future
 from typing import Any, List
 
 import pytest
-
 from acp_harness import WAIT, agent_with_raw_client, background, client_with_raw_agent, initialized
+
 from acp_lite import updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
@@ -203,7 +204,10 @@ def test_a_call_the_agent_never_answers_times_out_and_the_late_answer_is_dropped
     [
         b'{"jsonrpc":"2.0","id":%d,"result":{"stopReason":"end_turn","_meta":{"note":"\xff"}}}',
         b'{"jsonrpc":"2.0","id":%d,"result":{"stopReason":"end_tu',
-        b'{"jsonrpc":"2.0","id":%d,"result":{"stopReason":"end_turn","_meta":' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+        b'{"jsonrpc":"2.0","id":%d,"result":{"stopReason":"end_turn","_meta":'
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}}",
     ],
     ids=["invalid-utf8", "cut-short", "nested-beyond-the-stack"],
 )
@@ -267,7 +271,8 @@ def test_a_peer_sending_a_burst_of_bad_requests_before_reading_any_reply_is_not_
     # Its requests fill our stdin pipe while our replies fill its: unless our reader keeps
     # reading while the replies wait to be written, each side waits for the other forever.
     burst = b"".join(
-        b'{"jsonrpc":"2.0","id":%d,"method":"session/new","params":{"cwd":5,"mcpServers":[]}}\n' % i for i in range(5000)
+        b'{"jsonrpc":"2.0","id":%d,"method":"session/new","params":{"cwd":5,"mcpServers":[]}}\n' % i
+        for i in range(5000)
     )
     assert len(burst) > 4 * 65536
     with agent_with_raw_client(Misbehaving()) as (_, raw):
@@ -384,7 +389,9 @@ def test_a_session_update_callback_that_raises_is_logged_and_the_stream_goes_on_
         failures = [r for r in caplog.records if r.exc_info and "callback failed" in str(r.exc_info[1])]
         assert len(failures) == 34
         # A request handler raising a foreign exception answers -32603 and the client goes on.
-        raw.send({"jsonrpc": "2.0", "id": 9, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": "/w/a"}})
+        raw.send(
+            {"jsonrpc": "2.0", "id": 9, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": "/w/a"}}
+        )
         assert raw.recv() == {"jsonrpc": "2.0", "id": 9, "error": {"code": -32603, "message": "Internal error"}}
         pending = background(remote.ext_method, "_acme/echo", {"n": 1})
         request = raw.recv()
@@ -398,7 +405,7 @@ def updates_text(text: str) -> Any:
 
 @pytest.mark.req("ACP-V1-CANCEL-REQUEST-MUST-RESPOND", "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY")
 def test_client_handlers_that_never_answer_or_block_leave_the_connection_working():
-    dialog: "Future[Any]" = Future()  # the user never answers
+    dialog: Future[Any] = Future()  # the user never answers
     unblock = threading.Event()
 
     class Stuck(Recorder):
@@ -412,7 +419,14 @@ def test_client_handlers_that_never_answer_or_block_leave_the_connection_working
     editor = Stuck()
     with client_with_raw_agent(editor) as (remote, raw):
         initialized(remote, raw)
-        raw.send({"jsonrpc": "2.0", "id": "read", "method": "fs/read_text_file", "params": {"sessionId": "s", "path": "/w/a"}})
+        raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "read",
+                "method": "fs/read_text_file",
+                "params": {"sessionId": "s", "path": "/w/a"},
+            }
+        )
         raw.send(
             {
                 "jsonrpc": "2.0",
@@ -453,7 +467,7 @@ class ShuffledAnswers(Agent):
     def __init__(self):
         self.lock = threading.Lock()
         self.held: List[Any] = []
-        self.answering: "Future[None]" = Future()
+        self.answering: Future[None] = Future()
 
     def ext_method(self, method, params):
         future: Future = Future()

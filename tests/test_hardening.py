@@ -11,6 +11,7 @@ the reply must be follows from JSON-RPC 2.0 for the envelope; for the params, wh
 decode into the method's type is asked of ``codec.decode`` (whose own tests pin it to the schema),
 and the connection must then answer -32602 or run the handler accordingly.
 """
+
 import contextlib
 import json
 import shutil
@@ -20,16 +21,23 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
+from acp_harness import WAIT, RawPeer, agent_with_raw_client, background, client_with_raw_agent, initialized
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from acp_harness import WAIT, RawPeer, agent_with_raw_client, background, client_with_raw_agent, initialized
 from acp_lite import codec
 from acp_lite.agent import Agent
 from acp_lite.client import Client
 from acp_lite.errors import SchemaError, UsageError
 from acp_lite.rpc import Connection
-from acp_lite.schema import AGENT_METHODS, CLIENT_METHODS, PROTOCOL_METHODS, InitializeResponse, NewSessionResponse, PromptResponse
+from acp_lite.schema import (
+    AGENT_METHODS,
+    CLIENT_METHODS,
+    PROTOCOL_METHODS,
+    InitializeResponse,
+    NewSessionResponse,
+    PromptResponse,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -50,7 +58,9 @@ TO_AGENT: Dict[str, Any] = {
     "logout": {},
     "session/new": {
         "cwd": "/w",
-        "mcpServers": [{"name": "tools", "command": "/bin/tools", "args": ["-v"], "env": [{"name": "A", "value": "b"}]}],
+        "mcpServers": [
+            {"name": "tools", "command": "/bin/tools", "args": ["-v"], "env": [{"name": "A", "value": "b"}]}
+        ],
     },
     "session/load": {"sessionId": "s", "cwd": "/w", "mcpServers": []},
     "session/resume": {"sessionId": "s", "cwd": "/w"},
@@ -265,8 +275,8 @@ def _paths(value: Any, prefix: Tuple[Any, ...] = ()) -> List[Tuple[Any, ...]]:
     found: List[Tuple[Any, ...]] = []
     children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, child in children:
-        found.append(prefix + (key,))
-        found.extend(_paths(child, prefix + (key,)))
+        found.append((*prefix, key))
+        found.extend(_paths(child, (*prefix, key)))
     return found
 
 
@@ -393,7 +403,9 @@ def test_a_client_answers_every_mutated_message_as_json_rpc_says_and_keeps_going
                 params = message.get("params")
                 if params is None:  # null params are read as absent, as for requests
                     params = {}
-                undecodable = not isinstance(params, dict) or bool(_params_error("session/update", params, CLIENT_METHODS))
+                undecodable = not isinstance(params, dict) or bool(
+                    _params_error("session/update", params, CLIENT_METHODS)
+                )
                 assert isinstance(editor.updates[-1], codec.Undecodable) == undecodable
 
         exchange()
@@ -402,8 +414,14 @@ def test_a_client_answers_every_mutated_message_as_json_rpc_says_and_keeps_going
 # Results the client decodes: one node of a valid result replaced; the call fails with
 # SchemaError exactly when the result no longer fits, and the connection goes on.
 RESULTS = {
-    "initialize": ({"protocolVersion": 1, "agentCapabilities": {"loadSession": True}, "authMethods": []}, InitializeResponse),
-    "session/new": ({"sessionId": "s", "modes": {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}]}}, NewSessionResponse),
+    "initialize": (
+        {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}, "authMethods": []},
+        InitializeResponse,
+    ),
+    "session/new": (
+        {"sessionId": "s", "modes": {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}]}},
+        NewSessionResponse,
+    ),
     "session/prompt": ({"stopReason": "end_turn", "_meta": {"x": 1}}, PromptResponse),
 }
 
@@ -412,7 +430,7 @@ RESULTS = {
 def mutated_result(draw: Any) -> Tuple[str, Any]:
     method = draw(st.sampled_from(sorted(RESULTS)))
     result, _ = RESULTS[method]
-    path = draw(st.sampled_from([()] + _paths(result)))
+    path = draw(st.sampled_from([(), *_paths(result)]))
     old = _node(result, path)
     new_kind = draw(st.sampled_from(sorted(set(_OF_KIND) - {_kind(old)})))
     return method, _replaced(result, path, draw(_OF_KIND[new_kind]))
@@ -556,7 +574,9 @@ def with_duplicate_key(draw: Any, valid: Dict[str, Dict[str, Any]]) -> bytes:
     """A valid message in which one object (the envelope or any below it) repeats one of its
     keys with a value of another type, before or after the original."""
     message = draw(st.sampled_from(sorted(valid.values(), key=lambda m: m["method"])))
-    objects = [()] + [path for path in _paths(message) if isinstance(_node(message, path), dict) and _node(message, path)]
+    objects = [()] + [
+        path for path in _paths(message) if isinstance(_node(message, path), dict) and _node(message, path)
+    ]
     path = draw(st.sampled_from(objects))
     node = _node(message, path)
     key = draw(st.sampled_from(sorted(node)))
@@ -584,7 +604,9 @@ def test_the_last_of_duplicate_keys_wins_at_every_level(side):
 
 
 # -- generated: batches --------------------------------------------------------------------------------
-batch_elements = st.one_of(st.sampled_from(sorted(AGENT_MESSAGES.values(), key=lambda m: m["method"])), mutated(AGENT_MESSAGES))
+batch_elements = st.one_of(
+    st.sampled_from(sorted(AGENT_MESSAGES.values(), key=lambda m: m["method"])), mutated(AGENT_MESSAGES)
+)
 
 
 @pytest.mark.req("ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION", "ACP-V1-JSONRPC-RESPONSE-REQUIRED")
@@ -615,9 +637,21 @@ NESTED_LINES = [
     ("array", DEEP_ARRAY),
     ("object", b'{"a":' * DEPTH + b"1" + b"}" * DEPTH),
     ("agent-ext-params", b'{"jsonrpc":"2.0","id":1,"method":"_acme/echo","params":{"a":%s}}' % DEEP_ARRAY),
-    ("agent-meta", b'{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/w","mcpServers":[],"_meta":%s}}' % DEEP_ARRAY),
-    ("client-meta", b'{"jsonrpc":"2.0","id":3,"method":"fs/read_text_file","params":{"sessionId":"s","path":"/w/a","_meta":%s}}' % DEEP_ARRAY),
-    ("client-update", b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan","entries":%s}}}' % DEEP_ARRAY),
+    (
+        "agent-meta",
+        b'{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/w","mcpServers":[],"_meta":%s}}'
+        % DEEP_ARRAY,
+    ),
+    (
+        "client-meta",
+        b'{"jsonrpc":"2.0","id":3,"method":"fs/read_text_file","params":{"sessionId":"s","path":"/w/a","_meta":%s}}'
+        % DEEP_ARRAY,
+    ),
+    (
+        "client-update",
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan","entries":%s}}}'
+        % DEEP_ARRAY,
+    ),
 ]
 
 
@@ -647,7 +681,10 @@ def test_moderate_nesting_is_echoed_whole():
     [
         # Integers of any size keep every digit, as ids and as values.
         (b'{"jsonrpc":"2.0","id":' + b"9" * 400 + b',"method":"_acme/echo","params":{}}', (int("9" * 400), {})),
-        (b'{"jsonrpc":"2.0","id":3,"method":"_acme/echo","params":{"n":-' + b"7" * 400 + b"}}", (3, {"n": -int("7" * 400)})),
+        (
+            b'{"jsonrpc":"2.0","id":3,"method":"_acme/echo","params":{"n":-' + b"7" * 400 + b"}}",
+            (3, {"n": -int("7" * 400)}),
+        ),
         (b'{"jsonrpc":"2.0","id":4.25,"method":"_acme/echo","params":{"n":1e308}}', (4.25, {"n": 1e308})),
         # The last of duplicate keys wins, in the envelope and in the params.
         (b'{"jsonrpc":"2.0","id":5,"id":6,"method":"_acme/echo","params":{"a":1,"a":2}}', (6, {"a": 2})),
@@ -731,7 +768,11 @@ def test_values_we_cannot_encode_never_reach_the_wire(unencodable):
         with pytest.raises(UsageError):
             client.ext_notification("_acme/note", unencodable)
         response = raw.call("_acme/bad", {})
-        assert response == {"jsonrpc": "2.0", "id": response["id"], "error": {"code": -32603, "message": "Internal error"}}
+        assert response == {
+            "jsonrpc": "2.0",
+            "id": response["id"],
+            "error": {"code": -32603, "message": "Internal error"},
+        }
         assert_reply(raw, None)
     with client_with_raw_agent(EveryMethodClient()) as (remote, raw):
         pending = background(remote.ext_method, "_acme/x", unencodable)
@@ -748,7 +789,9 @@ FUZZ_RUNS = 3000
 @pytest.mark.timeout(120)
 @pytest.mark.slow
 def test_the_fuzz_target_survives_a_short_run(tmp_path):
-    pytest.importorskip("atheris", reason="atheris is not installed (it is only in the test extra on Linux, Python 3.11)")
+    pytest.importorskip(
+        "atheris", reason="atheris is not installed (it is only in the test extra on Linux, Python 3.11)"
+    )
     corpus = tmp_path / "corpus"
     shutil.copytree(FUZZ_DIR / "corpus", corpus)  # libFuzzer adds what it finds to this copy
     run = subprocess.run(

@@ -4,6 +4,7 @@ No pipe, no thread: each test feeds ``RpcCore`` lines and looks at what it asks 
 callbacks to run, in order, and the frames to write). The wire-level behaviour is tested over
 real pipes in test_rpc*.py.
 """
+
 import json
 import logging
 import threading
@@ -52,7 +53,11 @@ def make_core() -> Tuple[RpcCore, List[bytes]]:
 def feed(core: RpcCore, *lines: Any) -> Tuple[List[Any], List[Any]]:
     items: List[Any] = []
     replies: List[bytes] = []
-    core.route_lines([line if isinstance(line, (bytes, OversizedFrame)) else json.dumps(line).encode() for line in lines], items, replies)
+    core.route_lines(
+        [line if isinstance(line, (bytes, OversizedFrame)) else json.dumps(line).encode() for line in lines],
+        items,
+        replies,
+    )
     return items, [json.loads(reply) for reply in replies]
 
 
@@ -81,7 +86,9 @@ def test_a_block_decoded_in_one_call_delivers_its_messages_in_order():
     seen: List[str] = []
     core.register(Route("x/typed", lambda params: seen.append(params.text), Item, False))
     core.rebuild()
-    block = b"\n".join(json.dumps({"jsonrpc": "2.0", "method": "x/typed", "params": {"text": str(i)}}).encode() for i in range(50))
+    block = b"\n".join(
+        json.dumps({"jsonrpc": "2.0", "method": "x/typed", "params": {"text": str(i)}}).encode() for i in range(50)
+    )
     items: List[Any] = []
     replies: List[bytes] = []
     core.route_block(block, items, replies)
@@ -123,7 +130,13 @@ def test_bad_input_gets_the_error_rules_answers():
         {"jsonrpc": "2.0", "id": 6, "error": {"code": 1, "message": "m"}},  # a response: never answered
         b"a banner line",
     )
-    assert [(r["id"], r["error"]["code"]) for r in replies] == [(None, -32700), (2, -32601), (3, -32602), (4, -32600), (5, -32600)]
+    assert [(r["id"], r["error"]["code"]) for r in replies] == [
+        (None, -32700),
+        (2, -32601),
+        (3, -32602),
+        (4, -32600),
+        (5, -32600),
+    ]
     assert core.stats.noise_lines == 1 and core.stats.parse_errors == 1
 
 
@@ -141,13 +154,19 @@ def test_a_batch_is_answered_as_one_array_once_every_answer_is_in():
     core, _ = make_core()
     core.register(Route("x/ask", lambda params, ctx: None, Any, True))
     core.rebuild()
-    items, replies = feed(core, [{"jsonrpc": "2.0", "id": 1, "method": "x/ask"}, {"jsonrpc": "2.0", "id": 2, "method": "x/nope"}, 5])
+    items, replies = feed(
+        core, [{"jsonrpc": "2.0", "id": 1, "method": "x/ask"}, {"jsonrpc": "2.0", "id": 2, "method": "x/nope"}, 5]
+    )
     assert replies == []  # x/ask is still to answer
     ctx = items[0][1]
     done = ctx.batch.add(core.answer_frame(1, "x/ask", "yes", None))
     assert json.loads(done) == [
         {"jsonrpc": "2.0", "id": 2, "error": {"code": -32601, "message": "Method not found: x/nope"}},
-        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid request: a batch element is not a JSON-RPC message"}},
+        {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32600, "message": "Invalid request: a batch element is not a JSON-RPC message"},
+        },
         {"jsonrpc": "2.0", "id": 1, "result": "yes"},
     ]
 
@@ -156,7 +175,11 @@ def test_cancel_request_cancels_the_request_in_its_turn():
     core, _ = make_core()
     core.register(Route("x/ask", lambda params, ctx: None, Any, True))
     core.rebuild()
-    items, _ = feed(core, {"jsonrpc": "2.0", "id": "r", "method": "x/ask"}, {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "r"}})
+    items, _ = feed(
+        core,
+        {"jsonrpc": "2.0", "id": "r", "method": "x/ask"},
+        {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "r"}},
+    )
     ctx = items[0][1]
     assert not ctx.cancelled
     items[1][0](items[1][1])  # the cancel's callback, run after the request's start
@@ -174,7 +197,7 @@ def test_an_oversized_request_is_answered_and_an_oversized_answer_fails_its_call
         OversizedFrame(5000, b'{"jsonrpc":"2.0","id":7,"result":"'),
     )
     assert [(r["id"], r["error"]["code"]) for r in replies] == [(3, -32600)]
-    (fn, arg), = items
+    ((fn, arg),) = items
     assert fn is settle_item
     fn(arg)
     assert future.exception(0).code == -32600
@@ -207,7 +230,10 @@ def test_a_block_of_notifications_of_a_type_that_keeps_what_does_not_fit_is_deco
     seen: List[Any] = []
     core.register(Route("x/kept", seen.append, keep_undecodable(Item), False))
     core.rebuild()  # as a connection does when it starts
-    good = b'{"jsonrpc":"2.0","method":"x/kept","params":{"text":"a"}}\n{"jsonrpc":"2.0","method":"x/kept","params":{"text":"b"}}'
+    good = (
+        b'{"jsonrpc":"2.0","method":"x/kept","params":{"text":"a"}}\n'
+        b'{"jsonrpc":"2.0","method":"x/kept","params":{"text":"b"}}'
+    )
     items: List[Any] = []
     core.route_block(good, items, [])
     assert len(items) == 1  # one callback for the whole block

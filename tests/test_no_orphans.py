@@ -8,6 +8,7 @@ so a test passes only if something sent one. Each writes its pid to a file once 
 test wants it; the test then ends the starter and looks for the agent. An agent that survived
 is killed by the test (it is no child of ours: the leak check cannot see it).
 """
+
 import os
 import signal
 import subprocess
@@ -16,7 +17,6 @@ import textwrap
 import time
 
 import pytest
-
 from conftest import REPO
 from test_process import running
 
@@ -56,7 +56,9 @@ def wait_for_pid(path, starter):
     deadline = time.monotonic() + WAIT
     while not path.exists():
         if starter.poll() is not None:
-            pytest.fail(f"the starter exited ({starter.returncode}) before its agent was ready: {starter.communicate()}")
+            pytest.fail(
+                f"the starter exited ({starter.returncode}) before its agent was ready: {starter.communicate()}"
+            )
         if time.monotonic() > deadline:
             pytest.fail(f"no agent pid in {path} after {WAIT} s")
         time.sleep(0.02)
@@ -68,8 +70,9 @@ class Starter:
 
     def __init__(self, argv, tmp_path, name):
         self.pid_file = tmp_path / f"{name}.pid"
-        self.proc = subprocess.Popen(argv(self.pid_file), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, cwd=REPO)
+        self.proc = subprocess.Popen(
+            argv(self.pid_file), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
+        )
         self.agent = None
 
     def wait_ready(self):
@@ -106,7 +109,16 @@ def starters(tmp_path):
 # initialize, bench for the end of a turn.
 COMMANDS = {
     "run": lambda pid_file: [*CLI, "run", "--", *deaf_agent(pid_file, "session/new", "answer")],
-    "check": lambda pid_file: [*CLI, "check", "-k", "initialize", "--timeout", "60", "--", *deaf_agent(pid_file, "initialize", "silent")],
+    "check": lambda pid_file: [
+        *CLI,
+        "check",
+        "-k",
+        "initialize",
+        "--timeout",
+        "60",
+        "--",
+        *deaf_agent(pid_file, "initialize", "silent"),
+    ],
     "bench": lambda pid_file: [*CLI, "bench", "--pings", "0", "--", *deaf_agent(pid_file, "session/prompt", "silent")],
 }
 
@@ -117,7 +129,9 @@ COMMANDS = {
 def test_a_command_ended_by_sigterm_or_sighup_stops_its_agent_first(starters, command):
     # Both signals at once, each to its own command process: the stop takes seconds (the agent
     # is given its stdin's end first), which need not be waited for twice.
-    ended = {signum: starters(COMMANDS[command], signal.Signals(signum).name) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    ended = {
+        signum: starters(COMMANDS[command], signal.Signals(signum).name) for signum in (signal.SIGTERM, signal.SIGHUP)
+    }
     for starter in ended.values():
         starter.wait_ready()
     for signum, starter in ended.items():
@@ -147,7 +161,13 @@ APPLICATION = textwrap.dedent("""
 
 
 def application(mode, *agent_extra):
-    return lambda pid_file: [sys.executable, "-c", APPLICATION, mode, *deaf_agent(pid_file, "session/new", "answer", *agent_extra)]
+    return lambda pid_file: [
+        sys.executable,
+        "-c",
+        APPLICATION,
+        mode,
+        *deaf_agent(pid_file, "session/new", "answer", *agent_extra),
+    ]
 
 
 @pytest.mark.timeout(60)

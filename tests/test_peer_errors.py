@@ -4,18 +4,18 @@ A handler that makes a call, gets the peer's error and lets it escape must not s
 as its own answer: a -32601 for a nested call would tell the caller that the handler's own method
 does not exist. The answer is -32603 with ``data`` naming the nested method, its code and message.
 """
+
 import os
 import sys
 from typing import Any
 
 import pytest
+from raw_peer import RawPeer
 
 from acp_lite import Client, RemoteAgent
 from acp_lite.errors import InternalError, MethodNotFound
 from acp_lite.rpc import Connection
 from acp_lite.wire import memory_pair
-
-from raw_peer import RawPeer
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -3,6 +3,7 @@
 Every test starts real child processes (``sys.executable -c ...``). The ``agents`` fixture stops
 whatever a test started, so a failing assertion still leaves nothing behind for ``no_leaks``.
 """
+
 import logging
 import os
 import signal
@@ -118,7 +119,9 @@ def test_without_a_callback_stderr_is_logged_at_info(agents, caplog):
 @pytest.mark.timeout(10)
 def test_stderr_is_decoded_as_utf8_with_replacement_and_line_endings_dropped(agents):
     seen = []
-    agent = agents(r"import sys; sys.stderr.buffer.write(b'caf\xc3\xa9 \xff\r\nno newline')", on_stderr_line=seen.append)
+    agent = agents(
+        r"import sys; sys.stderr.buffer.write(b'caf\xc3\xa9 \xff\r\nno newline')", on_stderr_line=seen.append
+    )
     agent.stop(PATIENT)
     assert seen == ["caf\u00e9 \ufffd", "no newline"]
 
@@ -228,7 +231,9 @@ WRAPPER = """
 """
 
 SLEEPER = "import time; print('ready', flush=True); time.sleep(60)"
-STUBBORN_SLEEPER = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + SLEEPER[len("import time; "):]
+STUBBORN_SLEEPER = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + SLEEPER[len("import time; ") :]
+)
 
 
 def start_wrapper(agents, grandchild, after_eof):
@@ -265,9 +270,7 @@ def test_no_signal_is_sent_when_wrapper_and_agent_both_exit_on_stdin_eof(agents,
     # orphans (as in many containers) the grandchild stays a zombie in the group: that must count
     # as gone, not as a member to terminate.
     caplog.set_level(logging.DEBUG, logger="acp_lite.process")
-    agent, grandchild = start_wrapper(
-        agents, "import sys; print('ready', flush=True); sys.stdin.read()", after_eof=""
-    )
+    agent, grandchild = start_wrapper(agents, "import sys; print('ready', flush=True); sys.stdin.read()", after_eof="")
     assert agent.stop(timeout=5) == 0
     assert not running(grandchild)
     assert not [r for r in caplog.records if "process group" in r.getMessage()]

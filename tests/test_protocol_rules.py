@@ -1,9 +1,12 @@
 """Remaining protocol rules, each over a real connection: method names, the session's cwd, plans,
 listed sessions, config option values, and one agent instance per connection."""
+
 import sys
 import textwrap
+from functools import partial
 
 import pytest
+from acp_harness import WAIT, agent_and_client, background, client_with_raw_agent, initialized, refused
 
 from acp_lite import schema, updates
 from acp_lite.agent import Agent, serve
@@ -12,7 +15,6 @@ from acp_lite.codec import convert
 from acp_lite.errors import UsageError
 from acp_lite.rpc import Connection
 from acp_lite.wire import memory_pair
-from acp_harness import WAIT, agent_and_client, background, client_with_raw_agent, initialized, refused
 
 
 @pytest.mark.req("ACP-V1-JSONRPC-RPC-PREFIX-RESERVED")
@@ -83,14 +85,18 @@ class Plans(Client):
         self.plans.append([entry.content for entry in params.update.entries])
 
 
-@pytest.mark.req("ACP-V1-PLAN-CLIENT-REPLACE", "ACP-V1-PLAN-COMPLETE-LIST", "ACP-V1-PLAN-REPORT-UPDATES", "ACP-V1-PLAN-DYNAMIC-MAY")
+@pytest.mark.req(
+    "ACP-V1-PLAN-CLIENT-REPLACE", "ACP-V1-PLAN-COMPLETE-LIST", "ACP-V1-PLAN-REPORT-UPDATES", "ACP-V1-PLAN-DYNAMIC-MAY"
+)
 def test_each_plan_update_arrives_as_the_complete_plan_to_replace_the_last():
     class Planner(Agent):
         def new_session(self, params):
             return schema.NewSessionResponse(session_id="s")
 
         def prompt(self, params, turn):
-            turn.send(updates.plan([("read", "high", "in_progress"), ("fix", "high", "pending"), ("test", "low", "pending")]))
+            turn.send(
+                updates.plan([("read", "high", "in_progress"), ("fix", "high", "pending"), ("test", "low", "pending")])
+            )
             turn.send(updates.plan([("fix", "high", "in_progress"), ("ship", "medium", "pending")]))
             return "end_turn"
 
@@ -105,7 +111,10 @@ def test_each_plan_update_arrives_as_the_complete_plan_to_replace_the_last():
 @pytest.mark.req("ACP-V1-PLAN-CLIENT-REPLACE")
 def test_each_plan_from_the_wire_reaches_the_client_whole():
     def plan(*entries):
-        return {"sessionUpdate": "plan", "entries": [{"content": c, "priority": "high", "status": "pending"} for c in entries]}
+        return {
+            "sessionUpdate": "plan",
+            "entries": [{"content": c, "priority": "high", "status": "pending"} for c in entries],
+        }
 
     client = Plans()
     with client_with_raw_agent(client) as (remote, raw):
@@ -148,8 +157,13 @@ def test_listed_additional_directories_are_reported_as_sent_and_never_merged_int
 
 @pytest.mark.req("ACP-V1-CONFIG-SET-VALUE-VALID")
 def test_config_option_values_must_fit_the_option_the_agent_described():
-    model = {"type": "select", "id": "model", "name": "Model", "currentValue": "fast",
-             "options": [{"value": "fast", "name": "Fast"}, {"value": "deep", "name": "Deep"}]}
+    model = {
+        "type": "select",
+        "id": "model",
+        "name": "Model",
+        "currentValue": "fast",
+        "options": [{"value": "fast", "name": "Fast"}, {"value": "deep", "name": "Deep"}],
+    }
     think = {"type": "boolean", "id": "think", "name": "Think", "currentValue": False}
     with client_with_raw_agent(Client()) as (remote, raw):
         initialized(remote, raw)
@@ -158,12 +172,18 @@ def test_config_option_values_must_fit_the_option_the_agent_described():
         raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"sessionId": "s", "configOptions": [model, think]}})
         pending.result(WAIT)
         for config_id, value in (("model", True), ("model", "turbo"), ("think", "yes")):
-            refused(lambda: remote.set_config_option("s", config_id, value), UsageError)
+            refused(partial(remote.set_config_option, "s", config_id, value), UsageError)
         raw.expect_silence()
         pending = background(remote.set_config_option, "s", "think", True)
         request = raw.recv()
         assert request["params"] == {"sessionId": "s", "configId": "think", "type": "boolean", "value": True}
-        raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"configOptions": [model, dict(think, currentValue=True)]}})
+        raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": request["id"],
+                "result": {"configOptions": [model, dict(think, currentValue=True)]},
+            }
+        )
         pending.result(WAIT)
 
 
@@ -184,7 +204,12 @@ class FormFiller(Client):
 @pytest.mark.timeout(20)
 @pytest.mark.req("ACP-V1-ELIC-AGENT-BIND-CONNECTION", "ACP-V1-ELIC-AGENT-COMPLETE-SAME-CLIENT")
 def test_an_agent_instance_serves_one_connection_so_its_elicitations_stay_bound_to_it():
-    form = {"mode": "form", "message": "Name?", "sessionId": "s", "requestedSchema": {"type": "object", "properties": {}}}
+    form = {
+        "mode": "form",
+        "message": "Name?",
+        "sessionId": "s",
+        "requestedSchema": {"type": "object", "properties": {}},
+    }
 
     class Single(Agent):
         def new_session(self, params):
@@ -233,7 +258,11 @@ def test_closing_a_session_or_the_connection_releases_the_terminals_it_left():
             return None
 
         def prompt(self, params, turn):
-            terminal = self.client.create_terminal(turn.session_id, sys.executable, ["-c", "import os,time; print(os.getpid(), flush=True); time.sleep(60)"])
+            terminal = self.client.create_terminal(
+                turn.session_id,
+                sys.executable,
+                ["-c", "import os,time; print(os.getpid(), flush=True); time.sleep(60)"],
+            )
             while not self.client.terminal_output(turn.session_id, terminal.terminal_id).output:
                 turn.wait_cancelled(0.02)
             pids.append(int(self.client.terminal_output(turn.session_id, terminal.terminal_id).output))

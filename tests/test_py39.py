@@ -7,6 +7,7 @@ case, which matters here: msgspec evaluates annotations, and ``int | None`` need
 looks in pyenv's versions and on the PATH), everything is also compiled with it, and ``.ci/run``
 runs the runtime's tests with it.
 """
+
 import ast
 import os
 import subprocess
@@ -27,9 +28,19 @@ def python_files():
 
 def run_vermin(*paths):
     return subprocess.run(
-        [sys.executable, "-c", "import sys, vermin; sys.exit(vermin.main())", "--target=3.9-", "--no-tips", "--violations", "--eval-annotations",
-         *map(str, paths)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "import sys, vermin; sys.exit(vermin.main())",
+            "--target=3.9-",
+            "--no-tips",
+            "--violations",
+            "--eval-annotations",
+            *map(str, paths),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -116,6 +127,9 @@ def test_compiles_with_python_3_9():
     script = "import sys\nfor p in sys.argv[1:]:\n    compile(open(p, 'rb').read(), p, 'exec')\n"
     result = subprocess.run(
         [PYTHON39, "-c", script, *map(str, python_files())],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
     )
     assert result.returncode == 0, result.stderr

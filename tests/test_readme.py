@@ -4,6 +4,7 @@ Each snippet is written, exactly as the README shows it, into a temporary direct
 the README tells the reader to save it as) and run from there with this interpreter, which has
 acp_lite installed: what a reader who copies it gets.
 """
+
 import re
 import subprocess
 import sys
@@ -46,8 +47,9 @@ def snippets(tmp_path_factory):
 
 
 def _run(snippets, name, *args):
-    return subprocess.run([sys.executable, name, *args], cwd=snippets[name].parent,
-                          capture_output=True, text=True, timeout=40)
+    return subprocess.run(
+        [sys.executable, name, *args], cwd=snippets[name].parent, capture_output=True, text=True, timeout=40
+    )
 
 
 def test_the_readme_first_shows_how_to_install_as_a_dependency():
@@ -75,8 +77,13 @@ def test_every_snippet_is_run_by_a_test_here(snippets):
 def test_the_v2_snippet_runs_a_v2_turn_as_the_readme_says(snippets):
     done = _run(snippets, "v2_echo.py")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["UserMessage", "SessionUpdateStateUpdate", "AgentMessageChunk",
-                                        "SessionUpdateStateUpdate", "2 end_turn"]
+    assert done.stdout.splitlines() == [
+        "UserMessage",
+        "SessionUpdateStateUpdate",
+        "AgentMessageChunk",
+        "SessionUpdateStateUpdate",
+        "2 end_turn",
+    ]
 
 
 @pytest.mark.slow
@@ -105,10 +112,11 @@ def test_the_host_delivery_snippet_runs_a_turn_without_blocking_the_host_thread(
 def test_the_logging_snippet_turns_on_the_acp_lite_loggers(snippets):
     probe = snippets["snippet_3.py"].read_text(encoding="utf-8") + (
         "\nimport acp_lite.codec, acp_lite.schema\n"
-        "acp_lite.codec.decode(b'{\"type\":\"future_kind\"}', acp_lite.schema.ContentBlock)\n"
+        'acp_lite.codec.decode(b\'{"type":"future_kind"}\', acp_lite.schema.ContentBlock)\n'
     )
-    done = subprocess.run([sys.executable, "-c", probe], cwd=snippets["snippet_3.py"].parent,
-                          capture_output=True, text=True, timeout=40)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=snippets["snippet_3.py"].parent, capture_output=True, text=True, timeout=40
+    )
     assert done.returncode == 0, done.stderr
     assert " acp_lite.codec INFO unknown-variant at $: " in done.stderr
 

@@ -4,6 +4,7 @@ Most tests put a ``Connection`` on one end of a pipe pair and a ``RawPeer`` (tes
 on the other: the test writes the peer's bytes itself and asserts the exact messages that come
 back. The method names are made up; this layer knows no ACP method.
 """
+
 import json
 import logging
 import queue
@@ -14,6 +15,7 @@ from typing import Any, List
 
 import msgspec
 import pytest
+from raw_peer import RawPeer
 
 from acp_lite.errors import (
     AuthRequired,
@@ -27,8 +29,6 @@ from acp_lite.errors import (
 )
 from acp_lite.rpc import CancelToken, Connection, HostDelivery, RequestContext
 from acp_lite.wire import memory_pair
-
-from raw_peer import RawPeer
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -88,13 +88,16 @@ def test_outgoing_requests_have_unique_integer_ids_and_typed_results(pair):
     connection.start()
     results: List[Any] = []
     caller = threading.Thread(
-        target=lambda: results.extend(
-            [connection.call("x/get", Item("s1", "hi"), Item), connection.call("x/none")]
-        )
+        target=lambda: results.extend([connection.call("x/get", Item("s1", "hi"), Item), connection.call("x/none")])
     )
     caller.start()
     first = peer.recv()
-    assert first == {"jsonrpc": "2.0", "id": first["id"], "method": "x/get", "params": {"sessionId": "s1", "text": "hi"}}
+    assert first == {
+        "jsonrpc": "2.0",
+        "id": first["id"],
+        "method": "x/get",
+        "params": {"sessionId": "s1", "text": "hi"},
+    }
     assert type(first["id"]) is int
     peer.send({"jsonrpc": "2.0", "id": first["id"], "result": {"sessionId": "s2", "text": "back"}})
     second = peer.recv()
@@ -176,7 +179,9 @@ def test_error_responses_raise_the_matching_exception(pair):
     thread = threading.Thread(target=caller)
     thread.start()
     request = peer.recv()
-    peer.send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32602, "message": "bad", "data": {"path": "$.a"}}})
+    peer.send(
+        {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32602, "message": "bad", "data": {"path": "$.a"}}}
+    )
     request = peer.recv()
     peer.send({"jsonrpc": "2.0", "id": request["id"], "error": {"code": 123, "message": "custom"}})
     thread.join(WAIT)
@@ -471,7 +476,7 @@ def test_requests_start_in_order_behind_notifications_and_may_call_back(linked):
 
 def test_a_blocking_call_from_the_delivery_thread_raises_usage_error(linked):
     a, b = linked
-    outcome: "Future[Any]" = Future()
+    outcome: Future[Any] = Future()
 
     def on_note(params):
         try:
@@ -686,7 +691,11 @@ def test_after_close_nothing_more_of_that_connection_is_delivered():
 
 
 # -- cancellation ----------------------------------------------------------------------------------
-@pytest.mark.req("ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY", "ACP-V1-CANCEL-REQUEST-MUST-RESPOND", "ACP-V1-SCHEMA-CANCEL-REQUEST-NOTIFICATION-SHAPE")
+@pytest.mark.req(
+    "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY",
+    "ACP-V1-CANCEL-REQUEST-MUST-RESPOND",
+    "ACP-V1-SCHEMA-CANCEL-REQUEST-NOTIFICATION-SHAPE",
+)
 def test_cancel_request_reaches_the_handler_token_and_answers_request_cancelled(pair):
     connection, peer = pair
     started = threading.Event()
@@ -726,7 +735,7 @@ def test_a_cancelled_handler_may_still_return_a_partial_result(pair):
 @pytest.mark.req("ACP-V1-CANCEL-INTERNAL-SHOULD")
 def test_a_deferred_answer_is_sent_when_its_future_resolves_and_cancelled_with_the_request(pair):
     connection, peer = pair
-    dialogs: "queue.Queue[Future]" = queue.Queue()
+    dialogs: queue.Queue[Future] = queue.Queue()
 
     def ask_user(params, ctx):
         dialog: Future = Future()
@@ -747,7 +756,7 @@ def test_a_deferred_answer_is_sent_when_its_future_resolves_and_cancelled_with_t
 
 def test_respond_answers_early_and_later_answers_are_dropped(pair):
     connection, peer = pair
-    contexts: "queue.Queue[RequestContext]" = queue.Queue()
+    contexts: queue.Queue[RequestContext] = queue.Queue()
     connection.on_request("x/ask", lambda params, ctx: contexts.put(ctx) or Future())
     connection.start()
     peer.send({"jsonrpc": "2.0", "id": 1, "method": "x/ask"})
@@ -878,7 +887,7 @@ def test_close_while_calls_are_pending_fails_them_all_once(linked):
     a, b = linked
     b.on_request("x/never", lambda params, ctx: Future())  # never answered
     start(a, b)
-    errors: "queue.Queue[BaseException]" = queue.Queue()
+    errors: queue.Queue[BaseException] = queue.Queue()
 
     def caller():
         try:
@@ -940,6 +949,7 @@ def test_many_threads_calling_at_once_get_their_own_answers(linked):
 
 def test_nested_requests_between_two_handlers(linked):
     a, b = linked
+
     # b's handler calls a, whose handler calls b again, three levels deep.
     def b_side(params, ctx):
         n = params["n"]

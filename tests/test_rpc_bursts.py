@@ -5,6 +5,7 @@ any malformed line inside it) reaches the reader in as few reads as the OS allow
 chunking, a burst must give exactly what reading it line by line gives: the same messages, in
 the same order, the same errors for the same bad lines.
 """
+
 import json
 import os
 import queue
@@ -14,12 +15,11 @@ from typing import Any, List
 
 import msgspec
 import pytest
+from raw_peer import RawPeer
 
 from acp_lite import wire
 from acp_lite.delivery import HANDLER_LIMIT
 from acp_lite.rpc import Connection, HostDelivery
-
-from raw_peer import RawPeer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -280,7 +280,9 @@ def test_close_wakes_a_reader_waiting_for_room(peer):
     release = threading.Event()
     connection.on_notification("x/step", lambda params: release.wait(WAIT), Step)
     connection.start()
-    writer = threading.Thread(target=write_ignoring_close, args=(peer, b"\n".join(step(i) for i in range(250000)) + b"\n"))
+    writer = threading.Thread(
+        target=write_ignoring_close, args=(peer, b"\n".join(step(i) for i in range(250000)) + b"\n")
+    )
     writer.start()
     deadline = time.monotonic() + WAIT
     while connection._read_ahead <= 2 * 1024 * 1024 and time.monotonic() < deadline:
@@ -312,7 +314,9 @@ def test_a_peer_that_stops_reading_our_answers_stops_our_reading_not_our_threads
     threads_before = threading.active_count()
     requests = 400  # 24 MB of answers: several times what the pipe and the backlog hold
     writer = threading.Thread(
-        target=lambda: [os.write(feed, line({"jsonrpc": "2.0", "id": i, "method": "x/big"}) + b"\n") for i in range(requests)],
+        target=lambda: [
+            os.write(feed, line({"jsonrpc": "2.0", "id": i, "method": "x/big"}) + b"\n") for i in range(requests)
+        ],
         daemon=True,
     )
     writer.start()
@@ -354,7 +358,7 @@ class HeldHandlers:
     """``x/hold`` handlers that block until the test releases them, reporting as they start."""
 
     def __init__(self, connection: Connection, count: int):
-        self.started: "queue.Queue[int]" = queue.Queue()
+        self.started: queue.Queue[int] = queue.Queue()
         self.releases = [threading.Event() for _ in range(count)]
         connection.on_request("x/hold", self._hold)
 

@@ -4,15 +4,15 @@ Each test sets up the exact interleaving that once stalled or misordered (no soa
 close while a callback is still running, a close from inside a handler while another handler
 waits for an answer that arrived in the same read, and so on.
 """
+
 import threading
 import time
 from typing import Any, List
 
 import pytest
+from raw_peer import RawPeer
 
 from acp_lite.rpc import Connection
-
-from raw_peer import RawPeer
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -5,9 +5,9 @@ answers) send a seeded random mix: blocking calls with and without timeouts, fut
 cancelled, which sends ``$/cancel_request``), notifications alone and in bursts. The handlers on
 the far side answer at once, sleep or wait a few milliseconds, raise, call back the other side
 (nested, a few levels deep, blocking or through a future), notify before answering, wait for
-a notification the caller sends after the request, or have an arrival hook. So requests run on the reader, the runner and
-the threads that replace them, and answers are read by the reader, the delivery thread and the
-callers the reading is lent to.
+a notification the caller sends after the request, or have an arrival hook. So requests run on
+the reader, the runner and the threads that replace them, and answers are read by the reader, the
+delivery thread and the callers the reading is lent to.
 
 Every request carries a token that names it; what is checked afterwards:
 
@@ -26,6 +26,7 @@ for a request the closing side refused), and each sender's delivered notificatio
 of what it sent. A failure names its seed; the thread interleaving differs between runs, the
 operations each thread performs do not.
 """
+
 import logging
 import random
 import threading
@@ -34,6 +35,7 @@ import traceback
 from collections import Counter
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import pytest
@@ -84,7 +86,7 @@ class Soak:
         self.sent: Counter = Counter()  # (side handling it, token)
         self.handled: Counter = Counter()
         self.operations = 0  # operations finished, all drivers together
-        self.sides: Dict[str, "Side"] = {}
+        self.sides: Dict[str, Side] = {}
 
     def problem(self, text: str) -> None:
         with self.lock:
@@ -363,7 +365,7 @@ class Driver:
             waiting.append((kind, token, future))
         for kind, token, future in waiting:
             own = self.own_invalid_params(token) if kind == "raise" else None
-            self.check(f"future soak/{kind}", token, lambda: future.result(WAIT), {"token": token}, own)
+            self.check(f"future soak/{kind}", token, partial(future.result, WAIT), {"token": token}, own)
 
     def sleep_call(self) -> None:
         token = next(self.tokens)
@@ -525,7 +527,9 @@ def notes_problem(sender: str, got: List[int], sent: Optional[int]) -> Optional[
     order, or (when ``sent`` is given) fewer than it sent; None if nothing."""
     for position, seq in enumerate(got):
         if seq != position:
-            return f"notes of {sender}: delivered ...{got[max(0, position - 3):position + 5]}... at position {position}"
+            return (
+                f"notes of {sender}: delivered ...{got[max(0, position - 3) : position + 5]}... at position {position}"
+            )
     if sent is not None and len(got) != sent:
         return f"notes of {sender}: sent {sent}, delivered {len(got)}"
     return None
@@ -563,13 +567,10 @@ def test_random_traffic_both_ways_keeps_every_promise(seed, caplog):
 
         # Cancelled and timed-out requests may still be running on the far side: wait for them.
         handled_all = wait_until(lambda: soak.handled == soak.sent)
-        settled = wait_until(
-            lambda: not any(s.connection._core.pending or s.connection._core.incoming for s in (a, b))
-        )
+        settled = wait_until(lambda: not any(s.connection._core.pending or s.connection._core.incoming for s in (a, b)))
         wait_until(  # every notification delivered (checked below, with what went wrong)
             lambda: all(
-                len(soak.sides[driver.side.peer].notes.get(driver.name, [])) == driver.seq
-                for driver in drivers
+                len(soak.sides[driver.side.peer].notes.get(driver.name, [])) == driver.seq for driver in drivers
             )
         )
     finally:
@@ -583,7 +584,10 @@ def test_random_traffic_both_ways_keeps_every_promise(seed, caplog):
     if not settled:
         soak.problem(
             "left pending: "
-            + ", ".join(f"{s.name}: calls {list(s.connection._core.pending)}, requests {list(s.connection._core.incoming)}" for s in (a, b))
+            + ", ".join(
+                f"{s.name}: calls {list(s.connection._core.pending)}, requests {list(s.connection._core.incoming)}"
+                for s in (a, b)
+            )
         )
     for driver in drivers:
         wrong = notes_problem(driver.name, soak.sides[driver.side.peer].notes.get(driver.name, []), driver.seq)

@@ -4,6 +4,7 @@ Each test pins a behaviour, not a mechanism: handlers may block and call the pee
 goes on; callbacks run in arrival order, one at a time; what a close or the end of the stream
 does to running and waiting requests; failures in handlers and callbacks end nothing.
 """
+
 import logging
 import threading
 import time
@@ -11,12 +12,11 @@ from concurrent.futures import Future
 from typing import Any, List
 
 import pytest
+from raw_peer import RawPeer
 
 from acp_lite.errors import ConnectionClosed, UsageError
 from acp_lite.rpc import Connection
 from acp_lite.wire import memory_pair
-
-from raw_peer import RawPeer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -83,8 +83,12 @@ def test_handlers_on_both_sides_may_call_each_other_back(how):
         return connection.call_future(method, params).result(WAIT)
 
     # a -> b -> a -> b ... five levels deep, each handler blocking on the next.
-    a.on_request("x/down", lambda params, ctx: params["n"] if params["n"] == 0 else ask(a, "y/down", {"n": params["n"] - 1}))
-    b.on_request("y/down", lambda params, ctx: params["n"] if params["n"] == 0 else ask(b, "x/down", {"n": params["n"] - 1}))
+    a.on_request(
+        "x/down", lambda params, ctx: params["n"] if params["n"] == 0 else ask(a, "y/down", {"n": params["n"] - 1})
+    )
+    b.on_request(
+        "y/down", lambda params, ctx: params["n"] if params["n"] == 0 else ask(b, "x/down", {"n": params["n"] - 1})
+    )
     a.start()
     b.start()
     try:
@@ -98,9 +102,17 @@ def test_arrival_hooks_run_in_arrival_order_between_the_notifications(pair):
     connection, peer = pair
     order: List[Any] = []
     connection.on_notification("x/n", lambda params: order.append(("note", params["i"])))
-    connection.on_request("x/r", lambda params, ctx: params["i"], on_arrival=lambda params, ctx: order.append(("request", params["i"])))
+    connection.on_request(
+        "x/r", lambda params, ctx: params["i"], on_arrival=lambda params, ctx: order.append(("request", params["i"]))
+    )
     connection.start()
-    peer.send(note("x/n", {"i": 0}), request(1, "x/r", {"i": 1}), note("x/n", {"i": 2}), request(3, "x/r", {"i": 3}), note("x/n", {"i": 4}))
+    peer.send(
+        note("x/n", {"i": 0}),
+        request(1, "x/r", {"i": 1}),
+        note("x/n", {"i": 2}),
+        request(3, "x/r", {"i": 3}),
+        note("x/n", {"i": 4}),
+    )
     answers = {peer.recv()["id"], peer.recv()["id"]}
     peer.ping()
     assert answers == {1, 3}
@@ -180,7 +192,7 @@ def test_close_lets_a_running_handler_answer_and_refuses_requests_not_yet_starte
 def test_end_of_stream_cancels_running_handlers(pair):
     connection, peer = pair
     started = threading.Event()
-    cancelled: "Future[bool]" = Future()
+    cancelled: Future[bool] = Future()
 
     def running(params: Any, ctx: Any) -> Any:
         started.set()
@@ -197,7 +209,7 @@ def test_end_of_stream_cancels_running_handlers(pair):
 def test_a_done_callback_may_not_block_but_may_call_future(pair):
     connection, peer = pair
     connection.start()
-    outcome: "Future[Any]" = Future()
+    outcome: Future[Any] = Future()
 
     def done(future: Future) -> None:
         try:

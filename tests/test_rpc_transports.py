@@ -1,4 +1,5 @@
 """The connection over real subprocess pipes and sockets, and the framing under arbitrary chunking."""
+
 import json
 import os
 import sys
@@ -67,7 +68,7 @@ def child():
     "ACP-V1-TRANSPORT-CLIENT-STDERR-MAY",
 )
 def test_a_subprocess_peer_over_stdio(child):
-    connection, process = child
+    connection, _process = child
     for i in range(50):
         assert connection.call("x/echo", {"i": i, "text": "\u2028 line\nbreak"}, timeout=WAIT) == {
             "i": i,
@@ -78,7 +79,7 @@ def test_a_subprocess_peer_over_stdio(child):
 
 
 def test_peer_death_fails_pending_calls_with_exit_code_and_stderr_tail(child):
-    connection, process = child
+    connection, _process = child
     with pytest.raises(ConnectionClosed) as caught:
         connection.call("x/exit", {"code": 3}, timeout=WAIT)
     assert caught.value.exit_code == 3 and "last words before exit" in caught.value.stderr_tail

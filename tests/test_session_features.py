@@ -1,28 +1,43 @@
 """Session features over real pipes: every update variant, modes and config options, resume,
 elicitation, and the shape rules the types enforce."""
+
 import json
 import logging
+from functools import partial
 
 import msgspec
 import pytest
+from acp_harness import (
+    INIT_PARAMS,
+    WAIT,
+    agent_and_client,
+    agent_with_raw_client,
+    background,
+    client_with_raw_agent,
+    initialized,
+    refused,
+)
 
 from acp_lite import schema, updates
 from acp_lite.agent import Agent
 from acp_lite.client import Client
 from acp_lite.codec import UnknownVariant, convert, encode
 from acp_lite.errors import CapabilityError, InvalidParams, UsageError
-from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, background, client_with_raw_agent, initialized, refused
 
 MODEL = schema.SessionConfigSelect(
     id="model",
     name="Model",
     category="model",
     current_value="fast",
-    options=[schema.SessionConfigSelectOption(value="fast", name="Fast"), schema.SessionConfigSelectOption(value="deep", name="Deep")],
+    options=[
+        schema.SessionConfigSelectOption(value="fast", name="Fast"),
+        schema.SessionConfigSelectOption(value="deep", name="Deep"),
+    ],
 )
 THINKING = schema.SessionConfigBoolean(id="think", name="Think harder", current_value=False)
 MODES = schema.SessionModeState(
-    current_mode_id="ask", available_modes=[schema.SessionMode(id="ask", name="Ask"), schema.SessionMode(id="code", name="Code")]
+    current_mode_id="ask",
+    available_modes=[schema.SessionMode(id="ask", name="Ask"), schema.SessionMode(id="code", name="Code")],
 )
 
 
@@ -33,14 +48,20 @@ def every_update():
         updates.thought_chunk("thinking", message_id="t1"),
         updates.text_chunk("answer", message_id="a1"),
         updates.tool_call(
-            "c1", "Edit main.py", kind="edit", status="pending", name="edit_file",
+            "c1",
+            "Edit main.py",
+            kind="edit",
+            status="pending",
+            name="edit_file",
             content=[updates.diff("/w/main.py", "new\n", "old\n"), updates.tool_content("note")],
             locations=[updates.location("/w/main.py", 3)],
         ),
         updates.tool_call_update("c1", status="in_progress"),
         updates.tool_call_update("c1", status="completed", content=[updates.terminal("term-1")]),
         updates.plan([("Read the code", "high", "completed"), ("Fix the bug", "medium", "in_progress")]),
-        schema.AvailableCommandsUpdate(available_commands=[schema.AvailableCommand(name="test", description="Run tests")]),
+        schema.AvailableCommandsUpdate(
+            available_commands=[schema.AvailableCommand(name="test", description="Run tests")]
+        ),
         schema.CurrentModeUpdate(current_mode_id="code"),
         schema.ConfigOptionUpdate(config_options=[MODEL]),
         schema.SessionInfoUpdate(title="Fixing the bug"),
@@ -101,9 +122,18 @@ def test_every_update_variant_travels_typed_and_unchanged():
     assert collector.received == sent
     assert [encode(u) for u in collector.received] == [encode(u) for u in sent]
     assert [updates.variant_tag(u) for u in collector.received] == [
-        "user_message_chunk", "agent_thought_chunk", "agent_message_chunk", "tool_call", "tool_call_update",
-        "tool_call_update", "plan", "available_commands_update", "current_mode_update", "config_option_update",
-        "session_info_update", "usage_update",
+        "user_message_chunk",
+        "agent_thought_chunk",
+        "agent_message_chunk",
+        "tool_call",
+        "tool_call_update",
+        "tool_call_update",
+        "plan",
+        "available_commands_update",
+        "current_mode_update",
+        "config_option_update",
+        "session_info_update",
+        "usage_update",
     ]
 
 
@@ -173,7 +203,11 @@ def test_stdio_mcp_servers_reach_the_agent_unconditionally():
     server = {"name": "tools", "command": "/bin/tools", "args": ["--x"], "env": [{"name": "K", "value": "V"}]}
     with agent_with_raw_client(Recording()) as (_, raw):
         assert "result" in raw.call("session/new", {"cwd": "/w", "mcpServers": [server]})
-    assert seen == [schema.McpServerStdio(name="tools", command="/bin/tools", args=["--x"], env=[schema.EnvVariable(name="K", value="V")])]
+    assert seen == [
+        schema.McpServerStdio(
+            name="tools", command="/bin/tools", args=["--x"], env=[schema.EnvVariable(name="K", value="V")]
+        )
+    ]
 
 
 FORM = {"mode": "form", "message": "Name?", "sessionId": "s", "requestedSchema": {"type": "object", "properties": {}}}
@@ -251,7 +285,9 @@ def test_a_completion_for_an_unknown_elicitation_is_ignored(caplog):
         assert raw.recv()["id"] == 7
         raw.expect_silence()
         assert not remote.connection.closed
-    assert [r.getMessage() for r in caplog.records if r.name.startswith("acp_lite") and r.levelno >= logging.WARNING] == []
+    assert [
+        r.getMessage() for r in caplog.records if r.name.startswith("acp_lite") and r.levelno >= logging.WARNING
+    ] == []
 
 
 @pytest.mark.req("ACP-V1-MODES-SET-MODE-ID-LISTED")
@@ -265,7 +301,7 @@ def test_set_mode_sends_only_advertised_mode_ids():
         assert _reply(raw, {})["params"] == {"sessionId": "s", "modeId": "code"}
         pending.result(WAIT)
         for mode_id in ("no-such-mode", "Code"):  # a mode's name is no mode id
-            refused(lambda: remote.set_mode("s", mode_id), UsageError)
+            refused(partial(remote.set_mode, "s", mode_id), UsageError)
         raw.expect_silence()
 
 
@@ -348,7 +384,14 @@ def test_both_sides_see_the_requested_schema_and_the_content_exactly():
     class Revalidating(Featureful):
         def prompt(self, params, turn):
             request = convert(
-                dict(FORM, requestedSchema={"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}, "required": ["age"]}),
+                dict(
+                    FORM,
+                    requestedSchema={
+                        "type": "object",
+                        "properties": {"age": {"type": "integer", "minimum": 0}},
+                        "required": ["age"],
+                    },
+                ),
                 schema.CreateElicitationRequest,
             )
             answer = self.client.create_elicitation(request)

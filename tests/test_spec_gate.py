@@ -3,6 +3,7 @@
 The project gets a copy of spec/*.py, so the plugin reads that project's manifest and writes its
 reports there, exactly as it does in this repository.
 """
+
 import json
 import os
 import shutil
@@ -11,7 +12,6 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import REPO
 
 from spec.import_requirements import dump_json
@@ -21,15 +21,31 @@ MANIFEST = {
     "pinned_commit": "c",
     "schema_sha256_of_pin": "s",
     "requirements": [
-        {"id": "ACP-V1-MUST-SDK", "keyword": "MUST", "role": "both", "responsibility": "sdk", "kind": "imported", "source": "a L1"},
-        {"id": "ACP-V1-MAY-SDK", "keyword": "MAY", "role": "agent", "responsibility": "sdk", "kind": "imported", "source": "a L2"},
+        {
+            "id": "ACP-V1-MUST-SDK",
+            "keyword": "MUST",
+            "role": "both",
+            "responsibility": "sdk",
+            "kind": "imported",
+            "source": "a L1",
+        },
+        {
+            "id": "ACP-V1-MAY-SDK",
+            "keyword": "MAY",
+            "role": "agent",
+            "responsibility": "sdk",
+            "kind": "imported",
+            "source": "a L2",
+        },
     ],
 }
 
 DRAFT = {
     "revision": "r-draft",
     "status": "draft",
-    "requirements": [{"id": "ACP-V2-DRAFT-RULE", "keyword": "MUST", "role": "agent", "source": "b L3", "status": "pending"}],
+    "requirements": [
+        {"id": "ACP-V2-DRAFT-RULE", "keyword": "MUST", "role": "agent", "source": "b L3", "status": "pending"}
+    ],
 }
 DRAFT_TESTED = dict(DRAFT, requirements=[dict(DRAFT["requirements"][0], status="tested")])
 
@@ -77,14 +93,17 @@ def run(project, *args):
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=project, env=env, capture_output=True, text=True, timeout=50,
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=50,
     )
 
 
 @pytest.mark.slow
 def test_a_whole_suite_run_passes_and_writes_the_same_reports_every_time(tmp_path):
-    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "pending"},
-                                      "ACP-V1-MAY-SDK": {"status": "tested"}})
+    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "pending"}, "ACP-V1-MAY-SDK": {"status": "tested"}})
     first = run(project)
     assert first.returncode == 0, first.stdout
     assert "0/1 MUST-level sdk/shared requirements covered by passing tests (1 pending)" in first.stdout
@@ -104,7 +123,9 @@ def test_a_run_spread_over_xdist_workers_is_judged_and_written_once_as_a_plain_r
     # The default run of this repository spreads the tests over workers (pyproject's addopts):
     # the controller, which collects nothing itself, must judge what the workers collected and ran.
     # The MUST is covered by the cases of one test function only, which the workers share.
-    tests = TESTS + """
+    tests = (
+        TESTS
+        + """
 @pytest.mark.req("ACP-V1-MUST-SDK")
 @pytest.mark.parametrize("case", range(4))
 def test_must_cases(case):
@@ -114,8 +135,10 @@ def test_must_cases(case):
 def test_may_fails():
     assert False
 """
-    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"},
-                                      "ACP-V1-MAY-SDK": {"status": "tested"}}, tests)
+    )
+    project = make_project(
+        tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"}, "ACP-V1-MAY-SDK": {"status": "tested"}}, tests
+    )
     plain = run(project)
     assert plain.returncode == 1, plain.stdout  # test_may_fails; the gate itself passes
     assert "FAILED requirement gate" not in plain.stdout
@@ -153,8 +176,9 @@ def test_draft_ids_are_traced_apart_from_v1_and_gated_on_their_own(tmp_path):
 
 def test_an_unknown_id_fails_even_a_partial_run(tmp_path):
     tests = TESTS + '\n@pytest.mark.req("ACP-V1-NO-SUCH-THING")\ndef test_typo():\n    pass\n'
-    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "pending"},
-                                      "ACP-V1-MAY-SDK": {"status": "tested"}}, tests)
+    project = make_project(
+        tmp_path, {"ACP-V1-MUST-SDK": {"status": "pending"}, "ACP-V1-MAY-SDK": {"status": "tested"}}, tests
+    )
     result = run(project, "tests/test_it.py::test_typo")
     assert result.returncode == 1, result.stdout
     assert "spec/manifest does not know" in result.stdout
@@ -164,8 +188,10 @@ def test_an_unknown_id_fails_even_a_partial_run(tmp_path):
 
 @pytest.mark.slow
 def test_a_must_without_a_passing_test_fails_the_whole_suite_run_but_not_a_partial_one(tmp_path):
-    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "application", "why": "the editor's"},
-                                      "ACP-V1-MAY-SDK": {"status": "tested"}})
+    project = make_project(
+        tmp_path,
+        {"ACP-V1-MUST-SDK": {"status": "application", "why": "the editor's"}, "ACP-V1-MAY-SDK": {"status": "tested"}},
+    )
     result = run(project)
     assert result.returncode == 1, result.stdout
     assert "MUST-level sdk/shared requirement with no passing test" in result.stdout
@@ -178,8 +204,7 @@ def test_a_must_without_a_passing_test_fails_the_whole_suite_run_but_not_a_parti
 
 def test_a_clone_with_nothing_beside_it_is_judged(tmp_path):
     # A user's fresh clone is the whole project: the gate judges its run like any other.
-    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"},
-                                      "ACP-V1-MAY-SDK": {"status": "tested"}})
+    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"}, "ACP-V1-MAY-SDK": {"status": "tested"}})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["main"]
     result = run(project)
     assert result.returncode == 1, result.stdout
@@ -189,8 +214,9 @@ def test_a_clone_with_nothing_beside_it_is_judged(tmp_path):
 
 def test_a_failing_test_does_not_cover_its_requirement(tmp_path):
     tests = '@__import__("pytest").mark.req("ACP-V1-MUST-SDK", "ACP-V1-MAY-SDK")\ndef test_both():\n    assert False\n'
-    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"},
-                                      "ACP-V1-MAY-SDK": {"status": "pending"}}, tests)
+    project = make_project(
+        tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"}, "ACP-V1-MAY-SDK": {"status": "pending"}}, tests
+    )
     result = run(project)
     assert result.returncode == 1, result.stdout
     assert "classified tested, but no test carrying the id passed:\n    ACP-V1-MUST-SDK\n" in result.stdout
@@ -199,18 +225,28 @@ def test_a_failing_test_does_not_cover_its_requirement(tmp_path):
 
 
 def test_a_pending_requirement_that_now_passes_must_be_promoted(tmp_path):
-    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "pending"},
-                                      "ACP-V1-MAY-SDK": {"status": "pending", "plan": "hook", "why": "a callback"}})
+    project = make_project(
+        tmp_path,
+        {
+            "ACP-V1-MUST-SDK": {"status": "pending"},
+            "ACP-V1-MAY-SDK": {"status": "pending", "plan": "hook", "why": "a callback"},
+        },
+    )
     result = run(project)
     assert result.returncode == 1, result.stdout
     assert "pending but now covered by a passing test" in result.stdout
     assert "python -m spec.promote" in result.stdout
 
-    promote = subprocess.run([sys.executable, "-m", "spec.promote"], cwd=project, capture_output=True, text=True, timeout=30)
+    promote = subprocess.run(
+        [sys.executable, "-m", "spec.promote"], cwd=project, capture_output=True, text=True, timeout=30
+    )
     assert promote.stdout == "promoted ACP-V1-MAY-SDK\n", promote.stderr
     classification = json.loads((project / "spec" / "manifest" / "classification.json").read_text(encoding="utf-8"))
-    assert classification["ACP-V1-MAY-SDK"] == {"status": "hook", "why": "a callback",
-                                                "hook_test": "tests/test_it.py::test_may"}
+    assert classification["ACP-V1-MAY-SDK"] == {
+        "status": "hook",
+        "why": "a callback",
+        "hook_test": "tests/test_it.py::test_may",
+    }
     promoted = run(project)
     assert promoted.returncode == 0, promoted.stdout
 
@@ -230,14 +266,18 @@ def test_may():
     pass
 """
 
-THING = 'def answer():\n    # the answer\n    return 42\n'
+THING = "def answer():\n    # the answer\n    return 42\n"
 
 
 def make_mutation_project(tmp_path, mutants):
-    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"}, "ACP-V1-MAY-SDK": {"status": "tested"}}, MUST_TESTS)
+    project = make_project(
+        tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"}, "ACP-V1-MAY-SDK": {"status": "tested"}}, MUST_TESTS
+    )
     # The scratch copies take pyproject.toml (as in this repository), not pytest.ini.
     (project / "pytest.ini").unlink()
-    (project / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tests"]\nmarkers = ["req(*ids): requirement ids"]\n')
+    (project / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\ntestpaths = ["tests"]\nmarkers = ["req(*ids): requirement ids"]\n'
+    )
     (project / "acp_lite").mkdir()
     (project / "acp_lite" / "__init__.py").write_text("")
     (project / "acp_lite" / "thing.py").write_text(THING)
@@ -246,13 +286,22 @@ def make_mutation_project(tmp_path, mutants):
 
 
 def mutant(name, old, new):
-    return {"name": name, "requirements": ["ACP-V1-MUST-SDK"], "file": "acp_lite/thing.py", "old": old, "new": new, "why": "a test"}
+    return {
+        "name": name,
+        "requirements": ["ACP-V1-MUST-SDK"],
+        "file": "acp_lite/thing.py",
+        "old": old,
+        "new": new,
+        "why": "a test",
+    }
 
 
 def mutate(project, *args):
     env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
     env["PYTHONPATH"] = str(project)
-    return subprocess.run([sys.executable, "-m", "spec.mutate", *args], cwd=project, env=env, capture_output=True, text=True, timeout=110)
+    return subprocess.run(
+        [sys.executable, "-m", "spec.mutate", *args], cwd=project, env=env, capture_output=True, text=True, timeout=110
+    )
 
 
 @pytest.mark.timeout(120)
@@ -282,7 +331,9 @@ def test_a_surviving_mutant_fails_the_run(tmp_path):
 @pytest.mark.timeout(60)
 @pytest.mark.slow
 def test_the_catalogue_check_refuses_stale_snippets_and_requirements_without_a_mutant(tmp_path):
-    project = make_mutation_project(tmp_path, [dict(mutant("moved", "return 7", "return 8"), requirements=["ACP-V1-MAY-SDK"])])
+    project = make_mutation_project(
+        tmp_path, [dict(mutant("moved", "return 7", "return 8"), requirements=["ACP-V1-MAY-SDK"])]
+    )
     result = mutate(project, "--check")
     assert result.returncode == 1
     assert "moved: does not apply: its old text occurs 0 times in acp_lite/thing.py" in result.stdout
@@ -292,5 +343,7 @@ def test_the_catalogue_check_refuses_stale_snippets_and_requirements_without_a_m
 @pytest.mark.timeout(60)
 @pytest.mark.slow
 def test_the_catalogue_of_this_repository_is_sound():
-    result = subprocess.run([sys.executable, "-m", "spec.mutate", "--check"], cwd=REPO, capture_output=True, text=True, timeout=50)
+    result = subprocess.run(
+        [sys.executable, "-m", "spec.mutate", "--check"], cwd=REPO, capture_output=True, text=True, timeout=50
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,4 +1,5 @@
 """The requirement manifest in spec/manifest: a faithful, prose-free import, fully classified."""
+
 import hashlib
 import json
 
@@ -36,8 +37,17 @@ def test_every_requirement_is_classified_and_no_prose_is_copied():
 
 def _source(*ids):
     requirements = [
-        {"n": n, "id": req_id, "keyword": "MUST", "role": "both", "responsibility": "sdk", "kind": "imported",
-         "text": "prose that must not be copied", "applies_when": None, "source": f"doc.mdx L{n}"}
+        {
+            "n": n,
+            "id": req_id,
+            "keyword": "MUST",
+            "role": "both",
+            "responsibility": "sdk",
+            "kind": "imported",
+            "text": "prose that must not be copied",
+            "applies_when": None,
+            "source": f"doc.mdx L{n}",
+        }
         for n, req_id in enumerate(ids, 1)
     ]
     return {"revision": "r2", "pinned_commit": "c", "schema_sha256_of_pin": "s", "requirements": requirements}
@@ -60,8 +70,10 @@ def test_a_re_import_keeps_the_classification_adds_new_ids_as_pending_and_drops_
 
     manifest, classification = load(manifest_dir)
     assert [req["id"] for req in manifest["requirements"]] == ["C", "A"]
-    assert classification == {"C": {"status": "pending", "why": "new in r2"},
-                              "A": {"status": "application", "why": "the editor's UI"}}
+    assert classification == {
+        "C": {"status": "pending", "why": "new in r2"},
+        "A": {"status": "application", "why": "the editor's UI"},
+    }
     assert "prose" not in (manifest_dir / "requirements.json").read_text(encoding="utf-8")
 
 

@@ -7,6 +7,7 @@ literals, the handles' results), the README's Python snippets exactly as pasted 
 there. The modules they import are checked silently: their own findings are the mypy gate's
 (``.ci/gates``), not this test's.
 """
+
 import re
 import subprocess
 import sys
@@ -19,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 TYPED_USAGE = Path(__file__).resolve().parent / "typed_usage.py"
 
 # Each line that must be reported ends with ``# error: <mypy's error code>``.
-WRONG_USES = '''\
+WRONG_USES = """\
 from acp_lite import Agent, Client, PromptTurn, updates
 from acp_lite.schema import PromptRequest, ReadTextFileRequest
 
@@ -36,7 +37,7 @@ class WrongAgent(Agent):
 class WrongClient(Client):
     def read_text_file(self, params: ReadTextFileRequest) -> str:  # error: override
         return ""
-'''
+"""
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -50,10 +51,24 @@ def reported(tmp_path_factory):
     (folder / "readme").mkdir()
     paths = [TYPED_USAGE, wrong, *write_snippets(folder / "readme").values()]
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"), "--follow-imports=silent",
-         "--cache-dir", str(folder / "cache"), "--show-error-codes", "--no-error-summary", "--no-pretty",
-         *map(str, paths)],
-        cwd=REPO, capture_output=True, text=True, timeout=170,
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(REPO / "pyproject.toml"),
+            "--follow-imports=silent",
+            "--cache-dir",
+            str(folder / "cache"),
+            "--show-error-codes",
+            "--no-error-summary",
+            "--no-pretty",
+            *map(str, paths),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=170,
     )
     assert done.returncode == 1, done.stdout + done.stderr  # 1: errors found (the wrong uses); 2 would be a crash
     errors = {path.resolve(): [] for path in paths}
@@ -75,7 +90,10 @@ def test_the_readme_snippets_type_check_as_pasted(reported):
 
 
 def test_a_wrong_literal_or_override_is_reported_on_its_line(reported):
-    expected = [(number, marker.group(1)) for number, line in enumerate(WRONG_USES.splitlines(), 1)
-                if (marker := re.search(r"# error: ([\w-]+)$", line))]
+    expected = [
+        (number, marker.group(1))
+        for number, line in enumerate(WRONG_USES.splitlines(), 1)
+        if (marker := re.search(r"# error: ([\w-]+)$", line))
+    ]
     (wrong,) = (errors for path, errors in reported.items() if path.name == "wrong_uses.py")
     assert wrong == expected

@@ -12,6 +12,7 @@ The tests replay the session and compare
 the bytes, direction by direction: with nothing opted in, with the client listing only 1, and with
 an agent that speaks both versions serving that v1 client.
 """
+
 import json
 import os
 import sys
@@ -21,6 +22,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 from acp_lite import updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
+from acp_lite.codec import convert
 from acp_lite.schema import (
     AuthMethodAgent,
     Implementation,
@@ -31,14 +33,20 @@ from acp_lite.schema import (
     SessionModeState,
     SetSessionConfigOptionResponse,
 )
-from acp_lite.codec import convert
 from acp_lite.wire import Transport
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "v1_session.wire.json"
 WAIT = 10.0
 MODES = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
-OPTIONS = [{"id": "model", "name": "Model", "type": "select", "currentValue": "fast",
-            "options": [{"value": "fast", "name": "Fast"}, {"value": "smart", "name": "Smart"}]}]
+OPTIONS = [
+    {
+        "id": "model",
+        "name": "Model",
+        "type": "select",
+        "currentValue": "fast",
+        "options": [{"value": "fast", "name": "Fast"}, {"value": "smart", "name": "Smart"}],
+    }
+]
 
 
 class Recording(Transport):
@@ -62,12 +70,14 @@ def recording_pair(log: List[Tuple[str, str]]) -> Tuple[Recording, Recording]:
     """The agent's and the client's ends of a pipe pair, both recording into ``log``."""
     agent_read, client_write = os.pipe()
     client_read, agent_write = os.pipe()
-    return Recording(agent_read, agent_write, "wire-agent", log), Recording(client_read, client_write, "wire-editor", log)
+    return Recording(agent_read, agent_write, "wire-agent", log), Recording(
+        client_read, client_write, "wire-editor", log
+    )
 
 
 class V1Agent(Agent):
     agent_info = Implementation(name="wire-agent", version="1.0")
-    auth_methods = [AuthMethodAgent(id="token", name="Token")]
+    auth_methods = (AuthMethodAgent(id="token", name="Token"),)
 
     def authenticate(self, params):
         return None
@@ -76,8 +86,11 @@ class V1Agent(Agent):
         return None
 
     def new_session(self, params):
-        return NewSessionResponse(session_id="wire-1", modes=convert(MODES, SessionModeState),
-                                  config_options=convert(OPTIONS, List[SessionConfigOption]))
+        return NewSessionResponse(
+            session_id="wire-1",
+            modes=convert(MODES, SessionModeState),
+            config_options=convert(OPTIONS, List[SessionConfigOption]),
+        )
 
     def list_sessions(self, params):
         return ListSessionsResponse(sessions=[SessionInfo(session_id="wire-1", cwd="/tmp")])
@@ -94,10 +107,16 @@ class V1Agent(Agent):
     def prompt(self, params, turn):
         turn.send(updates.text_chunk("Looking", message_id="m1"))
         turn.send(updates.plan([("Read", "high", "in_progress")]))
-        turn.send(updates.tool_call("t1", "Read a file", kind="read", status="pending",
-                                    locations=[updates.location("/tmp/a.txt", 1)]))
-        answer = self.client.request_permission(turn.session_id, updates.tool_call_ref("t1"), updates.permission_options(
-            ("allow", "Allow", "allow_once"), ("deny", "Deny", "reject_once")))
+        turn.send(
+            updates.tool_call(
+                "t1", "Read a file", kind="read", status="pending", locations=[updates.location("/tmp/a.txt", 1)]
+            )
+        )
+        answer = self.client.request_permission(
+            turn.session_id,
+            updates.tool_call_ref("t1"),
+            updates.permission_options(("allow", "Allow", "allow_once"), ("deny", "Deny", "reject_once")),
+        )
         turn.send(updates.tool_call_update("t1", status="completed", content=[updates.tool_content("done")]))
         turn.send(updates.usage(10, 100))
         return "end_turn" if updates.selected_option(answer) == "allow" else "refusal"

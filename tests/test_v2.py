@@ -3,21 +3,22 @@ version reaches the other's callbacks. Each side is driven over a real pipe by a
 asserts the exact messages, or meets the other acp_lite side over an in-memory pair. The rule ids
 are those of the draft manifest, spec/draft/v2.json.
 """
+
 import json
 import threading
 
 import pytest
+from acp_harness import WAIT, _raw_pair, agent_with_raw_client, background, client_with_raw_agent, refused
 
 from acp_lite import updates as v1updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
-from acp_lite.schema import AuthMethodAgent
 from acp_lite.codec import Undecodable, UnknownVariant, encode
 from acp_lite.errors import CapabilityError, ConnectionClosed, UsageError, VersionMismatch
+from acp_lite.schema import AuthMethodAgent
 from acp_lite.v2 import schema as v2
 from acp_lite.v2 import updates
 from acp_lite.wire import memory_pair
-from acp_harness import WAIT, _raw_pair, agent_with_raw_client, background, client_with_raw_agent, refused
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -55,7 +56,8 @@ class DualAgent(Agent):
         options = updates.permission_options(("ok", "Allow", "allow_once"))
         self.asked.set()
         self.permission = self.client.request_permission(
-            params.session_id, "Read the file?", options, subject=updates.tool_call_subject("t1"))
+            params.session_id, "Read the file?", options, subject=updates.tool_call_subject("t1")
+        )
         turn.send(updates.tool_call_update("t1", status="completed"))
         return "end_turn"
 
@@ -81,7 +83,7 @@ def test_an_agent_speaking_both_answers_2_in_v2_shape_to_a_client_asking_2():
 
 def test_auth_methods_are_offered_in_v2_shape():
     class WithLogin(DualAgent):
-        auth_methods = [AuthMethodAgent(id="login", name="Log in")]
+        auth_methods = (AuthMethodAgent(id="login", name="Log in"),)
 
         def logout(self, params):
             return None
@@ -137,7 +139,7 @@ def test_a_v2_connection_refuses_v1_methods_and_v1_shapes():
 def test_serving_a_v2_agent_without_the_required_methods_is_refused():
     class Partial(Agent):
         protocol_versions = (2,)
-        auth_methods = [AuthMethodAgent(id="login", name="Log in")]
+        auth_methods = (AuthMethodAgent(id="login", name="Log in"),)
 
         def new_session(self, params):
             return {"sessionId": "s1"}
@@ -152,14 +154,23 @@ def test_serving_a_v2_agent_without_the_required_methods_is_refused():
     finally:
         transport.close()
         raw.close()
-    assert str(caught.value) == "a v2 agent must implement list_sessions, resume_session, close_session, logout (v2 requires them)"
+    assert (
+        str(caught.value)
+        == "a v2 agent must implement list_sessions, resume_session, close_session, logout (v2 requires them)"
+    )
 
 
 # ----- the v2 prompt lifecycle, agent side ---------------------------------------------------------
 
 
-@pytest.mark.req("ACP-V2-PROMPT-ACK", "ACP-V2-PROMPT-USER-MESSAGE", "ACP-V2-PROMPT-RUNNING",
-                 "ACP-V2-PROMPT-IDLE-STOP-REASON", "ACP-V2-MESSAGE-ID-REQUIRED", "ACP-V2-TOOL-CALL-UPSERT")
+@pytest.mark.req(
+    "ACP-V2-PROMPT-ACK",
+    "ACP-V2-PROMPT-USER-MESSAGE",
+    "ACP-V2-PROMPT-RUNNING",
+    "ACP-V2-PROMPT-IDLE-STOP-REASON",
+    "ACP-V2-MESSAGE-ID-REQUIRED",
+    "ACP-V2-TOOL-CALL-UPSERT",
+)
 def test_a_v2_turn_is_acknowledged_then_reported_by_updates_until_idle():
     agent = DualAgent()
     with agent_with_raw_client(agent, initialize=V2_INIT) as (_, raw):
@@ -170,15 +181,26 @@ def test_a_v2_turn_is_acknowledged_then_reported_by_updates_until_idle():
         user = _update(raw.recv())
         assert user == {"sessionUpdate": "user_message", "messageId": ack["result"]["messageId"], "content": TEXT}
         assert _update(raw.recv()) == {"sessionUpdate": "state_update", "state": "running"}
-        assert _update(raw.recv()) == {"sessionUpdate": "agent_message_chunk", "messageId": "m1",
-                                       "content": {"type": "text", "text": "hello"}}
-        assert _update(raw.recv()) == {"sessionUpdate": "tool_call_update", "toolCallId": "t1", "title": "Read",
-                                       "kind": "read", "status": "pending"}
+        assert _update(raw.recv()) == {
+            "sessionUpdate": "agent_message_chunk",
+            "messageId": "m1",
+            "content": {"type": "text", "text": "hello"},
+        }
+        assert _update(raw.recv()) == {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "t1",
+            "title": "Read",
+            "kind": "read",
+            "status": "pending",
+        }
         ask = raw.recv()
         assert ask["method"] == "session/request_permission"
-        assert ask["params"] == {"sessionId": "s1", "title": "Read the file?",
-                                 "subject": {"type": "tool_call", "toolCall": {"toolCallId": "t1"}},
-                                 "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"}]}
+        assert ask["params"] == {
+            "sessionId": "s1",
+            "title": "Read the file?",
+            "subject": {"type": "tool_call", "toolCall": {"toolCallId": "t1"}},
+            "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"}],
+        }
         raw.send({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "ok"}}})
         # The upsert patches only what it names.
         assert _update(raw.recv()) == {"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed"}
@@ -229,15 +251,24 @@ def test_a_v2_session_update_takes_v2_values_only():
 @pytest.mark.req("ACP-V2-BATCH")
 def test_a_batch_is_answered_entry_by_entry_on_a_v2_connection():
     with agent_with_raw_client(DualAgent(), initialize=V2_INIT) as (_, raw):
-        raw.send([{"jsonrpc": "2.0", "id": 7, "method": "session/list", "params": {}}, 5,
-                  {"jsonrpc": "2.0", "method": "_note", "params": {}},
-                  {"jsonrpc": "2.0", "id": 8, "method": "session/load", "params": {}}])
+        raw.send(
+            [
+                {"jsonrpc": "2.0", "id": 7, "method": "session/list", "params": {}},
+                5,
+                {"jsonrpc": "2.0", "method": "_note", "params": {}},
+                {"jsonrpc": "2.0", "id": 8, "method": "session/load", "params": {}},
+            ]
+        )
         answers = raw.recv()
         raw.expect_silence()
     assert sorted(answers, key=lambda a: str(a["id"])) == [
         {"jsonrpc": "2.0", "id": 7, "result": {"sessions": []}},
         {"jsonrpc": "2.0", "id": 8, "error": {"code": -32601, "message": "Method not found: session/load"}},
-        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid request: a batch element is not a JSON-RPC message"}},
+        {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32600, "message": "Invalid request: a batch element is not a JSON-RPC message"},
+        },
     ]
 
 
@@ -279,8 +310,11 @@ def test_a_client_speaking_2_asks_for_2_in_v2_shape():
         pending = background(remote.initialize)
         request = _answer(raw, V2_ANSWER)
         response = pending.result(WAIT)
-    assert request["params"] == {"protocolVersion": 2, "info": {"name": "acp_lite-client", "version": "0"},
-                                 "capabilities": {"elicitation": {"url": {}}}}
+    assert request["params"] == {
+        "protocolVersion": 2,
+        "info": {"name": "acp_lite-client", "version": "0"},
+        "capabilities": {"elicitation": {"url": {}}},
+    }
     assert (remote.protocol_version, response.info.name) == (2, "raw-agent")
 
 
@@ -317,8 +351,9 @@ def test_a_client_speaking_only_2_closes_with_version_mismatch_when_the_agent_an
         _answer(raw, {"protocolVersion": 1, "agentCapabilities": {}})
         error = pending.exception(WAIT)
         assert isinstance(error, VersionMismatch)
-        assert str(error) == ("the agent chose protocol version 1; this client speaks [2] "
-                              "(list 1 in protocol_versions to go on in v1)")
+        assert str(error) == (
+            "the agent chose protocol version 1; this client speaks [2] (list 1 in protocol_versions to go on in v1)"
+        )
         assert remote.connection.closed
 
 
@@ -351,17 +386,37 @@ def test_prompt_returns_at_the_idle_after_its_acknowledgment_with_every_update_d
         raw.notify("session/update", {"sessionId": "s1", "update": {"sessionUpdate": "state_update", "state": "idle"}})
         raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"messageId": "u1"}})
         # A chunk without its message id is not a v2 chunk: delivered as undecodable, never as a v1 value.
-        raw.notify("session/update", {"sessionId": "s1", "update": {"sessionUpdate": "agent_message_chunk",
-                                                                      "content": {"type": "text", "text": "x"}}})
-        raw.notify("session/update", {"sessionId": "s1", "update": {"sessionUpdate": "agent_message_chunk", "messageId": "m",
-                                                                      "content": {"type": "text", "text": "ok"}}})
+        raw.notify(
+            "session/update",
+            {
+                "sessionId": "s1",
+                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}},
+            },
+        )
+        raw.notify(
+            "session/update",
+            {
+                "sessionId": "s1",
+                "update": {
+                    "sessionUpdate": "agent_message_chunk",
+                    "messageId": "m",
+                    "content": {"type": "text", "text": "ok"},
+                },
+            },
+        )
         assert not turn.done()
-        raw.notify("session/update", {"sessionId": "s1", "update": {"sessionUpdate": "state_update", "state": "idle",
-                                                                      "stopReason": "end_turn"}})
+        raw.notify(
+            "session/update",
+            {"sessionId": "s1", "update": {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}},
+        )
         result = turn.result(WAIT)
     assert result == v2.SessionUpdateStateUpdate(state="idle", stop_reason="end_turn")
-    assert [type(u).__name__ for u in seen] == ["SessionUpdateStateUpdate", "Undecodable", "AgentMessageChunk",
-                                                "SessionUpdateStateUpdate"]
+    assert [type(u).__name__ for u in seen] == [
+        "SessionUpdateStateUpdate",
+        "Undecodable",
+        "AgentMessageChunk",
+        "SessionUpdateStateUpdate",
+    ]
     assert seen[1].error.path == "$.update"
 
 
@@ -390,8 +445,10 @@ def test_the_idle_right_after_the_acknowledgment_ends_the_turn_however_late_the_
         turn = background(remote.prompt, "s1", "hi")
         request = raw.recv()
         raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"messageId": "u1"}})
-        raw.notify("session/update", {"sessionId": "s1", "update": {"sessionUpdate": "state_update", "state": "idle",
-                                                                      "stopReason": "end_turn"}})
+        raw.notify(
+            "session/update",
+            {"sessionId": "s1", "update": {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}},
+        )
         assert idle_delivered.wait(WAIT)
         assert turn.result(WAIT) == v2.SessionUpdateStateUpdate(state="idle", stop_reason="end_turn")
 
@@ -440,22 +497,37 @@ def test_acp_lite_client_and_dual_agent_run_a_turn_in_the_version_they_agree(ver
 
 
 def test_the_v2_builders_write_the_draft_shapes():
-    wire = [json.loads(encode(u)) for u in (
-        updates.tool_call_content("t1", "partial"),
-        updates.plan([("check", "high", "pending")], plan_id="p1"),
-        updates.terminal_output("term", b"\x1b[1mok"),
-        updates.agent_message("m1", []),
-        updates.diff("/a.txt", "diff --git a/a.txt b/a.txt\n"),
-    )]
+    wire = [
+        json.loads(encode(u))
+        for u in (
+            updates.tool_call_content("t1", "partial"),
+            updates.plan([("check", "high", "pending")], plan_id="p1"),
+            updates.terminal_output("term", b"\x1b[1mok"),
+            updates.agent_message("m1", []),
+            updates.diff("/a.txt", "diff --git a/a.txt b/a.txt\n"),
+        )
+    ]
     assert wire == [
-        {"sessionUpdate": "tool_call_content_chunk", "toolCallId": "t1",
-         "content": {"type": "content", "content": {"type": "text", "text": "partial"}}},
-        {"sessionUpdate": "plan_update", "plan": {"type": "items", "planId": "p1",
-                                                   "entries": [{"content": "check", "priority": "high", "status": "pending"}]}},
+        {
+            "sessionUpdate": "tool_call_content_chunk",
+            "toolCallId": "t1",
+            "content": {"type": "content", "content": {"type": "text", "text": "partial"}},
+        },
+        {
+            "sessionUpdate": "plan_update",
+            "plan": {
+                "type": "items",
+                "planId": "p1",
+                "entries": [{"content": "check", "priority": "high", "status": "pending"}],
+            },
+        },
         {"sessionUpdate": "terminal_output_chunk", "terminalId": "term", "data": "G1sxbW9r"},
         {"sessionUpdate": "agent_message", "messageId": "m1", "content": []},
-        {"type": "diff", "changes": [{"operation": "modify", "path": "/a.txt"}],
-         "patch": {"format": "git_patch", "text": "diff --git a/a.txt b/a.txt\n"}},
+        {
+            "type": "diff",
+            "changes": [{"operation": "modify", "path": "/a.txt"}],
+            "patch": {"format": "git_patch", "text": "diff --git a/a.txt b/a.txt\n"},
+        },
     ]
 
 
@@ -465,8 +537,9 @@ def test_elicitation_runs_both_ways_in_v2():
     class Asks(DualAgent):
         def prompt(self, params, turn):
             schema = v2.ElicitationSchema(type="object", properties={"name": v2.StringPropertySchema(title="Name")})
-            answer = self.client.create_elicitation(v2.ElicitationFormMode(
-                message="Your name?", requested_schema=schema, session_id=params.session_id))
+            answer = self.client.create_elicitation(
+                v2.ElicitationFormMode(message="Your name?", requested_schema=schema, session_id=params.session_id)
+            )
             self.client.complete_elicitation("e1")
             turn.send(updates.text_chunk(answer.content["name"], "m1"))
             return "end_turn"
@@ -508,8 +581,12 @@ def test_a_tool_call_is_cancelled_only_once_its_updates_said_it_may_be():
         remote.new_session("/tmp", timeout=WAIT)
         refused(lambda: remote.cancel_tool_call("s1", "t9"), CapabilityError)
         # The agent's upsert says t9 may be cancelled (delivered through the client's callbacks).
-        served.session_update("s1", updates.tool_call("t9", "Long job", capabilities=v2.ToolCallCapabilities(
-            cancel=v2.ToolCallCancelCapabilities())))
+        served.session_update(
+            "s1",
+            updates.tool_call(
+                "t9", "Long job", capabilities=v2.ToolCallCapabilities(cancel=v2.ToolCallCancelCapabilities())
+            ),
+        )
         remote.list_sessions(timeout=WAIT)  # answered after the update was delivered
         assert remote.cancel_tool_call("s1", "t9", timeout=WAIT) == v2.CancelToolCallResponse()
         refused(lambda: remote.cancel_terminal("s1", "term"), CapabilityError)

@@ -1,6 +1,7 @@
 """The tools on v2: the wire judge (``validate``, ``tap``) takes the version from the initialize
 exchange, so a whole v2 session between acp_lite's sides is valid and a message of the other
 version is not; ``check --protocol 2`` probes an agent's v2 surface."""
+
 import json
 import subprocess
 import sys
@@ -8,6 +9,8 @@ from pathlib import Path
 from typing import List, Tuple
 
 import pytest
+from test_v1_wire_unchanged import recording_pair
+from test_v2 import DualAgent
 
 from acp_lite.agent import serve
 from acp_lite.client import RemoteAgent
@@ -15,8 +18,6 @@ from acp_lite.tools.check_probe import PASS, SKIP, V2_REQUIREMENT_LEVELS, CheckO
 from acp_lite.tools.check_runner import run_checks
 from acp_lite.tools.wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker
 from spec.import_requirements import load_draft
-from test_v1_wire_unchanged import recording_pair
-from test_v2 import DualAgent
 
 pytestmark = pytest.mark.timeout(30)
 DIRECTION = {"wire-agent": AGENT_TO_CLIENT, "wire-editor": CLIENT_TO_AGENT}
@@ -42,8 +43,10 @@ def _v2_session() -> List[Tuple[str, str]]:
 
 def _judged(frames: List[Tuple[str, str]]) -> List[Tuple[str, List[str]]]:
     checker = WireChecker()
-    return [(json.loads(frame).get("method", "response"), checker.check(json.loads(frame), direction).problems)
-            for direction, frame in frames]
+    return [
+        (json.loads(frame).get("method", "response"), checker.check(json.loads(frame), direction).problems)
+        for direction, frame in frames
+    ]
 
 
 def test_a_v2_session_is_judged_as_v2_and_found_valid():
@@ -54,7 +57,10 @@ def test_a_v2_session_is_judged_as_v2_and_found_valid():
 
 def test_on_a_v2_connection_v1_methods_and_shapes_are_problems():
     frames = _v2_session()
-    v1_update = {"sessionId": "s1", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}}}
+    v1_update = {
+        "sessionId": "s1",
+        "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}},
+    }
     frames += [
         (CLIENT_TO_AGENT, json.dumps({"jsonrpc": "2.0", "id": 90, "method": "session/load", "params": {}})),
         (AGENT_TO_CLIENT, json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": v1_update})),
@@ -69,8 +75,9 @@ def test_on_a_v2_connection_v1_methods_and_shapes_are_problems():
 def test_validate_judges_a_raw_v2_capture(tmp_path):
     capture = tmp_path / "v2.jsonl"
     capture.write_text("".join(frame + "\n" for _, frame in _v2_session()))
-    done = subprocess.run([sys.executable, "-m", "acp_lite", "validate", str(capture)],
-                          capture_output=True, text=True, timeout=25)
+    done = subprocess.run(
+        [sys.executable, "-m", "acp_lite", "validate", str(capture)], capture_output=True, text=True, timeout=25
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -95,8 +102,9 @@ def _agent_argv(tmp_path: Path, kind: str) -> List[str]:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.req("ACP-V2-NEGOTIATE-AGENT-ANSWER", "ACP-V2-SESSION-BASELINE", "ACP-V2-PROMPT-ACK",
-                 "ACP-V2-CANCEL-IDLE-CANCELLED")
+@pytest.mark.req(
+    "ACP-V2-NEGOTIATE-AGENT-ANSWER", "ACP-V2-SESSION-BASELINE", "ACP-V2-PROMPT-ACK", "ACP-V2-CANCEL-IDLE-CANCELLED"
+)
 @pytest.mark.slow
 def test_check_protocol_2_finds_every_v2_rule_met_by_a_dual_version_agent(tmp_path):
     report = run_checks(CheckOptions(_agent_argv(tmp_path, "dual"), timeout=10.0, protocol=2))
@@ -109,7 +117,10 @@ def test_check_protocol_2_finds_every_v2_rule_met_by_a_dual_version_agent(tmp_pa
 def test_check_protocol_2_says_a_v1_agent_does_not_speak_v2(tmp_path):
     report = run_checks(CheckOptions(_agent_argv(tmp_path, "v1"), timeout=10.0, protocol=2))
     first = report.checks[0]
-    assert [(f.status, f.detail) for f in first.findings][0] == (SKIP, "asked for 2, the agent answered 1: it does not speak ACP v2")
+    assert next((f.status, f.detail) for f in first.findings) == (
+        SKIP,
+        "asked for 2, the agent answered 1: it does not speak ACP v2",
+    )
     assert {f.status for result in report.checks for f in result.findings} == {SKIP}
 
 

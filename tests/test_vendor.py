@@ -5,6 +5,7 @@ is about; the real package is then built once and imported under another name, i
 in a process where ``acp_lite`` itself cannot be imported (test_vendor_runs.py runs the protocol
 scenarios there).
 """
+
 import importlib.util
 import os
 import subprocess
@@ -74,7 +75,7 @@ TOY = {
         ''',
     # alpha: postponed annotations with forward references (msgspec must still resolve them), an
     # import under TYPE_CHECKING that would be a cycle if it counted, and an __all__.
-    "alpha.py": '''\
+    "alpha.py": """\
         from __future__ import annotations
 
         from typing import TYPE_CHECKING, List
@@ -98,7 +99,7 @@ TOY = {
         ANSWER = BASE + _zeta_helper()
 
         __all__ = ["Item", "Child", "ANSWER"]
-        ''',
+        """,
     # beta: a lazy import inside a function, and names it does not export.
     "beta.py": '''\
         """Beta: what uses alpha."""
@@ -209,12 +210,14 @@ REFUSED = {
 
 @pytest.mark.timeout(10)
 def test_subpackages_and_the_entry_point_are_left_out_by_construction(toy):
-    text = toy({
-        "core.py": "X = 1\n",
-        "__main__.py": "from .tools.cli import main\n",
-        "tools/__init__.py": "",
-        "tools/cli.py": "from ..core import X\n",
-    })
+    text = toy(
+        {
+            "core.py": "X = 1\n",
+            "__main__.py": "from .tools.cli import main\n",
+            "tools/__init__.py": "",
+            "tools/cli.py": "from ..core import X\n",
+        }
+    )
     assert "toy/core.py" in text
     assert "toy/tools" not in text and "toy/__main__" not in text
 
@@ -248,8 +251,12 @@ def test_output_does_not_depend_on_hash_randomization(tmp_path):
     )
     outputs = {
         subprocess.run(
-            [sys.executable, "-c", script, str(package)], env={**os.environ, "PYTHONHASHSEED": seed},
-            capture_output=True, text=True, check=True, timeout=20,
+            [sys.executable, "-c", script, str(package)],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=20,
         ).stdout
         for seed in ("1", "2", "3")
     }
@@ -270,7 +277,9 @@ def test_header_names_the_package_version_and_an_unknown_commit_outside_git(toy)
 def test_command_builds_the_real_package_with_version_and_head_commit(tmp_path):
     out = tmp_path / "my_plugin" / "_acp.py"
     out.parent.mkdir()
-    done = subprocess.run([sys.executable, "-m", "acp_lite.tools.vendor", str(out)], capture_output=True, text=True, timeout=50)
+    done = subprocess.run(
+        [sys.executable, "-m", "acp_lite.tools.vendor", str(out)], capture_output=True, text=True, timeout=50
+    )
     assert done.returncode == 0 and done.stdout == f"vendor: wrote {out}\n", done.stderr
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     first = out.read_text().splitlines()[0]

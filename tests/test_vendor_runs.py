@@ -1,6 +1,7 @@
 """The protocol scenarios of test_vendor_scenarios.py, run against the package in this process and
 against a freshly built single file in a process where only the standard library, msgspec and
 that file (as ``my_plugin._acp``) can be imported; and the plugin skeleton of examples/plugin."""
+
 import ast
 import importlib.util
 import os
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import test_vendor_scenarios as scenarios
 
 import acp_lite
-import test_vendor_scenarios as scenarios
 from acp_lite.tools import vendor
 
 VENDORED_NAME = "my_plugin._acp"
@@ -100,7 +101,10 @@ def test_the_single_file_says_v2_is_not_in_it_when_an_application_opts_in(isolat
         "    print(exc)\n"
     )
     done = isolated("-c", code)
-    assert done.stdout.splitlines() == ["ACP v2 (acp_lite.v2) is not part of the vendored single file: install acp_lite to use it"] * 2, done.stderr
+    assert (
+        done.stdout.splitlines()
+        == ["ACP v2 (acp_lite.v2) is not part of the vendored single file: install acp_lite to use it"] * 2
+    ), done.stderr
 
 
 @pytest.mark.timeout(60)
@@ -142,7 +146,9 @@ def test_single_file_offers_the_package_api(isolated):
         spec.loader.exec_module(single)
         assert [name for name in acp_lite.__all__ if not hasattr(single, name)] == []
         assert single.Agent is single.agent.Agent and single.RemoteAgent is single.client.RemoteAgent
-        module_objects = {n for n, v in vars(single).items() if isinstance(v, types.ModuleType) and v.__name__ == f"{spec.name}.{n}"}
+        module_objects = {
+            n for n, v in vars(single).items() if isinstance(v, types.ModuleType) and v.__name__ == f"{spec.name}.{n}"
+        }
         package_modules = {p.stem for p in Path(acp_lite.__file__).parent.glob("*.py")} - {"__init__", "__main__"}
         assert module_objects == package_modules
         for module_name in module_objects:
@@ -156,7 +162,9 @@ def test_single_file_offers_the_package_api(isolated):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.req("ACP-V1-PROMPT-PERMISSION-MAY", "ACP-V1-PROMPT-CLIENT-CANCEL-MAY", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON")
+@pytest.mark.req(
+    "ACP-V1-PROMPT-PERMISSION-MAY", "ACP-V1-PROMPT-CLIENT-CANCEL-MAY", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON"
+)
 @pytest.mark.slow
 def test_plugin_skeleton_on_a_synchronous_host(tmp_path, msgspec_only):
     """examples/plugin with its vendored file built in, its host loop pumping on the main thread,

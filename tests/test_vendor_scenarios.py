@@ -10,6 +10,7 @@ where nothing but the standard library, msgspec and the file can be imported.
 The scenarios address the API as ``acp.agent.Agent``, ``acp.schema.X``, ``acp.updates.f``: the
 package's submodules, or the single file's module objects of the same names.
 """
+
 import contextlib
 import importlib
 import importlib.util

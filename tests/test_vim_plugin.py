@@ -6,6 +6,7 @@ Vim's own Python needs msgspec; the plugin gets acp_lite only as its vendored si
 here. ``.ci/run`` installs Vim, tmux and msgspec for Vim's Python when they are missing: with
 CI=true this test never skips.
 """
+
 import json
 import os
 import shutil
@@ -31,7 +32,9 @@ def _vim_with_python_and_msgspec() -> str:
             return f"{tool} is not installed"
     probe = subprocess.run(
         ["vim", "-Nu", "NONE", "-i", "NONE", "-es", "-c", "py3 import msgspec", "-c", "qa!"],
-        stdin=subprocess.DEVNULL, capture_output=True, timeout=30,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
     )
     return "" if probe.returncode == 0 else "this Vim has no +python3, or its Python has no msgspec"
 
@@ -86,7 +89,9 @@ def _wait_for_file(path: Path) -> str:
 
 
 def _children(pid: int) -> List[int]:
-    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()]
+    return [
+        int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()
+    ]
 
 
 def _gone(pid: int) -> bool:

@@ -1,4 +1,5 @@
 """Framing and transports (acp_lite.wire): bytes in, frames out, over real pipes and sockets."""
+
 import json
 import os
 import socket

@@ -1,5 +1,6 @@
 """The write path of acp_lite.wire: ordering, coalescing of streams, flush, close and failures,
 over real pipes (and a counting file object where the number of writes is the point)."""
+
 import io
 import json
 import os

@@ -1,6 +1,7 @@
 """``WorkspaceClient`` over real connections: a raw agent sends ``fs/*`` and ``terminal/*``
 requests as JSON lines and the tests check the answers on the wire; one test runs the whole stack
 (an ``Agent`` calling the editor from its prompt handler)."""
+
 import contextlib
 import json
 import os
@@ -9,11 +10,11 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
-from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Optional
 
 import pytest
-from acp_harness import RawPeer, background, client_with_raw_agent, initialized
+from acp_harness import RawPeer, client_with_raw_agent, initialized
+from workspace_editor import INVALID_PARAMS, NOT_FOUND, PATIENCE, SESSION, Editor, RecordingWorkspace, editor_for
 
 from acp_lite.agent import Agent, serve
 from acp_lite.client import RemoteAgent
@@ -24,112 +25,6 @@ from acp_lite.wire import Transport, memory_pair
 from acp_lite.workspace import WorkspaceClient
 
 pytestmark = pytest.mark.timeout(30)
-
-# Answers that wait for a child process get longer than the harness's WAIT: on a loaded machine
-# starting Python alone can take seconds. A hang still fails, within the test's timeout.
-PATIENCE = 20.0
-SESSION = "sess_1"
-NOT_FOUND = -32002
-INVALID_PARAMS = -32602
-
-
-class RecordingWorkspace(WorkspaceClient):
-    def __init__(self) -> None:
-        super().__init__(terminals=True)
-        self.released: List[Any] = []
-        self.waiting = threading.Event()  # set once a terminal/wait_for_exit is pending
-
-    def on_terminal_released(self, session_id, terminal_id, final):
-        self.released.append((session_id, terminal_id, final))
-
-    def wait_for_terminal_exit(self, params):
-        pending = super().wait_for_terminal_exit(params)
-        self.waiting.set()
-        return pending
-
-
-class Editor:
-    """The editor under test (a ``RemoteAgent`` with a workspace) and the raw agent driving it."""
-
-    def __init__(self, remote: RemoteAgent, raw: RawPeer, workspace: RecordingWorkspace, root: Path):
-        self.remote = remote
-        self.raw = raw
-        self.workspace = workspace
-        self.root = root
-
-    def open_session(self, session_id: str, cwd: Path, additional: Optional[List[str]] = None, method: str = "new") -> None:
-        if method == "new":
-            pending = background(self.remote.new_session, str(cwd), additional_directories=additional)
-        else:
-            pending = background(self.remote.resume_session, session_id, str(cwd), additional_directories=additional)
-        request = self.raw.recv(PATIENCE)
-        assert request["method"] == f"session/{method}"
-        result = {"sessionId": session_id} if method == "new" else {}
-        self.raw.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
-        pending.result(PATIENCE)
-
-    def call(self, method: str, **params: Any) -> Dict[str, Any]:
-        params.setdefault("sessionId", SESSION)
-        return self.raw.call(method, params, timeout=PATIENCE)
-
-    def result(self, method: str, **params: Any) -> Any:
-        response = self.call(method, **params)
-        assert "result" in response, response
-        return response["result"]
-
-    def error(self, method: str, **params: Any) -> Dict[str, Any]:
-        response = self.call(method, **params)
-        assert "error" in response, response
-        return response["error"]
-
-    def run(self, code: str, **params: Any) -> str:
-        """Start ``python -c code`` in a terminal; its id."""
-        return self.result("terminal/create", command=sys.executable, args=["-c", code], **params)["terminalId"]
-
-    def finished_output(self, terminal_id: str) -> Dict[str, Any]:
-        self.result("terminal/wait_for_exit", terminalId=terminal_id)
-        return self.result("terminal/output", terminalId=terminal_id)
-
-    def output_containing(self, terminal_id: str, text: str) -> Dict[str, Any]:
-        while True:  # the test's timeout bounds this
-            output = self.result("terminal/output", terminalId=terminal_id)
-            if text in output["output"]:
-                return output
-            time.sleep(0.01)  # leave the CPU to the command being waited for
-
-
-@contextlib.contextmanager
-def editor_for(
-    root: Path,
-    agent_capabilities: Optional[Dict[str, Any]] = None,
-    additional: Optional[List[str]] = None,
-    workspace: Optional[RecordingWorkspace] = None,
-) -> Iterator[Editor]:
-    workspace = workspace or RecordingWorkspace()
-    try:
-        with client_with_raw_agent(workspace) as (remote, raw):
-            initialized(remote, raw, agent_capabilities)
-            editor = Editor(remote, raw, workspace, root)
-            editor.open_session(SESSION, root, additional)
-            yield editor
-    finally:
-        workspace.close()
-
-
-@pytest.fixture
-def root(tmp_path):
-    project = tmp_path / "project"
-    (project / "src").mkdir(parents=True)
-    (tmp_path / "outside").mkdir()
-    (tmp_path / "outside" / "secret.txt").write_text("secret")
-    return project
-
-
-@pytest.fixture
-def editor(root):
-    with editor_for(root) as editor:
-        yield editor
-
 
 needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc (Linux)")
 
@@ -221,7 +116,12 @@ def test_relative_paths_are_refused_with_invalid_params(editor, method, params):
 @pytest.mark.req("ACP-V1-SETUP-ROOT-SET-BOUNDARY")
 @pytest.mark.parametrize(
     "spelling",
-    ["{root}/../outside/secret.txt", "{root}/src/../../outside/secret.txt", "{root}/escape/secret.txt", "{outside}/secret.txt"],
+    [
+        "{root}/../outside/secret.txt",
+        "{root}/src/../../outside/secret.txt",
+        "{root}/escape/secret.txt",
+        "{outside}/secret.txt",
+    ],
     ids=["dot-dot", "nested-dot-dot", "symlink", "plainly-outside"],
 )
 def test_paths_leading_outside_the_roots_are_refused_with_resource_not_found(editor, spelling):
@@ -274,7 +174,9 @@ def test_line_is_one_based_and_limit_counts_lines(editor, line, limit, expected)
 def test_a_selection_is_found_across_read_chunks(editor):
     path = editor.root / "big.txt"
     path.write_text("".join(f"line {n}\n" for n in range(1, 30001)) + "x" * 200_000 + "\nlast\n")
-    assert editor.result("fs/read_text_file", path=str(path), line=20000, limit=2) == {"content": "line 20000\nline 20001\n"}
+    assert editor.result("fs/read_text_file", path=str(path), line=20000, limit=2) == {
+        "content": "line 20000\nline 20001\n"
+    }
     assert editor.result("fs/read_text_file", path=str(path), line=30002) == {"content": "last\n"}
 
 
@@ -319,7 +221,7 @@ def test_a_selection_larger_than_max_read_bytes_is_refused_but_smaller_parts_are
 def test_writing_creates_a_missing_file(editor):
     path = editor.root / "src" / "new.py"
     assert editor.result("fs/write_text_file", path=str(path), content="print('é')\n") == {}
-    assert path.read_bytes() == "print('é')\n".encode("utf-8")
+    assert path.read_bytes() == "print('é')\n".encode()
     assert sorted(os.listdir(path.parent)) == ["new.py"]  # no temporary file left behind
 
 
@@ -391,7 +293,9 @@ def test_concurrent_readers_see_the_old_or_the_new_content_never_a_mix(editor):
 def test_commands_run_without_a_shell(editor):
     special = ["$HOME", "a; rm -rf b", "*", "`id`", "x > y"]
     terminal = editor.result(
-        "terminal/create", command=sys.executable, args=["-c", "import sys, json; print(json.dumps(sys.argv[1:]))", *special]
+        "terminal/create",
+        command=sys.executable,
+        args=["-c", "import sys, json; print(json.dumps(sys.argv[1:]))", *special],
     )["terminalId"]
     assert json.loads(editor.finished_output(terminal)["output"]) == special
     editor.result("terminal/release", terminalId=terminal)
@@ -444,7 +348,9 @@ def test_the_working_directory_defaults_to_the_session_cwd_and_must_be_inside_th
 def test_output_has_an_exit_status_only_once_the_command_exited_and_wait_blocks_until_then(editor, tmp_path):
     gate = tmp_path / "gate"
     os.mkfifo(gate)
-    terminal = editor.run(f"print('waiting', flush=True); open({str(gate)!r}).read(); print('done'); raise SystemExit(3)")
+    terminal = editor.run(
+        f"print('waiting', flush=True); open({str(gate)!r}).read(); print('done'); raise SystemExit(3)"
+    )
     running = editor.output_containing(terminal, "waiting\n")
     assert running == {"output": "waiting\n", "truncated": False}  # no exitStatus member at all
 
@@ -495,7 +401,9 @@ def test_the_exit_is_the_commands_even_when_a_detached_child_keeps_the_output_op
 def test_output_beyond_the_limit_is_dropped_from_the_start_at_a_character_boundary(editor):
     # 'é' is two bytes, '€' three: a 10-byte window ending the output starts inside a character.
     text = "début " + "€" * 5
-    terminal = editor.run(f"import sys; sys.stdout.buffer.write({text!r}.encode()); sys.stdout.flush()", outputByteLimit=10)
+    terminal = editor.run(
+        f"import sys; sys.stdout.buffer.write({text!r}.encode()); sys.stdout.flush()", outputByteLimit=10
+    )
     output = editor.finished_output(terminal)
     assert output == {"output": "€€€", "truncated": True, "exitStatus": {"exitCode": 0}}
     assert len(output["output"].encode("utf-8")) == 9  # one byte under the limit rather than half a character
@@ -505,9 +413,9 @@ def test_output_beyond_the_limit_is_dropped_from_the_start_at_a_character_bounda
 @needs_proc
 @pytest.mark.req("ACP-V1-SCHEMA-TERMINAL-KILL-SHAPE")
 def test_kill_ends_the_whole_process_group_and_keeps_the_terminal(editor):
-    terminal = editor.result(
-        "terminal/create", command="sh", args=["-c", "sleep 60 & echo $!; echo started; wait"]
-    )["terminalId"]
+    terminal = editor.result("terminal/create", command="sh", args=["-c", "sleep 60 & echo $!; echo started; wait"])[
+        "terminalId"
+    ]
     grandchild = int(editor.output_containing(terminal, "started\n")["output"].split()[0])
     assert editor.result("terminal/kill", terminalId=terminal) == {}
     # Reaped before kill answered, so the exit status is already there; the output is kept.
@@ -520,7 +428,9 @@ def test_kill_ends_the_whole_process_group_and_keeps_the_terminal(editor):
 
 
 @needs_proc
-@pytest.mark.req("ACP-V1-TERM-AGENT-RELEASE", "ACP-V1-TERM-CLIENT-DISPLAY-AFTER-RELEASE", "ACP-V1-SCHEMA-TERMINAL-RELEASE-SHAPE")
+@pytest.mark.req(
+    "ACP-V1-TERM-AGENT-RELEASE", "ACP-V1-TERM-CLIENT-DISPLAY-AFTER-RELEASE", "ACP-V1-SCHEMA-TERMINAL-RELEASE-SHAPE"
+)
 def test_release_kills_a_running_command_and_forgets_the_terminal(editor):
     terminal = editor.run("import os, time; print(os.getpid(), flush=True); time.sleep(60)")
     pid = int(editor.output_containing(terminal, "\n")["output"])
@@ -626,7 +536,7 @@ def test_a_pending_wait_leaves_the_host_thread_free(root, tmp_path):
     """With host-thread delivery every handler runs on the editor's one thread: a wait_for_exit
     that blocked there would freeze the editor, so it answers later, from the terminal's thread."""
     stop, work = threading.Event(), threading.Event()
-    ready: "Future[HostDelivery]" = Future()
+    ready: Future[HostDelivery] = Future()
 
     def host_loop() -> None:  # the editor's main loop
         delivery = HostDelivery()
@@ -643,7 +553,9 @@ def test_a_pending_wait_leaves_the_host_thread_free(root, tmp_path):
     theirs_read, ours_write = os.pipe()
     raw = RawPeer(theirs_read, theirs_write)
     workspace = RecordingWorkspace()
-    remote = RemoteAgent.connect(Transport(ours_read, ours_write, name="host-editor"), workspace, delivery=ready.result(PATIENCE))
+    remote = RemoteAgent.connect(
+        Transport(ours_read, ours_write, name="host-editor"), workspace, delivery=ready.result(PATIENCE)
+    )
     try:
         initialized(remote, raw)
         editor = Editor(remote, raw, workspace, root)
@@ -682,7 +594,9 @@ def test_an_agents_tools_use_the_workspace_from_a_prompt_handler(root):
             client, session = self.client, params.session_id
             seen["read"] = client.read_text_file(session, str(root / "notes.txt"), line=2, limit=1).content
             client.write_text_file(session, str(root / "out.txt"), seen["read"].upper())
-            terminal = client.create_terminal(session, sys.executable, ["-c", "print(open('out.txt').read(), end='')"]).terminal_id
+            terminal = client.create_terminal(
+                session, sys.executable, ["-c", "print(open('out.txt').read(), end='')"]
+            ).terminal_id
             seen["exit"] = client.wait_for_terminal_exit(session, terminal)
             seen["output"] = client.terminal_output(session, terminal).output
             client.release_terminal(session, terminal)

@@ -2,6 +2,7 @@
 real file system and real processes (Linux) and checks that the boundary holds. Requests go over a
 real connection from a raw agent unless the attack is a race, where the handler is called directly
 so that a bounded number of attempts fits in a short test."""
+
 import contextlib
 import ctypes
 import logging
@@ -17,8 +18,8 @@ from typing import Any, List
 
 import pytest
 from acp_harness import client_with_raw_agent
-from test_workspace import INVALID_PARAMS, NOT_FOUND, PATIENCE, SESSION, RecordingWorkspace, _gone, editor_for
-from test_workspace import editor, root  # noqa: F401 (fixtures: a project beside outside/secret.txt)
+from test_workspace import _gone
+from workspace_editor import INVALID_PARAMS, NOT_FOUND, PATIENCE, SESSION, RecordingWorkspace, editor_for
 
 from acp_lite import beneath
 from acp_lite.client import RemoteAgent
@@ -127,7 +128,11 @@ def test_a_directory_swapped_with_a_symlink_to_outside_never_lets_a_read_out(roo
         with swapping(root / "d", root / "l"):
             for _ in range(ATTEMPTS):
                 try:
-                    seen.add(workspace.read_text_file(ReadTextFileRequest(session_id=SESSION, path=str(root / "d" / "secret.txt"))).content)
+                    seen.add(
+                        workspace.read_text_file(
+                            ReadTextFileRequest(session_id=SESSION, path=str(root / "d" / "secret.txt"))
+                        ).content
+                    )
                 except AcpError as exc:
                     assert exc.code == NOT_FOUND, exc
                     seen.add(NOT_FOUND)
@@ -148,7 +153,9 @@ def test_a_directory_swapped_with_a_symlink_to_outside_never_lets_a_write_out(ro
         with swapping(root / "d", root / "l"):
             for attempt in range(ATTEMPTS):
                 try:
-                    workspace.write_text_file(WriteTextFileRequest(session_id=SESSION, path=str(root / "d" / "f.txt"), content=str(attempt)))
+                    workspace.write_text_file(
+                        WriteTextFileRequest(session_id=SESSION, path=str(root / "d" / "f.txt"), content=str(attempt))
+                    )
                 except AcpError as exc:
                     assert exc.code == NOT_FOUND, exc
                 if time.monotonic() > deadline:
@@ -184,7 +191,9 @@ def test_writes_under_protected_paths_are_refused_by_default(editor, root, relat
     (root / ".vscode").mkdir()
     (root / ".git" / "config").write_text("[core]\n")
     (root / "via-link").symlink_to(".git/config")  # the protected file, reached through a symlink
-    error = editor.error("fs/write_text_file", path=str(root / relative), content='[core]\n\tfsmonitor = "touch pwned; false"\n')
+    error = editor.error(
+        "fs/write_text_file", path=str(root / relative), content='[core]\n\tfsmonitor = "touch pwned; false"\n'
+    )
     assert error["code"] == REFUSED and "did not allow" in error["message"]
     assert (root / ".git" / "config").read_text() == "[core]\n"
     if relative not in (".git/config", "via-link"):  # those two name the file checked above
@@ -261,10 +270,12 @@ def test_a_hook_that_never_answers_refuses_after_the_timeout_with_a_log_line(roo
 
 
 def test_a_terminal_runs_once_the_hooks_future_allows_it(root, tmp_path):
-    decision: "Future[bool]" = Future()
+    decision: Future[bool] = Future()
     workspace = ApprovingWorkspace(decision)
     with editor_for(root, workspace=workspace) as editor:
-        request_id = editor.raw.request("terminal/create", {"sessionId": SESSION, "command": "touch", "args": [str(tmp_path / "ran")]})
+        request_id = editor.raw.request(
+            "terminal/create", {"sessionId": SESSION, "command": "touch", "args": [str(tmp_path / "ran")]}
+        )
         while not workspace.asked:
             time.sleep(0.01)
         assert not (tmp_path / "ran").exists()
@@ -361,7 +372,9 @@ def _our_cgroups() -> List[str]:
 def test_a_command_that_kills_its_supervisor_is_still_ended_by_its_cgroup(editor):
     if not _try_cgroup():
         pytest.skip("no cgroup v2 of our own to make cgroups in")
-    terminal = editor.run("import os, time; os.setsid(); os.kill(os.getppid(), 9); print(os.getpid(), flush=True); time.sleep(60)")
+    terminal = editor.run(
+        "import os, time; os.setsid(); os.kill(os.getppid(), 9); print(os.getpid(), flush=True); time.sleep(60)"
+    )
     pid = int(editor.output_containing(terminal, "\n")["output"])
     with killed_at_last([pid]):
         assert not _gone(pid)
@@ -386,10 +399,12 @@ def test_the_interpreters_exit_ends_the_terminals_an_editor_left_open(root, tmp_
         from acp_lite.workspace import WorkspaceClient
         workspace = WorkspaceClient(terminals=True)
         workspace.on_session("s", {str(root)!r}, [])
-        terminal = workspace.create_terminal(CreateTerminalRequest(session_id="s", command=sys.executable, args=["-c", {ESCAPERS!r}]))
-        while "\\n" not in workspace.terminal_output(type("R", (), {{"session_id": "s", "terminal_id": terminal.terminal_id}})).output:
+        request = CreateTerminalRequest(session_id="s", command=sys.executable, args=["-c", {ESCAPERS!r}])
+        terminal = workspace.create_terminal(request)
+        output_request = type("R", (), {{"session_id": "s", "terminal_id": terminal.terminal_id}})
+        while "\\n" not in workspace.terminal_output(output_request).output:
             time.sleep(0.01)
-        print(workspace.terminal_output(type("R", (), {{"session_id": "s", "terminal_id": terminal.terminal_id}})).output, end="", flush=True)
+        print(workspace.terminal_output(output_request).output, end="", flush=True)
         """
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PATIENCE)

@@ -1,12 +1,13 @@
 """The workspace's building blocks without a connection: the root-set policy, the output buffer
 and the terminal manager. ``test_workspace.py`` drives the same rules over the wire."""
+
 import io
 import os
 import sys
 import time
 import unicodedata
-from contextlib import contextmanager
 from concurrent.futures import Future
+from contextlib import contextmanager
 from unittest.mock import patch
 
 import pytest
@@ -147,7 +148,9 @@ def test_a_sibling_sharing_the_roots_name_as_a_prefix_is_outside(tree):
     ],
     ids=["case", "unicode-normalization", "zero-width-space"],
 )
-def test_a_directory_spelled_almost_like_a_root_is_outside_when_it_is_another_directory(tmp_path, root_name, other_name):
+def test_a_directory_spelled_almost_like_a_root_is_outside_when_it_is_another_directory(
+    tmp_path, root_name, other_name
+):
     root = tmp_path / root_name
     other = tmp_path / other_name
     root.mkdir()
@@ -266,7 +269,7 @@ def test_the_buffer_keeps_the_longest_suffix_within_the_limit_that_starts_on_a_c
     buffer = _OutputBuffer(limit)
     # The same bytes, arriving in chunks cut anywhere (even inside a character).
     start = 0
-    for cut in sorted(c for c in cuts if c < len(data)) + [len(data)]:
+    for cut in [*sorted(c for c in cuts if c < len(data)), len(data)]:
         buffer.append(data[start:cut])
         start = cut
     kept = buffer.text(final=True)
@@ -275,13 +278,16 @@ def test_the_buffer_keeps_the_longest_suffix_within_the_limit_that_starts_on_a_c
     kept_bytes = kept.encode("utf-8")
     assert len(kept_bytes) <= limit or not buffer.truncated
     # Shorter than the limit only by the bytes of the character that straddled the cut.
-    longest = max((len(text[i:].encode("utf-8")) for i in range(len(text) + 1) if len(text[i:].encode("utf-8")) <= limit), default=0)
+    longest = max(
+        (len(text[i:].encode("utf-8")) for i in range(len(text) + 1) if len(text[i:].encode("utf-8")) <= limit),
+        default=0,
+    )
     assert len(kept_bytes) == min(len(data), longest)
 
 
 def test_a_character_still_being_written_is_held_back_until_it_is_complete():
     buffer = _OutputBuffer(100)
-    euro = "€".encode("utf-8")
+    euro = "€".encode()
     buffer.append(b"price: " + euro[:2])
     assert buffer.text(final=False) == "price: "
     buffer.append(euro[2:])
@@ -324,7 +330,9 @@ def test_the_manager_caps_output_when_the_agent_asks_for_more_or_sets_no_limit(c
 
 def test_close_kills_and_reaps_every_terminal_and_returns_their_final_output(cwd):
     manager = TerminalManager()
-    first = manager.create("s1", _python("import time; print('up', flush=True); time.sleep(60)"), dict(os.environ), cwd, None)
+    first = manager.create(
+        "s1", _python("import time; print('up', flush=True); time.sleep(60)"), dict(os.environ), cwd, None
+    )
     second = manager.create("s2", _python("import time; time.sleep(60)"), dict(os.environ), cwd, None)
     while manager.output("s1", first).output != "up\n":
         time.sleep(0.01)

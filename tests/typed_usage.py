@@ -2,6 +2,7 @@
 of ``Agent`` and ``Client`` with its annotations, the builders with the protocol's literals, and the
 handles' results. ``tests/test_typing.py`` runs mypy over it and expects no error; it is never run.
 """
+
 from concurrent.futures import Future
 from typing import List, Optional, Union
 

@@ -4,14 +4,15 @@ Without options it behaves and advertises every agent capability: load (replayin
 conversation), resume, list, close, delete, additional directories, image/audio/embedded prompts,
 logout, an ``agent`` auth method, modes and a select config option. A prompt starting with
 ``wait`` keeps the turn running (a minute at most) until it is cancelled or its session closed;
-any other prompt asks permission to read a file and, once answered, is echoed back. It announces each new session with an extension
-notification.
+any other prompt asks permission to read a file and, once answered, is echoed back. It announces
+each new session with an extension notification.
 
 With ``--require-auth`` it refuses ``session/new`` (error -32000) until ``authenticate``.
 
 ``--defect NAME`` breaks it in exactly one way (see ``DEFECTS``), so that a test can show the probe
 catches that defect with the right check. POSIX only (``select`` on stdin).
 """
+
 import argparse
 import json
 import os
@@ -80,7 +81,9 @@ class RawAgent:
             sys.exit(3)
 
     def update(self, session_id, update):
-        self.write({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": update}})
+        self.write(
+            {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": update}}
+        )
 
     def chunk(self, session_id, kind, text):
         self.update(session_id, {"sessionUpdate": kind, "content": {"type": "text", "text": text}})
@@ -142,17 +145,26 @@ class RawAgent:
         methods = [{"id": "token", "name": "Token from the environment"}]
         if self.defect == "terminal-auth":
             methods.append({"type": "terminal", "id": "login", "name": "Log in in a terminal"})
-        self.result(request_id, {
-            "protocolVersion": requested if self.defect == "echoes-version" else 1,
-            "agentCapabilities": {
-                "loadSession": True,
-                "promptCapabilities": {"image": True, "audio": True, "embeddedContext": True},
-                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "additionalDirectories": {}},
-                "auth": {"logout": {}},
+        self.result(
+            request_id,
+            {
+                "protocolVersion": requested if self.defect == "echoes-version" else 1,
+                "agentCapabilities": {
+                    "loadSession": True,
+                    "promptCapabilities": {"image": True, "audio": True, "embeddedContext": True},
+                    "sessionCapabilities": {
+                        "list": {},
+                        "resume": {},
+                        "close": {},
+                        "delete": {},
+                        "additionalDirectories": {},
+                    },
+                    "auth": {"logout": {}},
+                },
+                "authMethods": methods,
+                "agentInfo": {"name": "raw-agent", "version": "1.0"},
             },
-            "authMethods": methods,
-            "agentInfo": {"name": "raw-agent", "version": "1.0"},
-        })
+        )
 
     def on_authenticate(self, request_id, params):
         self.authenticated = True
@@ -162,11 +174,21 @@ class RawAgent:
         self.result(request_id, {})
 
     def session_state(self):
-        options = [{"type": "select", "id": "model", "name": "Model", "currentValue": "fast",
-                    "options": [{"value": "fast", "name": "Fast"}, {"value": "slow", "name": "Slow"}]}]
+        options = [
+            {
+                "type": "select",
+                "id": "model",
+                "name": "Model",
+                "currentValue": "fast",
+                "options": [{"value": "fast", "name": "Fast"}, {"value": "slow", "name": "Slow"}],
+            }
+        ]
         if self.defect == "boolean-config":
             options.append({"type": "boolean", "id": "yolo", "name": "Skip permissions", "currentValue": False})
-        modes = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
+        modes = {
+            "currentModeId": "ask",
+            "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}],
+        }
         return {"modes": modes, "configOptions": options}
 
     def on_session_new(self, request_id, params):
@@ -181,7 +203,9 @@ class RawAgent:
         self.sessions[session_id] = {"cwd": params["cwd"], "history": []}
         result = dict(self.session_state(), sessionId=session_id)
         if self.defect == "result-and-error":
-            self.write({"jsonrpc": "2.0", "id": request_id, "result": result, "error": {"code": -32603, "message": "oops"}})
+            self.write(
+                {"jsonrpc": "2.0", "id": request_id, "result": result, "error": {"code": -32603, "message": "oops"}}
+            )
             return
         self.result(request_id, result)
         self.write({"jsonrpc": "2.0", "method": "_raw_agent/session_created", "params": {"sessionId": session_id}})
@@ -215,8 +239,11 @@ class RawAgent:
 
     def on_session_list(self, request_id, params):
         cwd = params.get("cwd")
-        listed = [{"sessionId": session_id, "cwd": session["cwd"]} for session_id, session in self.sessions.items()
-                  if cwd is None or session["cwd"] == cwd]
+        listed = [
+            {"sessionId": session_id, "cwd": session["cwd"]}
+            for session_id, session in self.sessions.items()
+            if cwd is None or session["cwd"] == cwd
+        ]
         self.result(request_id, {"sessions": listed})
 
     def on_session_close(self, request_id, params):
@@ -253,12 +280,21 @@ class RawAgent:
         history.append(("user_message_chunk", text))
         if self.defect == "fs-unadvertised":
             self.next_request += 1
-            self.write({"jsonrpc": "2.0", "id": f"agent-{self.next_request}", "method": "fs/read_text_file",
-                        "params": {"sessionId": session_id, "path": "/etc/hostname"}})
+            self.write(
+                {
+                    "jsonrpc": "2.0",
+                    "id": f"agent-{self.next_request}",
+                    "method": "fs/read_text_file",
+                    "params": {"sessionId": session_id, "path": "/etc/hostname"},
+                }
+            )
         if self.defect == "not-utf8":
-            sys.stdout.buffer.write(b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"'
-                                    + session_id.encode() + b'","update":{"sessionUpdate":"agent_message_chunk",'
-                                    b'"content":{"type":"text","text":"caf\xe9"}}}}\n')
+            sys.stdout.buffer.write(
+                b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"'
+                + session_id.encode()
+                + b'","update":{"sessionUpdate":"agent_message_chunk",'
+                b'"content":{"type":"text","text":"caf\xe9"}}}}\n'
+            )
             sys.stdout.buffer.flush()
         self.turns[session_id] = request_id
         if text.startswith("wait"):
@@ -272,15 +308,35 @@ class RawAgent:
         answer comes."""
         cwd = self.sessions[session_id]["cwd"]
         path = "notes.txt" if self.defect == "relative-path" else os.path.join(cwd, "notes.txt")
-        self.update(session_id, {"sessionUpdate": "tool_call", "toolCallId": "call-1", "title": "Read notes.txt",
-                                 "kind": "read", "status": "pending", "locations": [{"path": path}]})
+        self.update(
+            session_id,
+            {
+                "sessionUpdate": "tool_call",
+                "toolCallId": "call-1",
+                "title": "Read notes.txt",
+                "kind": "read",
+                "status": "pending",
+                "locations": [{"path": path}],
+            },
+        )
         self.next_request += 1
         request_id = {"n": self.next_request} if self.defect == "object-request-id" else f"agent-{self.next_request}"
         self.permissions[json.dumps(request_id)] = (session_id, text)
-        self.write({"jsonrpc": "2.0", "id": request_id, "method": "session/request_permission", "params": {
-            "sessionId": session_id, "toolCall": {"toolCallId": "call-1"},
-            "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
-                        {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]}})
+        self.write(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "session/request_permission",
+                "params": {
+                    "sessionId": session_id,
+                    "toolCall": {"toolCallId": "call-1"},
+                    "options": [
+                        {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                        {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+                    ],
+                },
+            }
+        )
 
     def permission_answered(self, message):
         session_id, text = self.permissions.pop(json.dumps(message.get("id")), (None, None))

@@ -17,6 +17,7 @@ to keep running after its stdin closed) keeps it alive until it is killed.
 
 Standard library only; one thread.
 """
+
 import argparse
 import json
 import re
@@ -77,8 +78,9 @@ def main() -> int:
         if found and workdir is None:
             workdir = found.group(0)
         key = canonical(normalised(line.rstrip("\n")))
-        fitting = [(steps, before) for steps, before in candidates
-                   if position < len(steps) and steps[position][0] == key]
+        fitting = [
+            (steps, before) for steps, before in candidates if position < len(steps) and steps[position][0] == key
+        ]
         if not fitting:
             print(f"replay: no recording continues with: {line.strip()[:300]}", file=sys.stderr, flush=True)
             return 3

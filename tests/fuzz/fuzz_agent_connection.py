@@ -11,6 +11,7 @@ well-formed JSON-RPC response (``test_hardening.py`` pins the exact replies). Ru
 a few thousand inputs from there. The connection is not rebuilt between inputs: the same one
 has to survive them all.
 """
+
 import sys
 from pathlib import Path
 
@@ -19,8 +20,9 @@ import atheris
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for acp_harness
 
 with atheris.instrument_imports(include=["acp_lite"]):  # only our code: instrumenting is slow
-    from acp_lite.agent import Agent
     from acp_harness import agent_with_raw_client
+
+    from acp_lite.agent import Agent
 
 PING_ID = "fuzz-ping"
 

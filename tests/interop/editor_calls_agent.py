@@ -9,6 +9,7 @@ of it, ``terminal/create`` running ``echo terminal-ok``, ``terminal/wait_for_exi
 ``terminal/wait_for_exit`` of it, and ``terminal/release`` of both. The report is one line of
 ``key=value`` pairs (see ``prompt``). A call the editor refuses ends the turn with that error.
 """
+
 import os
 import sys
 from typing import Dict
@@ -41,8 +42,10 @@ class EditorCallsAgent(Agent):
         killed = client.wait_for_terminal_exit(session_id, sleeper)
         client.release_terminal(session_id, echo)
         client.release_terminal(session_id, sleeper)
-        report = (f"read={read!r} echo_exit={echo_exit} output={output!r} "
-                  f"killed_exit={killed.exit_code} killed_signal={killed.signal}")
+        report = (
+            f"read={read!r} echo_exit={echo_exit} output={output!r} "
+            f"killed_exit={killed.exit_code} killed_signal={killed.signal}"
+        )
         turn.send(updates.text_chunk(report))
         return "end_turn"
 

@@ -13,6 +13,7 @@ need it skip, naming the reason; under CI (the ``CI`` environment variable set) 
 so that a CI run never passes with its interop tests quietly skipped. The tests themselves never
 install anything.
 """
+
 import json
 import os
 import shutil
@@ -153,9 +154,11 @@ def install_python_sdk() -> Optional[str]:
 
 
 def main() -> int:
-    for name, install in ((f"{TS_SDK}@{TS_SDK_VERSION}", install_typescript_sdk),
-                          (f"{ACPX}@{ACPX_VERSION}", install_acpx),
-                          (f"{PY_SDK}=={PY_SDK_VERSION}", install_python_sdk)):
+    for name, install in (
+        (f"{TS_SDK}@{TS_SDK_VERSION}", install_typescript_sdk),
+        (f"{ACPX}@{ACPX_VERSION}", install_acpx),
+        (f"{PY_SDK}=={PY_SDK_VERSION}", install_python_sdk),
+    ):
         problem = install()
         if problem is None:
             print(f"interop peer ready: {name}", file=sys.stderr)

@@ -9,6 +9,7 @@ acp_lite nor msgspec:
 Both roles play the scenario of scenario.json, like peer_ts.mjs does with the TypeScript SDK.
 Stdout carries only the protocol; logs (the SDK's warnings included) go to stderr.
 """
+
 import asyncio
 import json
 import logging
@@ -24,7 +25,12 @@ SCENARIO = json.loads((Path(__file__).parent / "scenario.json").read_text())
 # unknown variant.
 PEER_ONLY_UPDATES = [{"sessionUpdate": "plan_removed", "planId": "plan-1"}]
 PEER_ONLY_MCP_SERVER = {"type": "acp", "name": "editor-tools", "serverId": "mcp-1"}
-PEER_ONLY_AUTH_METHOD = {"type": "env_var", "id": "env", "name": "API key in the environment", "vars": [{"name": "API_KEY"}]}
+PEER_ONLY_AUTH_METHOD = {
+    "type": "env_var",
+    "id": "env",
+    "name": "API key in the environment",
+    "vars": [{"name": "API_KEY"}],
+}
 WAIT_LIMIT_SECONDS = 20.0  # a cancel that never comes ends the turn instead of hanging it
 
 
@@ -68,17 +74,19 @@ class InteropAgent:
         # Version negotiation: the client's version when we speak it, else our latest.
         self.client_capabilities = client_capabilities
         agreed = protocol_version if protocol_version == acp.PROTOCOL_VERSION else acp.PROTOCOL_VERSION
-        return schema.InitializeResponse.model_validate({
-            "protocolVersion": agreed,
-            "agentCapabilities": {
-                "loadSession": True,
-                "promptCapabilities": {"image": True, "embeddedContext": True},
-                "mcpCapabilities": {"http": True, "sse": True},
-                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
-            },
-            "agentInfo": {"name": "interop-py-agent", "version": "1.0.0"},
-            "authMethods": SCENARIO["auth_methods"] + [PEER_ONLY_AUTH_METHOD],
-        })
+        return schema.InitializeResponse.model_validate(
+            {
+                "protocolVersion": agreed,
+                "agentCapabilities": {
+                    "loadSession": True,
+                    "promptCapabilities": {"image": True, "embeddedContext": True},
+                    "mcpCapabilities": {"http": True, "sse": True},
+                    "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
+                },
+                "agentInfo": {"name": "interop-py-agent", "version": "1.0.0"},
+                "authMethods": SCENARIO["auth_methods"] + [PEER_ONLY_AUTH_METHOD],
+            }
+        )
 
     async def authenticate(self, method_id, **kwargs):
         self.authenticated_with = method_id
@@ -89,10 +97,14 @@ class InteropAgent:
         self.sessions[session_id] = cwd
         # As many agents do: an update for the new session before the response that names it.
         await self.send(session_id, SCENARIO["session_start_update"])
-        return schema.NewSessionResponse.model_validate({
-            "sessionId": session_id, "modes": SCENARIO["modes"], "configOptions": SCENARIO["config_options"],
-            "_meta": {"interop.example/mcpServers": as_json(mcp_servers or [])},
-        })
+        return schema.NewSessionResponse.model_validate(
+            {
+                "sessionId": session_id,
+                "modes": SCENARIO["modes"],
+                "configOptions": SCENARIO["config_options"],
+                "_meta": {"interop.example/mcpServers": as_json(mcp_servers or [])},
+            }
+        )
 
     async def load_session(self, cwd, session_id, mcp_servers=None, additional_directories=None, **kwargs):
         self.sessions[session_id] = cwd
@@ -101,10 +113,14 @@ class InteropAgent:
         return schema.LoadSessionResponse.model_validate({"modes": SCENARIO["modes"]})
 
     async def list_sessions(self, cwd=None, cursor=None, **kwargs):
-        return schema.ListSessionsResponse.model_validate({"sessions": [
-            {"sessionId": session_id, "cwd": session_cwd, "title": "Fix the greeting"}
-            for session_id, session_cwd in self.sessions.items()
-        ]})
+        return schema.ListSessionsResponse.model_validate(
+            {
+                "sessions": [
+                    {"sessionId": session_id, "cwd": session_cwd, "title": "Fix the greeting"}
+                    for session_id, session_cwd in self.sessions.items()
+                ]
+            }
+        )
 
     async def resume_session(self, session_id, cwd, additional_directories=None, mcp_servers=None, **kwargs):
         self.sessions[session_id] = cwd
@@ -142,10 +158,14 @@ class InteropAgent:
             options=[schema.PermissionOption.model_validate(o) for o in SCENARIO["permission_options"]],
         )
         report["permission"] = as_json(permission.outcome)
-        read = await conn.read_text_file(session_id=session_id, path=f"{cwd}/{SCENARIO['file_to_read']}", line=2, limit=1)
+        read = await conn.read_text_file(
+            session_id=session_id, path=f"{cwd}/{SCENARIO['file_to_read']}", line=2, limit=1
+        )
         report["read"] = read.content
         try:
-            report["outside_read"] = as_json(await conn.read_text_file(session_id=session_id, path=SCENARIO["outside_file"]))
+            report["outside_read"] = as_json(
+                await conn.read_text_file(session_id=session_id, path=SCENARIO["outside_file"])
+            )
         except acp.RequestError as exc:
             report["outside_read"] = {"code": exc.code, "message": str(exc)}
         await conn.write_text_file(
@@ -153,17 +173,32 @@ class InteropAgent:
         )
         command = SCENARIO["terminal"]
         terminal = await conn.create_terminal(
-            session_id=session_id, command=command["command"], args=command["args"],
-            env=[schema.EnvVariable.model_validate(v) for v in command["env"]], cwd=cwd, output_byte_limit=4096,
+            session_id=session_id,
+            command=command["command"],
+            args=command["args"],
+            env=[schema.EnvVariable.model_validate(v) for v in command["env"]],
+            cwd=cwd,
+            output_byte_limit=4096,
         )
-        await self.send(session_id, {
-            "sessionUpdate": "tool_call", "toolCallId": "call-term", "title": "Run a command", "kind": "execute",
-            "status": "in_progress", "content": [{"type": "terminal", "terminalId": terminal.terminal_id}],
-        })
-        report["exit"] = as_json(await conn.wait_for_terminal_exit(session_id=session_id, terminal_id=terminal.terminal_id))
+        await self.send(
+            session_id,
+            {
+                "sessionUpdate": "tool_call",
+                "toolCallId": "call-term",
+                "title": "Run a command",
+                "kind": "execute",
+                "status": "in_progress",
+                "content": [{"type": "terminal", "terminalId": terminal.terminal_id}],
+            },
+        )
+        report["exit"] = as_json(
+            await conn.wait_for_terminal_exit(session_id=session_id, terminal_id=terminal.terminal_id)
+        )
         report["output"] = as_json(await conn.terminal_output(session_id=session_id, terminal_id=terminal.terminal_id))
         await conn.release_terminal(session_id=session_id, terminal_id=terminal.terminal_id)
-        await self.send(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": "call-term", "status": "completed"})
+        await self.send(
+            session_id, {"sessionUpdate": "tool_call_update", "toolCallId": "call-term", "status": "completed"}
+        )
         elicitation = self.client_capabilities.elicitation if self.client_capabilities else None
         if elicitation and elicitation.form:
             form = SCENARIO["elicitation_form"]
@@ -180,18 +215,27 @@ class InteropAgent:
             await conn.complete_elicitation(elicitation_id=url["elicitationId"])
         report["client_echo"] = await conn.ext_method("interop/client_echo", {"value": 42, "_meta": SCENARIO["meta"]})
         await conn.ext_notification("interop/client_note", {"value": 7, "_meta": SCENARIO["meta"]})
-        return schema.PromptResponse.model_validate({"stopReason": "end_turn", "_meta": {"interop.example/report": report}})
+        return schema.PromptResponse.model_validate(
+            {"stopReason": "end_turn", "_meta": {"interop.example/report": report}}
+        )
 
     async def waiting_turn(self, session_id):
         # Asks a permission and waits for session/cancel: the client answers the pending permission
         # "cancelled" after cancelling, and the turn ends "cancelled".
         cancelled = self.cancels[session_id] = asyncio.Event()
-        await self.send(session_id, {
-            "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Waiting..."}, "messageId": "msg-wait",
-        })
+        await self.send(
+            session_id,
+            {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": "Waiting..."},
+                "messageId": "msg-wait",
+            },
+        )
         permission = await self.conn.request_permission(
             session_id=session_id,
-            tool_call=schema.ToolCallUpdate.model_validate({"toolCallId": "call-wait", "title": "Wait", "status": "pending"}),
+            tool_call=schema.ToolCallUpdate.model_validate(
+                {"toolCallId": "call-wait", "title": "Wait", "status": "pending"}
+            ),
             options=[schema.PermissionOption.model_validate(o) for o in SCENARIO["permission_options"]],
         )
         try:
@@ -238,8 +282,12 @@ class InteropClient:
         self.report["updates"].append(entry)
 
     async def request_permission(self, session_id, tool_call, options, **kwargs):
-        self.report["requests"].append({"method": "session/request_permission", "params": as_json(
-            {"sessionId": session_id, "toolCall": tool_call, "options": options})})
+        self.report["requests"].append(
+            {
+                "method": "session/request_permission",
+                "params": as_json({"sessionId": session_id, "toolCall": tool_call, "options": options}),
+            }
+        )
         if tool_call.tool_call_id == "call-wait":
             # Held until the turn is cancelled, then answered "cancelled" as the protocol asks.
             self.wait_permission_asked.set()
@@ -250,26 +298,50 @@ class InteropClient:
         )
 
     async def read_text_file(self, session_id, path, line=None, limit=None, **kwargs):
-        self.report["requests"].append({"method": "fs/read_text_file", "params": {
-            "sessionId": session_id, "path": path, "line": line, "limit": limit}})
+        self.report["requests"].append(
+            {
+                "method": "fs/read_text_file",
+                "params": {"sessionId": session_id, "path": path, "line": line, "limit": limit},
+            }
+        )
         lines = Path(path).read_text().splitlines(keepends=True)
         first = (line or 1) - 1
-        lines = lines[first:] if limit is None else lines[first:first + limit]
+        lines = lines[first:] if limit is None else lines[first : first + limit]
         return schema.ReadTextFileResponse(content="".join(lines))
 
     async def write_text_file(self, session_id, path, content, **kwargs):
-        self.report["requests"].append({"method": "fs/write_text_file", "params": {
-            "sessionId": session_id, "path": path, "content": content}})
+        self.report["requests"].append(
+            {"method": "fs/write_text_file", "params": {"sessionId": session_id, "path": path, "content": content}}
+        )
         Path(path).write_text(content)
         return schema.WriteTextFileResponse()
 
-    async def create_terminal(self, session_id, command, args=None, env=None, cwd=None, output_byte_limit=None, **kwargs):
-        self.report["requests"].append({"method": "terminal/create", "params": as_json(
-            {"sessionId": session_id, "command": command, "args": args, "cwd": cwd, "outputByteLimit": output_byte_limit})})
+    async def create_terminal(
+        self, session_id, command, args=None, env=None, cwd=None, output_byte_limit=None, **kwargs
+    ):
+        self.report["requests"].append(
+            {
+                "method": "terminal/create",
+                "params": as_json(
+                    {
+                        "sessionId": session_id,
+                        "command": command,
+                        "args": args,
+                        "cwd": cwd,
+                        "outputByteLimit": output_byte_limit,
+                    }
+                ),
+            }
+        )
         variables = dict(os.environ, **{v.name: v.value for v in env or []})
         process = await asyncio.create_subprocess_exec(
-            command, *(args or []), cwd=cwd, env=variables, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            command,
+            *(args or []),
+            cwd=cwd,
+            env=variables,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
         )
         terminal_id = f"term-{len(self.terminals) + 1}"
         self.terminals[terminal_id] = (process, asyncio.ensure_future(process.stdout.read()))
@@ -283,15 +355,18 @@ class InteropClient:
         process, output = self.terminals[terminal_id]
         text = (await output).decode() if output.done() or process.returncode is not None else ""
         exit_status = None if process.returncode is None else {"exitCode": process.returncode}
-        return schema.TerminalOutputResponse.model_validate({"output": text, "truncated": False, "exitStatus": exit_status})
+        return schema.TerminalOutputResponse.model_validate(
+            {"output": text, "truncated": False, "exitStatus": exit_status}
+        )
 
     async def kill_terminal(self, session_id, terminal_id, **kwargs):
         self.terminals[terminal_id][0].kill()
         return schema.KillTerminalResponse()
 
     async def release_terminal(self, session_id, terminal_id, **kwargs):
-        self.report["requests"].append({"method": "terminal/release", "params": {
-            "sessionId": session_id, "terminalId": terminal_id}})
+        self.report["requests"].append(
+            {"method": "terminal/release", "params": {"sessionId": session_id, "terminalId": terminal_id}}
+        )
         process, output = self.terminals.pop(terminal_id)
         if process.returncode is None:
             process.kill()
@@ -300,8 +375,14 @@ class InteropClient:
         return schema.ReleaseTerminalResponse()
 
     async def create_elicitation(self, message, mode, **kwargs):
-        self.report["requests"].append({"method": "elicitation/create", "params": {"message": message, "mode": as_json(mode)}})
-        answer = SCENARIO["elicitation_form_answer"] if "requested_schema" in type(mode).model_fields else {"action": "accept"}
+        self.report["requests"].append(
+            {"method": "elicitation/create", "params": {"message": message, "mode": as_json(mode)}}
+        )
+        answer = (
+            SCENARIO["elicitation_form_answer"]
+            if "requested_schema" in type(mode).model_fields
+            else {"action": "accept"}
+        )
         return schema.AcceptElicitationResponse.model_validate(answer)
 
     async def complete_elicitation(self, elicitation_id, **kwargs):
@@ -319,7 +400,11 @@ async def client_scenario(conn, client, cwd):
     init = await conn.initialize(
         protocol_version=acp.PROTOCOL_VERSION,
         client_capabilities=schema.ClientCapabilities.model_validate(
-            {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": True, "elicitation": {"form": {}, "url": {}}}
+            {
+                "fs": {"readTextFile": True, "writeTextFile": True},
+                "terminal": True,
+                "elicitation": {"form": {}, "url": {}},
+            }
         ),
         client_info=schema.Implementation(name="interop-py-client", version="1.0.0"),
     )
@@ -328,7 +413,7 @@ async def client_scenario(conn, client, cwd):
         report["authenticate"] = as_json(await conn.authenticate(method_id=init.auth_methods[0].id))
     mcp = init.agent_capabilities.mcp_capabilities if init.agent_capabilities else None
     servers = [s for s in SCENARIO["mcp_servers"] if "type" not in s or (mcp and getattr(mcp, s["type"]))]
-    request = schema.NewSessionRequest.model_validate({"cwd": cwd, "mcpServers": servers + [PEER_ONLY_MCP_SERVER]})
+    request = schema.NewSessionRequest.model_validate({"cwd": cwd, "mcpServers": [*servers, PEER_ONLY_MCP_SERVER]})
     session = await conn.new_session(cwd=cwd, mcp_servers=request.mcp_servers)
     report["new_session"] = as_json(session)
     session_id = session.session_id

@@ -9,6 +9,7 @@ acpx keeps its state under ``$HOME``, so each run gets a scratch home.
 acpx is installed by ``interop_peers.py`` (``.ci/run`` calls it); without it, or without node,
 the tests skip and say why (under CI they fail).
 """
+
 import json
 import os
 import shutil
@@ -18,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple
 
+import interop_peers
 import pytest
 
-import interop_peers
 from acp_lite.tools.wirecheck import WireChecker
 
 HERE = Path(__file__).resolve().parent
@@ -37,8 +38,9 @@ class Run(NamedTuple):
 
 
 def acpx_argv(agent: List[str], *options: str) -> List[str]:
-    cli = interop_peers.node_package_or_unavailable(f"{interop_peers.ACPX}@{interop_peers.ACPX_VERSION}",
-                                                    interop_peers.acpx_cli())
+    cli = interop_peers.node_package_or_unavailable(
+        f"{interop_peers.ACPX}@{interop_peers.ACPX_VERSION}", interop_peers.acpx_cli()
+    )
     # acpx splits --agent on spaces; our paths have none.
     return [str(shutil.which("node")), str(cli), "--agent", " ".join(agent), "--format", "json", *options]
 
@@ -55,8 +57,9 @@ def parse(stdout: str) -> List[Dict[str, Any]]:
 
 def acpx(tmp_path: Path, agent: List[str], *options: str, prompt: str) -> Run:
     where = scratch(tmp_path)
-    done = subprocess.run(acpx_argv(agent, *options, "exec", prompt), capture_output=True, text=True,
-                          timeout=WAIT_SECONDS, **where)
+    done = subprocess.run(
+        acpx_argv(agent, *options, "exec", prompt), capture_output=True, text=True, timeout=WAIT_SECONDS, **where
+    )
     return Run(done.returncode, parse(done.stdout), done.stderr, where["cwd"])
 
 
@@ -72,7 +75,7 @@ def calls(wire: List[Dict[str, Any]], method: str) -> List[Dict[str, Any]]:
 
 def answer_to(wire: List[Dict[str, Any]], request: Dict[str, Any]) -> Dict[str, Any]:
     """The response to ``request``: the first message after it with its id and no method."""
-    after = wire[wire.index(request) + 1:]
+    after = wire[wire.index(request) + 1 :]
     return next(message for message in after if "method" not in message and message.get("id") == request["id"])
 
 
@@ -93,7 +96,11 @@ def test_acpx_runs_a_turn_of_the_example_agent_and_its_policy_approves_the_read(
     assert answer_to(run.wire, permission)["result"] == {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
     assert update_kinds(run.wire) == ["agent_message_chunk", "tool_call", "tool_call_update", "agent_message_chunk"]
     completed = calls(run.wire, "session/update")[2]["params"]["update"]
-    assert completed == {"sessionUpdate": "tool_call_update", "toolCallId": tool_call["toolCallId"], "status": "completed"}
+    assert completed == {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": tool_call["toolCallId"],
+        "status": "completed",
+    }
     assert run.wire[-1]["result"] == {"stopReason": "end_turn"}
     judged_clean(run.wire)
 
@@ -125,23 +132,42 @@ def test_a_sigint_to_acpx_cancels_the_turn_and_the_example_agent_answers_cancell
 
 
 @pytest.mark.timeout(WAIT_SECONDS + 10)
-@pytest.mark.req("ACP-V1-SCHEMA-READ-TEXT-FILE-SHAPE", "ACP-V1-SCHEMA-WRITE-TEXT-FILE-SHAPE",
-                 "ACP-V1-SCHEMA-TERMINAL-CREATE-SHAPE", "ACP-V1-SCHEMA-TERMINAL-OUTPUT-SHAPE",
-                 "ACP-V1-SCHEMA-TERMINAL-RELEASE-SHAPE", "ACP-V1-SCHEMA-TERMINAL-WAIT-FOR-EXIT-SHAPE",
-                 "ACP-V1-SCHEMA-TERMINAL-KILL-SHAPE")
+@pytest.mark.req(
+    "ACP-V1-SCHEMA-READ-TEXT-FILE-SHAPE",
+    "ACP-V1-SCHEMA-WRITE-TEXT-FILE-SHAPE",
+    "ACP-V1-SCHEMA-TERMINAL-CREATE-SHAPE",
+    "ACP-V1-SCHEMA-TERMINAL-OUTPUT-SHAPE",
+    "ACP-V1-SCHEMA-TERMINAL-RELEASE-SHAPE",
+    "ACP-V1-SCHEMA-TERMINAL-WAIT-FOR-EXIT-SHAPE",
+    "ACP-V1-SCHEMA-TERMINAL-KILL-SHAPE",
+)
 @pytest.mark.slow
 def test_an_acp_lite_agent_calls_acpxs_file_system_and_terminals(tmp_path):
     run = acpx(tmp_path, EDITOR_CALLS_AGENT, "--approve-all", prompt="use the editor")
     assert run.status == 0, run.stderr
-    methods = [message["method"] for message in run.wire if "id" in message and message.get("method", "").split("/")[0]
-               in ("fs", "terminal")]
-    assert methods == ["fs/write_text_file", "fs/read_text_file", "terminal/create", "terminal/wait_for_exit",
-                       "terminal/output", "terminal/create", "terminal/kill", "terminal/wait_for_exit",
-                       "terminal/release", "terminal/release"]
+    methods = [
+        message["method"]
+        for message in run.wire
+        if "id" in message and message.get("method", "").split("/")[0] in ("fs", "terminal")
+    ]
+    assert methods == [
+        "fs/write_text_file",
+        "fs/read_text_file",
+        "terminal/create",
+        "terminal/wait_for_exit",
+        "terminal/output",
+        "terminal/create",
+        "terminal/kill",
+        "terminal/wait_for_exit",
+        "terminal/release",
+        "terminal/release",
+    ]
     assert all("result" in answer_to(run.wire, request) for request in run.wire if request.get("method") in methods)
     assert (run.cwd / "notes.txt").read_text() == "written through the editor\n"
     (report,) = calls(run.wire, "session/update")
     assert report["params"]["update"]["content"]["text"] == (
-        "read='written through the editor\\n' echo_exit=0 output='terminal-ok\\n' killed_exit=None killed_signal=SIGTERM")
+        "read='written through the editor\\n' echo_exit=0 output='terminal-ok\\n' "
+        "killed_exit=None killed_signal=SIGTERM"
+    )
     assert run.wire[-1]["result"] == {"stopReason": "end_turn"}
     judged_clean(run.wire)

@@ -14,6 +14,7 @@ records every frame. Each test walks the whole lifecycle the peer supports, then
 The peers are installed by ``interop_peers.py`` (``.ci/run`` calls it); without them, or without
 node, the tests skip and say why. Disagreements found are written up in ``FINDINGS.md``.
 """
+
 import json
 import shutil
 import threading
@@ -22,9 +23,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional
 
+import interop_peers
 import pytest
 
-import interop_peers
 from acp_lite import updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import RemoteAgent
@@ -53,8 +54,8 @@ from acp_lite.schema import (
     SessionUpdate,
     SetSessionConfigOptionResponse,
 )
-from acp_lite.wire import Transport
 from acp_lite.tools.wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker
+from acp_lite.wire import Transport
 from acp_lite.workspace import WorkspaceClient
 
 HERE = Path(__file__).resolve().parent
@@ -85,8 +86,9 @@ class Peer(NamedTuple):
 
 
 def _typescript_peer() -> Peer:
-    entry = interop_peers.node_package_or_unavailable(f"{interop_peers.TS_SDK}@{interop_peers.TS_SDK_VERSION}",
-                                                      interop_peers.ts_sdk_entry())
+    entry = interop_peers.node_package_or_unavailable(
+        f"{interop_peers.TS_SDK}@{interop_peers.TS_SDK_VERSION}", interop_peers.ts_sdk_entry()
+    )
     return Peer(
         name="typescript",
         argv=[str(shutil.which("node")), str(HERE / "peer_ts.mjs"), str(entry)],
@@ -103,14 +105,18 @@ def _typescript_peer() -> Peer:
 def _python_peer() -> Peer:
     python = interop_peers.py_sdk_python()
     if python is None:
-        interop_peers.unavailable(f"{interop_peers.PY_SDK}=={interop_peers.PY_SDK_VERSION} is not installed in its venv "
-                    "(run: python tests/interop/interop_peers.py; .ci/run does)")
+        interop_peers.unavailable(
+            f"{interop_peers.PY_SDK}=={interop_peers.PY_SDK_VERSION} is not installed in its venv "
+            "(run: python tests/interop/interop_peers.py; .ci/run does)"
+        )
     return Peer(
         name="python",
         argv=[str(python), str(HERE / "peer_py.py")],
         agent_name="interop-py-agent",
         unknown_updates=["plan_removed"],
-        unknown_auth_methods=[{"type": "env_var", "id": "env", "name": "API key in the environment", "vars": [{"name": "API_KEY"}]}],
+        unknown_auth_methods=[
+            {"type": "env_var", "id": "env", "name": "API key in the environment", "vars": [{"name": "API_KEY"}]}
+        ],
         full_lifecycle=False,
         cancels_requests=False,
         unknown_mcp_servers=[{"type": "acp", "name": "editor-tools", "serverId": "mcp-1"}],
@@ -124,13 +130,18 @@ def peer(request) -> Peer:
     return _typescript_peer() if request.param == "typescript" else _python_peer()
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    to_read = tmp_path / SCENARIO["file_to_read"]
+def scenario_workspace(directory: Path) -> Path:
+    """``directory`` with the files the scenario reads."""
+    to_read = directory / SCENARIO["file_to_read"]
     to_read.parent.mkdir(parents=True, exist_ok=True)
     to_read.write_text("line one\nline two\nline three\n")
-    (tmp_path / "main.py").write_text("print('hello')\n")
-    return tmp_path
+    (directory / "main.py").write_text("print('hello')\n")
+    return directory
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return scenario_workspace(tmp_path)
 
 
 def for_cwd(value: Any, cwd: Path) -> Any:
@@ -196,7 +207,8 @@ def assert_quiet(stderr: List[str], peer: Peer) -> None:
     the Python one through logging, one line per record): a clean run leaves nothing of the
     kind, apart from the peer's known reports."""
     alarming = [
-        line for line in stderr
+        line
+        for line in stderr
         if any(word in line for word in ("Invalid", "Error", "error", "Traceback", "WARNING", "Warning"))
         and not any(known in line for known in peer.known_stderr)
     ]
@@ -302,7 +314,7 @@ def _poll_notes(agent: RemoteAgent) -> Any:
 )
 def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
     stderr: List[str] = []
-    process = AgentProcess(peer.argv + ["agent"], on_stderr_line=stderr.append)
+    process = AgentProcess([*peer.argv, "agent"], on_stderr_line=stderr.append)
     transport = RecordingTransport(process, incoming=AGENT_TO_CLIENT, outgoing=CLIENT_TO_AGENT)
     client = RecordingClient()
     agent = RemoteAgent(Connection(transport, name="agent"), client, process)
@@ -338,7 +350,11 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         assert [u.tag for u in received if isinstance(u, UnknownVariant)] == peer.unknown_updates
         terminal_call = known[len(expected)]
         assert terminal_call["sessionUpdate"] == "tool_call" and terminal_call["content"][0]["type"] == "terminal"
-        assert known[len(expected) + 1] == {"sessionUpdate": "tool_call_update", "toolCallId": "call-term", "status": "completed"}
+        assert known[len(expected) + 1] == {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "call-term",
+            "status": "completed",
+        }
 
         report = response.meta["interop.example/report"]
         assert report["authenticated"] == "token"
@@ -355,7 +371,8 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         assert report["elicitation_form"] == SCENARIO["elicitation_form_answer"]
         assert report["elicitation_url"] == {"action": "accept"}
         assert client.elicitations == [
-            dict(SCENARIO["elicitation_form"], sessionId=sid), dict(SCENARIO["elicitation_url"], sessionId=sid),
+            dict(SCENARIO["elicitation_form"], sessionId=sid),
+            dict(SCENARIO["elicitation_url"], sessionId=sid),
         ]
         assert client.completed_elicitations == [SCENARIO["elicitation_url"]["elicitationId"]]
         assert client.notes == [("_interop/client_note", {"value": 7, "_meta": META})]
@@ -388,12 +405,21 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
             client.waiting.clear()
             aborted = agent.prompt_future(sid, WAIT_PROMPT)
             assert client.waiting.wait(WAIT_SECONDS)
-            prompt_id = [m["id"] for m in transport.messages(CLIENT_TO_AGENT) if m.get("method") == "session/prompt"][-1]
+            prompt_id = [m["id"] for m in transport.messages(CLIENT_TO_AGENT) if m.get("method") == "session/prompt"][
+                -1
+            ]
             assert aborted.cancel()
             answer = _wait_for_response(transport, prompt_id)
-            assert answer == {"jsonrpc": "2.0", "id": prompt_id, "result": {
-                "stopReason": "cancelled", "_meta": {"interop.example/ended_by": "$/cancel_request"}}}
-            assert {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": prompt_id}} in transport.messages(CLIENT_TO_AGENT)
+            assert answer == {
+                "jsonrpc": "2.0",
+                "id": prompt_id,
+                "result": {"stopReason": "cancelled", "_meta": {"interop.example/ended_by": "$/cancel_request"}},
+            }
+            assert {
+                "jsonrpc": "2.0",
+                "method": "$/cancel_request",
+                "params": {"requestId": prompt_id},
+            } in transport.messages(CLIENT_TO_AGENT)
 
         # The session lifecycle, as far as the agent advertises it.
         before = len(client.updates)
@@ -418,7 +444,8 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
     # Unknown update kinds are merely tolerated; an unknown auth method type is valid (the schema
     # reads it as the untagged agent variant) and only noted.
     assert sorted(note.split(" at ")[0] for note in notes) == sorted(
-        ["tolerated: unknown-variant"] * len(peer.unknown_updates) + ["unknown-tag"] * len(peer.unknown_auth_methods))
+        ["tolerated: unknown-variant"] * len(peer.unknown_updates) + ["unknown-tag"] * len(peer.unknown_auth_methods)
+    )
     assert_quiet(stderr, peer)
 
 
@@ -426,8 +453,11 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
 @pytest.mark.req("ACP-V1-INIT-VERSION-AGREEMENT")
 def test_the_peer_agent_answers_an_unknown_version_with_one_we_speak(peer: Peer):
     stderr: List[str] = []
-    with RemoteAgent.spawn(peer.argv + ["agent"], on_stderr_line=stderr.append) as agent:
-        assert agent.initialize(protocol_version=PROTOCOL_VERSION + 1, timeout=WAIT_SECONDS).protocol_version == PROTOCOL_VERSION
+    with RemoteAgent.spawn([*peer.argv, "agent"], on_stderr_line=stderr.append) as agent:
+        assert (
+            agent.initialize(protocol_version=PROTOCOL_VERSION + 1, timeout=WAIT_SECONDS).protocol_version
+            == PROTOCOL_VERSION
+        )
     assert_quiet(stderr, peer)
 
 
@@ -436,15 +466,19 @@ def test_the_peer_agent_answers_an_unknown_version_with_one_we_speak(peer: Peer)
 def test_our_client_runs_turns_of_two_sessions_at_once(peer: Peer, workspace: Path):
     stderr: List[str] = []
     client = RecordingClient()
-    with RemoteAgent.spawn(peer.argv + ["agent"], client, on_stderr_line=stderr.append) as agent:
+    with RemoteAgent.spawn([*peer.argv, "agent"], client, on_stderr_line=stderr.append) as agent:
         agent.initialize(timeout=WAIT_SECONDS)
         sessions = [agent.new_session(str(workspace)).session_id for _ in range(2)]
         turns = [agent.prompt_future(sid, "Fix the greeting") for sid in sessions]
         assert [t.result(WAIT_SECONDS).stop_reason for t in turns] == ["end_turn", "end_turn"]
     client.close()
-    expected = [SCENARIO["session_start_update"]] + for_cwd(SCENARIO["updates"], workspace)
+    expected = [SCENARIO["session_start_update"], *for_cwd(SCENARIO["updates"], workspace)]
     for sid in sessions:
-        known = [as_json(n.update) for n in client.updates if n.session_id == sid and not isinstance(n.update, UnknownVariant)]
+        known = [
+            as_json(n.update)
+            for n in client.updates
+            if n.session_id == sid and not isinstance(n.update, UnknownVariant)
+        ]
         assert known[: len(expected)] == expected
     assert sorted(p.session_id for p in client.permissions) == sorted(sessions)
     assert_quiet(stderr, peer)
@@ -514,7 +548,9 @@ class InteropAgent(Agent):
         self.modes_set.append(params.mode_id)
 
     def set_config_option(self, params):
-        options = [dict(o, currentValue=params.value) if o["id"] == params.config_id else o for o in SCENARIO["config_options"]]
+        options = [
+            dict(o, currentValue=params.value) if o["id"] == params.config_id else o for o in SCENARIO["config_options"]
+        ]
         return SetSessionConfigOptionResponse(config_options=convert(options, List[SessionConfigOption]))
 
     def prompt(self, params, turn):
@@ -527,7 +563,9 @@ class InteropAgent(Agent):
         turn.send(updates.text_chunk("Waiting...", message_id="msg-wait"))
         options = updates.permission_options(("allow", "Allow once", "allow_once"))
         try:
-            answer = self.client.request_permission(turn.session_id, updates.tool_call_ref("call-wait", title="Wait"), options)
+            answer = self.client.request_permission(
+                turn.session_id, updates.tool_call_ref("call-wait", title="Wait"), options
+            )
             self.wait_permissions.append(updates.selected_option(answer))
         except RequestCancelled:
             self.wait_permissions.append("RequestCancelled")
@@ -539,16 +577,29 @@ class InteropAgent(Agent):
         cwd = self.sessions[sid]
         for update in for_cwd(SCENARIO["updates"], Path(cwd)):
             turn.send(convert(update, SessionUpdate))
-        options = updates.permission_options(*((o["optionId"], o["name"], o["kind"]) for o in SCENARIO["permission_options"]))
-        answer = client.request_permission(sid, updates.tool_call_ref("call-edit", title="Edit main.py", status="pending"), options)
+        options = updates.permission_options(
+            *((o["optionId"], o["name"], o["kind"]) for o in SCENARIO["permission_options"])
+        )
+        answer = client.request_permission(
+            sid, updates.tool_call_ref("call-edit", title="Edit main.py", status="pending"), options
+        )
         report["permission"] = updates.selected_option(answer)
         report["read"] = client.read_text_file(sid, f"{cwd}/{SCENARIO['file_to_read']}", line=2, limit=1).content
         client.write_text_file(sid, f"{cwd}/{SCENARIO['file_to_write']}", SCENARIO["written_text"])
         command = SCENARIO["terminal"]
         env = {v["name"]: v["value"] for v in command["env"]}
-        terminal_id = client.create_terminal(sid, command["command"], command["args"], env, cwd, output_byte_limit=4096).terminal_id
-        turn.send(updates.tool_call("call-term", "Run a command", kind="execute", status="in_progress",
-                                    content=[updates.terminal(terminal_id)]))
+        terminal_id = client.create_terminal(
+            sid, command["command"], command["args"], env, cwd, output_byte_limit=4096
+        ).terminal_id
+        turn.send(
+            updates.tool_call(
+                "call-term",
+                "Run a command",
+                kind="execute",
+                status="in_progress",
+                content=[updates.terminal(terminal_id)],
+            )
+        )
         report["exit"] = client.wait_for_terminal_exit(sid, terminal_id).exit_code
         report["output"] = client.terminal_output(sid, terminal_id).output
         client.release_terminal(sid, terminal_id)
@@ -612,7 +663,7 @@ class InteropAgent(Agent):
 def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     report_path = workspace / "peer-report.json"
     stderr: List[str] = []
-    process = AgentProcess(peer.argv + ["client", str(workspace), str(report_path)], on_stderr_line=stderr.append)
+    process = AgentProcess([*peer.argv, "client", str(workspace), str(report_path)], on_stderr_line=stderr.append)
     transport = RecordingTransport(process, incoming=CLIENT_TO_AGENT, outgoing=AGENT_TO_CLIENT)
     agent = InteropAgent()
     handle = serve(agent, transport)
@@ -640,7 +691,9 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     assert seen["new_session"]["modes"] == SCENARIO["modes"]
     assert seen["new_session"]["configOptions"] == SCENARIO["config_options"]
     assert [as_json(s) for s in agent.mcp_servers] == SCENARIO["mcp_servers"] + peer.unknown_mcp_servers
-    assert [type(s) for s in agent.mcp_servers[len(SCENARIO["mcp_servers"]):]] == [UnknownVariant] * len(peer.unknown_mcp_servers)
+    assert [type(s) for s in agent.mcp_servers[len(SCENARIO["mcp_servers"]) :]] == [UnknownVariant] * len(
+        peer.unknown_mcp_servers
+    )
 
     # The peer parsed every update we sent, and serialises it back to exactly what we sent.
     start = seen["updates"].pop(0)
@@ -652,7 +705,7 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     assert all(u["sessionId"] == sid for u in seen["updates"])
     expected = for_cwd(SCENARIO["updates"], workspace)
     assert streamed[: len(expected)] == expected
-    terminal_call, terminal_done = streamed[len(expected): len(expected) + 2]
+    terminal_call, terminal_done = streamed[len(expected) : len(expected) + 2]
     assert terminal_call["content"][0]["type"] == "terminal"
     assert terminal_done == {"sessionUpdate": "tool_call_update", "toolCallId": "call-term", "status": "completed"}
 
@@ -673,8 +726,13 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     assert agent.wait_permissions == ["RequestCancelled"] * (2 if peer.cancels_requests else 1)
     assert (workspace / SCENARIO["file_to_write"]).read_text() == SCENARIO["written_text"]
     assert [r["method"] for r in seen["requests"]] == [
-        "session/request_permission", "fs/read_text_file", "fs/write_text_file", "terminal/create", "terminal/release",
-        "elicitation/create", "elicitation/create",
+        "session/request_permission",
+        "fs/read_text_file",
+        "fs/write_text_file",
+        "terminal/create",
+        "terminal/release",
+        "elicitation/create",
+        "elicitation/create",
     ] + ["session/request_permission"] * (2 if peer.cancels_requests else 1)
     assert seen["completed_elicitations"] == [{"elicitationId": SCENARIO["elicitation_url"]["elicitationId"]}]
     assert seen["client_notes"] == [{"value": 7, "_meta": META}]
@@ -688,7 +746,7 @@ def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
     assert seen["cancelled_prompt"] == {"stopReason": "cancelled"}
     assert seen.get("aborted_prompt") == ({"stopReason": "cancelled"} if peer.cancels_requests else None)
 
-    replayed = [u["update"] for u in seen["updates"][seen["updates_before_load"]: seen["updates_after_load"]]]
+    replayed = [u["update"] for u in seen["updates"][seen["updates_before_load"] : seen["updates_after_load"]]]
     assert replayed == SCENARIO["replay"]
     assert seen["load"]["modes"] == SCENARIO["modes"]
     assert [s["sessionId"] for s in seen["list"]["sessions"]] == [sid]

@@ -7,6 +7,7 @@ v1 client meeting acp_lite's dual-version agent, which must serve it in v1 exact
 The peer is ``peer_ts_v2.mjs`` (``peer_ts.mjs`` for v1), run as a subprocess; without node or the
 SDK the tests skip, and fail under CI (see ``interop_peers``).
 """
+
 import json
 import shutil
 import threading
@@ -14,19 +15,18 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Dict, List
 
-import pytest
-
 import interop_peers
+import pytest
 import test_interop
-from test_interop import workspace  # noqa: F401 (the fixture, for the v1 scenario)
+from test_v2 import DualAgent
+
 from acp_lite.agent import serve
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.codec import encode
 from acp_lite.errors import RequestCancelled
 from acp_lite.process import AgentProcess
-from acp_lite.wire import process_transport
 from acp_lite.v2 import updates
-from test_v2 import DualAgent
+from acp_lite.wire import process_transport
 
 HERE = Path(__file__).resolve().parent
 WAIT_SECONDS = 20.0
@@ -34,8 +34,9 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def _peer_argv() -> List[str]:
-    entry = interop_peers.node_package_or_unavailable(f"{interop_peers.TS_SDK}@{interop_peers.TS_SDK_VERSION}",
-                                                      interop_peers.ts_sdk_v2_entry())
+    entry = interop_peers.node_package_or_unavailable(
+        f"{interop_peers.TS_SDK}@{interop_peers.TS_SDK_VERSION}", interop_peers.ts_sdk_v2_entry()
+    )
     return [str(shutil.which("node")), str(HERE / "peer_ts_v2.mjs"), str(entry)]
 
 
@@ -66,8 +67,9 @@ class Editor(Client):
 def test_our_v2_client_drives_the_typescript_v2_agent(tmp_path: Path):
     stderr: List[str] = []
     editor = Editor()
-    with RemoteAgent.spawn(_peer_argv() + ["agent"], editor, on_stderr_line=stderr.append,
-                           protocol_versions=(2, 1)) as agent:
+    with RemoteAgent.spawn(
+        [*_peer_argv(), "agent"], editor, on_stderr_line=stderr.append, protocol_versions=(2, 1)
+    ) as agent:
         init = agent.initialize(timeout=WAIT_SECONDS)
         assert (agent.protocol_version, init.info.name) == (2, "interop-ts-v2-agent")
         session = agent.new_session(str(tmp_path), timeout=WAIT_SECONDS)
@@ -75,14 +77,28 @@ def test_our_v2_client_drives_the_typescript_v2_agent(tmp_path: Path):
         assert (ended.state, ended.stop_reason) == ("idle", "end_turn")
         assert ended.meta == {"interop.example/permission": {"outcome": "selected", "optionId": "allow"}}
         turn = [_wire(u) for u in editor.updates]
-        assert [u["sessionUpdate"] for u in turn] == ["user_message", "state_update", "agent_message_chunk",
-                                                      "tool_call_update", "tool_call_update", "state_update"]
+        assert [u["sessionUpdate"] for u in turn] == [
+            "user_message",
+            "state_update",
+            "agent_message_chunk",
+            "tool_call_update",
+            "tool_call_update",
+            "state_update",
+        ]
         assert turn[0]["content"] == [{"type": "text", "text": "Read main.py"}]
-        assert turn[3] == {"sessionUpdate": "tool_call_update", "toolCallId": "call-1", "title": "Read main.py",
-                           "kind": "read", "status": "pending"}
+        assert turn[3] == {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "call-1",
+            "title": "Read main.py",
+            "kind": "read",
+            "status": "pending",
+        }
         assert turn[4] == {"sessionUpdate": "tool_call_update", "toolCallId": "call-1", "status": "completed"}
         asked = editor.permissions[0]
-        assert (asked.title, _wire(asked.subject)) == ("Read main.py?", {"type": "tool_call", "toolCall": {"toolCallId": "call-1"}})
+        assert (asked.title, _wire(asked.subject)) == (
+            "Read main.py?",
+            {"type": "tool_call", "toolCall": {"toolCallId": "call-1"}},
+        )
 
         editor.updates.clear()
         waiting = agent.prompt_future(session.session_id, "wait for me")
@@ -91,7 +107,11 @@ def test_our_v2_client_drives_the_typescript_v2_agent(tmp_path: Path):
         ended = waiting.result(WAIT_SECONDS)
         assert (ended.state, ended.stop_reason) == ("idle", "cancelled")
         assert ended.meta == {"interop.example/permission": {"outcome": "cancelled"}}
-        assert _wire(editor.updates[-2]) == {"sessionUpdate": "tool_call_update", "toolCallId": "call-1", "status": "cancelled"}
+        assert _wire(editor.updates[-2]) == {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "call-1",
+            "status": "cancelled",
+        }
     assert not [line for line in stderr if "rror" in line], stderr
 
 
@@ -109,7 +129,9 @@ class LiteAgent(DualAgent):
         title = "Wait for me?" if waiting else "Read main.py?"
         options = updates.permission_options(("allow", "Allow", "allow_once"), ("deny", "Deny", "reject_once"))
         try:
-            answer = self.client.request_permission(turn.session_id, title, options, subject=updates.tool_call_subject("call-1"))
+            answer = self.client.request_permission(
+                turn.session_id, title, options, subject=updates.tool_call_subject("call-1")
+            )
             self.answers.append(_wire(answer.outcome))
         except RequestCancelled:  # the peer holds the "Wait" question until it has cancelled the turn
             self.answers.append("RequestCancelled")
@@ -121,12 +143,17 @@ class LiteAgent(DualAgent):
         return "end_turn"
 
 
-@pytest.mark.req("ACP-V2-NEGOTIATE-AGENT-ANSWER", "ACP-V2-PROMPT-ACK", "ACP-V2-PROMPT-USER-MESSAGE",
-                 "ACP-V2-PROMPT-RUNNING", "ACP-V2-CANCEL-IDLE-CANCELLED")
+@pytest.mark.req(
+    "ACP-V2-NEGOTIATE-AGENT-ANSWER",
+    "ACP-V2-PROMPT-ACK",
+    "ACP-V2-PROMPT-USER-MESSAGE",
+    "ACP-V2-PROMPT-RUNNING",
+    "ACP-V2-CANCEL-IDLE-CANCELLED",
+)
 def test_the_typescript_v2_client_drives_our_v2_agent(tmp_path: Path):
     report_path = tmp_path / "peer-report.json"
     stderr: List[str] = []
-    process = AgentProcess(_peer_argv() + ["client", str(tmp_path), str(report_path)], on_stderr_line=stderr.append)
+    process = AgentProcess([*_peer_argv(), "client", str(tmp_path), str(report_path)], on_stderr_line=stderr.append)
     agent = LiteAgent()
     handle = serve(agent, process_transport(process))
     try:
@@ -142,8 +169,14 @@ def test_the_typescript_v2_client_drives_our_v2_agent(tmp_path: Path):
     assert seen["initialize"]["capabilities"] == {"session": {"prompt": {}, "mcp": {"stdio": {}}}}
     assert set(seen["prompt"]) == {"messageId"}
     kinds = [u["sessionUpdate"] + ("/" + u["state"] if "state" in u else "") for u in seen["turn"]]
-    assert kinds == ["user_message", "state_update/running", "agent_message_chunk", "tool_call_update",
-                     "tool_call_update", "state_update/idle"]
+    assert kinds == [
+        "user_message",
+        "state_update/running",
+        "agent_message_chunk",
+        "tool_call_update",
+        "tool_call_update",
+        "state_update/idle",
+    ]
     assert seen["turn"][0]["messageId"] == seen["prompt"]["messageId"]
     assert seen["turn"][-1]["stopReason"] == "end_turn"
     assert seen["cancelled_turn"][-1] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}
@@ -158,7 +191,8 @@ class DualInteropAgent(test_interop.InteropAgent):
 
 
 @pytest.mark.req("ACP-V2-NEGOTIATE-AGENT-ANSWER", "ACP-V2-NEGOTIATE-ONE-VERSION-PER-CONNECTION")
-def test_the_typescript_v1_client_meets_our_dual_version_agent_in_v1(workspace: Path, monkeypatch):
+def test_the_typescript_v1_client_meets_our_dual_version_agent_in_v1(tmp_path: Path, monkeypatch):
     # The whole v1 interop scenario, every assertion of it, with the agent opted in to v2 as well.
     monkeypatch.setattr(test_interop, "InteropAgent", DualInteropAgent)
+    workspace = test_interop.scenario_workspace(tmp_path)
     test_interop.test_the_peer_client_drives_our_agent(test_interop._typescript_peer(), workspace)
