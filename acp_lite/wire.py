@@ -21,13 +21,8 @@ Rules this module keeps:
   each frame of a short run of quick sends. Frames sent while a write is under way, and a thread's
   frames once its quick sends make a long run (a stream of updates), are left in the backlog for
   the transport's flusher thread (started on first need), which writes all that piled up in one
-  write, so a busy connection makes few, large writes. A sender waits when the backlog grows past a
-  few megabytes (the peer stopped reading), and when the flusher is writing a thread's stream, that
-  thread's next lone frame (not part of a run of quick sends) waits, for at most a millisecond,
-  until the flusher has taken it for a write: a sender that computes between its frames holds the
-  GIL, and the flusher, which needs the GIL to take the backlog, would otherwise hold its frames
-  for a switch interval (5 ms) each time, and keep the role, and so every later frame, as long as
-  frames keep coming.
+  write, so a busy connection makes few, large writes. A sender waits only when the backlog grows
+  past a few megabytes (the peer stopped reading).
 - ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
   reader blocked in a read, and releases the streams once no thread is inside a read or a write
   any more, so a descriptor number is never closed under a thread still using it.
@@ -88,8 +83,8 @@ _OVERSIZED_HEAD = 512
 # and letting the backlog grow without bound would only move the problem into our memory.
 _WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
 
-# A send from the thread that last wrote, arriving less than this many seconds after the last
-# send returned, continues a run of quick sends (a loop sending updates leaves a few
+# A send from the thread that last wrote, arriving less than this many seconds after the writer
+# role was given up, continues a run of quick sends (a loop sending updates leaves a few
 # microseconds between frames). Once a run is ``_STREAM_RUN`` frames long it is a stream, and its
 # frames are left to the flusher thread, so that the stream goes out in large writes. A shorter
 # run is written frame by frame by its sender: a paced sender that fell behind catches up with a
@@ -100,11 +95,6 @@ _WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
 # at once by their sender.
 _STREAM_GAP = 30e-6
 _STREAM_RUN = 64
-
-# The longest a lone frame waits for the flusher to take it (see Transport._wait_if_lone): a
-# small write takes microseconds, and a frame not taken by then is behind a large write to a
-# peer that reads slowly, which a wait would only make the sender share.
-_LONE_WAIT = 0.001
 
 # The flusher is a daemon thread, which the interpreter stops dead at exit: a program that ends
 # without closing its connection would lose the frames still waiting for it. An exit hook
@@ -276,9 +266,8 @@ class Transport:
         self._batches_taken = 0
         self._batches_written = 0
         self._last_writer: Optional[int] = None  # the thread that last took the role by sending
-        self._last_send = float("-inf")  # when the last send returned (the writer role given up, or its frame queued)
+        self._idle_since = float("-inf")  # when the writer role was last given up
         self._quick_sends = 0  # the length of the last writer's current run of quick sends
-        self._streamer: Optional[int] = None  # the thread whose run the flusher is writing
         self._flusher: Optional[threading.Thread] = None
         self._flusher_cond = threading.Condition(self._lock)
         self._flusher_has_role = False
@@ -452,8 +441,6 @@ class Transport:
             if not refused and (self._writing or not self._take_writer_role(timeout is not None)):
                 self._backlog.append(frame)
                 self._backlog_size += len(frame) + 1
-                if self._streamer is not None and timeout is None and self._streamer == threading.get_ident():
-                    self._wait_if_lone()
                 return
         finally:
             self._lock.release()
@@ -477,18 +464,17 @@ class Transport:
     def _take_writer_role(self, bounded: bool) -> bool:
         # Under the lock, the role being free: take it. True when the sender is to write its
         # frame at once; False when the sender must not block (``bounded``) or the frame ends a
-        # run of _STREAM_RUN quick sends from the same thread, in which
-        # case the role goes to the flusher, which writes what piles up meanwhile in one go.
+        # run of _STREAM_RUN quick sends from the same thread, in which case the role goes to
+        # the flusher, which writes what piles up meanwhile in one go.
         writer = threading.get_ident()
         self._writing = True
         self._active += 1
         if bounded:
             self._hand_to_flusher()
             return False
-        if writer == self._last_writer and time.monotonic() - self._last_send < _STREAM_GAP:
+        if writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP:
             self._quick_sends += 1
             if self._quick_sends >= _STREAM_RUN:
-                self._streamer = writer
                 self._hand_to_flusher()
                 return False
         else:
@@ -496,27 +482,6 @@ class Transport:
         self._last_writer = writer
         self._batches_taken += 1
         return True
-
-    def _wait_if_lone(self) -> None:
-        # Under the lock, the flusher writing the sender's stream, a frame of the sender's just
-        # queued: a lone one waits until the flusher has taken it for a write, which goes on
-        # without the GIL (other threads' frames do not wait: a thread that sends a request or
-        # an answer, say, waits for the peer next, and lets the GIL go anyway). The wait
-        # releases the GIL, so the flusher gets it at once; it is bounded, so that a stream's
-        # sender that lost the GIL for a moment (its next frame then looks lone) waits for a
-        # write of the flusher at most that long. A frame of a run of quick sends returns at
-        # once: a stream goes on while the flusher writes.
-        now = time.monotonic()
-        if now - self._last_send >= _STREAM_GAP:
-            target = self._batches_taken + 1  # the next batch the flusher takes holds the frame
-            self._wait(
-                lambda: self._batches_taken >= target or not self._writing or self._closing or self._write_failed,
-                _LONE_WAIT,
-            )
-            # Taken again once the wait is over, so that a run of quick sends stays one after a
-            # wait cut short (a peer that does not read).
-            now = time.monotonic()
-        self._last_send = now
 
     def _hand_to_flusher(self) -> None:
         # Under the lock, with the writer role held: the flusher thread takes the role over.
@@ -537,8 +502,7 @@ class Transport:
             self._backlog_size = 0
         self._writing = False
         self._flusher_has_role = False
-        self._streamer = None
-        self._last_send = time.monotonic()
+        self._idle_since = time.monotonic()
         if self._waiting:
             self._cond.notify_all()  # senders held back by the backlog limit, flush()
         self._active -= 1

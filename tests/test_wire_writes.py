@@ -179,64 +179,6 @@ def test_a_short_run_of_quick_sends_is_written_by_its_sender():
     os.close(drain)
 
 
-# A peer that tells when each chunk it reads arrived (the clock every process of the machine shares).
-STAMPING_READER = """
-import os, sys, time
-while True:
-    data = os.read(0, 1 << 16)
-    if not data:
-        break
-    print(time.monotonic_ns(), data.hex(), flush=True)
-"""
-
-
-def _compute(seconds):
-    # Python code only, as a sender that computes between its frames: the GIL is never let go.
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
-        pass
-
-
-def test_a_lone_frame_after_a_stream_reaches_the_peer_while_its_sender_computes():
-    # A paced sender that fell far behind catches up with a stream, which goes to the flusher,
-    # then computes and sends its next frame. It holds the GIL while it computes: a frame left
-    # to the flusher would wait a switch interval for it (made long here, so that it shows every
-    # time), and the flusher would keep the writer role, and every later frame, while frames
-    # keep coming. The peer is another process: a check made here would let the flusher run.
-    to_peer, write_fd = os.pipe()
-    peer = subprocess.Popen([sys.executable, "-c", STAMPING_READER], stdin=to_peer, stdout=subprocess.PIPE)
-    os.close(to_peer)
-    read_fd, feed = os.pipe()
-    transport = Transport(read_fd, write_fd, name="paced")
-    frames = [b'{"s":%d}' % i for i in range(1_000)]  # less than the pipe holds: no write blocks
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(2.0)
-    try:
-        # The flusher started and idle first (a bounded send leaves its write to it), so that
-        # it is waiting for the GIL alone once the stream is handed to it.
-        transport.send(b'{"first":1}', timeout=5)
-        assert transport.flush(5)
-        time.sleep(0.01)
-        for frame in frames:
-            transport.send(frame)
-        _compute(0.001)
-        transport.send(b'{"lone":1}')
-        _compute(0.5)
-        computed = time.monotonic_ns()
-    finally:
-        sys.setswitchinterval(interval)
-        transport.close()
-    os.close(feed)
-    out = peer.stdout.read().decode()
-    peer.stdout.close()
-    assert peer.wait(timeout=10) == 0
-    chunks = [(int(stamp), bytes.fromhex(data)) for stamp, data in (line.split() for line in out.splitlines())]
-    sent = [b'{"first":1}', *frames, b'{"lone":1}']
-    assert b"".join(data for _, data in chunks) == b"".join(frame + b"\n" for frame in sent)
-    arrived = next(stamp for stamp, data in chunks if b"lone" in data)
-    assert arrived < computed, "the lone frame waited until its sender stopped computing"
-
-
 def test_flush_waits_for_what_was_sent_before_it_not_for_a_stream_that_goes_on():
     a, b = memory_pair()
     reader = background(read_all, b)
