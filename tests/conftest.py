@@ -6,6 +6,7 @@ since a clean ``close()`` may still be joining them when the test body returns.
 """
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -26,6 +27,11 @@ pytest_plugins = [
 ]
 
 GRACE_SECONDS = 3.0
+
+# A suite started in the background by a shell without job control inherits SIGINT ignored, and
+# so would every program the tests start: the Ctrl-C tests need its default action back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _open_fds():
