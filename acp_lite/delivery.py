@@ -34,7 +34,9 @@ _WORKER_IDLE_SECONDS = 30.0
 # ones answered, and those a peer that does not read our answers holds blocked in their replies.
 # The price: a request beyond it waits for a handler to end, so 64 handlers that each wait for a
 # later request of the same peer would wait for good; it is far above the handlers an editor or
-# an agent keeps busy at once (a prompt turn per session, a few tool calls each).
+# an agent keeps busy at once (a prompt turn per session, a few tool calls each). A handler that
+# waits on something long without holding a thread answers with a Future and frees its place at
+# once: the workspace's terminal/wait_for_exit does, so pending waits never hold back a kill.
 HANDLER_LIMIT = 64
 
 _delivery_log = logging.getLogger("acp_lite.delivery")

@@ -18,6 +18,7 @@ from workspace_editor import INVALID_PARAMS, NOT_FOUND, PATIENCE, SESSION, Edito
 
 from acp_lite.agent import Agent, serve
 from acp_lite.client import RemoteAgent
+from acp_lite.delivery import HANDLER_LIMIT
 from acp_lite.errors import ResourceNotFound, UsageError
 from acp_lite.rpc import HostDelivery
 from acp_lite.schema import NewSessionResponse
@@ -467,6 +468,23 @@ def test_a_wait_pending_when_the_terminal_is_released_gets_the_exit_status(edito
     answers = {message["id"]: message for message in (editor.raw.recv(PATIENCE), editor.raw.recv(PATIENCE))}
     assert answers[wait_id]["result"] == {"signal": "SIGKILL"}
     assert answers[release_id]["result"] == {}
+
+
+def test_pending_waits_hold_no_handler_place_so_a_kill_beyond_the_limit_is_answered(editor):
+    # A connection runs at most HANDLER_LIMIT handlers at once; the workspace answers a wait for a
+    # running command with a Future, so its handler returns at once and frees its place. Twice
+    # the limit of pending waits must leave room for the kill that ends them.
+    terminal = editor.run("import time; time.sleep(60)")
+    waits = 2 * HANDLER_LIMIT
+    wait_ids = {
+        editor.raw.request("terminal/wait_for_exit", {"sessionId": SESSION, "terminalId": terminal})
+        for _ in range(waits)
+    }
+    kill_id = editor.raw.request("terminal/kill", {"sessionId": SESSION, "terminalId": terminal})
+    answers = {message["id"]: message for message in (editor.raw.recv(PATIENCE) for _ in range(waits + 1))}
+    assert answers[kill_id]["result"] == {}
+    assert {answers[i]["result"]["signal"] for i in wait_ids} == {"SIGKILL"}
+    editor.result("terminal/release", terminalId=terminal)
 
 
 class ReleaseFirstWorkspace(RecordingWorkspace):
