@@ -66,7 +66,7 @@ class Reading:
         queue: Union[CallbackQueue, HostLane],
         pool: Optional[WorkerPool],
         transport: Transport,
-        lock: Any,
+        lock: threading.Lock,
         *,
         closing: Callable[[], bool],
         start_request: Callable[[RequestContext], None],
