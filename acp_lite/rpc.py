@@ -384,6 +384,7 @@ class Connection:
             pass
 
     def _closing(self) -> bool:
+        # The reading's view of the close state (see Reading): close() has begun.
         return self._close_called
 
     def _closed_error(self) -> ConnectionClosed:
