@@ -15,6 +15,8 @@ Modules, bottom up; each imports only the ones listed before it:
                  writes (checked and encoded), which error answers a failed handler.
 - ``jsonrpc``    JSON-RPC 2.0 without I/O: envelopes, routing, the call and request tables.
 - ``answering``  an incoming request (``RequestContext``, ``CancelToken``) and how it is answered.
+- ``reading``    a connection's reading: the read loop, routing a read, the requests the reader
+                 runs itself, the watcher, the read-ahead bound.
 - ``rpc``        the connection: the threads and the transport around ``jsonrpc``.
                  Knows nothing of ACP methods.
 - ``updates``    builders for the values written most (content, updates, tool calls, plans).

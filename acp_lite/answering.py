@@ -118,8 +118,8 @@ class RequestContext:
         self._answering = answering
         self._batch = batch
         self._answered = False
-        # The handler and its params, until the handler starts (the connection reads them too:
-        # a request with a route is one not started yet).
+        # The handler and its params, until the handler starts (a request with a route is one
+        # not started yet).
         self._route: Optional[Route] = None
         self._params: Any = None
 
@@ -176,11 +176,32 @@ class Answering:
             self._send_frame(whole)
         return True
 
+    def arrive(self, ctx: RequestContext) -> bool:
+        """A request's turn has come: run its arrival hook (one that raises is logged); False,
+        running nothing, if it was answered already (refused by a close while it waited)."""
+        route = ctx._route
+        if ctx._answered:
+            return False
+        if route is not None and route.on_arrival is not None:
+            try:
+                route.on_arrival(ctx._params, ctx)
+            except Exception:
+                self._log.exception("%s: arrival hook for %s failed", self.name, ctx.method)
+        return True
+
     def refuse_to_start(self, ctx: RequestContext) -> None:
         # Closing: cancel it the way every other cancellation goes, so that the layer above may
         # still answer it its own way (a prompt turn answers "cancelled"); else -32800.
         ctx.cancel_token.cancel()
         self.answer(ctx, None, RequestCancelled("the connection is closing"))
+
+    def refuse_unstarted(self) -> None:
+        """Refuse every request whose handler has not started (see ``refuse_to_start``): those
+        still waiting for their turn, a handler place or a worker when the connection closes."""
+        with self._lock:
+            waiting = [ctx for ctx in self.core.incoming.values() if ctx._route is not None]
+        for ctx in waiting:
+            self.refuse_to_start(ctx)
 
     def run_handler(self, ctx: RequestContext) -> None:
         """Run the request's handler on this thread and answer with what it returns or raises

@@ -1,18 +1,20 @@
 """A JSON-RPC 2.0 connection: the threads and the transport around the sans-IO core.
 
 ``jsonrpc.RpcCore`` decides what every line means; ``delivery`` runs callbacks in order;
-``answering`` runs a request's handler and answers it; this module owns the threads that read,
-deliver and run handlers, and the rules between them. Every thread a connection may have:
+``answering`` runs a request's handler and answers it; ``reading`` is what the reading thread
+does (the read loop, routing a read, running the requests it read, the watcher, read-ahead).
+This module starts and stops the threads, sends, closes, and holds the rules between them. Every
+thread a connection may have (its code: the module that holds what it runs):
 
-| thread | started by | stopped by | may run |
-| --- | --- | --- | --- |
-| the reading: reader ``acp-reader-<name>`` first | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping) and runs their handlers itself, one after another, until the watcher takes the reading over (a handler in it for a whole tick) or a handler sends a request (a worker reads on at once); then the rest of them start on workers and this thread leaves the reading after its handler; no other application code |
-| delivery ``acp-delivery-<name>`` (default mode) | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
-| host thread (host mode, ``HostDelivery``) | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
-| workers ``acp-worker-<name>-<n>`` (default mode) | a request that may start, the reading or the watcher finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes), at most ``HANDLER_LIMIT`` (64) at once, those the reading thread runs included; the reading, handed on |
-| the watcher (a worker) | the reading thread running a handler, when no watcher runs | 50 ticks (2 ms each) without a handler run by the reading thread, ``close()``, or taking the reading over | looks every tick whether the reading thread is still in the handler it was in at the last look; if so, starts the rest of that read's requests on workers and becomes the reading |
-| flusher ``acp-flusher-<name>`` (the transport's) | a stream of frames from one thread (its 64th quick send in a row) | ``close()`` | writing the backlog of frames |
-| any caller | the application | | ``call`` (blocks; not on the delivery or host thread: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
+| thread | code | started by | stopped by | may run |
+| --- | --- | --- | --- | --- |
+| the reading: reader ``acp-reader-<name>`` first | ``reading.Reading`` | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping) and runs their handlers itself, one after another, until the watcher takes the reading over (a handler in it for a whole tick) or a handler sends a request (a worker reads on at once); then the rest of them start on workers and this thread leaves the reading after its handler; no other application code |
+| delivery ``acp-delivery-<name>`` (default mode) | ``delivery.CallbackQueue``; bursts: ``reading``; starting requests: here | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
+| host thread (host mode, ``HostDelivery``) | ``delivery.HostDelivery``, as the delivery thread | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
+| workers ``acp-worker-<name>-<n>`` (default mode) | ``delivery.WorkerPool``; handlers: ``answering`` | a request that may start, the reading or the watcher finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes), at most ``HANDLER_LIMIT`` (64) at once, those the reading thread runs included; the reading, handed on |
+| the watcher (a worker) | ``reading.Reading`` | the reading thread running a handler, when no watcher runs | 50 ticks (2 ms each) without a handler run by the reading thread, ``close()``, or taking the reading over | looks every tick whether the reading thread is still in the handler it was in at the last look; if so, starts the rest of that read's requests on workers and becomes the reading |
+| flusher ``acp-flusher-<name>`` (the transport's) | ``wire`` | a stream of frames from one thread (its 64th quick send in a row) | ``close()`` | writing the backlog of frames |
+| any caller | here; answering: ``answering`` | the application | | ``call`` (blocks; not on the delivery or host thread: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
 
 Invariants:
 
@@ -54,42 +56,20 @@ from typing import Any, Callable, List, Optional
 from msgspec import UNSET
 
 from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
-from .delivery import Callback, CallbackQueue, Expand, HostDelivery, HostLane, WorkerPool, run_callbacks
+from .delivery import Callback, CallbackQueue, HostDelivery, HostLane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
-from .jsonrpc import (
-    CANCEL_REQUEST_METHOD,
-    ConnectionStats,
-    PendingCall,
-    Route,
-    RpcCore,
-    lines_of,
-    settle,
-    settle_item,
-    several_lines,
-)
+from .jsonrpc import CANCEL_REQUEST_METHOD, ConnectionStats, PendingCall, Route, RpcCore, settle, settle_item
 from .outgoing import OutNotification, check_method_name, check_params, encode_outgoing
+from .reading import Reading
 from .wire import Transport
 
 __all__ = ["CANCEL_REQUEST_METHOD", "CancelToken", "Connection", "ConnectionStats", "HostDelivery", "RequestContext"]
-
-# The reader stops reading while this many bytes it read wait for the delivery thread.
-_READ_AHEAD_LIMIT = 2 * 1024 * 1024
-
-# What the reader routes itself: one line, or several in at most this many bytes (a few messages,
-# as pipelined requests and their answers come); more is a burst, which the delivery thread
-# decodes in blocks while the reader reads on.
-_ROUTE_HERE_BYTES = 4096
 
 # How long a blocking call on the main thread waits before it looks at signals again.
 _MAIN_THREAD_WAIT_SLICE = 0.25
 
 # How often the delivery thread looks whether a peer that stopped reading our answers reads again.
 _BACKED_UP_POLL_SECONDS = 0.05
-
-# How often the watcher looks whether the reading thread is still in the handler it was in at its
-# last look (see _watch), and after how many looks without a new handler run there it stops.
-_WATCH_TICK_SECONDS = 0.002
-_WATCH_QUIET_TICKS = 50
 
 
 # -- the connection --------------------------------------------------------------------------------
@@ -130,11 +110,22 @@ class Connection:
         self._answering.core = self._core
         self.stats: ConnectionStats = self._core.stats
         self._closing_callbacks: List[Callable[[], Any]] = []
-        # Bytes the reader has queued for the delivery thread (or the host) and not yet routed.
-        self._read_ahead = 0
-        self._read_ahead_cond = threading.Condition(threading.Lock())
-        self._expand_item = Expand(self._expand_block)
-        self._release_item = Expand(self._release_expanded)
+        self._reading = Reading(
+            name,
+            self._log,
+            self._core,
+            self._queue,
+            self._pool,
+            transport,
+            self._lock,
+            closing=self._closing,
+            start_request=self._start_request,
+            arrive=self._arrive,
+            run_handler=self._run_handler_outliving_it,
+            refuse=self._answering.refuse_to_start,
+            send_frame=self._send_frame,
+            end_of_stream=self._on_end_of_stream,
+        )
         self._reader: Optional[threading.Thread] = None
         self._deliverer: Optional[threading.Thread] = None
         self._closed = False
@@ -142,14 +133,6 @@ class Connection:
         self._close_called = False
         self._closing_ran = False
         self._reader_done = threading.Event()
-        # The reading thread running requests itself (see _run_here), under _lock: its identity
-        # while it does, the requests it has yet to run, how many it has run; whether the
-        # watcher runs, and its wake-up.
-        self._here_thread: Optional[int] = None
-        self._here: List[RequestContext] = []
-        self._runs = 0
-        self._watching = False
-        self._watch_wake = threading.Condition(self._lock)
 
     # -- registration (any thread, usually before start) ---------------------------------------
     def on_request(
@@ -203,7 +186,7 @@ class Connection:
         if self._reader is not None:
             raise UsageError("the connection is already started")
         self._core.rebuild()
-        self._reader = threading.Thread(target=self._read_loop, name=f"acp-reader-{self.name}", daemon=True)
+        self._reader = threading.Thread(target=self._reading.read_loop, name=f"acp-reader-{self.name}", daemon=True)
         if isinstance(self._queue, CallbackQueue):
             self._deliverer = threading.Thread(
                 target=self._queue.run, args=(self._log,), name=f"acp-delivery-{self.name}", daemon=True
@@ -241,14 +224,9 @@ class Connection:
                 if self._close_error is None:
                     self._close_error = ConnectionClosed(f"{self.name}: connection closed by close()")
                 pending, self._core.pending = self._core.pending, {}
-                self._watch_wake.notify_all()  # the watcher stops
         me = threading.current_thread()
         if first:
-            with self._read_ahead_cond:
-                self._read_ahead_cond.notify_all()  # a reader waiting for room stops
-            # The reading may be on a worker (see _read_loop): end it now, so that joining the
-            # workers below waits for handlers only.
-            self._transport.stop_reading()
+            self._reading.stop()
             for call in pending.values():
                 settle(call.future, None, self._close_error)
             if isinstance(self._queue, HostLane):
@@ -256,13 +234,13 @@ class Connection:
             self._run_closing(None)
             if self._pool is not None and me.ident != self._queue.owner:
                 # Handlers get until the deadline to answer: on workers, and on the reader thread
-                # (see _read_loop). (On the delivery thread, handlers may wait for answers queued
+                # (see Reading). (On the delivery thread, handlers may wait for answers queued
                 # behind this callback: they end once it returns, and the delivery thread runs
                 # the rest.)
                 if self._reader is not None and self._reader is not me:
                     self._reader.join(max(0.0, deadline - time.monotonic()))
                 self._pool.join(deadline)
-            self._refuse_unstarted()
+            self._answering.refuse_unstarted()  # while an answer can go out
             self._transport.close(max(0.0, deadline - time.monotonic()))
             if isinstance(self._queue, CallbackQueue):
                 self._queue.finish()
@@ -275,19 +253,11 @@ class Connection:
     def _drop_host_items(self, dropped: List[Callback]) -> None:
         # Host mode, closed: nothing more of this connection is delivered; answers that were
         # waiting for a pump fail their futures instead (requests left unstarted are refused
-        # by _refuse_unstarted). On the closing thread, or on the host thread for what a
+        # by close()). On the closing thread, or on the host thread for what a
         # running pump held (see HostDelivery).
         for fn, arg in dropped:
             if fn is settle_item:
                 settle(arg[0].future, None, self._closed_error())
-
-    def _refuse_unstarted(self) -> None:
-        # close(), just before the transport closes: requests still queued behind a callback
-        # (not started yet) are answered now, while an answer can go out.
-        with self._lock:
-            waiting = [ctx for ctx in self._core.incoming.values() if ctx._route is not None]
-        for ctx in waiting:
-            self._answering.refuse_to_start(ctx)
 
     def _run_closing(self, _: Any) -> None:
         with self._lock:
@@ -384,8 +354,7 @@ class Connection:
         self, method: str, params: Any, result_type: Any, future: Future, direct: bool, timeout: Optional[float]
     ) -> int:
         request_id, frame = self._core.request(method, params)
-        if self._here_thread == threading.get_ident():
-            self._hand_reading_on()  # its answer must be read meanwhile
+        self._reading.hand_reading_on()  # (in a handler the reading thread runs) its answer must be read meanwhile
         with self._lock:
             if self._closed:
                 raise self._closed_error()
@@ -414,6 +383,10 @@ class Connection:
         except (ConnectionClosed, CallTimeout):
             pass
 
+    def _closing(self) -> bool:
+        # The reading's view of the close state (see Reading): close() has begun.
+        return self._close_called
+
     def _closed_error(self) -> ConnectionClosed:
         return self._close_error or ConnectionClosed(f"{self.name}: connection closed")
 
@@ -436,14 +409,8 @@ class Connection:
     def _arrive(self, ctx: RequestContext) -> bool:
         """A request's turn has come: run its arrival hook; True if it may start now (False:
         answered meanwhile, or refused because the connection is closing)."""
-        route = ctx._route
-        if ctx._answered:
+        if not self._answering.arrive(ctx):
             return False  # refused by close() while it waited in the queue
-        if route is not None and route.on_arrival is not None:
-            try:
-                route.on_arrival(ctx._params, ctx)
-            except Exception:
-                self._log.exception("%s: arrival hook for %s failed", self.name, ctx.method)
         if self._pool is not None:
             # A peer that does not read our answers: starting more handlers would only add
             # threads blocked in their replies. Wait (the reading stops too).
@@ -465,197 +432,7 @@ class Connection:
         except BaseException:
             pass
 
-    # -- reader thread ----------------------------------------------------------------------------
-    def _read_loop(self, _: Any = None) -> None:
-        """The reading, on whichever thread holds it: the reader thread at first. When what it
-        read is requests it may run (see _route_read), this thread runs them itself (see
-        _run_here) and reads on afterwards, unless another thread has taken the reading over
-        meanwhile (then this one leaves)."""
-        try:
-            while self._wait_for_read_ahead_room():
-                blocks = self._transport.read_blocks()
-                if blocks is None:
-                    break
-                here = self._route_read(blocks)
-                if here and not self._run_here(here):
-                    return
-        except Exception:
-            self._log.exception("%s: reader failed; closing the connection", self.name)
-        self._on_end_of_stream()
-
-    def _run_here(self, requests: List[RequestContext]) -> bool:
-        """Reading thread: run the handlers of requests it started, one after another, here,
-        sparing the wake-up of another thread, while the watcher looks (see _watch): when a
-        handler blocks or runs long, or sends a request (see _hand_reading_on), another thread
-        reads on and the rest start on workers. True if this thread still holds the reading."""
-        assert self._pool is not None
-        me = threading.get_ident()
-        with self._lock:
-            self._here_thread, self._here = me, requests
-            if not self._watching:
-                self._watching = self._pool.hand_off(self._watch, None)
-        while True:
-            with self._lock:
-                if self._here_thread != me:
-                    return False
-                if not self._here:
-                    self._here_thread = None
-                    return True
-                closing = self._close_called
-                if not closing and not self._pool.claim():
-                    # No handler place left (see WorkerPool): the rest wait for theirs on
-                    # workers, in order, and this thread reads on.
-                    waiting, self._here, self._here_thread = self._here, [], None
-                    break
-                ctx = self._here.pop(0)
-                self._runs += 1
-            if closing:
-                self._answering.refuse_to_start(ctx)
-            else:
-                self._run_handler_outliving_it(ctx)
-                self._pool.release()
-        self._start_on_workers(waiting)
-        return True
-
-    def _take_reading(self) -> List[RequestContext]:
-        # Under _lock: another thread reads on; the requests the reading thread had yet to run
-        # are returned, to start on workers.
-        rest, self._here, self._here_thread = self._here, [], None
-        return rest
-
-    def _start_on_workers(self, requests: List[RequestContext]) -> None:
-        assert self._pool is not None
-        for ctx in requests:
-            if not self._pool.submit(self._run_handler_outliving_it, ctx):
-                self._answering.refuse_to_start(ctx)  # closing
-
-    def _watch(self, _: Any) -> None:
-        """Worker, the watcher: reads on in the reading thread's place once that thread has been
-        in one handler for a whole tick (the handler blocks or runs long)."""
-        rest = self._wait_for_stuck_handler()
-        if rest is not None:
-            self._start_on_workers(rest)
-            self._read_loop()
-
-    def _wait_for_stuck_handler(self) -> Optional[List[RequestContext]]:
-        """Look every tick whether the reading thread is still in the handler it was in at the
-        last look; once it is, take the reading from it (see _take_reading). None after a while
-        without a handler run by the reading thread, or once closing: the watcher stops."""
-        seen, runs, quiet = -1, -1, 0
-        with self._lock:
-            try:
-                while not self._close_called and quiet < _WATCH_QUIET_TICKS:
-                    self._watch_wake.wait(_WATCH_TICK_SECONDS)
-                    busy = self._here_thread is not None and not self._close_called
-                    if busy and self._runs == seen:
-                        return self._take_reading()
-                    seen = self._runs if busy else -1
-                    quiet = 0 if self._runs != runs else quiet + 1
-                    runs = self._runs
-                return None
-            finally:
-                self._watching = False
-
-    def _hand_reading_on(self) -> None:
-        # The reading thread, in a handler it runs itself, sends a request: a worker reads on at
-        # once, so that the answer does not wait for the watcher. (If the pool is shut down,
-        # closing, this thread keeps the reading: the call fails with the close.)
-        assert self._pool is not None
-        with self._lock:
-            if self._here_thread != threading.get_ident() or not self._pool.hand_off(self._read_loop, None):
-                return
-            rest = self._take_reading()
-        self._start_on_workers(rest)
-
-    def _route_read(self, blocks: List[Any]) -> List[RequestContext]:
-        """Route what one read brought: decoded here when it is small, else left to whoever
-        delivers (the delivery thread, or the host's thread as it pumps) as a burst of blocks,
-        so that the reader is back at reading at once. Returns the requests for the reading
-        thread to run itself (see _read_loop), if any."""
-        queue = self._queue
-        if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
-            size = _burst_size(blocks)
-            self._add_read_ahead(size)
-            if isinstance(queue, HostLane):
-                # Expanded into one item per message as the host pumps (see HostDelivery.pump).
-                queue.put([(self._expand_item, block) for block in blocks] + [(self._release_item, size)])
-            else:
-                queue.put([(self._deliver_block, block) for block in blocks])
-            return []
-        items: List[Callback] = []
-        replies: List[bytes] = []
-        self._core.route_lines(lines_of(blocks[0]), items, replies)
-        for frame in replies:
-            self._send_frame(frame)
-        if not items:
-            return []
-        if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
-            # Answers only, to blocking calls, with nothing before them to deliver: settled here
-            # (no application code runs: only call() waits on such a future).
-            for _, outcome in items:
-                settle_item(outcome)
-            return []
-        if isinstance(queue, HostLane):
-            # The host pumps when it can: what this read brought counts against the read-ahead
-            # until a pump has run its last callback.
-            size = _burst_size(blocks)
-            self._add_read_ahead(size)
-            queue.put([*items, (self._release_item, size)])
-            return []
-        elif queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
-            # Requests only, with nothing before them to deliver: started here, in order (their
-            # arrival hooks are the runtime's bookkeeping), and run by this thread (see _run_here).
-            return [ctx for _, ctx in items if self._arrive(ctx)]
-        queue.put(items)
-        return []
-
-    def _wait_for_read_ahead_room(self) -> bool:
-        """Wait while the delivery thread (or the host's pumps) is far behind (a slow callback, a
-        fast peer), so that memory stays bounded and the peer feels the back-pressure; False
-        once closing."""
-        with self._read_ahead_cond:
-            while self._read_ahead > _READ_AHEAD_LIMIT and not self._close_called:
-                self._read_ahead_cond.wait()
-        return not self._close_called
-
-    def _add_read_ahead(self, size: int) -> None:
-        with self._read_ahead_cond:
-            self._read_ahead += size
-
-    def _release_read_ahead(self, size: int) -> None:
-        # The delivery (or host) thread, once it has routed and run what ``size`` bytes brought.
-        with self._read_ahead_cond:
-            self._read_ahead -= size
-            if self._read_ahead <= _READ_AHEAD_LIMIT:
-                self._read_ahead_cond.notify()
-
-    def _deliver_block(self, block: Any) -> None:
-        """Delivery thread: route a block of a burst and run its callbacks."""
-        items: List[Callback] = []
-        replies: List[bytes] = []
-        try:
-            self._core.route_block(block, items, replies)
-            for frame in replies:
-                self._send_frame(frame)
-            run_callbacks(items, self._log)
-        finally:
-            self._release_read_ahead(_burst_size([block]))
-
-    def _expand_block(self, block: Any) -> List[Callback]:
-        """Host thread: a block of a burst becomes one callback per message, which take its place
-        in the queue (so that a pump counts, and stops between, messages)."""
-        items: List[Callback] = []
-        replies: List[bytes] = []
-        self._core.expand_block(block, items, replies)
-        for frame in replies:
-            self._send_frame(frame)
-        return items
-
-    def _release_expanded(self, size: int) -> List[Callback]:
-        # Host thread, as an item after the last callback of a read: that read's bytes are released.
-        self._release_read_ahead(size)
-        return []
-
+    # -- end of stream (the reading's end) ------------------------------------------------------
     def _on_end_of_stream(self) -> None:
         if not self._close_called:
             error = self._transport.closed_error()
@@ -677,10 +454,6 @@ class Connection:
         for call in pending.values():
             settle(call.future, None, self._close_error)
         self._run_closing(None)
-
-
-def _burst_size(blocks: List[Any]) -> int:
-    return sum(len(block) for block in blocks if type(block) is bytes)
 
 
 def _wait_seeing_signals(future: Future) -> Any:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from acp_harness import WAIT, RawPeer, agent_with_raw_client, background, client_with_raw_agent, initialized
 
-from acp_lite import HostDelivery, RemoteAgent, agent, client, rpc, schema, updates, wire
+from acp_lite import HostDelivery, RemoteAgent, agent, client, reading, rpc, schema, updates, wire
 from acp_lite.agent import Agent
 from acp_lite.errors import CallTimeout, ConnectionClosed, UsageError, VersionMismatch
 from acp_lite.tools import vendor
@@ -534,7 +534,7 @@ def test_a_flooding_agent_is_held_back_while_the_host_pumps_within_its_budget():
     last read and the pipe; no pump runs more callbacks than fit its budget; nothing is lost."""
     line = _update_line("y" * 60)
     batch = 256
-    total = 2 * (rpc._READ_AHEAD_LIMIT + wire._READ_CHUNK + wire._PIPE_SIZE) // len(line) // batch * batch
+    total = 2 * (reading._READ_AHEAD_LIMIT + wire._READ_CHUNK + wire._PIPE_SIZE) // len(line) // batch * batch
     slow = _Slow()
     delivery = HostDelivery()
     transport, raw = _raw_transport()
@@ -562,7 +562,7 @@ def test_a_flooding_agent_is_held_back_while_the_host_pumps_within_its_budget():
                 stuck_since = time.monotonic()
             assert written[0] < total * len(line), "the agent was never held back"
         in_flight = written[0] - slow.count * len(line)
-        assert in_flight <= rpc._READ_AHEAD_LIMIT + wire._READ_CHUNK + pipe_size + len(line) * batch
+        assert in_flight <= reading._READ_AHEAD_LIMIT + wire._READ_CHUNK + pipe_size + len(line) * batch
         # Then the callbacks turn quick, and the host pumps everything, 8 ms at a time.
         slow.slow = False
         deadline = time.monotonic() + 60

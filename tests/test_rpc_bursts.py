@@ -211,7 +211,7 @@ def test_a_slow_callback_stops_the_reader_and_close_still_returns(peer):
     writer.join(1.0)
     # The reader stopped: the rest waits in the pipe, and the peer's write blocks.
     assert writer.is_alive()
-    assert connection._read_ahead <= 3 * 1024 * 1024  # the limit (2 MiB), and one read (1 MiB) past it
+    assert connection._reading.read_ahead <= 3 * 1024 * 1024  # the limit (2 MiB), and one read (1 MiB) past it
     release.set()
     writer.join(4 * WAIT)
     assert not writer.is_alive()
@@ -235,13 +235,13 @@ def test_a_host_that_does_not_pump_stops_the_reader_and_close_still_returns():
     try:
         writer.start()
         deadline = time.monotonic() + WAIT
-        while connection._read_ahead <= 2 * 1024 * 1024 and time.monotonic() < deadline:
+        while connection._reading.read_ahead <= 2 * 1024 * 1024 and time.monotonic() < deadline:
             time.sleep(0.01)
         writer.join(0.5)
         # No pump yet: the reader stopped, the rest waits in the pipe, and the peer's write blocks.
         assert writer.is_alive()
         assert seen == []
-        assert 2 * 1024 * 1024 < connection._read_ahead <= 3 * 1024 * 1024  # the limit, and one read (1 MiB) past it
+        assert 2 * 1024 * 1024 < connection._reading.read_ahead <= 3 * 1024 * 1024  # the limit and one read (1 MiB)
         while writer.is_alive():  # (the sync below must not cut into the lines being written)
             delivery.pump()
             writer.join(0.001)
@@ -251,13 +251,13 @@ def test_a_host_that_does_not_pump_stops_the_reader_and_close_still_returns():
             delivery.pump()
             synced.join(0.001)
         assert seen == list(range(total))
-        assert connection._read_ahead == 0
+        assert connection._reading.read_ahead == 0
 
         # Stopped again behind unpumped callbacks, close() still returns and stops the reader.
         writer = threading.Thread(target=write_ignoring_close, args=(peer, lines))
         writer.start()
         deadline = time.monotonic() + WAIT
-        while connection._read_ahead <= 2 * 1024 * 1024 and time.monotonic() < deadline:
+        while connection._reading.read_ahead <= 2 * 1024 * 1024 and time.monotonic() < deadline:
             time.sleep(0.01)
         connection.close(timeout=WAIT)
         assert not connection._reader.is_alive()
@@ -285,7 +285,7 @@ def test_close_wakes_a_reader_waiting_for_room(peer):
     )
     writer.start()
     deadline = time.monotonic() + WAIT
-    while connection._read_ahead <= 2 * 1024 * 1024 and time.monotonic() < deadline:
+    while connection._reading.read_ahead <= 2 * 1024 * 1024 and time.monotonic() < deadline:
         time.sleep(0.01)  # until the reader waits for room behind the blocked callback
     closer = threading.Thread(target=connection.close, kwargs={"timeout": WAIT})
     closer.start()

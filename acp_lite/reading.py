@@ -1,0 +1,320 @@
+"""A connection's reading: the read loop, routing what one read brought, and running the requests
+it read on the reading thread itself.
+
+``rpc.Connection`` owns one ``Reading``, starts its first thread (the reader) and holds the table
+of every thread a connection may have. Rules this module keeps:
+
+- One reading thread at a time. The reading is on the reader thread at first; it moves, never is
+  shared: the watcher takes it from a reading thread stuck in a handler, and a worker takes it
+  when a handler the reading thread runs sends a request (its answer must be read meanwhile). A
+  thread that gave the reading up reads nothing more.
+- Small reads are routed here; bursts go to whoever delivers. One line, or several in at most
+  ``_ROUTE_HERE_BYTES``, is decoded and routed on the reading thread; more is queued as blocks
+  that the delivery thread decodes (or the host's pumps expand), so that the reader reads on.
+- Nothing overtakes what is queued. The reading thread settles the answers of blocking calls, or
+  starts requests, only when a read holds nothing else and nothing waits to be delivered;
+  everything else is queued behind what waits.
+- Requests the reading thread started, it runs one after another, in order, each taking a
+  handler place of the pool like any other; what it has not run when the reading is taken from
+  it starts on workers, in order.
+- Back-pressure: bytes queued for delivery and not yet routed count as read-ahead; the reading
+  waits while more than ``_READ_AHEAD_LIMIT`` do. ``stop()`` (the connection closing) ends every
+  wait here and the reading itself.
+"""
+
+import logging
+import threading
+from typing import Any, Callable, List, Optional, Union
+
+from .answering import RequestContext
+from .delivery import Callback, CallbackQueue, Expand, HostLane, WorkerPool, run_callbacks
+from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
+from .wire import Transport
+
+# The reader stops reading while this many bytes it read wait for the delivery thread.
+_READ_AHEAD_LIMIT = 2 * 1024 * 1024
+
+# What the reader routes itself: one line, or several in at most this many bytes (a few messages,
+# as pipelined requests and their answers come); more is a burst, which the delivery thread
+# decodes in blocks while the reader reads on.
+_ROUTE_HERE_BYTES = 4096
+
+# How often the watcher looks whether the reading thread is still in the handler it was in at its
+# last look (see _watch), and after how many looks without a new handler run there it stops.
+_WATCH_TICK_SECONDS = 0.002
+_WATCH_QUIET_TICKS = 50
+
+
+class Reading:
+    """The reading of one connection, on whichever thread holds it (see the module's rules).
+
+    What it needs of its connection: the JSON-RPC ``core``, the delivery ``queue``, the worker
+    ``pool`` (None in host mode), the ``transport``, and the connection's ``lock`` (which guards
+    the state of the reading thread's own runs too). And, as functions: ``closing()``, true once
+    ``close()`` began; ``start_request``, the callback the core queues to start a request (a read
+    of requests only is started here instead); ``arrive(ctx)``, a request's turn has come (True:
+    it may start); ``run_handler(ctx)``, run a request's handler on this thread; ``refuse(ctx)``,
+    answer a request that may not start; ``send_frame``, write what the core answers itself; and
+    ``end_of_stream()``, the connection's end once the reading ends.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        log: logging.Logger,
+        core: RpcCore,
+        queue: Union[CallbackQueue, HostLane],
+        pool: Optional[WorkerPool],
+        transport: Transport,
+        lock: threading.Lock,
+        *,
+        closing: Callable[[], bool],
+        start_request: Callable[[RequestContext], None],
+        arrive: Callable[[RequestContext], bool],
+        run_handler: Callable[[RequestContext], None],
+        refuse: Callable[[RequestContext], None],
+        send_frame: Callable[[bytes], None],
+        end_of_stream: Callable[[], None],
+    ):
+        self.name = name
+        self._log = log
+        self._core = core
+        self._queue = queue
+        self._pool = pool
+        self._transport = transport
+        self._lock = lock
+        self._closing = closing
+        self._start_request = start_request
+        self._arrive = arrive
+        self._run_handler = run_handler
+        self._refuse = refuse
+        self._send_frame = send_frame
+        self._end_of_stream = end_of_stream
+        # Bytes the reader has queued for the delivery thread (or the host) and not yet routed.
+        self._read_ahead = 0
+        self._read_ahead_cond = threading.Condition(threading.Lock())
+        self._expand_item = Expand(self._expand_block)
+        self._release_item = Expand(self._release_expanded)
+        # The reading thread running requests itself (see _run_here), under _lock: its identity
+        # while it does, the requests it has yet to run, how many it has run; whether the
+        # watcher runs, and its wake-up.
+        self._here_thread: Optional[int] = None
+        self._here: List[RequestContext] = []
+        self._runs = 0
+        self._watching = False
+        self._watch_wake = threading.Condition(self._lock)
+
+    @property
+    def read_ahead(self) -> int:
+        """Bytes read and queued for delivery, not yet routed."""
+        return self._read_ahead
+
+    def stop(self) -> None:
+        """``close()`` began (``closing()`` is true): the watcher stops, a reading waiting for
+        room stops, and the reading ends, on whichever thread it is (a worker's too), so that
+        joining the workers waits for handlers only. Any thread."""
+        with self._lock:
+            self._watch_wake.notify_all()
+        with self._read_ahead_cond:
+            self._read_ahead_cond.notify_all()
+        self._transport.stop_reading()
+
+    # -- the read loop ----------------------------------------------------------------------------
+    def read_loop(self, _: Any = None) -> None:
+        """The reading, on whichever thread holds it: the reader thread at first. When what it
+        read is requests it may run (see _route_read), this thread runs them itself (see
+        _run_here) and reads on afterwards, unless another thread has taken the reading over
+        meanwhile (then this one leaves)."""
+        try:
+            while self._wait_for_read_ahead_room():
+                blocks = self._transport.read_blocks()
+                if blocks is None:
+                    break
+                here = self._route_read(blocks)
+                if here and not self._run_here(here):
+                    return
+        except Exception:
+            self._log.exception("%s: reader failed; closing the connection", self.name)
+        self._end_of_stream()
+
+    def _route_read(self, blocks: List[Any]) -> List[RequestContext]:
+        """Route what one read brought: decoded here when it is small, else left to whoever
+        delivers (the delivery thread, or the host's thread as it pumps) as a burst of blocks,
+        so that the reader is back at reading at once. Returns the requests for the reading
+        thread to run itself (see read_loop), if any."""
+        queue = self._queue
+        if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
+            size = _burst_size(blocks)
+            self._add_read_ahead(size)
+            if isinstance(queue, HostLane):
+                # Expanded into one item per message as the host pumps (see HostDelivery.pump).
+                queue.put([(self._expand_item, block) for block in blocks] + [(self._release_item, size)])
+            else:
+                queue.put([(self._deliver_block, block) for block in blocks])
+            return []
+        items: List[Callback] = []
+        replies: List[bytes] = []
+        self._core.route_lines(lines_of(blocks[0]), items, replies)
+        for frame in replies:
+            self._send_frame(frame)
+        if not items:
+            return []
+        if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
+            # Answers only, to blocking calls, with nothing before them to deliver: settled here
+            # (no application code runs: only call() waits on such a future).
+            for _, outcome in items:
+                settle_item(outcome)
+            return []
+        if isinstance(queue, HostLane):
+            # The host pumps when it can: what this read brought counts against the read-ahead
+            # until a pump has run its last callback.
+            size = _burst_size(blocks)
+            self._add_read_ahead(size)
+            queue.put([*items, (self._release_item, size)])
+            return []
+        elif queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
+            # Requests only, with nothing before them to deliver: started here, in order (their
+            # arrival hooks are the runtime's bookkeeping), and run by this thread (see _run_here).
+            return [ctx for _, ctx in items if self._arrive(ctx)]
+        queue.put(items)
+        return []
+
+    # -- the reading thread running requests, and the watcher ----------------------------------
+    def _run_here(self, requests: List[RequestContext]) -> bool:
+        """Reading thread: run the handlers of requests it started, one after another, here,
+        sparing the wake-up of another thread, while the watcher looks (see _watch): when a
+        handler blocks or runs long, or sends a request (see hand_reading_on), another thread
+        reads on and the rest start on workers. True if this thread still holds the reading."""
+        assert self._pool is not None
+        me = threading.get_ident()
+        with self._lock:
+            self._here_thread, self._here = me, requests
+            if not self._watching:
+                self._watching = self._pool.hand_off(self._watch, None)
+        while True:
+            with self._lock:
+                if self._here_thread != me:
+                    return False
+                if not self._here:
+                    self._here_thread = None
+                    return True
+                closing = self._closing()
+                if not closing and not self._pool.claim():
+                    # No handler place left (see WorkerPool): the rest wait for theirs on
+                    # workers, in order, and this thread reads on.
+                    waiting, self._here, self._here_thread = self._here, [], None
+                    break
+                ctx = self._here.pop(0)
+                self._runs += 1
+            if closing:
+                self._refuse(ctx)
+            else:
+                self._run_handler(ctx)
+                self._pool.release()
+        self._start_on_workers(waiting)
+        return True
+
+    def _take_reading(self) -> List[RequestContext]:
+        # Under _lock: another thread reads on; the requests the reading thread had yet to run
+        # are returned, to start on workers.
+        rest, self._here, self._here_thread = self._here, [], None
+        return rest
+
+    def _start_on_workers(self, requests: List[RequestContext]) -> None:
+        assert self._pool is not None
+        for ctx in requests:
+            if not self._pool.submit(self._run_handler, ctx):
+                self._refuse(ctx)  # closing
+
+    def _watch(self, _: Any) -> None:
+        """Worker, the watcher: reads on in the reading thread's place once that thread has been
+        in one handler for a whole tick (the handler blocks or runs long)."""
+        rest = self._wait_for_stuck_handler()
+        if rest is not None:
+            self._start_on_workers(rest)
+            self.read_loop()
+
+    def _wait_for_stuck_handler(self) -> Optional[List[RequestContext]]:
+        """Look every tick whether the reading thread is still in the handler it was in at the
+        last look; once it is, take the reading from it (see _take_reading). None after a while
+        without a handler run by the reading thread, or once closing: the watcher stops."""
+        seen, runs, quiet = -1, -1, 0
+        with self._lock:
+            try:
+                while not self._closing() and quiet < _WATCH_QUIET_TICKS:
+                    self._watch_wake.wait(_WATCH_TICK_SECONDS)
+                    busy = self._here_thread is not None and not self._closing()
+                    if busy and self._runs == seen:
+                        return self._take_reading()
+                    seen = self._runs if busy else -1
+                    quiet = 0 if self._runs != runs else quiet + 1
+                    runs = self._runs
+                return None
+            finally:
+                self._watching = False
+
+    def hand_reading_on(self) -> None:
+        """A handler sends a request: when the reading thread runs it itself, a worker reads on
+        at once, so that the answer does not wait for the watcher. (If the pool is shut down,
+        closing, this thread keeps the reading: the call fails with the close.) Any thread; on
+        any other than the reading thread in a handler of its own, nothing happens."""
+        if self._here_thread != threading.get_ident():
+            return
+        assert self._pool is not None
+        with self._lock:
+            if self._here_thread != threading.get_ident() or not self._pool.hand_off(self.read_loop, None):
+                return
+            rest = self._take_reading()
+        self._start_on_workers(rest)
+
+    # -- read-ahead and bursts --------------------------------------------------------------------
+    def _wait_for_read_ahead_room(self) -> bool:
+        """Wait while the delivery thread (or the host's pumps) is far behind (a slow callback, a
+        fast peer), so that memory stays bounded and the peer feels the back-pressure; False
+        once closing."""
+        with self._read_ahead_cond:
+            while self._read_ahead > _READ_AHEAD_LIMIT and not self._closing():
+                self._read_ahead_cond.wait()
+        return not self._closing()
+
+    def _add_read_ahead(self, size: int) -> None:
+        with self._read_ahead_cond:
+            self._read_ahead += size
+
+    def _release_read_ahead(self, size: int) -> None:
+        # The delivery (or host) thread, once it has routed and run what ``size`` bytes brought.
+        with self._read_ahead_cond:
+            self._read_ahead -= size
+            if self._read_ahead <= _READ_AHEAD_LIMIT:
+                self._read_ahead_cond.notify()
+
+    def _deliver_block(self, block: Any) -> None:
+        """Delivery thread: route a block of a burst and run its callbacks."""
+        items: List[Callback] = []
+        replies: List[bytes] = []
+        try:
+            self._core.route_block(block, items, replies)
+            for frame in replies:
+                self._send_frame(frame)
+            run_callbacks(items, self._log)
+        finally:
+            self._release_read_ahead(_burst_size([block]))
+
+    def _expand_block(self, block: Any) -> List[Callback]:
+        """Host thread: a block of a burst becomes one callback per message, which take its place
+        in the queue (so that a pump counts, and stops between, messages)."""
+        items: List[Callback] = []
+        replies: List[bytes] = []
+        self._core.expand_block(block, items, replies)
+        for frame in replies:
+            self._send_frame(frame)
+        return items
+
+    def _release_expanded(self, size: int) -> List[Callback]:
+        # Host thread, as an item after the last callback of a read: that read's bytes are released.
+        self._release_read_ahead(size)
+        return []
+
+
+def _burst_size(blocks: List[Any]) -> int:
+    return sum(len(block) for block in blocks if type(block) is bytes)
