@@ -211,13 +211,16 @@ def test_stop_kills_an_agent_that_ignores_sigterm(agents):
 @pytest.mark.timeout(10)
 def test_stop_from_inside_the_stderr_callback(agents):
     holder = []
+    spawned = threading.Event()  # the line may come before spawning returned: wait for it there
     stopped = threading.Event()
 
     def on_line(line):
+        assert spawned.wait(5)
         holder[0].stop(PATIENT)
         stopped.set()
 
     holder.append(agents("import sys; print('bye', file=sys.stderr); sys.stdin.read()", on_stderr_line=on_line))
+    spawned.set()
     assert stopped.wait(5)
     assert holder[0].stop() == 0
 
