@@ -67,7 +67,7 @@ from .jsonrpc import (
     settle_item,
     several_lines,
 )
-from .outgoing import OutNotification, check_method_name, check_params, encode_outgoing
+from .outgoing import OutNotification, check_method_name, check_params, encode_notification, encode_outgoing
 from .wire import Transport
 
 __all__ = ["CANCEL_REQUEST_METHOD", "CancelToken", "Connection", "ConnectionStats", "HostDelivery", "RequestContext"]
@@ -378,7 +378,7 @@ class Connection:
         # would repeat them for every update, and they show in the agent's CPU per update.
         if self._closed:
             raise self._closed_error()
-        self._transport.send(encode_outgoing(OutNotification("2.0", method, params)))
+        self._transport.send(encode_notification(method, params))
 
     def _send_request(
         self, method: str, params: Any, result_type: Any, future: Future, direct: bool, timeout: Optional[float]
