@@ -8,9 +8,12 @@ Rules this module keeps:
 - A value that cannot be encoded is the application's error (``UsageError``), never a frame
   half written. ``ENCODE_FAILURES`` lists what encoding may raise, for the answers' fallbacks.
 - Absent params are left out of the message (``UNSET``), never written as null.
+- A notification's frame is the same bytes whichever way it is encoded: with params, its head
+  (everything before them) is kept per method and only the params are encoded, since a stream of
+  updates would otherwise encode the same envelope around each of them.
 """
 
-from typing import Any
+from typing import Any, Dict
 
 import msgspec
 from msgspec import UNSET, Struct
@@ -55,6 +58,12 @@ class _OutError(Struct):
     error: Any
 
 
+# The heads of notification frames, by method; a bounded number, since an application may
+# notify under names of its own making.
+_NOTIFICATION_HEADS: Dict[str, bytes] = {}
+_HEADS_KEPT = 64
+
+
 def check_method_name(method: str) -> None:
     if method.startswith("rpc."):
         raise UsageError(f"method names starting with 'rpc.' are reserved by JSON-RPC: {method!r}")
@@ -68,5 +77,21 @@ def check_params(params: Any) -> None:
 def encode_outgoing(message: Any) -> bytes:
     try:
         return ENCODER.encode(message)
+    except ENCODE_FAILURES as exc:
+        raise UsageError(f"cannot encode the params: {exc}") from exc
+
+
+def encode_notification(method: str, params: Any) -> bytes:
+    """The frame of notification ``method``: byte for byte what encoding its ``OutNotification``
+    gives, at the cost of encoding the params alone."""
+    if params is UNSET:
+        return encode_outgoing(OutNotification("2.0", method))
+    head = _NOTIFICATION_HEADS.get(method)
+    if head is None:
+        head = b'{"jsonrpc":"2.0","method":' + encode_outgoing(method) + b',"params":'
+        if len(_NOTIFICATION_HEADS) < _HEADS_KEPT:
+            _NOTIFICATION_HEADS[method] = head
+    try:
+        return head + ENCODER.encode(params) + b"}"
     except ENCODE_FAILURES as exc:
         raise UsageError(f"cannot encode the params: {exc}") from exc

@@ -59,7 +59,7 @@ from .answering import Answering, CancelToken, RequestContext, cancel_incoming, 
 from .delivery import Callback, CallbackQueue, HostDelivery, HostLane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .jsonrpc import CANCEL_REQUEST_METHOD, ConnectionStats, PendingCall, Route, RpcCore, settle, settle_item
-from .outgoing import OutNotification, check_method_name, check_params, encode_outgoing
+from .outgoing import OutNotification, check_method_name, check_params, encode_notification, encode_outgoing
 from .reading import Reading
 from .wire import Transport
 
@@ -348,7 +348,7 @@ class Connection:
         # would repeat them for every update, and they show in the agent's CPU per update.
         if self._closed:
             raise self._closed_error()
-        self._transport.send(encode_outgoing(OutNotification("2.0", method, params)))
+        self._transport.send(encode_notification(method, params))
 
     def _send_request(
         self, method: str, params: Any, result_type: Any, future: Future, direct: bool, timeout: Optional[float]

@@ -9,10 +9,11 @@ that the load of a shared machine hits both alike; the Python SDK and the bare p
 per run as references. Figures are medians over the runs; a ratio is taken run by run first, and
 the runs' ratios are listed beside it. With A and E measured, the table ends with E's host-thread
 delivery as a fraction of A's default delivery within each build (issue 17's target for E), in
-updates/s and in CPU time per update. Each C figure of acp_lite is also given over the Python SDK's
-and the bare ping-pong's of the same run (the targets are such ratios), and its CPU time and
-context switches per request over both processes (client and agent), which a shared machine's
-load moves far less than the wall-clock rates.
+updates/s and in CPU time per update. A's rate is also given over the bare msgspec reader's of the
+same run, B's over the Python SDK's, and each C figure over the Python SDK's and the bare
+ping-pong's (the targets are such ratios); each C figure also with its CPU time and context
+switches per request over both processes (client and agent), which a shared machine's load moves
+far less than the wall-clock rates.
 """
 
 import argparse
@@ -41,9 +42,11 @@ MEASURED = [
     # E that the load of a shared machine distorts least.
     ("A", "acp_lite", "CPU µs/update"),
     ("E", "acp_lite, host-thread delivery", "CPU µs/update"),
+    ("B", "acp_lite", "agent CPU µs/update"),
 ]
 REFERENCES = [
     ("A", "ceiling: msgspec Structs", "updates/s"),
+    ("B", "python-sdk", "updates/s"),
     ("C", "python-sdk", "requests/s (sequential)"),
     ("C", "python-sdk", "requests/s (8 in flight)"),
     ("C", "bare ping-pong", "requests/s (sequential)"),
@@ -67,8 +70,8 @@ def pick(jobs: List[suite.Job], workload: str, subject: str, metric: str) -> Opt
                 "requests": 1,
                 "p50_us": 1,
                 "p99_us": 1,
-                "agent_cpu_seconds": None,
-                "agent_rss_kb": None,
+                "agent_cpu_seconds": 1,
+                "agent_rss_kb": 1,
             }
             if metric in job.metrics(probe):
                 return job
@@ -96,14 +99,17 @@ def run_job(job: suite.Job, root: Optional[str]) -> Optional[Dict[str, float]]:
     return result
 
 
-# Each C figure of acp_lite is also set beside these references of the same run: the targets
-# are ratios to the Python SDK, and the bare ping-pong is the ceiling.
-C_REFERENCES = {
-    "requests/s (sequential)": [
+# Each of these figures of acp_lite is also set beside references of the same run: the targets
+# are ratios to the bare msgspec reader (A) and to the Python SDK (B, C); the bare ping-pong is
+# C's ceiling.
+BESIDE = {
+    ("A", "updates/s"): [("A", "ceiling: msgspec Structs", "updates/s")],
+    ("B", "updates/s"): [("B", "python-sdk", "updates/s")],
+    ("C", "requests/s (sequential)"): [
         ("C", "python-sdk", "requests/s (sequential)"),
         ("C", "bare ping-pong", "requests/s (sequential)"),
     ],
-    "requests/s (8 in flight)": [
+    ("C", "requests/s (8 in flight)"): [
         ("C", "python-sdk", "requests/s (8 in flight)"),
         ("C", "bare ping-pong, threads", "requests/s (8 in flight)"),
     ],
@@ -120,7 +126,9 @@ def ratios(over: Dict[int, float], under: Dict[int, float]) -> List[float]:
 
 
 def figure(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"  # CPU µs per update: two decimals
 
 
 def run_by_run(values: List[float]) -> str:
@@ -199,8 +207,8 @@ def main() -> int:
     beside = [
         (key, ref)
         for key, _ in measured
-        for ref in C_REFERENCES.get(key[2], [])
-        if key[0] == "C" and ("ref", *ref) in figures and (ref[1] != "bare ping-pong, threads" or key[1] == "acp_lite")
+        for ref in BESIDE.get((key[0], key[2]), [])
+        if ("ref", *ref) in figures and (ref[1] != "bare ping-pong, threads" or key[1] == "acp_lite")
     ]
     if beside:
         lines += [
@@ -215,7 +223,7 @@ def main() -> int:
             before = ratios(figures.get(("before", *key), {}), under)
             after = ratios(figures.get(("after", *key), {}), under)
             lines.append(
-                f"| C {key[1]} | {key[2]} | {ref[1]} | {median(before):.2f} | {median(after):.2f} | "
+                f"| {key[0]} {key[1]} | {key[2]} | {ref[1]} | {median(before):.2f} | {median(after):.2f} | "
                 f"{run_by_run(after)} |"
             )
     lines += [

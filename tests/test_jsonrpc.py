@@ -35,13 +35,15 @@ class Ctx:
         self.cancelled = False
 
 
-def make_core() -> Tuple[RpcCore, List[bytes]]:
+def make_core(start_request: Any = lambda ctx: None) -> Tuple[RpcCore, List[bytes]]:
+    """A core, and the frames it writes late; ``start_request`` by default does nothing (a test
+    identifies it by the items it appears in)."""
     late: List[bytes] = []
     core = RpcCore(
         "core",
         logging.getLogger("test.jsonrpc"),
         Ctx,
-        lambda ctx: None,  # start_request: identified by the items it appears in
+        start_request,
         lambda ctx: setattr(ctx, "cancelled", True),
         threading.Lock,
         late.append,
@@ -98,6 +100,36 @@ def test_a_block_decoded_in_one_call_delivers_its_messages_in_order():
     expanded: List[Any] = []
     core.expand_block(block, expanded, replies)
     assert [arg.text for _, arg in expanded] == [str(i) for i in range(50)]  # one per message
+
+
+def test_a_block_of_runs_of_several_methods_reaches_each_handler_in_order_past_a_failing_one():
+    # The delivery of a block looks a handler up once per run of one method: every change of
+    # method, a request among the notifications and a handler that raises must not lose the order.
+    seen: List[Tuple[str, str]] = []
+    core, late = make_core(lambda ctx: seen.append(("req", ctx.params.text)))
+
+    def failing(params: Item) -> None:
+        seen.append(("b", params.text))
+        raise RuntimeError("the application's bug")
+
+    core.register(Route("x/a", lambda params: seen.append(("a", params.text)), Item, False))
+    core.register(Route("x/b", failing, Item, False))
+    core.register(Route("x/req", lambda params, ctx: None, Item, True))
+    core.rebuild()
+    kinds = ["x/a", "x/a", "x/b", "x/b", "x/a", "x/req", "x/req", "x/a", "x/b"]
+    lines = []
+    for i, method in enumerate(kinds):
+        message = {"jsonrpc": "2.0", "method": method, "params": {"text": str(i)}}
+        lines.append(json.dumps({**message, "id": i} if method == "x/req" else message).encode())
+    items: List[Any] = []
+    replies: List[bytes] = []
+    core.route_block(b"\n".join(lines), items, replies)
+    assert len(items) == 1 and replies == []  # decoded in one call
+    items[0][0](items[0][1])
+    assert seen == [
+        ("a", "0"), ("a", "1"), ("b", "2"), ("b", "3"), ("a", "4"), ("req", "5"), ("req", "6"), ("a", "7"), ("b", "8")
+    ]  # fmt: skip
+    assert sorted(core.incoming) == [5, 6] and late == []
 
 
 def test_answers_settle_pending_calls_once_and_unknown_ids_are_dropped():

@@ -108,6 +108,26 @@ def test_outgoing_requests_have_unique_integer_ids_and_typed_results(pair):
     assert results == [Item("s2", "back"), None]
 
 
+@pytest.mark.req("ACP-V1-JSONRPC-VERSION-MEMBER", "ACP-V1-JSONRPC-PARAMS-MAY-BE-OMITTED")
+def test_notifications_go_out_as_exact_compact_json_and_a_bad_one_not_at_all(pair):
+    # A notification's head is encoded once per method and its params each time: the bytes must
+    # be those of the whole message encoded at once, whatever the method name holds.
+    connection, peer = pair
+    connection.start()
+    connection.notify("x/note", Item("s", 'say "hi"\n'))
+    connection.notify('x/odd "name"\u2028é', [1, None])
+    connection.notify("x/bare")
+    with pytest.raises(UsageError):
+        connection.notify("x/note", {"text": "\ud800"})  # a lone surrogate cannot be UTF-8
+    connection.notify("x/note", {})
+    assert [peer.recv_bytes() for _ in range(4)] == [
+        b'{"jsonrpc":"2.0","method":"x/note","params":{"sessionId":"s","text":"say \\"hi\\"\\n"}}',
+        '{"jsonrpc":"2.0","method":"x/odd \\"name\\"\u2028é","params":[1,null]}'.encode(),
+        b'{"jsonrpc":"2.0","method":"x/bare"}',
+        b'{"jsonrpc":"2.0","method":"x/note","params":{}}',
+    ]
+
+
 @pytest.mark.req(
     "ACP-V1-JSONRPC-RESPONSE-SAME-ID",
     "ACP-V1-JSONRPC-RESPONSE-ID-ECHO",
