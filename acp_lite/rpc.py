@@ -48,8 +48,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from msgspec import UNSET
 
@@ -80,7 +79,9 @@ _READ_AHEAD_LIMIT = 2 * 1024 * 1024
 # decodes in blocks while the reader reads on.
 _ROUTE_HERE_BYTES = 4096
 
-# How long a blocking call on the main thread waits before it looks at signals again.
+# How long a blocking call on the main thread waits before it looks at signals again: Python runs
+# signal handlers on the main thread between bytecodes, so a Ctrl-C whose C handler ran on another
+# thread, or just before a wait without end, would otherwise never be seen.
 _MAIN_THREAD_WAIT_SLICE = 0.25
 
 # How often the delivery thread looks whether a peer that stopped reading our answers reads again.
@@ -312,24 +313,26 @@ class Connection:
         it raises ``UsageError`` (use ``call_future``). On the main thread a Ctrl-C ends the
         wait (``KeyboardInterrupt``; the peer is sent ``$/cancel_request``)."""
         self.refuse_blocking_here(method)
-        future: Future = Future()
+        answer = _Answer()
         deadline = None if timeout is None else time.monotonic() + timeout
-        request_id = self._send_request(method, params, result_type, future, True, timeout)
+        request_id = self._send_request(method, params, result_type, answer, True, timeout)
         try:
             if deadline is None:
                 if threading.current_thread() is threading.main_thread():
-                    return _wait_seeing_signals(future)
-                return future.result()
-            return future.result(max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            if not self._core.forget(request_id):
-                return future.result()  # the answer arrived meanwhile and is being settled
-        except BaseException:  # KeyboardInterrupt, or another signal handler's exception
+                    while not answer.wait(_MAIN_THREAD_WAIT_SLICE):
+                        pass  # signal handlers ran meanwhile, if any
+                else:
+                    answer.wait(None)
+            elif not answer.wait(max(0.0, deadline - time.monotonic())):
+                if self._core.forget(request_id):
+                    self._send_cancel_request(request_id)
+                    raise CallTimeout(f"{method}: no answer within {timeout} s")
+                answer.wait(None)  # the answer arrived meanwhile and is being settled
+            return answer.result()
+        except BaseException:  # the peer's error or a timeout (no longer pending), a Ctrl-C
             if self._core.forget(request_id):
                 self._send_cancel_request(request_id)
             raise
-        self._send_cancel_request(request_id)
-        raise CallTimeout(f"{method}: no answer within {timeout} s")
 
     def refuse_blocking_here(self, method: str) -> None:
         """Raise ``UsageError`` when called from a callback (on the delivery thread, or the host
@@ -381,7 +384,7 @@ class Connection:
         self._transport.send(encode_outgoing(OutNotification("2.0", method, params)))
 
     def _send_request(
-        self, method: str, params: Any, result_type: Any, future: Future, direct: bool, timeout: Optional[float]
+        self, method: str, params: Any, result_type: Any, future: Any, direct: bool, timeout: Optional[float]
     ) -> int:
         request_id, frame = self._core.request(method, params)
         if self._here_thread == threading.get_ident():
@@ -683,13 +686,38 @@ def _burst_size(blocks: List[Any]) -> int:
     return sum(len(block) for block in blocks if type(block) is bytes)
 
 
-def _wait_seeing_signals(future: Future) -> Any:
-    """The main thread's ``future.result()``, in slices: Python runs signal handlers on the main
-    thread between bytecodes, so a Ctrl-C whose C handler ran on another thread, or just before
-    a wait without end, would otherwise never be seen."""
-    while True:
-        try:
-            return future.result(_MAIN_THREAD_WAIT_SLICE)
-        except FutureTimeout:
-            if future.done():
-                return future.result()  # the call's own error happened to be a TimeoutError
+class _Answer:
+    """The outcome of one blocking ``call``, for the one thread that waits for it: a lock taken at
+    creation and released once the outcome is set. Lighter than a ``Future`` (no ``Condition``, no
+    done-callbacks, no states), which shows when many threads call at once. One party settles it
+    (whoever pops the call from the pending table); should a close racing the reader settle it
+    too, the first outcome stays (appending to a list is atomic)."""
+
+    __slots__ = ("_outcomes", "_ready")
+
+    def __init__(self) -> None:
+        self._ready = threading.Lock()
+        self._ready.acquire()
+        self._outcomes: List[Tuple[Any, Optional[BaseException]]] = []
+
+    def set_result(self, value: Any) -> None:
+        self._set((value, None))
+
+    def set_exception(self, error: BaseException) -> None:
+        self._set((None, error))
+
+    def _set(self, outcome: Tuple[Any, Optional[BaseException]]) -> None:
+        self._outcomes.append(outcome)
+        if self._outcomes[0] is outcome:
+            self._ready.release()
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        """Wait until settled (``timeout`` None: without end); True if it is. On the main thread
+        the wait ends for a signal whose handler raises (Ctrl-C). The waiting thread only."""
+        return self._ready.acquire(True, -1 if timeout is None else timeout)
+
+    def result(self) -> Any:
+        value, error = self._outcomes[0]
+        if error is not None:
+            raise error
+        return value
