@@ -27,7 +27,8 @@ from acp_lite.errors import (
     ResourceNotFound,
     UsageError,
 )
-from acp_lite.rpc import CancelToken, Connection, HostDelivery, RequestContext
+from acp_lite.jsonrpc import settle
+from acp_lite.rpc import CancelToken, Connection, HostDelivery, RequestContext, _Answer
 from acp_lite.wire import memory_pair
 
 pytestmark = pytest.mark.timeout(20)
@@ -791,6 +792,16 @@ def test_call_timeout_forgets_the_id_and_sends_cancel_request(pair):
     peer.send({"jsonrpc": "2.0", "id": request["id"], "result": "late"})
     peer.ping()
     assert connection.stats.dropped_responses == 1
+
+
+def test_a_blocking_calls_answer_keeps_its_first_outcome():
+    # Settle-once for call(): should a close racing the reader settle an answer a second time,
+    # the waiting thread still gets the first outcome.
+    answer = _Answer()
+    settle(answer, "first", None)
+    settle(answer, None, ConnectionClosed("closed meanwhile"))
+    assert answer.wait(0) is True
+    assert answer.result() == "first"
 
 
 def test_cancel_racing_the_response_settles_each_future_once(linked):
