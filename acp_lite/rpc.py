@@ -6,7 +6,7 @@ deliver and run handlers, and the rules between them. Every thread a connection 
 
 | thread | started by | stopped by | may run |
 | --- | --- | --- | --- |
-| the reading: reader ``acp-reader-<name>`` first | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it (just before its next read); starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping) and runs their handlers itself, one after another, until the watcher takes the reading over (a handler in it for a whole tick) or a handler sends a request (a worker reads on at once); then the rest of them start on workers and this thread leaves the reading after its handler; no other application code |
+| the reading: reader ``acp-reader-<name>`` first | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping) and runs their handlers itself, one after another, until the watcher takes the reading over (a handler in it for a whole tick) or a handler sends a request (a worker reads on at once); then the rest of them start on workers and this thread leaves the reading after its handler; no other application code |
 | delivery ``acp-delivery-<name>`` (default mode) | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
 | host thread (host mode, ``HostDelivery``) | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
 | workers ``acp-worker-<name>-<n>`` (default mode) | a request that may start, the reading or the watcher finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes), at most ``HANDLER_LIMIT`` (64) at once, those the reading thread runs included; the reading, handed on |
@@ -151,9 +151,6 @@ class Connection:
         self._runs = 0
         self._watching = False
         self._watch_wake = threading.Condition(self._lock)
-        # The outcomes of blocking calls the last read answered, for the reading thread to
-        # settle before its next read (see _settle_answers_read).
-        self._answers_read: List[Any] = []
 
     # -- registration (any thread, usually before start) ---------------------------------------
     def on_request(
@@ -478,10 +475,7 @@ class Connection:
         _run_here) and reads on afterwards, unless another thread has taken the reading over
         meanwhile (then this one leaves)."""
         try:
-            while True:
-                self._settle_answers_read()
-                if not self._wait_for_read_ahead_room():
-                    break
+            while self._wait_for_read_ahead_room():
                 blocks = self._transport.read_blocks()
                 if blocks is None:
                     break
@@ -490,18 +484,7 @@ class Connection:
                     return
         except Exception:
             self._log.exception("%s: reader failed; closing the connection", self.name)
-        self._settle_answers_read()
         self._on_end_of_stream()
-
-    def _settle_answers_read(self) -> None:
-        # The reading thread, about to wait for its next read: the blocking calls whose answers
-        # the last read brought (see _route_read) wake now, as this thread is about to let go of
-        # the GIL, rather than while it still decodes and routes: a caller woken then would only
-        # sleep again on the GIL, and be woken once more.
-        if self._answers_read:
-            answers, self._answers_read = self._answers_read, []
-            for outcome in answers:
-                settle_item(outcome)
 
     def _run_here(self, requests: List[RequestContext]) -> bool:
         """Reading thread: run the handlers of requests it started, one after another, here,
@@ -610,10 +593,10 @@ class Connection:
         if not items:
             return []
         if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
-            # Answers only, to blocking calls, with nothing before them to deliver: settled by
-            # this thread before its next read (see _settle_answers_read; no application code
-            # runs: only call() waits on such an answer).
-            self._answers_read = [outcome for _, outcome in items]
+            # Answers only, to blocking calls, with nothing before them to deliver: settled here
+            # (no application code runs: only call() waits on such a future).
+            for _, outcome in items:
+                settle_item(outcome)
             return []
         if isinstance(queue, HostLane):
             # The host pumps when it can: what this read brought counts against the read-ahead
