@@ -25,9 +25,10 @@ Invariants:
   before a callback for a message that arrived before it: the reader settles a blocking call's
   answer itself only when nothing waits to be delivered, else it is queued behind.
 - Settle-once: every pending call settles exactly once: its result or error, ``CallTimeout``
-  (a call's timeout bounds the whole call, sending included; the id is then forgotten and a late
-  answer dropped), ``ConnectionClosed`` at end of stream or ``close()``, or cancellation through
-  its future (which sends ``$/cancel_request``). Every request is answered once: the first of
+  (a call's timeout bounds the whole call, sending included, and waiting for an answer that came
+  but is queued behind callbacks still running; the id is then forgotten and a late answer
+  dropped), ``ConnectionClosed`` at end of stream or ``close()``, or cancellation through its
+  future (which sends ``$/cancel_request``). Every request is answered once: the first of
   ``respond``/``respond_error``/the handler's return wins (see ``answering``).
 - Back-pressure: the reader stops reading while about 2 MiB it read wait for the delivery thread
   or the host's pumps, so a slow application makes a fast peer wait; requests are not started
@@ -326,8 +327,9 @@ class Connection:
             elif not answer.wait(max(0.0, deadline - time.monotonic())):
                 if self._core.forget(request_id):
                     self._send_cancel_request(request_id)
-                    raise CallTimeout(f"{method}: no answer within {timeout} s")
-                answer.wait(None)  # the answer arrived meanwhile and is being settled
+                # (Else its answer came, but waits to be settled behind callbacks still running,
+                # or for the host's next pump: the timeout bounds the call all the same.)
+                raise CallTimeout(f"{method}: no answer within {timeout} s")
             return answer.result()
         except BaseException:  # the peer's error or a timeout (no longer pending), a Ctrl-C
             if self._core.forget(request_id):
