@@ -27,9 +27,10 @@ Invariants:
   before a callback for a message that arrived before it: the reader settles a blocking call's
   answer itself only when nothing waits to be delivered, else it is queued behind.
 - Settle-once: every pending call settles exactly once: its result or error, ``CallTimeout``
-  (a call's timeout bounds the whole call, sending included; the id is then forgotten and a late
-  answer dropped), ``ConnectionClosed`` at end of stream or ``close()``, or cancellation through
-  its future (which sends ``$/cancel_request``). Every request is answered once: the first of
+  (a call's timeout bounds the whole call, sending included, and waiting for an answer that came
+  but is queued behind callbacks still running; the id is then forgotten and a late answer
+  dropped), ``ConnectionClosed`` at end of stream or ``close()``, or cancellation through its
+  future (which sends ``$/cancel_request``). Every request is answered once: the first of
   ``respond``/``respond_error``/the handler's return wins (see ``answering``).
 - Back-pressure: the reader stops reading while about 2 MiB it read wait for the delivery thread
   or the host's pumps, so a slow application makes a fast peer wait; requests are not started
@@ -50,8 +51,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from msgspec import UNSET
 
@@ -65,7 +65,9 @@ from .wire import Transport
 
 __all__ = ["CANCEL_REQUEST_METHOD", "CancelToken", "Connection", "ConnectionStats", "HostDelivery", "RequestContext"]
 
-# How long a blocking call on the main thread waits before it looks at signals again.
+# How long a blocking call on the main thread waits before it looks at signals again: Python runs
+# signal handlers on the main thread between bytecodes, so a Ctrl-C whose C handler ran on another
+# thread, or just before a wait without end, would otherwise never be seen.
 _MAIN_THREAD_WAIT_SLICE = 0.25
 
 # How often the delivery thread looks whether a peer that stopped reading our answers reads again.
@@ -282,24 +284,27 @@ class Connection:
         it raises ``UsageError`` (use ``call_future``). On the main thread a Ctrl-C ends the
         wait (``KeyboardInterrupt``; the peer is sent ``$/cancel_request``)."""
         self.refuse_blocking_here(method)
-        future: Future = Future()
+        answer = _Answer()
         deadline = None if timeout is None else time.monotonic() + timeout
-        request_id = self._send_request(method, params, result_type, future, True, timeout)
+        request_id = self._send_request(method, params, result_type, answer, True, timeout)
         try:
             if deadline is None:
                 if threading.current_thread() is threading.main_thread():
-                    return _wait_seeing_signals(future)
-                return future.result()
-            return future.result(max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            if not self._core.forget(request_id):
-                return future.result()  # the answer arrived meanwhile and is being settled
-        except BaseException:  # KeyboardInterrupt, or another signal handler's exception
+                    while not answer.wait(_MAIN_THREAD_WAIT_SLICE):
+                        pass  # signal handlers ran meanwhile, if any
+                else:
+                    answer.wait(None)
+            elif not answer.wait(max(0.0, deadline - time.monotonic())):
+                if self._core.forget(request_id):
+                    self._send_cancel_request(request_id)
+                # (Else its answer came, but waits to be settled behind callbacks still running,
+                # or for the host's next pump: the timeout bounds the call all the same.)
+                raise CallTimeout(f"{method}: no answer within {timeout} s")
+            return answer.result()
+        except BaseException:  # the peer's error or a timeout (no longer pending), a Ctrl-C
             if self._core.forget(request_id):
                 self._send_cancel_request(request_id)
             raise
-        self._send_cancel_request(request_id)
-        raise CallTimeout(f"{method}: no answer within {timeout} s")
 
     def refuse_blocking_here(self, method: str) -> None:
         """Raise ``UsageError`` when called from a callback (on the delivery thread, or the host
@@ -351,7 +356,7 @@ class Connection:
         self._transport.send(encode_notification(method, params))
 
     def _send_request(
-        self, method: str, params: Any, result_type: Any, future: Future, direct: bool, timeout: Optional[float]
+        self, method: str, params: Any, result_type: Any, future: Any, direct: bool, timeout: Optional[float]
     ) -> int:
         request_id, frame = self._core.request(method, params)
         self._reading.hand_reading_on()  # (in a handler the reading thread runs) its answer must be read meanwhile
@@ -456,13 +461,38 @@ class Connection:
         self._run_closing(None)
 
 
-def _wait_seeing_signals(future: Future) -> Any:
-    """The main thread's ``future.result()``, in slices: Python runs signal handlers on the main
-    thread between bytecodes, so a Ctrl-C whose C handler ran on another thread, or just before
-    a wait without end, would otherwise never be seen."""
-    while True:
-        try:
-            return future.result(_MAIN_THREAD_WAIT_SLICE)
-        except FutureTimeout:
-            if future.done():
-                return future.result()  # the call's own error happened to be a TimeoutError
+class _Answer:
+    """The outcome of one blocking ``call``, for the one thread that waits for it: a lock taken at
+    creation and released once the outcome is set. Lighter than a ``Future`` (no ``Condition``, no
+    done-callbacks, no states), which shows when many threads call at once. One party settles it
+    (whoever pops the call from the pending table); should a close racing the reader settle it
+    too, the first outcome stays (appending to a list is atomic)."""
+
+    __slots__ = ("_outcomes", "_ready")
+
+    def __init__(self) -> None:
+        self._ready = threading.Lock()
+        self._ready.acquire()
+        self._outcomes: List[Tuple[Any, Optional[BaseException]]] = []
+
+    def set_result(self, value: Any) -> None:
+        self._set((value, None))
+
+    def set_exception(self, error: BaseException) -> None:
+        self._set((None, error))
+
+    def _set(self, outcome: Tuple[Any, Optional[BaseException]]) -> None:
+        self._outcomes.append(outcome)
+        if self._outcomes[0] is outcome:
+            self._ready.release()
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        """Wait until settled (``timeout`` None: without end); True if it is. On the main thread
+        the wait ends for a signal whose handler raises (Ctrl-C). The waiting thread only."""
+        return self._ready.acquire(True, -1 if timeout is None else timeout)
+
+    def result(self) -> Any:
+        value, error = self._outcomes[0]
+        if error is not None:
+            raise error
+        return value

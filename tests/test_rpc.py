@@ -27,7 +27,8 @@ from acp_lite.errors import (
     ResourceNotFound,
     UsageError,
 )
-from acp_lite.rpc import CancelToken, Connection, HostDelivery, RequestContext
+from acp_lite.jsonrpc import settle
+from acp_lite.rpc import CancelToken, Connection, HostDelivery, RequestContext, _Answer
 from acp_lite.wire import memory_pair
 
 pytestmark = pytest.mark.timeout(20)
@@ -811,6 +812,42 @@ def test_call_timeout_forgets_the_id_and_sends_cancel_request(pair):
     peer.send({"jsonrpc": "2.0", "id": request["id"], "result": "late"})
     peer.ping()
     assert connection.stats.dropped_responses == 1
+
+
+def test_a_call_timeout_holds_when_its_answer_waits_behind_a_running_callback(pair):
+    # The answer arrives in time but is queued behind a notification whose handler still runs:
+    # the timeout bounds the call all the same (the answer is dropped, no cancel is sent).
+    connection, peer = pair
+    release = threading.Event()
+    connection.on_notification("test/slow", lambda params: release.wait(10))
+    connection.start()
+
+    def answer_behind_a_slow_notification() -> None:
+        request = peer.recv()
+        peer.send({"jsonrpc": "2.0", "method": "test/slow"}, {"jsonrpc": "2.0", "id": request["id"], "result": 1})
+
+    answering = threading.Thread(target=answer_behind_a_slow_notification)
+    answering.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(CallTimeout):
+            connection.call("test/call", timeout=0.3)
+        waited = time.monotonic() - started
+    finally:
+        release.set()
+        answering.join()
+    assert waited < 5
+    peer.ping()  # nothing but the request was sent: no $/cancel_request for an answered call
+
+
+def test_a_blocking_calls_answer_keeps_its_first_outcome():
+    # Settle-once for call(): should a close racing the reader settle an answer a second time,
+    # the waiting thread still gets the first outcome.
+    answer = _Answer()
+    settle(answer, "first", None)
+    settle(answer, None, ConnectionClosed("closed meanwhile"))
+    assert answer.wait(0) is True
+    assert answer.result() == "first"
 
 
 def test_cancel_racing_the_response_settles_each_future_once(linked):
