@@ -355,7 +355,7 @@ def make_targets(plan: dict) -> List[Target]:
     a_lite = ("A", "acp_lite", "updates/s")
     seq, par = "sequential", f"{plan['inflight']} in flight"
     targets = [
-        Target("A", "acp_lite ≥ 90% of the msgspec-Struct reader", a_lite, 0.9, right=ceiling),
+        Target("A", "acp_lite ≥ 1.0× the msgspec-Struct reader", a_lite, 1.0, right=ceiling),
         Target("A", "acp_lite ≥ 15× the Python SDK", a_lite, 15, right=("A", "python-sdk", "updates/s")),
         Target("A", "acp_lite ≥ 8× the TypeScript SDK", a_lite, 8, right=("A", "typescript-sdk", "updates/s")),
         # The same three in CPU time per update (the client's own, every thread): on a shared
@@ -410,19 +410,21 @@ def make_targets(plan: dict) -> List[Target]:
             0.75,
             right=("C", "bare ping-pong", f"requests/s ({seq})"),
         ),
-        Target("C", "acp_lite p50 ≤ 150 µs, sequential", ("C", "acp_lite", f"p50 µs ({seq})"), 150, at_least=False),
+        # Issue 17's round-trip targets, which replace issue 6's p50 and 3× (no Python runtime
+        # reached those here): the SDK is asyncio on one thread; acp_lite is measured with 8
+        # threads each blocking on its call, and with futures from one thread.
         Target(
             "C",
-            "acp_lite ≥ 3× the Python SDK, sequential",
+            "acp_lite ≥ 1.3× the Python SDK, sequential",
             ("C", "acp_lite", f"requests/s ({seq})"),
-            3,
+            1.3,
             right=("C", "python-sdk", f"requests/s ({seq})"),
         ),
         Target(
             "C",
-            f"acp_lite ≥ 2× the Python SDK, {par}",
+            f"acp_lite from 8 blocking threads ≥ 1.0× the Python SDK, {par}",
             ("C", "acp_lite", f"requests/s ({par})"),
-            2,
+            1.0,
             right=("C", "python-sdk", f"requests/s ({par})"),
         ),
         Target(
@@ -444,9 +446,9 @@ def make_targets(plan: dict) -> List[Target]:
         Target("E", "1 MB updates at ≥ 200 MB/s", ("E", "acp_lite, 1 MB updates", "MB/s"), 200),
         Target(
             "E",
-            "host-thread delivery ≥ 80% of the default",
+            "host-thread delivery ≥ 90% of the default",
             ("E", "acp_lite, host-thread delivery", "updates/s"),
-            0.8,
+            0.9,
             right=a_lite,
         ),
         *paced_targets(plan),
