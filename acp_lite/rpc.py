@@ -297,8 +297,12 @@ class Connection:
             elif not answer.wait(max(0.0, deadline - time.monotonic())):
                 if self._core.forget(request_id):
                     self._send_cancel_request(request_id)
-                # (Else its answer came, but waits to be settled behind callbacks still running,
-                # or for the host's next pump: the timeout bounds the call all the same.)
+                else:
+                    # Its answer came, but waits to be settled behind callbacks still running, or
+                    # for the host's next pump: the timeout bounds the call all the same.
+                    self._log.debug(
+                        "%s: %s timed out with its answer queued behind callbacks; dropped", self.name, method
+                    )
                 raise CallTimeout(f"{method}: no answer within {timeout} s")
             return answer.result()
         except BaseException:  # the peer's error or a timeout (no longer pending), a Ctrl-C

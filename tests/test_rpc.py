@@ -814,9 +814,11 @@ def test_call_timeout_forgets_the_id_and_sends_cancel_request(pair):
     assert connection.stats.dropped_responses == 1
 
 
-def test_a_call_timeout_holds_when_its_answer_waits_behind_a_running_callback(pair):
+def test_a_call_timeout_holds_when_its_answer_waits_behind_a_running_callback(pair, caplog):
     # The answer arrives in time but is queued behind a notification whose handler still runs:
-    # the timeout bounds the call all the same (the answer is dropped, no cancel is sent).
+    # the timeout bounds the call all the same (the answer is dropped, and said so; no cancel is
+    # sent).
+    caplog.set_level(logging.DEBUG, logger="acp_lite")
     connection, peer = pair
     release = threading.Event()
     connection.on_notification("test/slow", lambda params: release.wait(10))
@@ -838,6 +840,7 @@ def test_a_call_timeout_holds_when_its_answer_waits_behind_a_running_callback(pa
         answering.join()
     assert waited < 5
     peer.ping()  # nothing but the request was sent: no $/cancel_request for an answered call
+    assert "test/call timed out with its answer queued behind callbacks; dropped" in caplog.text
 
 
 def test_a_blocking_calls_answer_keeps_its_first_outcome():
