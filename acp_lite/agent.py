@@ -212,6 +212,8 @@ class RemoteClient:
 
     def __init__(self, connection: Connection):
         self.connection = connection
+        # A turn's stream of updates: the envelope is encoded once, not once per update.
+        self._send_update = connection.notifier("session/update")
         self.capabilities = ClientCapabilities()
         self.info: Optional[Implementation] = None
         self.protocol_version: Optional[int] = None
@@ -232,10 +234,7 @@ class RemoteClient:
             update = ConfigOptionUpdate(
                 config_options=self.without_boolean_options(update.config_options), meta=update.meta
             )
-        # The hot path of a turn: straight to the connection, a call less per update.
-        self.connection._send_notification(
-            "session/update", SessionNotification(session_id=session_id, update=update, meta=meta)
-        )
+        self._send_update(SessionNotification(session_id=session_id, update=update, meta=meta))
 
     def accepts_boolean_options(self) -> bool:
         """True when the client advertised ``session.configOptions.boolean``."""

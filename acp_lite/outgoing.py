@@ -8,12 +8,12 @@ Rules this module keeps:
 - A value that cannot be encoded is the application's error (``UsageError``), never a frame
   half written. ``ENCODE_FAILURES`` lists what encoding may raise, for the answers' fallbacks.
 - Absent params are left out of the message (``UNSET``), never written as null.
-- A notification's frame is the same bytes whichever way it is encoded: with params, its head
-  (everything before them) is kept per method and only the params are encoded, since a stream of
-  updates would otherwise encode the same envelope around each of them.
+- A notification's frame is the same bytes whichever way it is encoded: with params, it is its
+  ``notification_head``, the params encoded and ``}``, so that a stream of updates encodes the
+  envelope around them once, not once per update.
 """
 
-from typing import Any, Dict
+from typing import Any
 
 import msgspec
 from msgspec import UNSET, Struct
@@ -58,12 +58,6 @@ class _OutError(Struct):
     error: Any
 
 
-# The heads of notification frames, by method; a bounded number, since an application may
-# notify under names of its own making.
-_NOTIFICATION_HEADS: Dict[str, bytes] = {}
-_HEADS_KEPT = 64
-
-
 def check_method_name(method: str) -> None:
     if method.startswith("rpc."):
         raise UsageError(f"method names starting with 'rpc.' are reserved by JSON-RPC: {method!r}")
@@ -78,20 +72,15 @@ def encode_outgoing(message: Any) -> bytes:
     try:
         return ENCODER.encode(message)
     except ENCODE_FAILURES as exc:
-        raise UsageError(f"cannot encode the params: {exc}") from exc
+        raise cannot_encode(exc) from exc
 
 
-def encode_notification(method: str, params: Any) -> bytes:
-    """The frame of notification ``method``: byte for byte what encoding its ``OutNotification``
-    gives, at the cost of encoding the params alone."""
-    if params is UNSET:
-        return encode_outgoing(OutNotification("2.0", method))
-    head = _NOTIFICATION_HEADS.get(method)
-    if head is None:
-        head = b'{"jsonrpc":"2.0","method":' + encode_outgoing(method) + b',"params":'
-        if len(_NOTIFICATION_HEADS) < _HEADS_KEPT:
-            _NOTIFICATION_HEADS[method] = head
-    try:
-        return head + ENCODER.encode(params) + b"}"
-    except ENCODE_FAILURES as exc:
-        raise UsageError(f"cannot encode the params: {exc}") from exc
+def cannot_encode(exc: BaseException) -> UsageError:
+    """The application's error for a value that encoding refused with ``exc``."""
+    return UsageError(f"cannot encode the params: {exc}")
+
+
+def notification_head(method: str) -> bytes:
+    """What the frame of notification ``method`` holds before its params: that frame is this, the
+    params encoded and ``}``, byte for byte what encoding its ``OutNotification`` gives."""
+    return b'{"jsonrpc":"2.0","method":' + encode_outgoing(method) + b',"params":'

@@ -53,13 +53,20 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional, Tuple
 
-from msgspec import UNSET
-
 from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
+from .codec import ENCODER
 from .delivery import Callback, CallbackQueue, HostDelivery, HostLane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .jsonrpc import CANCEL_REQUEST_METHOD, ConnectionStats, PendingCall, Route, RpcCore, settle, settle_item
-from .outgoing import OutNotification, check_method_name, check_params, encode_notification, encode_outgoing
+from .outgoing import (
+    ENCODE_FAILURES,
+    OutNotification,
+    cannot_encode,
+    check_method_name,
+    check_params,
+    encode_outgoing,
+    notification_head,
+)
 from .reading import Reading
 from .wire import Transport
 
@@ -349,15 +356,33 @@ class Connection:
         if self._closed:
             raise self._closed_error()
         check_params(params)
-        self._send_notification(method, UNSET if params is None else params)
+        if params is None:
+            self._transport.send(encode_outgoing(OutNotification("2.0", method)))
+        else:
+            self.notifier(method)(params)
 
-    def _send_notification(self, method: str, params: Any) -> None:
-        # notify() without its checks of the arguments, for params the runtime built itself (a
-        # struct, sent under a method name that is not reserved): a stream of session/update
-        # would repeat them for every update, and they show in the agent's CPU per update.
-        if self._closed:
-            raise self._closed_error()
-        self._transport.send(encode_notification(method, params))
+    def notifier(self, method: str) -> Callable[[Any], None]:
+        """A function that sends notification ``method`` with the params it is given, for a layer
+        above that sends one method many times (``session/update``): the envelope is encoded once,
+        here, and only the params each time. Their checks are left to the caller (the runtime's
+        own Structs need none). The function raises ``ConnectionClosed`` once closed and
+        ``UsageError`` for params that cannot be encoded. Any thread."""
+        check_method_name(method)
+        head = notification_head(method)
+        encode = ENCODER.encode
+        send = self._transport.send
+
+        def send_notification(params: Any) -> None:
+            # The hot path of a turn's updates: everything it can do once is done above.
+            if self._closed:
+                raise self._closed_error()
+            try:
+                frame = head + encode(params) + b"}"
+            except ENCODE_FAILURES as exc:
+                raise cannot_encode(exc) from exc
+            send(frame)
+
+        return send_notification
 
     def _send_request(
         self, method: str, params: Any, result_type: Any, future: Any, direct: bool, timeout: Optional[float]

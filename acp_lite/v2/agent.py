@@ -105,9 +105,7 @@ class RemoteClient(RemoteClientV1):
             raise UsageError(
                 f"a v2 session/update takes acp_lite.v2 values, not {type(update).__module__}.{type(update).__name__}"
             )
-        self.connection._send_notification(
-            "session/update", v2.UpdateSessionNotification(session_id=session_id, update=update, meta=meta)
-        )
+        self._send_update(v2.UpdateSessionNotification(session_id=session_id, update=update, meta=meta))
 
     def request_permission(  # type: ignore[override]
         self,
