@@ -814,6 +814,26 @@ def test_call_timeout_forgets_the_id_and_sends_cancel_request(pair):
     assert connection.stats.dropped_responses == 1
 
 
+def test_a_notifier_sends_its_method_until_the_connection_closes(pair):
+    # What RemoteClient sends session/update with: the same bytes as notify(), refusals included.
+    connection, peer = pair
+    with pytest.raises(UsageError):
+        connection.notifier("rpc.reserved")
+    send = connection.notifier("x/note")
+    connection.start()
+    send(Item("s", "one"))
+    with pytest.raises(UsageError):
+        send({"text": "\ud800"})  # cannot be UTF-8: nothing is written
+    send([2])
+    assert [peer.recv_bytes() for _ in range(2)] == [
+        b'{"jsonrpc":"2.0","method":"x/note","params":{"sessionId":"s","text":"one"}}',
+        b'{"jsonrpc":"2.0","method":"x/note","params":[2]}',
+    ]
+    connection.close()
+    with pytest.raises(ConnectionClosed):
+        send([3])
+
+
 def test_a_call_timeout_holds_when_its_answer_waits_behind_a_running_callback(pair, caplog):
     # The answer arrives in time but is queued behind a notification whose handler still runs:
     # the timeout bounds the call all the same (the answer is dropped, and said so; no cancel is
