@@ -343,11 +343,11 @@ class Connection:
         goes out, so it surely runs there, in order with the messages around the answer (a
         done-callback added once ``call_future`` has returned runs at once, on the adding thread,
         if the answer has already come). Any thread."""
-        future: Future = Future()
+        future = _CallFuture()
         if on_done is not None:
             future.add_done_callback(on_done)
-        request_id = self._send_request(method, params, result_type, future, False, None)
-        future.add_done_callback(lambda f: self._on_call_future_done(request_id, f))
+        future.request_id = self._send_request(method, params, result_type, future, False, None)
+        future.connection = self
         return future
 
     def notify(self, method: str, params: Any = None) -> None:
@@ -403,8 +403,9 @@ class Connection:
             raise
         return request_id
 
-    def _on_call_future_done(self, request_id: int, future: Future) -> None:
-        if future.cancelled() and self._core.forget(request_id):
+    def _cancel_pending(self, request_id: int) -> None:
+        # A call's future was cancelled: if the call is still pending, tell the peer.
+        if self._core.forget(request_id):
             self._send_cancel_request(request_id)
 
     def _send_cancel_request(self, request_id: int) -> None:
@@ -488,6 +489,22 @@ class Connection:
         for call in pending.values():
             settle(call.future, None, self._close_error)
         self._run_closing(None)
+
+
+class _CallFuture(Future):
+    """The future of a ``call_future``: cancelling it while the call is pending sends
+    ``$/cancel_request`` (the answer, should it come, is dropped). A subclass rather than a
+    done-callback, which every call would pay for and hardly any uses. The two attributes are set
+    once the request is sent: a future is cancelled only once its caller has it."""
+
+    request_id: Optional[int] = None
+    connection: Optional[Connection] = None
+
+    def cancel(self) -> bool:
+        cancelled = super().cancel()
+        if cancelled and self.connection is not None and self.request_id is not None:
+            self.connection._cancel_pending(self.request_id)
+        return cancelled
 
 
 class _Answer:
