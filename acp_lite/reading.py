@@ -31,8 +31,11 @@ from .delivery import Callback, CallbackQueue, Expand, HostLane, WorkerPool, run
 from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
 from .wire import Transport
 
-# The reader stops reading while this many bytes it read wait for the delivery thread.
-_READ_AHEAD_LIMIT = 2 * 1024 * 1024
+# The reader stops reading while this many bytes it read wait for the delivery thread. About 2,000
+# updates, milliseconds of work for the delivery thread: enough to keep it busy while the reader
+# reads on (2 MiB was no faster), little enough that a connection's memory does not grow with the
+# length of a turn (bench/results/read-ahead.md).
+_READ_AHEAD_LIMIT = 512 * 1024
 
 # What the reader routes itself: one line, or several in at most this many bytes (a few messages,
 # as pipelined requests and their answers come); more is a burst, which the delivery thread

@@ -32,7 +32,7 @@ Invariants:
   dropped), ``ConnectionClosed`` at end of stream or ``close()``, or cancellation through its
   future (which sends ``$/cancel_request``). Every request is answered once: the first of
   ``respond``/``respond_error``/the handler's return wins (see ``answering``).
-- Back-pressure: the reader stops reading while about 2 MiB it read wait for the delivery thread
+- Back-pressure: the reader stops reading while about 512 KiB it read wait for the delivery thread
   or the host's pumps, so a slow application makes a fast peer wait; requests are not started
   while the peer does not read our answers (the transport's backlog is full), so such a peer
   stops our reading. Handlers are bounded where they start, not where requests are routed: at

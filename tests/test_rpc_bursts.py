@@ -17,7 +17,7 @@ import msgspec
 import pytest
 from raw_peer import RawPeer
 
-from acp_lite import wire
+from acp_lite import reading, wire
 from acp_lite.delivery import HANDLER_LIMIT
 from acp_lite.rpc import Connection, HostDelivery
 
@@ -205,13 +205,13 @@ def test_a_slow_callback_stops_the_reader_and_close_still_returns(peer):
 
     connection.on_notification("x/step", slow, Step)
     connection.start()
-    total = 250000  # about 10 MB: far more than the read-ahead (2 MiB), a read and the pipe together
+    total = 250000  # about 10 MB: far more than the read-ahead, a read and the pipe together
     writer = threading.Thread(target=lambda: peer.write(b"\n".join(step(i) for i in range(total)) + b"\n"))
     writer.start()
     writer.join(1.0)
     # The reader stopped: the rest waits in the pipe, and the peer's write blocks.
     assert writer.is_alive()
-    assert connection._reading.read_ahead <= 3 * 1024 * 1024  # the limit (2 MiB), and one read (1 MiB) past it
+    assert connection._reading.read_ahead <= reading._READ_AHEAD_LIMIT + wire._READ_CHUNK  # one read past the limit
     release.set()
     writer.join(4 * WAIT)
     assert not writer.is_alive()
@@ -229,19 +229,20 @@ def test_a_host_that_does_not_pump_stops_the_reader_and_close_still_returns():
     seen: List[int] = []
     connection.on_notification("x/step", lambda params: seen.append(params.i), Step)
     connection.start()
-    total = 250000  # about 10 MB: far more than the read-ahead (2 MiB), a read and the pipe together
+    total = 250000  # about 10 MB: far more than the read-ahead, a read and the pipe together
     lines = b"\n".join(step(i) for i in range(total)) + b"\n"
     writer = threading.Thread(target=lambda: peer.write(lines))
     try:
         writer.start()
         deadline = time.monotonic() + WAIT
-        while connection._reading.read_ahead <= 2 * 1024 * 1024 and time.monotonic() < deadline:
+        while connection._reading.read_ahead <= reading._READ_AHEAD_LIMIT and time.monotonic() < deadline:
             time.sleep(0.01)
         writer.join(0.5)
         # No pump yet: the reader stopped, the rest waits in the pipe, and the peer's write blocks.
         assert writer.is_alive()
         assert seen == []
-        assert 2 * 1024 * 1024 < connection._reading.read_ahead <= 3 * 1024 * 1024  # the limit and one read (1 MiB)
+        limit = reading._READ_AHEAD_LIMIT
+        assert limit < connection._reading.read_ahead <= limit + wire._READ_CHUNK  # the limit and one read
         while writer.is_alive():  # (the sync below must not cut into the lines being written)
             delivery.pump()
             writer.join(0.001)
@@ -257,7 +258,7 @@ def test_a_host_that_does_not_pump_stops_the_reader_and_close_still_returns():
         writer = threading.Thread(target=write_ignoring_close, args=(peer, lines))
         writer.start()
         deadline = time.monotonic() + WAIT
-        while connection._reading.read_ahead <= 2 * 1024 * 1024 and time.monotonic() < deadline:
+        while connection._reading.read_ahead <= reading._READ_AHEAD_LIMIT and time.monotonic() < deadline:
             time.sleep(0.01)
         connection.close(timeout=WAIT)
         assert not connection._reader.is_alive()
@@ -285,7 +286,7 @@ def test_close_wakes_a_reader_waiting_for_room(peer):
     )
     writer.start()
     deadline = time.monotonic() + WAIT
-    while connection._reading.read_ahead <= 2 * 1024 * 1024 and time.monotonic() < deadline:
+    while connection._reading.read_ahead <= reading._READ_AHEAD_LIMIT and time.monotonic() < deadline:
         time.sleep(0.01)  # until the reader waits for room behind the blocked callback
     closer = threading.Thread(target=connection.close, kwargs={"timeout": WAIT})
     closer.start()
