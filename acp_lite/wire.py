@@ -18,11 +18,13 @@ Rules this module keeps:
 - Writes from any number of threads never interleave and are never reordered: one thread at a time
   holds the writer role, and once frames wait in the backlog every later frame goes behind them. A
   lone message is written at once by its sender, in its own thread (no timer, no hop), and so is
-  each frame of a short run of quick sends. Frames sent while a write is under way, and a thread's
-  frames once its quick sends make a long run (a stream of updates), are left in the backlog for
-  the transport's flusher thread (started on first need), which writes all that piled up in one
-  write, so a busy connection makes few, large writes. A sender waits only when the backlog grows
-  past a few megabytes (the peer stopped reading).
+  each frame of a short run of quick sends, and a frame whose sender must not block (a call with
+  a timeout) when its write cannot block (a small frame into a pipe the OS reports writable).
+  Frames sent while a write is under way, a thread's frames once its quick sends make a long run
+  (a stream of updates), and frames whose sender must not block where the write could, are left
+  in the backlog for the transport's flusher thread (started on first need), which writes all
+  that piled up in one write, so a busy connection makes few, large writes. A sender waits only
+  when the backlog grows past a few megabytes (the peer stopped reading).
 - ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
   reader blocked in a read, and releases the streams once no thread is inside a read or a write
   any more, so a descriptor number is never closed under a thread still using it.
@@ -137,7 +139,8 @@ Block = Frame
 
 
 def _stream_io(stream: Any, reading: bool) -> Tuple[Callable[..., Any], Optional[int], Callable[[], None]]:
-    """(read-into-or-write function, descriptor to poll or None, close function) for one stream.
+    """(read-into-or-write function, its descriptor or None, close function) for one stream (a
+    socket's descriptor only when reading: a socket is written with ``sendall``).
 
     Reading fills a writable buffer and returns the byte count (0 at end of stream). A socket
     uses recv_into/sendall; anything with a descriptor is read and written through it with
@@ -164,7 +167,7 @@ def _stream_io(stream: Any, reading: bool) -> Tuple[Callable[..., Any], Optional
         if hasattr(os, "readv"):
             return lambda buffer: os.readv(fd, (buffer,)), fd, close
         return _copying_reader(lambda size: os.read(fd, size)), fd, close
-    return lambda data: _write_all_fd(fd, data), None, close
+    return lambda data: _write_all_fd(fd, data), fd, close
 
 
 def _copying_reader(read: Callable[[int], bytes]) -> Callable[[bytearray], int]:
@@ -184,6 +187,22 @@ def _enlarge_pipe(fd: Optional[int]) -> None:
             fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
     except OSError:
         pass  # over the per-user pipe memory limit, or not allowed: the default size works too
+
+
+def _pipe_room_poll(fd: Optional[int]) -> Optional[Any]:
+    """A poll object that tells whether the pipe ``fd`` writes to has room, or None (not a pipe,
+    or no ``poll`` here): a sender that must not block (a call with a timeout) then writes its
+    small frame itself instead of waking the flusher thread for it (a thread hop per call)."""
+    if fd is None or not hasattr(select, "poll") or not hasattr(select, "PIPE_BUF"):
+        return None
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+    except OSError:
+        return None
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return poll
 
 
 def _flushing_writer(stream: Any) -> Callable[[bytes], None]:
@@ -232,7 +251,7 @@ class Transport:
         self.max_message_size = max_message_size
         self._closed_error_hook = closed_error
         self._read, read_fd, close_reader = _stream_io(reader, reading=True)
-        self._write, _, close_writer = _stream_io(writer, reading=False)
+        self._write, write_fd, close_writer = _stream_io(writer, reading=False)
         self._closers = [close_reader] if reader is writer else [close_reader, close_writer]
         self._sockets = [s for s in (reader, writer) if isinstance(s, socket.socket)]
         # Where a reader can wait on two descriptors at once, it also watches a wake-up pipe, so
@@ -245,6 +264,7 @@ class Transport:
             self._poll.register(read_fd, select.POLLIN)
             self._poll.register(self._wake[0], select.POLLIN)
         _enlarge_pipe(read_fd)
+        self._pipe_room = _pipe_room_poll(write_fd)
         # Reader state (reader thread only). The buffer is allocated at the first read.
         self._buffer: Optional[bytearray] = None
         self._partial: List[bytes] = []
@@ -415,8 +435,9 @@ class Transport:
         ``flush()`` before the process exits makes sure the queue went out (an exit hook
         flushes too, for up to a couple of seconds). With a ``timeout`` the sender never blocks
         longer than that: it waits for room in the backlog at most that long (``CallTimeout``
-        if there is none), and leaves the write itself to the flusher (a write blocks while the
-        peer does not read). Raises
+        if there is none), and writes the frame itself only when the write cannot block (a
+        frame of less than ``PIPE_BUF`` bytes into a pipe with room); else it leaves the write
+        to the flusher (a write blocks while the peer does not read). Raises
         ``ConnectionClosed`` when the transport is closed (at once) or a write failed (then the
         ``closed_error`` of the stream), ``UsageError`` when the frame contains a newline.
         """
@@ -438,7 +459,7 @@ class Transport:
                 if not room:
                     raise CallTimeout(f"{self.name}: no room to send within {timeout} s (the peer is not reading)")
             refused = self._closing or self._write_failed
-            if not refused and (self._writing or not self._take_writer_role(timeout is not None)):
+            if not refused and (self._writing or not self._take_writer_role(timeout is not None, len(frame))):
                 self._backlog.append(frame)
                 self._backlog_size += len(frame) + 1
                 return
@@ -461,15 +482,15 @@ class Transport:
             else:
                 self._end_write(failed=False)
 
-    def _take_writer_role(self, bounded: bool) -> bool:
+    def _take_writer_role(self, bounded: bool, size: int) -> bool:
         # Under the lock, the role being free: take it. True when the sender is to write its
-        # frame at once; False when the sender must not block (``bounded``) or the frame ends a
-        # run of _STREAM_RUN quick sends from the same thread, in which case the role goes to
-        # the flusher, which writes what piles up meanwhile in one go.
+        # frame at once; False when the sender must not block (``bounded``) and the write could,
+        # or the frame ends a run of _STREAM_RUN quick sends from the same thread, in which case
+        # the role goes to the flusher, which writes what piles up meanwhile in one go.
         writer = threading.get_ident()
         self._writing = True
         self._active += 1
-        if bounded:
+        if bounded and not self._room_for(size):
             self._hand_to_flusher()
             return False
         if writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP:
@@ -482,6 +503,12 @@ class Transport:
         self._last_writer = writer
         self._batches_taken += 1
         return True
+
+    def _room_for(self, size: int) -> bool:
+        # Under the lock, holding the writer role: True when a write of ``size`` bytes and its
+        # newline cannot block. Only we write to the pipe, and the role is ours: a pipe the OS
+        # reports writable has a free page, and a write of at most PIPE_BUF bytes goes in whole.
+        return self._pipe_room is not None and size < select.PIPE_BUF and bool(self._pipe_room.poll(0))
 
     def _hand_to_flusher(self) -> None:
         # Under the lock, with the writer role held: the flusher thread takes the role over.

@@ -2,7 +2,7 @@
 
     python lite.py client-a [--sessions K] [--host-delivery] [--v2] -- AGENT_CMD...   workloads A and E
     python lite.py agent --n N --updates STREAM_FILE [--v2]                  workload B's agent, C's peer
-    python lite.py client-c --k K --inflight M [--futures] -- AGENT_CMD...   workload C
+    python lite.py client-c --k K --inflight M [--futures | --timeout S] -- AGENT_CMD...   workload C
     python lite.py agent --paced                                             workload D's agent
     python lite.py client-d --rates R1,R2 --seconds S -- AGENT_CMD...        workload D's client
 
@@ -10,8 +10,8 @@ Each client prints one JSON object on stdout, with the same keys as ``raw.py``. 
 ``--sessions K`` opens K sessions and prompts them all at once (the replay agent interleaves their
 streams); with ``--host-delivery`` the updates are delivered on the main thread, which pumps them,
 instead of the connection's delivery thread. ``client-c`` keeps M requests in flight from M threads
-making blocking calls; with ``--futures``, from one thread with ``call_future``, each answer's
-done-callback sending the next request. ``client-d`` runs a turn per rate and kind of sender and
+making blocking calls (each with a timeout of S seconds with ``--timeout``); with ``--futures``,
+from one thread with ``call_future``, each answer's done-callback sending the next request. ``client-d`` runs a turn per rate and kind of sender and
 reports the latency of each turn's stamped updates, which the ``--paced`` agent sends (see
 pacing.py). ``--v2``: the client asks for ACP v2 only, the agent speaks only v2 (the same stream,
 decoded into the v2 types).
@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import pacing
 from measure import Stopwatch, peak_rss_kb, round_trips
@@ -158,13 +158,13 @@ def _drive_while_pumping(delivery: HostDelivery, drive: Callable[[], dict]) -> d
     return outcome[0]
 
 
-def client_c(k: int, inflight: int, argv: List[str]) -> dict:
+def client_c(k: int, inflight: int, argv: List[str], timeout: Optional[float] = None) -> dict:
     latencies: List[float] = []
 
     def worker(count: int) -> None:
         for _ in range(count):
             sent = time.perf_counter()
-            agent.ext_method(PING, {})
+            agent.ext_method(PING, {}, timeout=timeout)
             latencies.append(time.perf_counter() - sent)
 
     with RemoteAgent.spawn(argv) as agent:
@@ -227,9 +227,12 @@ def main(args: List[str]) -> None:
         sessions = int(options[options.index("--sessions") + 1]) if "--sessions" in options else 1
         result = client_a(argv, sessions, "--host-delivery" in options, "--v2" in options)
     else:
-        futures = "--futures" in options
         opts = dict(zip(*[iter(option for option in options if option != "--futures")] * 2))
-        result = (client_c_futures if futures else client_c)(int(opts["--k"]), int(opts["--inflight"]), argv)
+        k, inflight = int(opts["--k"]), int(opts["--inflight"])
+        if "--futures" in options:
+            result = client_c_futures(k, inflight, argv)
+        else:
+            result = client_c(k, inflight, argv, float(opts["--timeout"]) if "--timeout" in opts else None)
     print(json.dumps(result), flush=True)
 
 

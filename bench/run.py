@@ -284,6 +284,17 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
         jobs.append(
             Job("C", "acp_lite, futures", lite.client_c(k, inflight, lite.agent(0, mix), ["--futures"]), par, requests)
         )
+        # A bounded call must never block in its write: it costs the same as an unbounded one only
+        # because its sender still writes a frame whose write cannot block.
+        jobs.append(
+            Job(
+                "C",
+                "acp_lite, a timeout on each call",
+                lite.client_c(k, 1, lite.agent(0, mix), ["--timeout", "30"]),
+                round_trip_metrics("sequential"),
+                requests,
+            )
+        )
     if "D" in workloads:
         jobs += paced_jobs(plan, subjects)
     if "E" in workloads:
