@@ -507,7 +507,8 @@ class Transport:
     def _room_for(self, size: int) -> bool:
         # Under the lock, holding the writer role: True when a write of ``size`` bytes and its
         # newline cannot block. Only we write to the pipe, and the role is ours: a pipe the OS
-        # reports writable has a free page, and a write of at most PIPE_BUF bytes goes in whole.
+        # reports writable has room for PIPE_BUF bytes (Linux: a free page; the BSDs and macOS
+        # check that much), and a write of at most PIPE_BUF bytes goes in whole.
         return self._pipe_room is not None and size < select.PIPE_BUF and bool(self._pipe_room.poll(0))
 
     def _hand_to_flusher(self) -> None:
