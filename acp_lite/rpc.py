@@ -346,8 +346,8 @@ class Connection:
         future = _CallFuture()
         if on_done is not None:
             future.add_done_callback(on_done)
-        future.request_id = self._send_request(method, params, result_type, future, False, None)
-        future.connection = self
+        future._request_id = self._send_request(method, params, result_type, future, False, None)
+        future._connection = self
         return future
 
     def notify(self, method: str, params: Any = None) -> None:
@@ -497,13 +497,13 @@ class _CallFuture(Future):
     done-callback, which every call would pay for and hardly any uses. The two attributes are set
     once the request is sent: a future is cancelled only once its caller has it."""
 
-    request_id: Optional[int] = None
-    connection: Optional[Connection] = None
+    _request_id: Optional[int] = None
+    _connection: Optional[Connection] = None
 
     def cancel(self) -> bool:
         cancelled = super().cancel()
-        if cancelled and self.connection is not None and self.request_id is not None:
-            self.connection._cancel_pending(self.request_id)
+        if cancelled and self._connection is not None and self._request_id is not None:
+            self._connection._cancel_pending(self._request_id)
         return cancelled
 
 
