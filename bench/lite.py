@@ -11,10 +11,10 @@ Each client prints one JSON object on stdout, with the same keys as ``raw.py``. 
 streams); with ``--host-delivery`` the updates are delivered on the main thread, which pumps them,
 instead of the connection's delivery thread. ``client-c`` keeps M requests in flight from M threads
 making blocking calls (each with a timeout of S seconds with ``--timeout``); with ``--futures``,
-from one thread with ``call_future``, each answer's done-callback sending the next request. ``client-d`` runs a turn per rate and kind of sender and
-reports the latency of each turn's stamped updates, which the ``--paced`` agent sends (see
-pacing.py). ``--v2``: the client asks for ACP v2 only, the agent speaks only v2 (the same stream,
-decoded into the v2 types).
+from one thread with ``call_future``, each answer's done-callback sending the next request.
+``client-d`` runs a turn per rate and kind of sender and reports the latency of each turn's
+stamped updates, which the ``--paced`` agent sends (see pacing.py). ``--v2``: the client asks
+for ACP v2 only, the agent speaks only v2 (the same stream, decoded into the v2 types).
 """
 
 import json
