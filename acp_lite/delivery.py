@@ -46,43 +46,54 @@ class CallbackQueue:
     """The ordered queue of ``(fn, arg)`` callbacks between the reader and the delivery thread.
 
     ``owner`` is the identity of the delivering thread: a blocking call there would wait for
-    itself.
+    itself. One thread takes (the delivery thread); when it finds nothing, it sleeps on a lock
+    that the next ``put`` releases: lighter than a ``Condition``, whose wait makes a lock and runs
+    Python code each time, and the delivery thread sleeps about once per read in request and
+    answer traffic.
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
         self._items: List[Callback] = []
         self.unfinished = 0
         self._finished = False
+        self._sleeping = False  # the taking thread waits for _wakeup (under _lock)
+        self._wakeup = threading.Lock()
+        self._wakeup.acquire()
         self.owner: Optional[int] = None
 
     def put(self, items: List[Callback]) -> None:
-        with self._cond:
-            was_empty = not self._items
+        with self._lock:
             self._items.extend(items)
             self.unfinished += len(items)
-            if was_empty:
-                self._cond.notify()
+            wake, self._sleeping = self._sleeping, False
+        if wake:
+            self._wakeup.release()
 
     def take(self) -> Optional[List[Callback]]:
-        """Every callback waiting (blocks while none does); None once finished and empty."""
-        with self._cond:
-            while not self._items and not self._finished:
-                self._cond.wait()
-            if not self._items:
-                return None
-            items, self._items = self._items, []
-            return items
+        """Every callback waiting (blocks while none does); None once finished and empty. The
+        delivery thread only."""
+        while True:
+            with self._lock:
+                if self._items:
+                    items, self._items = self._items, []
+                    return items
+                if self._finished:
+                    return None
+                self._sleeping = True
+            self._wakeup.acquire()
 
     def done(self, count: int) -> None:
-        with self._cond:
+        with self._lock:
             self.unfinished -= count
 
     def finish(self) -> None:
         """No more callbacks will come; ``take`` returns None once the rest is taken."""
-        with self._cond:
+        with self._lock:
             self._finished = True
-            self._cond.notify_all()
+            wake, self._sleeping = self._sleeping, False
+        if wake:
+            self._wakeup.release()
 
     def run(self, log: logging.Logger) -> None:
         """The delivery thread's loop: run what is put, in order, until finished."""
@@ -396,7 +407,10 @@ class WorkerPool:
     def __init__(self, name: str, logger: logging.Logger):
         self._name = name
         self._logger = logger
-        self._cond = threading.Condition(threading.Lock())
+        # Taken as ``with self._lock``, around ``self._cond.wait()`` too: a Condition's own ``with``
+        # is a Python call each way, and a request takes this lock twice.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._tasks: Deque[Callback] = collections.deque()  # handlers waiting for a worker
         self._handed: Deque[Callback] = collections.deque()  # the reading, waiting for a worker
         self._running = 0  # handlers running, on workers or on threads that claimed a place
@@ -419,7 +433,7 @@ class WorkerPool:
     def claim(self) -> bool:
         """Take a handler's place for one the caller runs on its own thread; False when no place
         is left once the handlers submitted before it have theirs. Then ``release()``."""
-        with self._cond:
+        with self._lock:
             if self._running + len(self._tasks) >= HANDLER_LIMIT:
                 return False
             self._running += 1
@@ -427,12 +441,12 @@ class WorkerPool:
 
     def release(self) -> None:
         """Give back a place taken by ``claim()``."""
-        with self._cond:
+        with self._lock:
             self._running -= 1
             self._start_worker()
 
     def _add(self, tasks: Deque[Callback], fn: Callable[[Any], Any], arg: Any) -> bool:
-        with self._cond:
+        with self._lock:
             if self._shut:
                 return False
             tasks.append((fn, arg))
@@ -461,11 +475,11 @@ class WorkerPool:
 
     def _work(self) -> None:
         me = threading.current_thread()
-        with self._cond:
+        with self._lock:
             self._starting -= 1
         handler = False
         while True:
-            with self._cond:
+            with self._lock:
                 if handler:
                     self._running -= 1
                 while not self._runnable() and not self._shut:
@@ -491,13 +505,13 @@ class WorkerPool:
 
     def shutdown(self) -> None:
         """Refuse new tasks; idle workers exit, busy ones after their task (and the queued ones)."""
-        with self._cond:
+        with self._lock:
             self._shut = True
             self._cond.notify_all()
 
     def join(self, deadline: float) -> None:
         me = threading.current_thread()
-        with self._cond:
+        with self._lock:
             threads = [t for t in self._threads if t is not me]
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -95,7 +95,8 @@ class Reading:
         self._end_of_stream = end_of_stream
         # Bytes the reader has queued for the delivery thread (or the host) and not yet routed.
         self._read_ahead = 0
-        self._read_ahead_cond = threading.Condition(threading.Lock())
+        self._read_ahead_lock = threading.Lock()  # taken as ``with`` (see delivery.WorkerPool)
+        self._read_ahead_cond = threading.Condition(self._read_ahead_lock)
         self._expand_item = Expand(self._expand_block)
         self._release_item = Expand(self._release_expanded)
         # The reading thread running requests itself (see _run_here), under _lock: its identity
@@ -118,7 +119,7 @@ class Reading:
         joining the workers waits for handlers only. Any thread."""
         with self._lock:
             self._watch_wake.notify_all()
-        with self._read_ahead_cond:
+        with self._read_ahead_lock:
             self._read_ahead_cond.notify_all()
         self._transport.stop_reading()
 
@@ -275,18 +276,19 @@ class Reading:
         """Wait while the delivery thread (or the host's pumps) is far behind (a slow callback, a
         fast peer), so that memory stays bounded and the peer feels the back-pressure; False
         once closing."""
-        with self._read_ahead_cond:
-            while self._read_ahead > _READ_AHEAD_LIMIT and not self._closing():
-                self._read_ahead_cond.wait()
+        if self._read_ahead > _READ_AHEAD_LIMIT:  # (only this thread adds: a stale look is high)
+            with self._read_ahead_lock:
+                while self._read_ahead > _READ_AHEAD_LIMIT and not self._closing():
+                    self._read_ahead_cond.wait()
         return not self._closing()
 
     def _add_read_ahead(self, size: int) -> None:
-        with self._read_ahead_cond:
+        with self._read_ahead_lock:
             self._read_ahead += size
 
     def _release_read_ahead(self, size: int) -> None:
         # The delivery (or host) thread, once it has routed and run what ``size`` bytes brought.
-        with self._read_ahead_cond:
+        with self._read_ahead_lock:
             self._read_ahead -= size
             if self._read_ahead <= _READ_AHEAD_LIMIT:
                 self._read_ahead_cond.notify()
