@@ -270,6 +270,7 @@ class Transport:
         self._partial: List[bytes] = []
         self._partial_size = 0
         self._discarding: Optional[OversizedFrame] = None
+        self._whole_block_size = min(_BLOCK_BYTES, max_message_size)  # what may be one block as read
         self._eof = False
         # Shared state, under one lock: the write backlog, the writer role and the close protocol.
         # ``_cond`` is notified only when a thread waits on it (``_waiting``): a lone send then
@@ -354,9 +355,10 @@ class Transport:
                 self._buffer = bytearray(_READ_CHUNK)
             if self._poll is not None:
                 assert self._wake is not None
-                ready = self._poll.poll()
-                if any(fd == self._wake[0] for fd, _ in ready):
-                    return None
+                wake = self._wake[0]
+                for fd, _ in self._poll.poll():
+                    if fd == wake:
+                        return None
             return self._read(self._buffer)
         except (OSError, ValueError):
             # A reset socket, or a stream closed under us by its owner: the stream ended.
@@ -366,8 +368,11 @@ class Transport:
 
     def _blocks(self, data: Union[bytes, bytearray], size: int) -> List[Block]:
         """The blocks that the first ``size`` bytes of ``data`` complete; keeps the rest."""
-        blocks: List[Block] = []
         view = memoryview(data)
+        if data[size - 1] == 10 and not self._partial and self._discarding is None and size <= self._whole_block_size:
+            # Whole lines and nothing held, as a request or an answer usually comes: one block.
+            return [bytes(view[: size - 1])]
+        blocks: List[Block] = []
         start = 0
         if self._discarding is not None:
             end = data.find(b"\n", 0, size)
