@@ -36,6 +36,7 @@ Threads: the tables are plain dicts, and the reader alone inserts into ``incomin
 operations are atomic, and ``Connection`` serializes the compound ones (closing) with its lock.
 """
 
+import functools
 import itertools
 import json
 import logging
@@ -602,7 +603,7 @@ class RpcCore:
             return 0
         route = self.requests.get(method)
         if route is None and self.unknown_request is not None:
-            route = Route(method, _unknown_handler(self.unknown_request, method), Any, True)
+            route = Route(method, functools.partial(self.unknown_request, method), Any, True)
         if route is None:
             self._reply(self.error_frame(request_id, MethodNotFound(f"Method not found: {method}")), batch, replies)
             return 1
@@ -619,7 +620,7 @@ class RpcCore:
             if self.unknown_notification is None:
                 self._log.debug("%s: ignored notification %s (no handler)", self.name, method)
                 return
-            route = Route(method, _unknown_notification_handler(self.unknown_notification, method), Any, False)
+            route = Route(method, functools.partial(self.unknown_notification, method), Any, False)
         try:
             params = _decode_params(params_raw, route.params_type)
         except AcpError as exc:
@@ -699,11 +700,3 @@ class RpcCore:
         call = self.pending.pop(request_id, None)
         if call is not None:
             items.append((settle_item, (call, None, _received(error, call.method))))
-
-
-def _unknown_handler(fallback: Callable[[str, Any, Any], Any], method: str) -> Callable[[Any, Any], Any]:
-    return lambda params, ctx: fallback(method, params, ctx)
-
-
-def _unknown_notification_handler(fallback: Callable[[str, Any], Any], method: str) -> Callable[[Any], Any]:
-    return lambda params: fallback(method, params)
