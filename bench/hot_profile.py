@@ -66,7 +66,7 @@ def cut_blocks(data: bytes) -> List[bytes]:
 
 
 def a_steps(stream: Path, passes: int) -> List[Tuple[str, float]]:
-    from acp_lite import Client
+    from acp_lite import Client, HostDelivery
     from acp_lite.client import _CLIENT_HANDLERS, _KEEPING_METHODS
     from acp_lite.peer import bind_handlers
     from acp_lite.rpc import Connection
@@ -83,11 +83,16 @@ def a_steps(stream: Path, passes: int) -> List[Tuple[str, float]]:
         def session_update(self, params: Any) -> None:
             self.updates += 1
 
-    ends = memory_pair()
-    connection = Connection(ends[0], name="profile")
-    bind_handlers(connection, Counting(), _CLIENT_HANDLERS, _KEEPING_METHODS, {}, {})
+    def connect(delivery: Optional[HostDelivery]) -> Connection:
+        connection = Connection(memory_pair()[0], name="profile", delivery=delivery)
+        bind_handlers(connection, Counting(), _CLIENT_HANDLERS, _KEEPING_METHODS, {}, {})
+        connection._core.rebuild()
+        return connection
+
+    connection = connect(None)
     core = connection._core
-    core.rebuild()
+    host = HostDelivery()
+    hosted = connect(host)._reading
     fast = core._fast
     bare = msgspec.json.Decoder(raw.Incoming).decode
     schema = raw.schema_decoder()
@@ -117,7 +122,12 @@ def a_steps(stream: Path, passes: int) -> List[Tuple[str, float]]:
 
     def deliver_blocks() -> None:
         for block in blocks:
-            connection._deliver_block(block)
+            connection._reading._deliver_block(block)
+
+    def pump_blocks() -> None:
+        for block in blocks:
+            hosted._queue.put([(hosted._expand_item, block)])
+            host.pump()
 
     rows = [
         ("bare: split lines", best_of(passes, n, each_line(lambda line: None))),
@@ -127,9 +137,8 @@ def a_steps(stream: Path, passes: int) -> List[Tuple[str, float]]:
         ("acp_lite: the array decoded into the envelopes", best_of(passes, n, block_decode)),
         ("acp_lite: the decoded envelopes delivered to session_update", best_of(passes, n, delivery_loop)),
         ("acp_lite: the delivery thread's whole work per block (_deliver_block)", best_of(passes, n, deliver_blocks)),
+        ("acp_lite: the host thread's, a block expanded and pumped (HostDelivery)", best_of(passes, n, pump_blocks)),
     ]
-    connection.close()
-    ends[1].close()
     return rows
 
 
