@@ -298,7 +298,7 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
     if "D" in workloads:
         jobs += paced_jobs(plan, subjects)
     if "E" in workloads:
-        jobs += growth_jobs(plan, streams_dir, mix, subjects[0])
+        jobs += growth_jobs(plan, streams_dir, subjects[0])
     if "F" in workloads:
         # The tool users point at their own agents, on the agents of B and C.
         for peer in subjects:
@@ -307,7 +307,7 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
     return jobs
 
 
-def growth_jobs(plan: dict, streams_dir: Path, mix: Path, lite: peers.Peer) -> List[Job]:
+def growth_jobs(plan: dict, streams_dir: Path, lite: peers.Peer) -> List[Job]:
     jobs = []
     for size, count in plan["sizes"].items():
         path = stream_file(streams_dir, f"size:{size}", count)
@@ -348,13 +348,16 @@ def growth_jobs(plan: dict, streams_dir: Path, mix: Path, lite: peers.Peer) -> L
                 ("updates", count),
             )
         )
+    # Beside the default delivery of the same long turn, just measured: a short turn's start-up
+    # and the machine's drift would weigh on the ratio the target takes.
+    large = stream_file(streams_dir, "mix", plan["flat"][1])
     jobs.append(
         Job(
             "E",
             "acp_lite, host-thread delivery",
-            lite.client_a(replay_agent(mix), ["--host-delivery"]),
-            receive_metrics(mix.stat().st_size),
-            ("updates", plan["updates"]),
+            lite.client_a(replay_agent(large), ["--host-delivery"]),
+            receive_metrics(large.stat().st_size),
+            ("updates", plan["flat"][1]),
         )
     )
     return jobs
@@ -457,10 +460,10 @@ def make_targets(plan: dict) -> List[Target]:
         Target("E", "1 MB updates at ≥ 200 MB/s", ("E", "acp_lite, 1 MB updates", "MB/s"), 200),
         Target(
             "E",
-            "host-thread delivery ≥ 90% of the default",
+            f"host-thread delivery ≥ 90% of the default, {large:,} updates",
             ("E", "acp_lite, host-thread delivery", "updates/s"),
             0.9,
-            right=a_lite,
+            right=("E", f"acp_lite, {large:,} updates", "updates/s"),
         ),
         *paced_targets(plan),
     ]
