@@ -205,6 +205,15 @@ def _pipe_room_poll(fd: Optional[int]) -> Optional[Any]:
     return poll
 
 
+def _nowait_socket(stream: Any) -> Optional[socket.socket]:
+    """``stream`` if it is a blocking socket that a send may ask not to block (``MSG_DONTWAIT``),
+    else None: a sender that must not block (a call with a timeout) then writes its frame itself,
+    as much as the socket takes at once, instead of waking the flusher thread for all of it."""
+    if isinstance(stream, socket.socket) and hasattr(socket, "MSG_DONTWAIT") and stream.gettimeout() is None:
+        return stream
+    return None
+
+
 def _flushing_writer(stream: Any) -> Callable[[bytes], None]:
     def write(data: bytes) -> None:
         stream.write(data)
@@ -265,6 +274,7 @@ class Transport:
             self._poll.register(self._wake[0], select.POLLIN)
         _enlarge_pipe(read_fd)
         self._pipe_room = _pipe_room_poll(write_fd)
+        self._nowait = _nowait_socket(writer)
         # Reader state (reader thread only). The buffer is allocated at the first read.
         self._buffer: Optional[bytearray] = None
         self._partial: List[bytes] = []
@@ -441,8 +451,9 @@ class Transport:
         flushes too, for up to a couple of seconds). With a ``timeout`` the sender never blocks
         longer than that: it waits for room in the backlog at most that long (``CallTimeout``
         if there is none), and writes the frame itself only when the write cannot block (a
-        frame of less than ``PIPE_BUF`` bytes into a pipe with room); else it leaves the write
-        to the flusher (a write blocks while the peer does not read). Raises
+        frame of less than ``PIPE_BUF`` bytes into a pipe with room; to a socket, what it takes
+        at once); else it leaves the write (or its rest) to the flusher (a write blocks while
+        the peer does not read). Raises
         ``ConnectionClosed`` when the transport is closed (at once) or a write failed (then the
         ``closed_error`` of the stream), ``UsageError`` when the frame contains a newline.
         """
@@ -475,7 +486,11 @@ class Transport:
                 raise ConnectionClosed(f"{self.name}: the transport was closed")
             raise self.closed_error()  # outside the lock: a process's hook waits for the exit
         try:
-            self._write(frame + b"\n")
+            if timeout is not None and self._nowait is not None:
+                if not self._send_without_blocking(frame + b"\n"):
+                    return  # the rest is the flusher's
+            else:
+                self._write(frame + b"\n")
         except (OSError, ValueError) as exc:  # ValueError: a file object closed by its owner
             with self._lock:
                 self._end_write(failed=True)
@@ -510,11 +525,34 @@ class Transport:
         return True
 
     def _room_for(self, size: int) -> bool:
-        # Under the lock, holding the writer role: True when a write of ``size`` bytes and its
-        # newline cannot block. Only we write to the pipe, and the role is ours: a pipe the OS
-        # reports writable has room for PIPE_BUF bytes (Linux: a free page; the BSDs and macOS
-        # check that much), and a write of at most PIPE_BUF bytes goes in whole.
+        # Under the lock, holding the writer role: True when the sender may write ``size`` bytes
+        # and its newline without blocking. A socket: always, as much as it takes at once (see
+        # _send_without_blocking). A pipe: only we write to it, and the role is ours; a pipe the
+        # OS reports writable has room for PIPE_BUF bytes (Linux: a free page; the BSDs and
+        # macOS check that much), and a write of at most PIPE_BUF bytes goes in whole.
+        if self._nowait is not None:
+            return True
         return self._pipe_room is not None and size < select.PIPE_BUF and bool(self._pipe_room.poll(0))
+
+    def _send_without_blocking(self, data: bytes) -> bool:
+        # Holding the writer role, a sender that must not block: the socket takes what it has
+        # room for; True if that was all. Else the rest goes to the flusher, ahead of the frames
+        # queued meanwhile, and the role with it; the batch this sender took is not counted, the
+        # flusher's next one (with the rest in it) is, so that flush() waits for the rest.
+        assert self._nowait is not None
+        try:
+            sent = self._nowait.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            sent = 0
+        if sent == len(data):
+            return True
+        with self._lock:
+            rest = data[sent:-1]  # a backlog frame is without its newline
+            self._backlog.insert(0, rest)
+            self._backlog_size += len(rest) + 1
+            self._batches_taken -= 1
+            self._hand_to_flusher()
+        return False
 
     def _hand_to_flusher(self) -> None:
         # Under the lock, with the writer role held: the flusher thread takes the role over.

@@ -4,6 +4,7 @@ over real pipes (and a counting file object where the number of writes is the po
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -225,6 +226,83 @@ def test_a_bounded_send_into_a_full_pipe_returns_at_once_and_the_frame_follows()
         transport.close()
     os.close(feed)
     os.close(drain)
+
+
+def _recv_available(sock):
+    try:
+        return sock.recv(1 << 20, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b""
+
+
+def _recv_until(sock, ending, timeout=10.0):
+    got = b""
+    deadline = time.monotonic() + timeout
+    while not got.endswith(ending) and time.monotonic() < deadline:
+        got += _recv_available(sock)
+    return got
+
+
+def test_a_bounded_send_to_a_socket_is_written_by_its_sender():
+    # Over a socket too, a call with a timeout writes its request itself, asking the socket not
+    # to block: no flusher thread is woken for it.
+    ours, peer = socket.socketpair()
+    transport = Transport(ours, ours, name="bounded-socket")
+    try:
+        for i in range(3):
+            transport.send(b'{"call":%d}' % i, timeout=1.0)
+            assert _recv_available(peer) == b'{"call":%d}\n' % i
+        transport.send(b'{"cancel":1}', timeout=0)
+        assert _recv_available(peer) == b'{"cancel":1}\n'
+        assert flushers() == []
+    finally:
+        transport.close()
+        peer.close()
+
+
+def test_a_bounded_send_into_a_full_socket_returns_at_once_and_the_frame_follows():
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    filled = 0
+    try:
+        while True:
+            filled += ours.send(b"x" * 4096)
+    except BlockingIOError:
+        pass
+    ours.setblocking(True)
+    transport = Transport(ours, ours, name="full-socket")
+    try:
+        started = time.monotonic()
+        transport.send(b'{"late":1}', timeout=0.5)
+        assert time.monotonic() - started < 0.4
+        assert _recv_until(peer, b'{"late":1}\n') == b"x" * filled + b'{"late":1}\n'
+    finally:
+        transport.close()
+        peer.close()
+
+
+class _TakesFiveBytes(socket.socket):
+    """A socket whose ``send`` takes at most five bytes: the part of a frame a full socket takes."""
+
+    def send(self, data, flags=0):
+        return super().send(data[:5], flags)
+
+
+def test_the_rest_of_a_bounded_send_goes_out_before_what_was_sent_after_it():
+    # The socket takes part of the frame at once; the sender leaves the rest to the flusher and
+    # returns. A frame sent next must not overtake that rest, and flush() waits for it.
+    plain, peer = socket.socketpair()
+    ours = _TakesFiveBytes(fileno=plain.detach())
+    transport = Transport(ours, ours, name="partial-socket")
+    try:
+        transport.send(b'{"call":1,"pad":"%s"}' % (b"y" * 3000), timeout=1.0)
+        transport.send(b'{"next":2}')
+        assert transport.flush(5.0)
+        expected = b'{"call":1,"pad":"%s"}\n{"next":2}\n' % (b"y" * 3000)
+        assert _recv_until(peer, b'{"next":2}\n') == expected
+    finally:
+        transport.close()
+        peer.close()
 
 
 def test_flush_waits_for_what_was_sent_before_it_not_for_a_stream_that_goes_on():
