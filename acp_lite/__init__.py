@@ -44,7 +44,8 @@ from .client import Client, RemoteAgent
 from .codec import Undecodable
 from .errors import AcpError
 from .rpc import HostDelivery
-from .wire import connect_tcp, connect_unix, listen_tcp, listen_unix, memory_pair, stdio_transport
+from .sockets import connect_tcp, connect_unix, listen_tcp, listen_unix
+from .wire import memory_pair, stdio_transport
 from .workspace import WorkspaceClient
 
 __version__ = "0.1.0"

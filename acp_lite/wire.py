@@ -19,7 +19,8 @@ Rules this module keeps:
   holds the writer role, and once frames wait in the backlog every later frame goes behind them. A
   lone message is written at once by its sender, in its own thread (no timer, no hop), and so is
   each frame of a short run of quick sends, and a frame whose sender must not block (a call with
-  a timeout) when its write cannot block (a small frame into a pipe the OS reports writable).
+  a timeout) when its write cannot block (a small frame into a pipe the OS reports writable; to a
+  socket, as much as it takes at once, the rest left to the flusher).
   Frames sent while a write is under way, a thread's frames once its quick sends make a long run
   (a stream of updates), and frames whose sender must not block where the write could, are left
   in the backlog for the transport's flusher thread (started on first need), which writes all
@@ -32,14 +33,8 @@ Rules this module keeps:
 Transports. ``Transport`` wraps any pair of binary streams: file descriptors, binary file objects
 (subprocess pipes) or a connected socket. Helpers build the usual ones: ``stdio_transport()``
 (this process's stdin/stdout, with stdout protected), ``process_transport()`` (an
-``AgentProcess``), ``memory_pair()`` (two connected transports over OS pipes, for tests),
-``connect_tcp()``/``connect_unix()`` and ``listen_tcp()``/``listen_unix()``.
-
-Socket framing. Over TCP and Unix-domain sockets the byte stream is exactly the one of the stdio
-transport: UTF-8 JSON-RPC 2.0 messages, each followed by a single ``\\n``, with no header, length
-prefix or handshake. Either side may send first once the connection is accepted; the side that
-dials plays whichever ACP role the application gives it (usually the client). Closing the socket
-(or shutting down its sending half) ends the session exactly as closing a stdio pipe does.
+``AgentProcess``), ``memory_pair()`` (two connected transports over OS pipes, for tests); the
+socket ones are in ``sockets``.
 """
 
 import atexit
@@ -744,108 +739,3 @@ def process_transport(process: Any, *, max_message_size: int = DEFAULT_MAX_MESSA
         name=f"agent-{process.pid}",
         closed_error=process.closed_error,
     )
-
-
-def socket_transport(sock: socket.socket, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Transport:
-    """A transport over a connected stream socket, which it owns from now on. Any thread."""
-    sock.settimeout(None)
-    if sock.family in (socket.AF_INET, socket.AF_INET6):
-        # Messages are small and latency matters more than packet count.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        peer = sock.getpeername()
-    except OSError:
-        peer = "?"
-    return Transport(sock, sock, max_message_size=max_message_size, name=f"socket-{peer}")
-
-
-def connect_tcp(
-    host: str, port: int, *, timeout: Optional[float] = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
-) -> Transport:
-    """Dial ``host:port`` over TCP; ``timeout`` bounds the connect only. Any thread."""
-    try:
-        sock = socket.create_connection((host, port), timeout=timeout)
-    except OSError as exc:
-        raise ConnectionClosed(f"cannot connect to {host}:{port}: {exc}") from exc
-    return socket_transport(sock, max_message_size=max_message_size)
-
-
-def connect_unix(
-    path: str, *, timeout: Optional[float] = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
-) -> Transport:
-    """Dial the Unix-domain socket at ``path``. Any thread (POSIX only)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        sock.connect(path)
-    except OSError as exc:
-        sock.close()
-        raise ConnectionClosed(f"cannot connect to {path}: {exc}") from exc
-    return socket_transport(sock, max_message_size=max_message_size)
-
-
-class Listener:
-    """A listening socket that hands out one transport per accepted connection.
-
-    ``address`` is where peers dial (``(host, port)`` for TCP, a path for Unix sockets).
-    ``accept`` may be called from any thread; ``close`` from any thread, and it removes the
-    socket file of a Unix listener.
-    """
-
-    def __init__(self, sock: socket.socket, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE):
-        self._sock = sock
-        self._max_message_size = max_message_size
-        self.address = sock.getsockname()
-
-    def accept(self, timeout: Optional[float] = None) -> Transport:
-        """Wait up to ``timeout`` seconds (forever if None) for a peer and return its transport.
-        Raises ``CallTimeout`` on timeout and ``ConnectionClosed`` once the listener is closed."""
-        self._sock.settimeout(timeout)
-        try:
-            conn, _ = self._sock.accept()
-        except socket.timeout as exc:
-            raise CallTimeout(f"no connection on {self.address} within {timeout} s") from exc
-        except OSError as exc:
-            raise ConnectionClosed(f"listener {self.address} closed") from exc
-        return socket_transport(conn, max_message_size=self._max_message_size)
-
-    def close(self) -> None:
-        """Stop listening. Idempotent. Any thread."""
-        if self._sock.fileno() < 0:
-            return
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked accept() on Linux
-        except OSError:
-            pass
-        self._sock.close()
-        if self._sock.family == getattr(socket, "AF_UNIX", None) and isinstance(self.address, str) and self.address:
-            try:
-                os.unlink(self.address)
-            except OSError:
-                pass
-
-    def __enter__(self) -> "Listener":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
-
-
-def listen_tcp(
-    host: str = "127.0.0.1", port: int = 0, *, backlog: int = 8, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
-) -> Listener:
-    """Listen on ``host:port`` (port 0 picks a free one; see ``Listener.address``). Any thread."""
-    sock = socket.create_server((host, port), backlog=backlog)
-    return Listener(sock, max_message_size=max_message_size)
-
-
-def listen_unix(path: str, *, backlog: int = 8, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Listener:
-    """Listen on a Unix-domain socket at ``path`` (which must not exist). Any thread (POSIX)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(path)
-        sock.listen(backlog)
-    except OSError:
-        sock.close()
-        raise
-    return Listener(sock, max_message_size=max_message_size)

@@ -10,7 +10,8 @@ from acp_lite import schema, updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.errors import ConnectionClosed
-from acp_lite.wire import connect_tcp, listen_tcp, memory_pair
+from acp_lite.sockets import connect_tcp, listen_tcp
+from acp_lite.wire import memory_pair
 
 WAIT = 10.0
 

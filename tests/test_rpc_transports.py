@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acp_lite import wire
+from acp_lite import sockets, wire
 from acp_lite.errors import ConnectionClosed
 from acp_lite.process import AgentProcess
 from acp_lite.rpc import Connection
@@ -90,11 +90,11 @@ def test_peer_death_fails_pending_calls_with_exit_code_and_stderr_tail(child):
 
 @pytest.mark.req("ACP-V1-TRANSPORT-CUSTOM-MAY", "ACP-V1-TRANSPORT-CUSTOM-PRESERVE-FORMAT-AND-LIFECYCLE")
 def test_two_connections_over_tcp():
-    with wire.listen_tcp() as listener:
+    with sockets.listen_tcp() as listener:
         accepted = []
         acceptor = threading.Thread(target=lambda: accepted.append(listener.accept(timeout=WAIT)))
         acceptor.start()
-        dialled = Connection(wire.connect_tcp(*listener.address[:2], timeout=WAIT), name="dialler")
+        dialled = Connection(sockets.connect_tcp(*listener.address[:2], timeout=WAIT), name="dialler")
         acceptor.join()
     served = Connection(accepted[0], name="server")
     served.on_request("x/add", lambda params, ctx: params["a"] + params["b"])

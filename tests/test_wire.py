@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from acp_lite import wire
+from acp_lite import sockets
 from acp_lite.errors import CallTimeout, ConnectionClosed, UsageError
 from acp_lite.wire import OversizedFrame, Transport, memory_pair
 
@@ -252,14 +252,14 @@ def test_socket_transports_carry_the_same_framing(family):
     if family == "unix" and not hasattr(socket, "AF_UNIX"):
         pytest.skip("no Unix-domain sockets here")
     # The framing of the socket transports is documented where the README quotes it.
-    assert "Socket framing" in wire.__doc__
+    assert "Socket framing" in sockets.__doc__
     with tempfile.TemporaryDirectory() as directory:
         if family == "tcp":
-            listener = wire.listen_tcp()
-            dial = lambda: wire.connect_tcp(*listener.address[:2], timeout=5)  # noqa: E731
+            listener = sockets.listen_tcp()
+            dial = lambda: sockets.connect_tcp(*listener.address[:2], timeout=5)  # noqa: E731
         else:
-            listener = wire.listen_unix(os.path.join(directory, "acp.sock"))
-            dial = lambda: wire.connect_unix(listener.address, timeout=5)  # noqa: E731
+            listener = sockets.listen_unix(os.path.join(directory, "acp.sock"))
+            dial = lambda: sockets.connect_unix(listener.address, timeout=5)  # noqa: E731
         with listener:
             accepted = []
             acceptor = threading.Thread(target=lambda: accepted.append(listener.accept(timeout=10)))
@@ -279,16 +279,16 @@ def test_socket_transports_carry_the_same_framing(family):
 
 
 def test_listener_accept_times_out():
-    with wire.listen_tcp() as listener:
+    with sockets.listen_tcp() as listener:
         with pytest.raises(CallTimeout):
             listener.accept(timeout=0.05)
 
 
 def test_connect_failure_is_connection_closed():
-    with wire.listen_tcp() as listener:
+    with sockets.listen_tcp() as listener:
         port = listener.address[1]
     with pytest.raises(ConnectionClosed):
-        wire.connect_tcp("127.0.0.1", port, timeout=5)
+        sockets.connect_tcp("127.0.0.1", port, timeout=5)
 
 
 def test_an_oversized_line_costs_at_most_the_limit_in_memory():
