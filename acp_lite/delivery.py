@@ -4,6 +4,9 @@
   Callbacks run one at a time, in the order they were put, on the one thread that takes them;
   ``unfinished`` counts those put and not yet run to completion, so the reader knows when
   nothing waits (then it may settle a blocking call's answer itself without overtaking anything).
+  When nothing waits, the reader may also ``hold`` the delivery role and run a read's callbacks
+  itself; the delivery thread then runs nothing until it is ``release``d, and ``owner`` names
+  the reader meanwhile.
 - ``HostDelivery``: the same order, but on the host application's own thread, inside ``pump()``;
   one per application, shared by its connections (each has a lane in it, dropped at its close).
 - ``WorkerPool``: the threads request handlers run on (they may block for minutes and call the
@@ -45,9 +48,10 @@ _delivery_log = logging.getLogger("acp_lite.delivery")
 class CallbackQueue:
     """The ordered queue of ``(fn, arg)`` callbacks between the reader and the delivery thread.
 
-    ``owner`` is the identity of the delivering thread: a blocking call there would wait for
-    itself. One thread takes (the delivery thread); when it finds nothing, it sleeps on a lock
-    that the next ``put`` releases: lighter than a ``Condition``, whose wait makes a lock and runs
+    ``owner`` is the identity of the thread that delivers now (the delivery thread, or the reader
+    holding the delivery role): a blocking call there would wait for itself. One thread takes (the
+    delivery thread); when it finds nothing it may run, it sleeps on a lock that the next ``put``
+    (or ``release``) releases: lighter than a ``Condition``, whose wait makes a lock and runs
     Python code each time, and the delivery thread sleeps about once per read in request and
     answer traffic.
     """
@@ -57,6 +61,8 @@ class CallbackQueue:
         self._items: List[Callback] = []
         self.unfinished = 0
         self._finished = False
+        self._held = False  # another thread delivers in the delivery thread's place (see hold)
+        self._thread: Optional[int] = None  # the delivery thread's identity, while it runs
         self._sleeping = False  # the taking thread waits for _wakeup (under _lock)
         self._wakeup = threading.Lock()
         self._wakeup.acquire()
@@ -66,19 +72,21 @@ class CallbackQueue:
         with self._lock:
             self._items.extend(items)
             self.unfinished += len(items)
-            wake, self._sleeping = self._sleeping, False
+            wake = self._sleeping and not self._held
+            if wake:
+                self._sleeping = False
         if wake:
             self._wakeup.release()
 
     def take(self) -> Optional[List[Callback]]:
-        """Every callback waiting (blocks while none does); None once finished and empty. The
-        delivery thread only."""
+        """Every callback waiting (blocks while none does, or while the role is held); None once
+        finished and empty. The delivery thread only."""
         while True:
             with self._lock:
-                if self._items:
+                if self._items and not self._held:
                     items, self._items = self._items, []
                     return items
-                if self._finished:
+                if self._finished and not self._items:
                     return None
                 self._sleeping = True
             self._wakeup.acquire()
@@ -86,6 +94,29 @@ class CallbackQueue:
     def done(self, count: int) -> None:
         with self._lock:
             self.unfinished -= count
+
+    def hold(self, count: int) -> bool:
+        """Take the delivery role for ``count`` callbacks the calling thread runs itself, if
+        nothing is queued or running and the queue is not finished (False otherwise); then
+        ``release(count)`` once they ran. Meanwhile whatever is put waits behind them."""
+        with self._lock:
+            if self.unfinished or self._finished:
+                return False
+            self.unfinished = count
+            self._held = True
+            self.owner = threading.get_ident()
+            return True
+
+    def release(self, count: int) -> None:
+        with self._lock:
+            self.unfinished -= count
+            self._held = False
+            self.owner = self._thread
+            wake = self._sleeping and bool(self._items or self._finished)
+            if wake:
+                self._sleeping = False
+        if wake:
+            self._wakeup.release()
 
     def finish(self) -> None:
         """No more callbacks will come; ``take`` returns None once the rest is taken."""
@@ -97,7 +128,10 @@ class CallbackQueue:
 
     def run(self, log: logging.Logger) -> None:
         """The delivery thread's loop: run what is put, in order, until finished."""
-        self.owner = threading.get_ident()
+        with self._lock:
+            self._thread = threading.get_ident()
+            if not self._held:
+                self.owner = self._thread
         try:
             while True:
                 items = self.take()
@@ -108,7 +142,10 @@ class CallbackQueue:
                 finally:
                     self.done(len(items))
         finally:
-            self.owner = None  # a later thread may get the same identity
+            with self._lock:
+                self._thread = None  # a later thread may get the same identity
+                if not self._held:
+                    self.owner = None
 
 
 def call_wakeup(wakeup: Callable[[], Any]) -> None:

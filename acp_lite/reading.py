@@ -12,8 +12,11 @@ of every thread a connection may have. Rules this module keeps:
   ``_ROUTE_HERE_BYTES``, is decoded and routed on the reading thread; more is queued as blocks
   that the delivery thread decodes (or the host's pumps expand), so that the reader reads on.
 - Nothing overtakes what is queued. The reading thread settles the answers of blocking calls, or
-  starts requests, only when a read holds nothing else and nothing waits to be delivered;
-  everything else is queued behind what waits.
+  starts requests, only when a read holds nothing else and nothing waits to be delivered; it
+  runs a small read's callbacks itself (notifications, the done-callbacks of answered futures)
+  only when nothing is queued or running, holding the delivery role: whatever is read meanwhile
+  (by a thread that took the reading over) queues behind them, and the delivery thread runs
+  nothing until they ran. Everything else is queued behind what waits.
 - Requests the reading thread started, it runs one after another, in order, each taking a
   handler place of the pool like any other; what it has not run when the reading is taken from
   it starts on workers, in order.
@@ -24,7 +27,7 @@ of every thread a connection may have. Rules this module keeps:
 
 import logging
 import threading
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 from .answering import RequestContext
 from .delivery import Callback, CallbackQueue, Expand, HostLane, WorkerPool, run_callbacks
@@ -134,18 +137,21 @@ class Reading:
                 blocks = self._transport.read_blocks()
                 if blocks is None:
                     break
-                here = self._route_read(blocks)
-                if here and not self._run_here(here):
+                requests, callbacks = self._route_read(blocks)
+                if callbacks and not self._deliver_here(callbacks):
+                    return
+                if requests and not self._run_here(requests):
                     return
         except Exception:
             self._log.exception("%s: reader failed; closing the connection", self.name)
         self._end_of_stream()
 
-    def _route_read(self, blocks: List[Any]) -> List[RequestContext]:
+    def _route_read(self, blocks: List[Any]) -> Tuple[List[RequestContext], List[Callback]]:
         """Route what one read brought: decoded here when it is small, else left to whoever
         delivers (the delivery thread, or the host's thread as it pumps) as a burst of blocks,
-        so that the reader is back at reading at once. Returns the requests for the reading
-        thread to run itself (see read_loop), if any."""
+        so that the reader is back at reading at once. Returns the requests whose handlers, or
+        the callbacks (the delivery role held), the reading thread is to run itself (see
+        read_loop), if any."""
         queue = self._queue
         if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
             size = _burst_size(blocks)
@@ -155,35 +161,61 @@ class Reading:
                 queue.put([(self._expand_item, block) for block in blocks] + [(self._release_item, size)])
             else:
                 queue.put([(self._deliver_block, block) for block in blocks])
-            return []
+            return [], []
         items: List[Callback] = []
         replies: List[bytes] = []
         self._core.route_lines(lines_of(blocks[0]), items, replies)
         for frame in replies:
             self._send_frame(frame)
         if not items:
-            return []
+            return [], []
         if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
             # Answers only, to blocking calls, with nothing before them to deliver: settled here
             # (no application code runs: only call() waits on such a future).
             for _, outcome in items:
                 settle_item(outcome)
-            return []
+            return [], []
         if isinstance(queue, HostLane):
             # The host pumps when it can: what this read brought counts against the read-ahead
             # until a pump has run its last callback.
             size = _burst_size(blocks)
             self._add_read_ahead(size)
             queue.put([*items, (self._release_item, size)])
-            return []
+            return [], []
         elif queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
             # Requests only, with nothing before them to deliver: started here, in order (their
             # arrival hooks are the runtime's bookkeeping), and run by this thread (see _run_here).
-            return [ctx for _, ctx in items if self._arrive(ctx)]
+            return [ctx for _, ctx in items if self._arrive(ctx)], []
+        if queue.hold(len(items)):
+            # Nothing queued or running: the callbacks run on this thread, in order (see
+            # _deliver_here), sparing the delivery thread's wake-up.
+            return [], items
         queue.put(items)
-        return []
+        return [], []
 
-    # -- the reading thread running requests, and the watcher ----------------------------------
+    # -- the reading thread running callbacks and requests itself, and the watcher --------------
+    def _deliver_here(self, callbacks: List[Callback]) -> bool:
+        """Reading thread, holding the delivery role (see _route_read): run a small read's
+        callbacks here, in order, while the watcher looks (see _watch): when one blocks or runs
+        long, another thread reads on, and what it reads queues behind the rest of them. True if
+        this thread still holds the reading afterwards."""
+        assert isinstance(self._queue, CallbackQueue) and self._pool is not None
+        me = threading.get_ident()
+        with self._lock:
+            self._here_thread = me
+            self._runs += 1
+            if not self._watching:
+                self._watching = self._pool.hand_off(self._watch, None)
+        try:
+            run_callbacks(callbacks, self._log)
+        finally:
+            self._queue.release(len(callbacks))
+        with self._lock:
+            if self._here_thread != me:
+                return False
+            self._here_thread = None
+            return True
+
     def _run_here(self, requests: List[RequestContext]) -> bool:
         """Reading thread: run the handlers of requests it started, one after another, here,
         sparing the wake-up of another thread, while the watcher looks (see _watch): when a
@@ -262,8 +294,9 @@ class Reading:
         at once, so that the answer does not wait for the watcher. (If the pool is shut down,
         closing, this thread keeps the reading: the call fails with the close.) Any thread; on
         any other than the reading thread in a handler of its own, nothing happens."""
-        if self._here_thread != threading.get_ident():
-            return
+        me = threading.get_ident()
+        if self._here_thread != me or self._queue.owner == me:
+            return  # (a callback this thread delivers may send, not wait: see refuse_blocking_here)
         assert self._pool is not None
         with self._lock:
             if self._here_thread != threading.get_ident() or not self._pool.hand_off(self.read_loop, None):

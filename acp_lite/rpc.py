@@ -8,13 +8,13 @@ thread a connection may have (its code: the module that holds what it runs):
 
 | thread | code | started by | stopped by | may run |
 | --- | --- | --- | --- | --- |
-| the reading: reader ``acp-reader-<name>`` first | ``reading.Reading`` | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping) and runs their handlers itself, one after another, until the watcher takes the reading over (a handler in it for a whole tick) or a handler sends a request (a worker reads on at once); then the rest of them start on workers and this thread leaves the reading after its handler; no other application code |
-| delivery ``acp-delivery-<name>`` (default mode) | ``delivery.CallbackQueue``; bursts: ``reading``; starting requests: here | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order: notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
+| the reading: reader ``acp-reader-<name>`` first | ``reading.Reading`` | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping) and runs their handlers itself, one after another, until the watcher takes the reading over (a handler in it for a whole tick) or a handler sends a request (a worker reads on at once); then the rest of them start on workers and this thread leaves the reading after its handler; runs the callbacks of a small read (no burst, not only requests) itself when nothing is queued or running, holding the delivery role (the delivery thread runs nothing meanwhile), under the same watcher, which reads on in its place when one of them blocks (what it reads queues behind them); no other application code |
+| delivery ``acp-delivery-<name>`` (default mode) | ``delivery.CallbackQueue``; bursts: ``reading``; starting requests: here | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order (those the reading thread does not run): notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
 | host thread (host mode, ``HostDelivery``) | ``delivery.HostDelivery``, as the delivery thread | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
 | workers ``acp-worker-<name>-<n>`` (default mode) | ``delivery.WorkerPool``; handlers: ``answering`` | a request that may start, the reading or the watcher finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes), at most ``HANDLER_LIMIT`` (64) at once, those the reading thread runs included; the reading, handed on |
-| the watcher (a worker) | ``reading.Reading`` | the reading thread running a handler, when no watcher runs | 50 ticks (2 ms each) without a handler run by the reading thread, ``close()``, or taking the reading over | looks every tick whether the reading thread is still in the handler it was in at the last look; if so, starts the rest of that read's requests on workers and becomes the reading |
+| the watcher (a worker) | ``reading.Reading`` | the reading thread running a handler or a read's callbacks, when no watcher runs | 50 ticks (2 ms each) without a run by the reading thread, ``close()``, or taking the reading over | looks every tick whether the reading thread is still in the run it was in at the last look; if so, starts the rest of that read's requests on workers and becomes the reading |
 | flusher ``acp-flusher-<name>`` (the transport's) | ``wire`` | the first frame left to it: one sent while another thread writes, one sent with a timeout (a ``call``'s) when its write could block (a large frame or a full pipe; to a socket, the part it did not take at once), or the 64th quick send in a row of one thread (a stream) | ``close()`` | writing the backlog of frames |
-| any caller | here; answering: ``answering`` | the application | | ``call`` (blocks; not on the delivery or host thread: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
+| any caller | here; answering: ``answering`` | the application | | ``call`` (blocks; not where callbacks run: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
 
 Invariants:
 
@@ -23,9 +23,12 @@ Invariants:
   notification sent after a request (a cancel) finds it registered. The reading thread starts
   requests itself only when nothing is queued before them, and reads nothing more until they
   started; the reading thread runs them in that order, and hands whatever of them it has not
-  run yet to workers, in order, when the reading is taken from it. An answer is never surfaced
-  before a callback for a message that arrived before it: the reader settles a blocking call's
-  answer itself only when nothing waits to be delivered, else it is queued behind.
+  run yet to workers, in order, when the reading is taken from it. The reading thread runs a
+  small read's callbacks itself only when nothing is queued or running, holding the delivery
+  role (``CallbackQueue.hold``): the delivery thread runs nothing until they ran, and whatever
+  is read meanwhile queues behind them. An answer is never surfaced before a callback for a
+  message that arrived before it: the reader settles a blocking call's answer itself only when
+  nothing waits to be delivered, else it is queued behind.
 - Settle-once: every pending call settles exactly once: its result or error, ``CallTimeout``
   (a call's timeout bounds the whole call, sending included, and waiting for an answer that came
   but is queued behind callbacks still running; the id is then forgotten and a late answer
@@ -168,8 +171,9 @@ class Connection:
 
     def on_notification(self, method: str, handler: Callable[[Any], Any], params_type: Any = Any) -> None:
         """Call ``handler(params)`` for each ``method`` notification, in arrival order, one
-        callback at a time, on the delivery thread (the host thread in host mode). Exceptions
-        are logged."""
+        callback at a time, where callbacks run (the delivery thread, or the reading thread in
+        its place for a small read when nothing else waits; the host thread in host mode).
+        Exceptions are logged."""
         self._core.register(Route(method, handler, params_type, False))
 
     def on_unknown_request(self, handler: Callable[[str, Any, RequestContext], Any]) -> None:
@@ -234,6 +238,9 @@ class Connection:
                     self._close_error = ConnectionClosed(f"{self.name}: connection closed by close()")
                 pending, self._core.pending = self._core.pending, {}
         me = threading.current_thread()
+        # A callback calling close(): on the delivery thread, or on the reading thread holding the
+        # delivery role (the delivery thread then waits for it, and ends once it returns).
+        delivering = me.ident == self._queue.owner
         if first:
             self._reading.stop()
             for call in pending.values():
@@ -241,7 +248,7 @@ class Connection:
             if isinstance(self._queue, HostLane):
                 self._queue.close()  # (what waited goes to _drop_host_items)
             self._run_closing(None)
-            if self._pool is not None and me.ident != self._queue.owner:
+            if self._pool is not None and not delivering:
                 # Handlers get until the deadline to answer: on workers, and on the reader thread
                 # (see Reading). (On the delivery thread, handlers may wait for answers queued
                 # behind this callback: they end once it returns, and the delivery thread runs
@@ -253,7 +260,7 @@ class Connection:
             self._transport.close(max(0.0, deadline - time.monotonic()))
             if isinstance(self._queue, CallbackQueue):
                 self._queue.finish()
-        for thread in (self._reader, self._deliverer):
+        for thread in (self._reader, None if delivering else self._deliverer):
             if thread is not None and thread is not me:
                 thread.join(max(0.0, deadline - time.monotonic()))
         if self._pool is not None:
@@ -287,8 +294,8 @@ class Connection:
         ``result_type``. Raises the peer's error (an ``acp_lite`` ``ProtocolError``),
         ``CallTimeout`` after ``timeout`` seconds, sending included (the peer is sent
         ``$/cancel_request`` and a late answer is dropped), or ``ConnectionClosed``. Any thread,
-        but not from a callback (on the delivery thread, or the host thread in host mode): there
-        it raises ``UsageError`` (use ``call_future``). On the main thread a Ctrl-C ends the
+        but not from a callback (where callbacks run, see ``on_notification``): there it raises
+        ``UsageError`` (use ``call_future``). On the main thread a Ctrl-C ends the
         wait (``KeyboardInterrupt``; the peer is sent ``$/cancel_request``)."""
         self.refuse_blocking_here(method)
         answer = _Answer()
@@ -318,8 +325,8 @@ class Connection:
             raise
 
     def refuse_blocking_here(self, method: str) -> None:
-        """Raise ``UsageError`` when called from a callback (on the delivery thread, or the host
-        thread in host mode): a blocking wait there would wait for itself. For layers above that
+        """Raise ``UsageError`` when called from a callback (where callbacks run, see
+        ``on_notification``): a blocking wait there would wait for itself. For layers above that
         block on a ``call_future``. Any thread."""
         if threading.get_ident() == self._queue.owner:
             raise UsageError(
@@ -337,8 +344,8 @@ class Connection:
     ) -> Future:
         """Send a request; a ``Future`` of its result (or error). Cancelling the future while the
         call is pending sends ``$/cancel_request`` and drops the eventual answer. The future is
-        settled, and its done-callbacks run, where callbacks run (the delivery thread; the host
-        thread in host mode), one at a time with them and in order; when the connection is
+        settled, and its done-callbacks run, where callbacks run (see ``on_notification``), one
+        at a time with them and in order; when the connection is
         closed, on the thread that closes it. ``on_done(future)`` is added before the request
         goes out, so it surely runs there, in order with the messages around the answer (a
         done-callback added once ``call_future`` has returned runs at once, on the adding thread,

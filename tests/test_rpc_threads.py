@@ -261,6 +261,43 @@ def test_an_answer_waits_for_a_blocked_callback_of_a_notification_before_it(pair
     assert order == ["notification", ("answer", "where callbacks run")]
 
 
+def test_a_notification_read_while_a_callback_blocks_runs_after_it_never_beside_it(pair):
+    # A lone notification may be delivered by the thread that read it; when its handler blocks,
+    # the reading goes on elsewhere, and what is read meanwhile waits for that handler to return:
+    # callbacks never run two at once, whichever thread runs them.
+    connection, peer = pair
+    release = threading.Event()
+    runs: List[Any] = []
+
+    def handler(params: Any) -> None:
+        runs.append(("start", params["i"], time.monotonic()))
+        if params["i"] == 1:
+            release.wait(WAIT)
+        runs.append(("end", params["i"], time.monotonic()))
+
+    connection.on_notification("x/step", handler)
+    connection.start()
+    peer.send(note("x/step", {"i": 1}))
+    time.sleep(0.05)  # (a separate read)
+    peer.send(note("x/step", {"i": 2}))
+    peer.send(note("x/step", {"i": 3}))
+    time.sleep(0.2)  # well past the watcher's tick: the reading was taken over and read them
+    assert [(kind, i) for kind, i, _ in runs] == [("start", 1)]
+    release.set()
+    deadline = time.monotonic() + WAIT
+    while len(runs) < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [(kind, i) for kind, i, _ in runs] == [
+        ("start", 1),
+        ("end", 1),
+        ("start", 2),
+        ("end", 2),
+        ("start", 3),
+        ("end", 3),
+    ]
+    assert all(earlier[2] <= later[2] for earlier, later in zip(runs, runs[1:]))
+
+
 def test_close_from_a_callback_returns_and_fails_pending_calls(pair):
     connection, peer = pair
     pending = []
