@@ -248,6 +248,10 @@ class Connection:
             if isinstance(self._queue, HostLane):
                 self._queue.close()  # (what waited goes to _drop_host_items)
             self._run_closing(None)
+            # Requests not started are refused at once: one queued behind a callback that blocks
+            # (on the delivery thread, or on a worker reading and delivering in its place) would
+            # otherwise wait for that callback, which close() does not end.
+            self._answering.refuse_unstarted()
             if self._pool is not None and not delivering:
                 # Handlers get until the deadline to answer: on workers, and on the reader thread
                 # (see Reading). (On the delivery thread, handlers may wait for answers queued
@@ -256,7 +260,7 @@ class Connection:
                 if self._reader is not None and self._reader is not me:
                     self._reader.join(max(0.0, deadline - time.monotonic()))
                 self._pool.join(deadline)
-            self._answering.refuse_unstarted()  # while an answer can go out
+            self._answering.refuse_unstarted()  # those routed meanwhile, while an answer can go out
             self._transport.close(max(0.0, deadline - time.monotonic()))
             if isinstance(self._queue, CallbackQueue):
                 self._queue.finish()
