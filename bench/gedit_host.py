@@ -1,0 +1,222 @@
+"""gedit under Xvfb with examples/gedit installed, for tests/test_gedit_plugin.py and workload H in gedit.
+
+    python bench/gedit_host.py [--updates N] [--idle-seconds S] [--out DIR]   writes OUT/host-gedit.json, .md
+
+``Gedit`` starts a private X server (Xvfb), then Debian's gedit in it with a private home, the
+plugin (its vendored ``_acp.py`` built fresh) and a probe plugin enabled; it types and clicks with
+xdotool as a user would, and takes screenshots with GDK. The probe is a second gedit plugin that
+looks at the chat panel from inside gedit (a user's eyes): the test's writes what the panel shows
+to a JSON file every 100 ms; the benchmark's times each pump of the plugin and writes its figures
+once the turn is over, polling nothing meanwhile.
+
+Workload H in gedit: the replay agent streams workload A's mix as one turn into the plugin; the
+figures are the updates per second delivered into the pump (to ``session_update``), how long
+each pump held gedit's main loop (max, p99, p50), of which ``HostDelivery.pump`` and of which the
+chat view's flush (the view's own work, measured apart), and gedit's CPU over ``--idle-seconds``
+with the plugin connected to a quiet agent against gedit with the plugin off.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN = REPO / "examples" / "gedit"
+SYSTEM_PYTHON = "/usr/bin/python3"  # the Python gedit's libpeas loads (Debian's)
+WAIT = 30.0  # generous: the machine may be loaded
+
+_PROBE_PLUGIN = """[Plugin]
+Loader=python3
+Module=acp_gedit_probe
+IAge=3
+Name=acp_gedit probe
+Description=Test instrument for acp_gedit.
+"""
+
+# The test's probe: what the chat panel shows, and where its widgets are on the screen.
+WATCH_PROBE = r"""
+import json, os
+from gi.repository import GLib, GObject, Gedit
+
+def _box(widget):
+    if not widget.get_mapped():
+        return None
+    x, y = widget.translate_coordinates(widget.get_toplevel(), 0, 0)
+    _, ox, oy = widget.get_toplevel().get_window().get_origin()
+    a = widget.get_allocation()
+    return [ox + x, oy + y, a.width, a.height]
+
+class Probe(GObject.Object, Gedit.WindowActivatable):
+    __gtype_name__ = "AcpGeditProbe"
+    window = GObject.Property(type=Gedit.Window)
+
+    def do_activate(self):
+        self._timer = GLib.timeout_add(100, self._write)
+
+    def do_deactivate(self):
+        GLib.source_remove(self._timer)
+
+    def do_update_state(self):
+        pass
+
+    def _write(self):
+        panel = self.window.get_side_panel().get_child_by_name("AcpGeditPanel")
+        if panel is None:
+            return True
+        snapshot = {
+            "pid": os.getpid(),
+            "chat": panel.chat.contents(),
+            "question": panel.permission.label.get_text() if panel.permission.get_visible() else None,
+            "buttons": [[b.get_child().get_label(), _box(b)] for b in panel.permission.buttons.get_children()],
+            "entry": _box(panel.entry),
+            "entry_focused": panel.entry.has_focus(),
+            "cancel": _box(panel.cancel_button),
+            "document": self.window.get_active_document().get_text(
+                *self.window.get_active_document().get_bounds(), False) if self.window.get_active_document() else None,
+        }
+        path = os.environ["ACP_GEDIT_PROBE"]
+        with open(path + ".part", "w") as f:
+            json.dump(snapshot, f)
+        os.replace(path + ".part", path)
+        return True
+"""
+
+
+class Gedit:
+    """gedit in a private Xvfb, home and plugin folder; ``files`` opened at start."""
+
+    def __init__(self, work: Path, agent: Sequence[str], probe: str, files: Sequence[Path], plugin_on: bool = True):
+        self.work = work
+        home = work / "home"
+        plugins = home / ".local" / "share" / "gedit" / "plugins"
+        shutil.copytree(PLUGIN, plugins, ignore=shutil.ignore_patterns("_acp.py", "__pycache__", "*.png"))
+        from acp_lite.tools import vendor
+
+        vendor.build(plugins / "acp_gedit" / "_acp.py")
+        (plugins / "acp_gedit_probe.plugin").write_text(_PROBE_PLUGIN)
+        (plugins / "acp_gedit_probe.py").write_text(probe)
+        settings = home / ".config" / "glib-2.0" / "settings"
+        settings.mkdir(parents=True)
+        active = ["acp_gedit", "acp_gedit_probe"] if plugin_on else []
+        (settings / "keyfile").write_text(f"[org/gnome/gedit/plugins]\nactive-plugins={active!r}\n")
+        (home / ".config" / "gedit").mkdir()
+        (home / ".config" / "gedit" / "acp-chat.json").write_text(json.dumps({"agent": list(agent)}))
+        self.probe_file = work / "probe.json"
+        self.stderr_file = work / "gedit.stderr"
+        self._xvfb = self._start_xvfb()
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_DATA_HOME": str(home / ".local" / "share"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "XDG_RUNTIME_DIR": str(work),
+            "GSETTINGS_BACKEND": "keyfile",  # the plugin list above, with no dconf service
+            "NO_AT_BRIDGE": "1",  # no accessibility bus here
+            "DISPLAY": self.display,
+            "ACP_GEDIT_PROBE": str(self.probe_file),
+            "LANG": "C.UTF-8",
+        }
+        self.env = env
+        with open(work / "gedit.stdout", "wb") as out, open(self.stderr_file, "wb") as err:
+            self.gedit = subprocess.Popen(
+                ["gedit", "--standalone", *map(str, files)], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+            )
+
+    def _start_xvfb(self) -> subprocess.Popen:
+        read, write = os.pipe()
+        xvfb = subprocess.Popen(
+            ["Xvfb", "-displayfd", str(write), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+            pass_fds=(write,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        os.close(write)
+        with os.fdopen(read) as f:
+            number = f.readline().strip()
+        if not number:
+            xvfb.kill()
+            xvfb.wait()
+            raise RuntimeError("Xvfb did not start")
+        self.display = f":{number}"
+        return xvfb
+
+    # -- a user's hands ---------------------------------------------------------------------------
+    def _xdotool(self, *args: str) -> None:
+        subprocess.run(["xdotool", *args], env=self.env, check=True, timeout=20, capture_output=True)
+
+    def key(self, *keys: str) -> None:
+        self._xdotool("key", "--clearmodifiers", *keys)
+
+    def type(self, text: str) -> None:
+        self._xdotool("type", "--delay", "15", text)
+
+    def click(self, box: Sequence[int]) -> None:
+        x, y, width, height = box
+        self._xdotool("mousemove", str(x + width // 2), str(y + height // 2), "click", "1")
+
+    def screenshot(self, path: Path) -> None:
+        script = (
+            "import sys, gi; gi.require_version('Gdk', '3.0'); from gi.repository import Gdk; "
+            "w = Gdk.get_default_root_window(); "
+            "Gdk.pixbuf_get_from_window(w, 0, 0, w.get_width(), w.get_height()).savev(sys.argv[1], 'png', [], [])"
+        )
+        subprocess.run([SYSTEM_PYTHON, "-c", script, str(path)], env=self.env, check=True, timeout=30)
+
+    # -- a user's eyes ----------------------------------------------------------------------------
+    def snapshot(self) -> Dict[str, Any]:
+        try:
+            return json.loads(self.probe_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait_for(self, what: str, test: Any) -> Dict[str, Any]:
+        deadline = time.monotonic() + WAIT
+        while True:
+            snapshot = self.snapshot()
+            if snapshot and test(snapshot):
+                return snapshot
+            if self.gedit.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{what} never showed; gedit {'exited' if self.gedit.poll() is not None else 'runs'}; "
+                    f"the panel: {snapshot.get('chat')!r}; stderr: {self.stderr()!r}"
+                )
+            time.sleep(0.05)
+
+    def stderr(self) -> str:
+        return self.stderr_file.read_text(errors="replace")
+
+    def quit(self, timeout: float = WAIT) -> Optional[int]:
+        """Ctrl+Q, as a user quits; gedit's exit status (None if it had to be killed)."""
+        self.key("ctrl+q")
+        try:
+            return self.gedit.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        for process in (self.gedit, self._xvfb):
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+
+
+def gedit_usable() -> str:
+    """Why gedit cannot run the plugin here, or '' when it can."""
+    for tool in ("gedit", "Xvfb", "xdotool"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    if not os.path.exists(SYSTEM_PYTHON):
+        return f"{SYSTEM_PYTHON} is missing"
+    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import msgspec, gi"], capture_output=True, timeout=30)
+    return "" if probe.returncode == 0 else f"{SYSTEM_PYTHON} (gedit's Python) lacks msgspec or gi"
+
+
+if __name__ == "__main__":
+    sys.exit(0)

@@ -1,0 +1,236 @@
+"""The chat panel's widgets: the conversation, the permission question, the prompt entry.
+
+Pure GTK, no protocol: ``session.py`` says what to show, the panel says what the user did, through
+the callbacks it is given. Rules it keeps:
+
+- Everything runs on gedit's main thread.
+- What arrives between two pumps is queued (``ChatView.text``, ``note``, ``keyed``) and written to
+  the ``Gtk.TextBuffer`` once, by ``flush()`` after the pump: a fast agent's hundreds of chunks
+  per pump cost one insertion and one scroll, not hundreds.
+- A tool call (and the plan) is one line updated in place as its status changes, found again by
+  its key; the streamed text of one message continues its line.
+- The conversation keeps at most ``MAX_CHARS`` characters: older lines are dropped, so an agent
+  that streams for hours cannot grow gedit without bound.
+"""
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from gi.repository import Gdk, Gtk, Pango
+
+MAX_CHARS = 1_000_000
+STYLES = {  # tag name -> its look
+    "prompt": {"weight": Pango.Weight.BOLD},
+    "tool": {"foreground": "#1c5fa8"},
+    "plan": {"foreground": "#6b4fa0"},
+    "meta": {"foreground": "#777777", "style": Pango.Style.ITALIC},
+    "error": {"foreground": "#c01c28"},
+}
+
+
+class ChatView(Gtk.ScrolledWindow):
+    """The conversation, read-only: prompts, streamed text, tool call and plan lines, notes."""
+
+    def __init__(self) -> None:
+        super().__init__(hexpand=True, vexpand=True)
+        self.view = Gtk.TextView(editable=False, cursor_visible=False, wrap_mode=Gtk.WrapMode.WORD_CHAR)
+        self.view.set_left_margin(6)
+        self.view.set_right_margin(6)
+        self.buffer = self.view.get_buffer()
+        for name, look in STYLES.items():
+            self.buffer.create_tag(name, **look)
+        self.add(self.view)
+        # Queued since the last flush: ("text", [pieces], message id) / ("line", text, tag) / ("keyed", key, text, tag)
+        self._pending: List[Tuple[Any, ...]] = []
+        self._streaming: Optional[str] = None  # the buffer ends inside this message's text
+        self._keyed: Dict[str, Tuple[Gtk.TextMark, int]] = {}  # key -> (start of its line, its length)
+
+    # -- what the session says --------------------------------------------------------------------
+    def text(self, text: str, message_id: Optional[str]) -> None:
+        """Agent text as it streams: continues the message it belongs to while that goes on."""
+        last = self._pending[-1] if self._pending else None
+        if last is not None and last[0] == "text" and last[2] == (message_id or ""):
+            last[1].append(text)
+        else:
+            self._pending.append(("text", [text], message_id or ""))
+
+    def note(self, line: str, tag: str = "meta") -> None:
+        """A line of its own: a prompt, a stop reason, an error."""
+        self._pending.append(("line", line, tag))
+
+    def keyed(self, key: str, line: str, tag: str) -> None:
+        """A line (or lines) shown once and rewritten in place on each call with the same key."""
+        self._pending.append(("keyed", key, line, tag))
+
+    def flush(self) -> None:
+        """Write what was queued, then keep the end in view."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        for op in pending:
+            if op[0] == "text":
+                self._stream("".join(op[1]), op[2])
+            elif op[0] == "line":
+                self._line(op[1], op[2])
+            else:
+                self._rewrite(op[1], op[2], op[3])
+        self._trim()
+        self.view.scroll_mark_onscreen(self.buffer.get_insert())
+
+    def contents(self) -> str:
+        start, end = self.buffer.get_bounds()
+        return str(self.buffer.get_text(start, end, False))
+
+    # -- the buffer -------------------------------------------------------------------------------
+    def _stream(self, text: str, message_id: str) -> None:
+        if self._streaming != message_id:
+            self._new_line()
+        self.buffer.insert(self.buffer.get_end_iter(), text)
+        self._streaming = message_id
+        self._cursor_to_end()
+
+    def _line(self, text: str, tag: str) -> None:
+        self._new_line()
+        self.buffer.insert_with_tags_by_name(self.buffer.get_end_iter(), text, tag)
+        self._streaming = None
+        self._cursor_to_end()
+
+    def _rewrite(self, key: str, text: str, tag: str) -> None:
+        known = self._keyed.get(key)
+        if known is None:
+            self._new_line()
+            start = self.buffer.get_end_iter().get_offset()
+            self._line(text, tag)
+            # Right gravity: text inserted at the mark (by the line before, rewritten) goes before it.
+            self._keyed[key] = (self.buffer.create_mark(None, self.buffer.get_iter_at_offset(start), False), len(text))
+            return
+        mark, length = known
+        begin = self.buffer.get_iter_at_mark(mark)
+        offset = begin.get_offset()
+        self.buffer.delete(begin, self.buffer.get_iter_at_offset(offset + length))
+        self.buffer.insert_with_tags_by_name(self.buffer.get_iter_at_offset(offset), text, tag)
+        self.buffer.move_mark(mark, self.buffer.get_iter_at_offset(offset))
+        self._keyed[key] = (mark, len(text))
+
+    def _new_line(self) -> None:
+        end = self.buffer.get_end_iter()
+        if end.get_offset() > 0 and not end.starts_line():
+            self.buffer.insert(end, "\n")
+        self._streaming = None
+
+    def _cursor_to_end(self) -> None:
+        self.buffer.place_cursor(self.buffer.get_end_iter())
+
+    def _trim(self) -> None:
+        excess = self.buffer.get_char_count() - MAX_CHARS
+        if excess <= 0:
+            return
+        cut = self.buffer.get_iter_at_offset(excess + MAX_CHARS // 4)
+        cut.forward_line()  # whole lines go
+        gone = cut.get_offset()
+        for key, (mark, _) in list(self._keyed.items()):
+            if self.buffer.get_iter_at_mark(mark).get_offset() < gone:
+                self.buffer.delete_mark(mark)
+                del self._keyed[key]
+        self.buffer.delete(self.buffer.get_start_iter(), cut)
+
+
+class PermissionBar(Gtk.Box):
+    """The agent's question, with one button per option; Escape picks the first rejection.
+
+    Questions asked while one is shown wait their turn. ``ask`` returns nothing: the answer goes to
+    the ``answer`` callback given with the question (the option's index, or None when withdrawn)."""
+
+    def __init__(self) -> None:
+        super().__init__(orientation=Gtk.Orientation.VERTICAL, spacing=4, no_show_all=True)
+        self.label = Gtk.Label(xalign=0.0, wrap=True)
+        self.buttons = Gtk.FlowBox(selection_mode=Gtk.SelectionMode.NONE, max_children_per_line=4)
+        self.pack_start(self.label, False, False, 0)
+        self.pack_start(self.buttons, False, False, 0)
+        self._questions: List[Tuple[str, Sequence[Tuple[str, str]], Callable[[Optional[int]], Any]]] = []
+
+    def ask(self, question: str, options: Sequence[Tuple[str, str]], answer: Callable[[Optional[int]], Any]) -> None:
+        """``options``: (label, kind) pairs, kind as ACP names it (allow_once, reject_always, ...)."""
+        self._questions.append((question, options, answer))
+        if len(self._questions) == 1:
+            self._show_first()
+
+    def reject(self) -> bool:
+        """Answer the shown question with its first rejecting option (Escape); False if none shows."""
+        if not self._questions:
+            return False
+        _, options, _ = self._questions[0]
+        kinds = [kind for _, kind in options]
+        rejecting = next((i for i, kind in enumerate(kinds) if kind.startswith("reject")), len(kinds) - 1)
+        self._answered(rejecting)
+        return True
+
+    def withdraw_all(self) -> None:
+        """The turn was cancelled: every question goes away unanswered."""
+        questions, self._questions = self._questions, []
+        self.hide()
+        for _, _, answer in questions:
+            answer(None)
+
+    def _show_first(self) -> None:
+        for child in self.buttons.get_children():
+            self.buttons.remove(child)
+        if not self._questions:
+            self.hide()
+            return
+        question, options, _ = self._questions[0]
+        self.label.set_text(question)
+        for index, (label, kind) in enumerate(options):
+            button = Gtk.Button(label=label)
+            if kind.startswith("allow"):
+                button.get_style_context().add_class("suggested-action")
+            button.connect("clicked", lambda _button, i=index: self._answered(i))
+            self.buttons.add(button)
+        self.show()
+        self.label.show()
+        self.buttons.show_all()
+
+    def _answered(self, index: int) -> None:
+        _, _, answer = self._questions.pop(0)
+        self._show_first()
+        answer(index)
+
+
+class ChatPanel(Gtk.Box):
+    """The side panel: the conversation, the question bar, the prompt entry, Send and Cancel.
+
+    ``on_prompt(text)`` when the user sends, ``on_cancel()`` on the Cancel button or Escape (with
+    no question shown: Escape answers a question first)."""
+
+    def __init__(self, on_prompt: Callable[[str], Any], on_cancel: Callable[[], Any]) -> None:
+        super().__init__(orientation=Gtk.Orientation.VERTICAL, spacing=4, border_width=4)
+        self.chat = ChatView()
+        self.permission = PermissionBar()
+        self.entry = Gtk.Entry(placeholder_text="Ask the agent…", hexpand=True)
+        self.cancel_button = Gtk.Button(label="Cancel", sensitive=False, tooltip_text="Cancel the turn (Escape)")
+        row = Gtk.Box(orientation=Gtk.Orientation.HORIZONTAL, spacing=4)
+        row.pack_start(self.entry, True, True, 0)
+        row.pack_start(self.cancel_button, False, False, 0)
+        self.pack_start(self.chat, True, True, 0)
+        self.pack_start(self.permission, False, False, 0)
+        self.pack_start(row, False, False, 0)
+        self._on_prompt = on_prompt
+        self._on_cancel = on_cancel
+        self.entry.connect("activate", self._send)
+        self.cancel_button.connect("clicked", lambda _button: on_cancel())
+        self.connect("key-press-event", self._key)
+
+    def set_turn_running(self, running: bool) -> None:
+        self.cancel_button.set_sensitive(running)
+
+    def _send(self, entry: Gtk.Entry) -> None:
+        text = entry.get_text().strip()
+        if text:
+            entry.set_text("")
+            self._on_prompt(text)
+
+    def _key(self, _widget: Gtk.Widget, event: Gdk.EventKey) -> bool:
+        if event.keyval != Gdk.KEY_Escape:
+            return False
+        if not self.permission.reject():
+            self._on_cancel()
+        return True
