@@ -76,6 +76,7 @@ class Probe(GObject.Object, Gedit.WindowActivatable):
             "entry": _box(panel.entry),
             "entry_focused": panel.entry.has_focus(),
             "cancel": _box(panel.cancel_button),
+            "window": _box(self.window),
             "document": self.window.get_active_document().get_text(
                 *self.window.get_active_document().get_bounds(), False) if self.window.get_active_document() else None,
         }
@@ -152,14 +153,14 @@ class Gedit:
         subprocess.run(["xdotool", *args], env=self.env, check=True, timeout=20, capture_output=True)
 
     def key(self, *keys: str) -> None:
-        self._xdotool("key", "--clearmodifiers", *keys)
+        self._xdotool("key", *keys)
 
     def type(self, text: str) -> None:
         self._xdotool("type", "--delay", "15", text)
 
     def click(self, box: Sequence[int]) -> None:
         x, y, width, height = box
-        self._xdotool("mousemove", str(x + width // 2), str(y + height // 2), "click", "1")
+        self._xdotool("mousemove", str(x + width // 2), str(y + height // 2), "sleep", "0.3", "click", "1")
 
     def screenshot(self, path: Path) -> None:
         script = (

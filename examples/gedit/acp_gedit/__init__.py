@@ -69,7 +69,15 @@ class AcpGeditPlugin(GObject.Object, Gedit.WindowActivatable):
     def focus(self) -> None:
         self.window.lookup_action("side-panel").change_state(GLib.Variant.new_boolean(True))
         self.window.get_side_panel().set_visible_child(self.panel)
-        self.panel.entry.grab_focus()
+        entry = self.panel.entry
+        if entry.get_mapped():
+            entry.grab_focus()
+        else:  # the panel was hidden: focused before it is on screen, the entry would get this key's release
+            self._mapping = entry.connect("map", self._mapped)
+
+    def _mapped(self, entry: Any) -> None:
+        entry.disconnect(self._mapping)
+        entry.grab_focus()
 
     def _ask(self, text: str) -> None:
         if self.session is None:

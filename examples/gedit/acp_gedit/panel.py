@@ -15,7 +15,7 @@ the callbacks it is given. Rules it keeps:
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from gi.repository import Gdk, Gtk, Pango
+from gi.repository import Gdk, GLib, Gtk, Pango
 
 MAX_CHARS = 1_000_000
 STYLES = {  # tag name -> its look
@@ -138,15 +138,18 @@ class PermissionBar(Gtk.Box):
     """The agent's question, with one button per option; Escape picks the first rejection.
 
     Questions asked while one is shown wait their turn. ``ask`` returns nothing: the answer goes to
-    the ``answer`` callback given with the question (the option's index, or None when withdrawn)."""
+    the ``answer`` callback given with the question (the option's index, or None when withdrawn).
+    A click is answered once GTK is done with it (the buttons go then); ``after_click()`` then
+    puts the focus back where the user types."""
 
-    def __init__(self) -> None:
+    def __init__(self, after_click: Callable[[], Any]) -> None:
         super().__init__(orientation=Gtk.Orientation.VERTICAL, spacing=4, no_show_all=True)
         self.label = Gtk.Label(xalign=0.0, wrap=True)
         self.buttons = Gtk.FlowBox(selection_mode=Gtk.SelectionMode.NONE, max_children_per_line=4)
         self.pack_start(self.label, False, False, 0)
         self.pack_start(self.buttons, False, False, 0)
         self._questions: List[Tuple[str, Sequence[Tuple[str, str]], Callable[[Optional[int]], Any]]] = []
+        self._after_click = after_click
 
     def ask(self, question: str, options: Sequence[Tuple[str, str]], answer: Callable[[Optional[int]], Any]) -> None:
         """``options``: (label, kind) pairs, kind as ACP names it (allow_once, reject_always, ...)."""
@@ -183,11 +186,22 @@ class PermissionBar(Gtk.Box):
             button = Gtk.Button(label=label)
             if kind.startswith("allow"):
                 button.get_style_context().add_class("suggested-action")
-            button.connect("clicked", lambda _button, i=index: self._answered(i))
+            button.connect("clicked", self._clicked, index)
             self.buttons.add(button)
+        self.buttons.set_sensitive(True)
         self.show()
         self.label.show()
         self.buttons.show_all()
+
+    def _clicked(self, _button: Gtk.Button, index: int) -> None:
+        self.buttons.set_sensitive(False)  # one answer per question
+        GLib.idle_add(self._answer_click, index)
+
+    def _answer_click(self, index: int) -> bool:
+        if self._questions:  # (unless withdrawn meanwhile)
+            self._answered(index)
+        self._after_click()
+        return False  # (once)
 
     def _answered(self, index: int) -> None:
         _, _, answer = self._questions.pop(0)
@@ -204,8 +218,8 @@ class ChatPanel(Gtk.Box):
     def __init__(self, on_prompt: Callable[[str], Any], on_cancel: Callable[[], Any]) -> None:
         super().__init__(orientation=Gtk.Orientation.VERTICAL, spacing=4, border_width=4)
         self.chat = ChatView()
-        self.permission = PermissionBar()
         self.entry = Gtk.Entry(placeholder_text="Ask the agent…", hexpand=True)
+        self.permission = PermissionBar(after_click=self.entry.grab_focus)
         self.cancel_button = Gtk.Button(label="Cancel", sensitive=False, tooltip_text="Cancel the turn (Escape)")
         row = Gtk.Box(orientation=Gtk.Orientation.HORIZONTAL, spacing=4)
         row.pack_start(self.entry, True, True, 0)
@@ -216,7 +230,7 @@ class ChatPanel(Gtk.Box):
         self._on_prompt = on_prompt
         self._on_cancel = on_cancel
         self.entry.connect("activate", self._send)
-        self.cancel_button.connect("clicked", lambda _button: on_cancel())
+        self.cancel_button.connect("clicked", self._cancel_clicked)
         self.connect("key-press-event", self._key)
 
     def set_turn_running(self, running: bool) -> None:
@@ -227,6 +241,10 @@ class ChatPanel(Gtk.Box):
         if text:
             entry.set_text("")
             self._on_prompt(text)
+
+    def _cancel_clicked(self, _button: Gtk.Button) -> None:
+        self._on_cancel()
+        self.entry.grab_focus()  # the button goes insensitive when the turn ends: the focus would go with it
 
     def _key(self, _widget: Gtk.Widget, event: Gdk.EventKey) -> bool:
         if event.keyval != Gdk.KEY_Escape:
