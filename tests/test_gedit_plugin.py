@@ -9,7 +9,9 @@ and that msgspec when they are missing: with CI=true this test never skips.
 The screenshot of the panel mid-stream lands in ``test-artifacts/`` (not committed).
 """
 
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -168,3 +170,23 @@ def test_the_gedit_plugin_shows_the_plan_reloads_written_documents_and_stops_the
     assert not (project.parent / "outside.txt").exists()
     assert _gone(agent_pid), "the agent outlived its window"
     assert gedit.stderr() == ""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.slow
+def test_workload_h_in_gedit_runs_and_writes_results(gedit_ready, tmp_path):
+    """bench/gedit_host.py in its smallest form, for correctness only (no speed is judged here)."""
+    done = subprocess.run(
+        [sys.executable, "bench/gedit_host.py", "--updates", "3000", "--idle-seconds", "1", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads((tmp_path / "host-gedit.json").read_text())
+    assert figures["stop"] == "end_turn" and figures["callbacks delivered"] >= 3000
+    assert figures["gedit stderr"] == ""
+    for name in ("updates/s into the pump", "max pump ms", "p99 pump ms", "max view flush ms"):
+        assert figures[name] > 0, name
+    assert (tmp_path / "host-gedit.md").read_text().startswith("# Workload H in gedit")

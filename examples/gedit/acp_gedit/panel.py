@@ -74,6 +74,7 @@ class ChatView(Gtk.ScrolledWindow):
             else:
                 self._rewrite(op[1], op[2], op[3])
         self._trim()
+        self.buffer.place_cursor(self.buffer.get_end_iter())  # once per flush: each move costs the view work
         self.view.scroll_mark_onscreen(self.buffer.get_insert())
 
     def contents(self) -> str:
@@ -86,13 +87,11 @@ class ChatView(Gtk.ScrolledWindow):
             self._new_line()
         self.buffer.insert(self.buffer.get_end_iter(), text)
         self._streaming = message_id
-        self._cursor_to_end()
 
     def _line(self, text: str, tag: str) -> None:
         self._new_line()
         self.buffer.insert_with_tags_by_name(self.buffer.get_end_iter(), text, tag)
         self._streaming = None
-        self._cursor_to_end()
 
     def _rewrite(self, key: str, text: str, tag: str) -> None:
         known = self._keyed.get(key)
@@ -116,9 +115,6 @@ class ChatView(Gtk.ScrolledWindow):
         if end.get_offset() > 0 and not end.starts_line():
             self.buffer.insert(end, "\n")
         self._streaming = None
-
-    def _cursor_to_end(self) -> None:
-        self.buffer.place_cursor(self.buffer.get_end_iter())
 
     def _trim(self) -> None:
         excess = self.buffer.get_char_count() - MAX_CHARS
