@@ -208,13 +208,17 @@ class Gedit:
         x, y, width, height = box
         self._xdotool("mousemove", str(x + width // 2), str(y + height // 2), "sleep", "0.3", "click", "1")
 
-    def screenshot(self, path: Path) -> None:
+    def screenshot(self, path: Path, box: Optional[Sequence[int]] = None) -> None:
+        """The screen, or the ``box`` (x, y, width, height) of it, as a PNG (GDK, in gedit's Python)."""
         script = (
             "import sys, gi; gi.require_version('Gdk', '3.0'); from gi.repository import Gdk; "
             "w = Gdk.get_default_root_window(); "
-            "Gdk.pixbuf_get_from_window(w, 0, 0, w.get_width(), w.get_height()).savev(sys.argv[1], 'png', [], [])"
+            "x, y, width, height = map(int, sys.argv[2:]) or (0, 0, w.get_width(), w.get_height()); "
+            "Gdk.pixbuf_get_from_window(w, x, y, width, height).savev(sys.argv[1], 'png', [], [])"
         )
-        subprocess.run([SYSTEM_PYTHON, "-c", script, str(path)], env=self.env, check=True, timeout=30)
+        subprocess.run(
+            [SYSTEM_PYTHON, "-c", script, str(path), *map(str, box or ())], env=self.env, check=True, timeout=30
+        )
 
     # -- a user's eyes ----------------------------------------------------------------------------
     def snapshot(self) -> Dict[str, Any]:

@@ -92,7 +92,7 @@ def test_the_gedit_plugin_streams_asks_permission_cancels_and_quits_cleanly(gedi
         assert "Analyzing request: Check this project for configuration issues" in asked["chat"]  # streamed
         assert asked["chat"].endswith("[tool] Reading configuration file: pending")
         ARTIFACTS.mkdir(exist_ok=True)
-        gedit.screenshot(ARTIFACTS / "gedit-mid-stream.png")
+        gedit.screenshot(ARTIFACTS / "gedit-mid-stream.png", asked["window"])
         laid_out = gedit.wait_for("the buttons on screen", lambda s: s["buttons"] and s["buttons"][0][1])
         gedit.click(laid_out["buttons"][0][1])  # Allow once
         gedit.wait_for("the end of the turn", lambda s: "[stop] end_turn" in s["chat"])
