@@ -60,9 +60,9 @@ class _ChatClient(_acp.WorkspaceClient):
         if isinstance(update, schema.AgentMessageChunk):
             chat.text(getattr(update.content, "text", "[non-text content]"), update.message_id)
         elif isinstance(update, (schema.ToolCall, schema.SessionUpdateToolCallUpdate)):
-            title = self._titles.setdefault(update.tool_call_id, update.title or update.tool_call_id)
-            if update.title:
-                self._titles[update.tool_call_id] = title = update.title
+            if update.title:  # (an update may rename the tool call; most carry only a status)
+                self._titles[update.tool_call_id] = update.title
+            title = self._titles.get(update.tool_call_id, update.tool_call_id)
             chat.keyed(update.tool_call_id, f"[tool] {title}: {update.status or 'pending'}", "tool")
         elif isinstance(update, schema.Plan):  # each plan replaces the one before
             lines = [f"[plan] {entry.content} ({entry.status})" for entry in update.entries]
@@ -101,9 +101,10 @@ class _ChatClient(_acp.WorkspaceClient):
         """A file the agent wrote: reload its document if gedit has it open and unmodified."""
         if done is not None and (done.cancelled() or done.exception() is not None):
             return False
+        written = os.path.realpath(path)
         for document in self._documents():
             location = document.get_file().get_location()
-            if location is None or location.get_path() != os.path.realpath(path):
+            if location is None or location.get_path() is None or os.path.realpath(location.get_path()) != written:
                 continue
             if document.get_modified():
                 self._panel.chat.note(f"[write] {path}: changed on disk, your unsaved edits kept", "error")
