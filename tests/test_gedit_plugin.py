@@ -13,11 +13,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import List
 
 import pytest
+from processes import children, gone
 
 from bench.gedit_host import WATCH_PROBE, Gedit, gedit_usable
 
@@ -45,23 +44,8 @@ def project(tmp_path):
     return folder
 
 
-def _children(pid: int) -> List[int]:
-    return [
-        int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()
-    ]
-
-
-def _gone(pid: int, wait: float = 20.0) -> bool:
-    deadline = time.monotonic() + wait
-    while Path(f"/proc/{pid}").exists():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def _agent_of(gedit: Gedit) -> int:
-    agents = _children(gedit.gedit.pid)
+    agents = children(gedit.gedit.pid)
     assert len(agents) == 1, f"gedit's children: {agents}"
     return agents[0]
 
@@ -93,8 +77,9 @@ def test_the_gedit_plugin_streams_asks_permission_cancels_and_quits_cleanly(gedi
         assert asked["chat"].endswith("[tool] Reading configuration file: pending")
         ARTIFACTS.mkdir(exist_ok=True)
         gedit.screenshot(ARTIFACTS / "gedit-mid-stream.png", asked["window"])
-        laid_out = gedit.wait_for("the buttons on screen", lambda s: s["buttons"] and s["buttons"][0][1])
-        gedit.click(laid_out["buttons"][0][1])  # Allow once
+        gedit.wait_for("the buttons on screen", lambda s: s["buttons"] and s["buttons"][0][1])
+        allow_once = lambda s: s["buttons"][0][1]  # noqa: E731
+        gedit.click_until("the answer", allow_once, lambda s: s["question"] is None)
         gedit.wait_for("the end of the turn", lambda s: "[stop] end_turn" in s["chat"])
 
         gedit.type("wait: slow full-repo analysis")
@@ -105,9 +90,9 @@ def test_the_gedit_plugin_streams_asks_permission_cancels_and_quits_cleanly(gedi
 
         gedit.type("wait: once more")
         gedit.key("Return")
-        running = gedit.wait_for("the second slow turn", lambda s: s["chat"].count("Long analysis") == 2)
-        gedit.click(running["cancel"])  # the Cancel button
-        shown = gedit.wait_for("the second cancelled turn", lambda s: s["chat"].count("[stop] cancelled") == 2)
+        gedit.wait_for("the second slow turn", lambda s: s["chat"].count("Long analysis") == 2)
+        cancelled_twice = lambda s: s["chat"].count("[stop] cancelled") == 2  # noqa: E731
+        shown = gedit.click_until("the second cancelled turn", lambda s: s["cancel"], cancelled_twice)  # the button
         agent_pid = _agent_of(gedit)
         status = gedit.quit()  # Ctrl+Q
     finally:
@@ -128,7 +113,7 @@ def test_the_gedit_plugin_streams_asks_permission_cancels_and_quits_cleanly(gedi
         "[stop] cancelled",
     ]
     assert status == 0
-    assert _gone(agent_pid), "the agent outlived gedit"
+    assert gone(agent_pid), "the agent outlived gedit"
     assert gedit.stderr() == ""  # nothing reached gedit's stderr
 
 
@@ -168,7 +153,7 @@ def test_the_gedit_plugin_shows_the_plan_reloads_written_documents_and_stops_the
     ]
     assert notes.read_text() == "fresh notes\n"
     assert not (project.parent / "outside.txt").exists()
-    assert _gone(agent_pid), "the agent outlived its window"
+    assert gone(agent_pid), "the agent outlived its window"
     assert gedit.stderr() == ""
 
 

@@ -14,9 +14,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
 
 import pytest
+from processes import children, gone
 
 from acp_lite.tools import vendor
 
@@ -88,21 +88,6 @@ def _wait_for_file(path: Path) -> str:
     return path.read_text()
 
 
-def _children(pid: int) -> List[int]:
-    return [
-        int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()
-    ]
-
-
-def _gone(pid: int) -> bool:
-    deadline = time.monotonic() + SCREEN_WAIT
-    while Path(f"/proc/{pid}").exists():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 @pytest.mark.timeout(180)
 @pytest.mark.req(
     "ACP-V1-PROMPT-PERMISSION-MAY",
@@ -164,7 +149,7 @@ def test_the_vim_plugin_chats_asks_permission_cancels_and_exits_cleanly(vim_read
         tmux.keys("Enter")
         chat = _wait_for_file(out / "chat.txt")
         vim_pid, acp_lite_spec = (out / "facts.txt").read_text().splitlines()
-        agents = _children(int(vim_pid))  # the second agent only: starting it stopped the first
+        agents = children(int(vim_pid))  # the second agent only: starting it stopped the first
         tmux.type(":qa!")
         tmux.keys("Enter")
         rc = _wait_for_file(out / "rc")
@@ -191,4 +176,4 @@ def test_the_vim_plugin_chats_asks_permission_cancels_and_exits_cleanly(vim_read
     assert (out / "messages.txt").read_text() == ""  # nothing reached Vim's messages
     assert acp_lite_spec == "None"  # Vim's Python had only the vendored file
     assert rc == "0\n"
-    assert len(agents) == 1 and _gone(agents[0]), "the agent outlived Vim"
+    assert len(agents) == 1 and gone(agents[0]), "the agent outlived Vim"
