@@ -5,10 +5,11 @@ Rules it keeps, because gedit runs its UI (and every plugin) on one thread, the 
 - Every callback of the connection runs on gedit's thread: the connection delivers through a
   ``HostDelivery`` created here, whose wake-up function (called on acp_lite's threads) only calls
   ``GLib.idle_add(pump)``, which GLib allows from any thread. The pump then runs on the main loop
-  at idle priority, below input and redrawing, for at most ``PUMP_BUDGET`` seconds; one that
-  leaves work behind is woken again at once, so a fast agent gets the main loop's spare time in
-  slices and the UI stays responsive. Nothing polls: while the agent is quiet, the plugin costs
-  nothing.
+  at idle priority, below input and redrawing, for about ``PUMP_BUDGET`` seconds in all: the
+  callbacks get what the chat view's flush after them does not take (its recent cost, smoothed,
+  and at least ``MIN_DELIVERY``). A pump that leaves work behind is woken again at once, so a
+  fast agent gets the main loop's spare time in slices and the UI stays responsive. Nothing
+  polls: while the agent is quiet, the plugin costs nothing.
 - No blocking call on gedit's thread (its answer would wait for a pump that cannot run): setup
   chains ``initialize_future`` and ``new_session_future``, a prompt is a ``prompt_future``, and
   each of them is given up after its timeout (``REQUEST_TIMEOUT``, ``TURN_TIMEOUT``); the
@@ -24,6 +25,7 @@ Rules it keeps, because gedit runs its UI (and every plugin) on one thread, the 
 """
 
 import os
+import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
@@ -39,6 +41,7 @@ else:
 schema = _acp.schema
 
 PUMP_BUDGET = 0.008  # seconds a pump may hold the main loop (Vim's budget: a frame at 100 Hz and more)
+MIN_DELIVERY = 0.001  # seconds of each pump the callbacks get however slow the view's flush
 REQUEST_TIMEOUT = 30.0  # seconds for initialize and session/new
 TURN_TIMEOUT = 1800.0  # seconds a prompt turn may last before it is cancelled as the Cancel button does
 
@@ -136,6 +139,7 @@ class ChatSession:
         self._turn: Optional[Future] = None
         self._queued: Optional[str] = None  # the prompt sent before the session was ready
         self._closed = False
+        self._flush_cost = 0.0  # seconds the chat view's flush took lately (smoothed)
         self.agent = _acp.RemoteAgent.spawn(argv, self.client, cwd=cwd, delivery=self.delivery, name="gedit-chat")
         self.delivery.set_wakeup(self._wake)
         self._expect(self.agent.initialize_future(), "initialize", REQUEST_TIMEOUT, self._initialized)
@@ -146,11 +150,13 @@ class ChatSession:
         GLib.idle_add(self.pump)
 
     def pump(self) -> bool:
-        """Run what arrived, for at most PUMP_BUDGET, then show it. (An idle callback: runs once.)"""
+        """Run what arrived, then show it, in about PUMP_BUDGET. (An idle callback: runs once.)"""
         if self._closed:
             return False
-        self.delivery.pump(budget=PUMP_BUDGET)
+        self.delivery.pump(budget=max(MIN_DELIVERY, PUMP_BUDGET - self._flush_cost))
+        started = time.perf_counter()
         self._show()
+        self._flush_cost = (self._flush_cost + time.perf_counter() - started) / 2
         return False
 
     def _show(self) -> None:
