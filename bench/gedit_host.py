@@ -40,7 +40,7 @@ Description=Test instrument for acp_gedit.
 
 # The test's probe: what the chat panel shows, and where its widgets are on the screen.
 WATCH_PROBE = r"""
-import json, os
+import importlib.util, json, os
 from gi.repository import GLib, GObject, Gedit
 
 def _box(widget):
@@ -70,6 +70,7 @@ class Probe(GObject.Object, Gedit.WindowActivatable):
             return True
         snapshot = {
             "pid": os.getpid(),
+            "acp_lite_importable": importlib.util.find_spec("acp_lite") is not None,
             "chat": panel.chat.contents(),
             "question": panel.permission.label.get_text() if panel.permission.get_visible() else None,
             "buttons": [[b.get_child().get_label(), _box(b)] for b in panel.permission.buttons.get_children()],

@@ -112,6 +112,7 @@ def test_the_gedit_plugin_streams_asks_permission_cancels_and_quits_cleanly(gedi
         "Long analysis in progress\u2026",
         "[stop] cancelled",
     ]
+    assert not shown["acp_lite_importable"]  # gedit's Python had only the vendored file
     assert status == 0
     assert gone(agent_pid), "the agent outlived gedit"
     assert gedit.stderr() == ""  # nothing reached gedit's stderr
