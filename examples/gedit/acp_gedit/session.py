@@ -14,9 +14,9 @@ Rules it keeps, because gedit runs its UI (and every plugin) on one thread, the 
   chains ``initialize_future`` and ``new_session_future``, a prompt is a ``prompt_future``, and
   each of them is given up after its timeout (``REQUEST_TIMEOUT``, ``TURN_TIMEOUT``); the
   permission question is answered through a Future the panel settles.
-- Nothing is printed to stderr: a callback that raises, a request that fails, a wake-up or a
-  flush that fails all become an ``[error]`` line in the chat; acp_lite logs to its own (silent)
-  loggers.
+- Nothing is printed to stderr: a callback that raises, a request that fails, a flush or a
+  document reload that fails all become an ``[error]`` line in the chat; acp_lite logs to its
+  own (silent) loggers.
 - The agent works in one directory, the active document's folder when the first prompt is sent:
   its ``cwd``, and the only place ``WorkspaceClient`` lets it read and write. A write to a file
   open in gedit and not modified there reloads that document.
@@ -97,7 +97,10 @@ class _ChatClient(_acp.WorkspaceClient):
         if isinstance(written, Future):  # approved later, on another thread
             written.add_done_callback(lambda done: GLib.idle_add(self._reflect, params.path, done))
         else:
-            self._reflect(params.path, None)
+            try:
+                self._reflect(params.path, None)
+            except Exception as error:  # the file is written: the agent hears of that, not of this
+                self._panel.chat.note(f"[error] reloading {params.path}: {error}", "error")
         return written
 
     def _reflect(self, path: str, done: Optional[Future]) -> bool:
