@@ -78,8 +78,8 @@ class Probe(GObject.Object, Gedit.WindowActivatable):
             "entry_focused": panel.entry.has_focus(),
             "cancel": _box(panel.cancel_button),
             "window": _box(self.window),
-            "document": self.window.get_active_document().get_text(
-                *self.window.get_active_document().get_bounds(), False) if self.window.get_active_document() else None,
+            "documents": {d.get_file().get_location().get_basename(): d.get_text(*d.get_bounds(), False)
+                          for d in self.window.get_documents() if d.get_file().get_location()},
         }
         path = os.environ["ACP_GEDIT_PROBE"]
         with open(path + ".part", "w") as f:

@@ -41,6 +41,7 @@ def project(tmp_path):
     folder.mkdir()
     (folder / "pyproject.toml").write_text('[project]\nname = "demo"\n')
     (folder / "notes.txt").write_text("old notes\n")
+    (folder / "draft.txt").write_text("saved draft\n")
     return folder
 
 
@@ -121,20 +122,25 @@ def test_the_gedit_plugin_streams_asks_permission_cancels_and_quits_cleanly(gedi
 @pytest.mark.timeout(180)
 @pytest.mark.req("ACP-V1-PLAN-CLIENT-REPLACE")
 @pytest.mark.slow
-def test_the_gedit_plugin_shows_the_plan_reloads_written_documents_and_stops_the_agent_with_its_window(
+def test_the_gedit_plugin_shows_the_plan_serves_unsaved_edits_reloads_written_documents_and_stops_with_its_window(
     gedit_ready, tmp_path, project
 ):
-    gedit = Gedit(tmp_path, [sys.executable, str(EDIT_AGENT)], WATCH_PROBE, [project / "notes.txt"])
+    files = [project / "draft.txt", project / "notes.txt"]  # the first one is the active document, focused
+    gedit = Gedit(tmp_path, [sys.executable, str(EDIT_AGENT)], WATCH_PROBE, files)
     try:
         gedit.wait_for("the panel", lambda s: "Ctrl+Alt+A" in s["chat"])
+        gedit.type("unsaved ")  # into draft.txt, not saved
+        gedit.wait_for("the edit", lambda s: s["documents"].get("draft.txt") == "unsaved saved draft")
         gedit.key("ctrl+alt+a")
         gedit.wait_for("the prompt entry focused", lambda s: s["entry_focused"])
         gedit.type("fresh notes")
         gedit.key("Return")
         shown = gedit.wait_for("the reply and the reload", lambda s: "end_turn" in s["chat"] and "loaded" in s["chat"])
         # The open document shows what the agent wrote (gedit keeps the file's last newline apart).
-        assert shown["document"] == "fresh notes"
+        assert shown["documents"]["notes.txt"] == "fresh notes"
         agent_pid = _agent_of(gedit)
+        gedit.key("ctrl+s")  # draft.txt saved at last: the window closes without asking
+        gedit.wait_for("draft.txt saved", lambda s: (project / "draft.txt").read_text() == "unsaved saved draft\n")
         window = shown["window"]
         gedit.click([window[0] + window[2] - 42, window[1] + 15, 20, 20])  # the title bar's close button
         gedit.gedit.wait(30)
@@ -149,6 +155,8 @@ def test_the_gedit_plugin_shows_the_plan_reloads_written_documents_and_stops_the
         f"[ready] Edit Agent in {project}",
         "[plan] Rewrite notes.txt (completed)",  # the plan, replaced in place by the second one
         "[plan] Check the result (completed)",
+        # The agent read the unsaved draft, then the file it wrote.
+        "draft.txt reads 'unsaved saved draft\\n'. "
         "notes.txt now reads 'fresh notes'; outside the folder: refused (-32002).",
         "[stop] end_turn",
     ]

@@ -18,8 +18,9 @@ Rules it keeps, because gedit runs its UI (and every plugin) on one thread, the 
   document reload that fails all become an ``[error]`` line in the chat; acp_lite logs to its
   own (silent) loggers.
 - The agent works in one directory, the active document's folder when the first prompt is sent:
-  its ``cwd``, and the only place ``WorkspaceClient`` lets it read and write. A write to a file
-  open in gedit and not modified there reloads that document.
+  its ``cwd``, and the only place ``WorkspaceClient`` lets it read and write. A read of a file
+  open in gedit with unsaved edits gets them; a write to a file open in gedit and not modified
+  there reloads that document.
 - ``close()`` (the window closing, gedit quitting, the plugin disabled) stops the agent and its
   whole process tree (``RemoteAgent.close``).
 """
@@ -92,6 +93,21 @@ class _ChatClient(_acp.WorkspaceClient):
         # The runtime has answered the open questions "cancelled": their buttons go away.
         self._panel.permission.withdraw_all()
 
+    def read_text_file(self, params: Any) -> Any:
+        """The file as the user sees it: from its unsaved document if gedit has one, else from the
+        disk. (The disk read always happens: it is what keeps the path inside the session's folder.)"""
+        read = super().read_text_file(params)
+        document = self._document(params.path)
+        if document is None or not document.get_modified():
+            return read
+        text = document.get_text(*document.get_bounds(), False)
+        if document.get_implicit_trailing_newline():
+            text += "\n"
+        lines = text.splitlines(keepends=True)[(params.line or 1) - 1 :]
+        if params.limit is not None:
+            lines = lines[: params.limit]
+        return schema.ReadTextFileResponse(content="".join(lines))
+
     def write_text_file(self, params: Any) -> Any:
         written = super().write_text_file(params)
         if isinstance(written, Future):  # approved later, on another thread
@@ -107,17 +123,24 @@ class _ChatClient(_acp.WorkspaceClient):
         """A file the agent wrote: reload its document if gedit has it open and unmodified."""
         if done is not None and (done.cancelled() or done.exception() is not None):
             return False
-        written = os.path.realpath(path)
+        document = self._document(path)
+        if document is None:
+            pass
+        elif document.get_modified():
+            self._panel.chat.note(f"[write] {path}: changed on disk, your unsaved edits kept", "error")
+        else:
+            loader = GtkSource.FileLoader.new(document, document.get_file())
+            loader.load_async(GLib.PRIORITY_DEFAULT, None, None, None, self._reloaded, path)
+        return False  # (as an idle callback: once)
+
+    def _document(self, path: str) -> Any:
+        """gedit's open document of the file ``path``, or None."""
+        wanted = os.path.realpath(path)
         for document in self._documents():
             location = document.get_file().get_location()
-            if location is None or location.get_path() is None or os.path.realpath(location.get_path()) != written:
-                continue
-            if document.get_modified():
-                self._panel.chat.note(f"[write] {path}: changed on disk, your unsaved edits kept", "error")
-            else:
-                loader = GtkSource.FileLoader.new(document, document.get_file())
-                loader.load_async(GLib.PRIORITY_DEFAULT, None, None, None, self._reloaded, path)
-        return False  # (as an idle callback: once)
+            if location is not None and location.get_path() and os.path.realpath(location.get_path()) == wanted:
+                return document
+        return None
 
     def _reloaded(self, loader: Any, result: Any, path: str) -> None:
         try:
