@@ -154,6 +154,13 @@ class HttpHandler(Handler):
         self._headers = headers
         self._body = []
         self._body_size = 0
+        # h11 bounds a header block that arrives in pieces; one that came whole is measured here.
+        if (
+            len(request.target) + sum(len(n) + len(v) + 4 for n, v in request.headers)
+            > self.hub.limits.max_header_bytes
+        ):
+            self._respond(431, error_body(431, "request headers too large"), close=True)
+            return
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.hub.limits.max_message_size:
             self._respond(413, error_body(413, "body too large"), close=True)
@@ -309,7 +316,7 @@ class HttpHandler(Handler):
     def _respond(
         self, status: int, body: bytes = b"", headers: Sequence[Tuple[str, str]] = (), *, close: bool = False
     ) -> None:
-        if self.h11.our_state is not h11.SEND_RESPONSE:
+        if self.h11.our_state not in (h11.SEND_RESPONSE, h11.IDLE):
             self.peer.close_when_sent()
             return
         close = close or self.h11.their_state is not h11.DONE or status >= 500
@@ -346,7 +353,7 @@ class HttpHandler(Handler):
         elif self.h11.their_state is h11.IDLE or self.h11.their_state is h11.SEND_BODY:
             limit = limits.header_timeout if self._bytes_in_cycle else limits.idle_timeout
             if now - self._cycle_started > limit:
-                if self._bytes_in_cycle and self.h11.our_state is h11.SEND_RESPONSE:
+                if self._bytes_in_cycle:
                     self._respond(408, error_body(408, "request not received in time"), close=True)
                 else:
                     self.peer.close()
