@@ -27,12 +27,14 @@ import threading
 import time
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-from ..agent import Agent
+from ..agent import Agent, serve
+from .channel import Channel
 from .server_http import HttpHandler
 from .server_hub import Authorize, Hub, Limits
 from .server_loop import Loop, Peer
+from .server_routes import Served, Start
 
-__all__ = ["Authorize", "Limits", "RemoteServer", "serve_remote"]
+__all__ = ["Authorize", "Limits", "RemoteServer", "Served", "Start", "serve_remote", "serve_remote_backend"]
 
 
 class RemoteServer:
@@ -82,7 +84,21 @@ class RemoteServer:
 
 
 def serve_remote(
-    agent_factory: Callable[[], Agent],
+    agent_factory: Callable[[], Agent], host: str = "127.0.0.1", port: int = 0, **options: Any
+) -> RemoteServer:
+    """Listen on ``host:port`` (port 0 picks a free one: see ``RemoteServer.address``) and serve
+    each ACP connection with a new ``agent_factory()``: HTTP POST + SSE at ``path``, and
+    WebSocket upgrades there too unless ``websocket`` is False. The options are
+    ``serve_remote_backend``'s. Any thread."""
+
+    def start(channel: Channel) -> Served:
+        return serve(agent_factory(), channel, name=channel.name).connection
+
+    return serve_remote_backend(start, host, port, **options)
+
+
+def serve_remote_backend(
+    start: Start,
     host: str = "127.0.0.1",
     port: int = 0,
     *,
@@ -95,14 +111,14 @@ def serve_remote(
     affinity_cookie: Optional[Tuple[str, str]] = None,
     backlog: int = 1024,
 ) -> RemoteServer:
-    """Listen on ``host:port`` (port 0 picks a free one: see ``RemoteServer.address``) and serve
-    each ACP connection with a new ``agent_factory()``: HTTP POST + SSE at ``path``, and
-    WebSocket upgrades there too unless ``websocket`` is False. ``affinity_cookie`` (name, value)
-    is set on the initialize answer and the 101, for a load balancer's stickiness. Any thread."""
+    """Like ``serve_remote``, each connection served by ``start(channel)``: a backend reading the
+    messages the client sends from ``channel`` and sending its own there (``acp-lite serve``
+    bridges to an agent process this way). ``affinity_cookie`` (name, value) is set on the
+    initialize answer and the 101, for a load balancer's stickiness. Any thread."""
     limits = limits if limits is not None else Limits()
     sock = socket.create_server((host, port), backlog=backlog, family=_family(host))
     hub = Hub(
-        agent_factory,
+        start,
         path=path,
         websocket=websocket,
         authorize=authorize,

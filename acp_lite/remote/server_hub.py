@@ -26,9 +26,8 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, Mapping, Optional, Sequence, Tuple
 
-from ..agent import Agent
 from .server_loop import Loop
-from .server_routes import RemoteConnection
+from .server_routes import RemoteConnection, Start
 
 log = logging.getLogger("acp_lite.remote.server")
 
@@ -76,7 +75,7 @@ class Hub:
 
     def __init__(
         self,
-        agent_factory: Callable[[], Agent],
+        start: Start,
         *,
         path: str,
         websocket: bool,
@@ -86,7 +85,7 @@ class Hub:
         limits: Limits,
         affinity_cookie: Optional[Tuple[str, str]],
     ):
-        self.agent_factory = agent_factory
+        self.start = start
         self.path = path
         self.websocket = websocket
         self.authorize = authorize
@@ -148,17 +147,21 @@ class Hub:
             raise Refusal(503, "too many new connections, retry", [("retry-after", "1")])
         self._tokens -= 1
         assert self.loop is not None
-        connection = RemoteConnection(
-            secrets.token_urlsafe(24),
-            principal,
-            self.agent_factory(),
-            self.loop,
-            websocket=websocket,
-            max_message_size=self.limits.max_message_size,
-            max_pending=self.limits.max_pending,
-            max_buffered=self.limits.max_buffered,
-            on_closed=self._ended,
-        )
+        try:
+            connection = RemoteConnection(
+                secrets.token_urlsafe(24),
+                principal,
+                self.start,
+                self.loop,
+                websocket=websocket,
+                max_message_size=self.limits.max_message_size,
+                max_pending=self.limits.max_pending,
+                max_buffered=self.limits.max_buffered,
+                on_closed=self._ended,
+            )
+        except Exception as exc:  # the backend could not start (an agent command that fails)
+            log.warning("cannot start a connection's backend: %s", exc)
+            raise Refusal(502, f"the agent could not be started: {exc}") from None
         self.connections[connection.id] = connection
         log.debug("connection %s opened (%s)", connection.id[:8], "WebSocket" if websocket else "HTTP")
         return connection
@@ -188,7 +191,7 @@ class Hub:
             if now - connection.last_activity > self.limits.reap_after and not connection.has_reader():
                 log.debug("connection %s reaped after %.0f s idle", connection.id[:8], self.limits.reap_after)
                 connection.end()
-            elif connection.client.connection.closed:
+            elif connection.served.closed:
                 connection.end(1011)  # the agent side ended (it closed its connection)
 
     def end_all(self, code: int) -> None:

@@ -2,8 +2,9 @@
 
 Rules this module keeps (the design's routing rules, which make both official clients work):
 
-- One ``Agent`` instance per connection, served over a ``Channel`` fed with the POST bodies or
-  WebSocket messages received, in arrival order.
+- One backend per connection (an ``Agent`` instance served by the core, or a bridge to an agent
+  process), started on a ``Channel`` fed with the POST bodies or WebSocket messages received, in
+  arrival order.
 - Over WebSocket every frame the agent sends goes to the one socket. Over HTTP it goes to a
   *stream*: the connection stream (key None) or the stream of session S (key S), each with a
   queue that waits for its reader (an SSE response) and a per-stream event id.
@@ -24,11 +25,10 @@ Rules this module keeps (the design's routing rules, which make both official cl
 
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Optional, Union
+from typing import Any, Callable, Deque, Dict, Optional, Protocol, Union
 
 import msgspec
 
-from ..agent import Agent, serve
 from ..errors import ConnectionClosed
 from .channel import Channel
 from .server_loop import Loop
@@ -65,6 +65,20 @@ def read_head(message: bytes) -> MessageHead:
     return _decode_head(message)
 
 
+class Served(Protocol):
+    """What a backend started on a channel gives back (``rpc.Connection`` is one)."""
+
+    @property
+    def closed(self) -> bool:
+        """True once the backend's side has ended."""
+
+    def close(self, timeout: float = 5.0) -> None:
+        """End the backend and release its threads and processes, within ``timeout``."""
+
+
+Start = Callable[[Channel], Served]
+
+
 class Sink:
     """A stream's reader: an SSE response or a WebSocket. Loop thread only."""
 
@@ -93,7 +107,7 @@ class RemoteConnection:
         self,
         connection_id: str,
         principal: Any,
-        agent: Agent,
+        start: Start,
         loop: Loop,
         *,
         websocket: bool,
@@ -124,7 +138,7 @@ class RemoteConnection:
             max_pending=max_pending,
             max_buffered=max_buffered,
         )
-        self.client = serve(agent, self.channel, name=f"remote-{connection_id[:8]}")
+        self.served = start(self.channel)
 
     # -- inbound (loop thread) -----------------------------------------------------------------
     def wait_for_initialize(self, request_id: Union[int, str, None], answer: Callable[[bytes], None]) -> None:
@@ -284,5 +298,5 @@ class RemoteConnection:
         self._on_closed(self)
 
     def close_core(self, timeout: float) -> None:
-        """Close the agent's connection and join its threads. Any thread but the loop."""
-        self.client.connection.close(timeout)
+        """Close the backend and join its threads. Any thread but the loop."""
+        self.served.close(timeout)
