@@ -1,10 +1,12 @@
 """The agent behind the remote transport tests (in-process, or over stdio through `acp-lite serve`).
 
 Its prompt text says what the turn does: "big" sends a 1 MiB update, "ask" asks for permission
-and reports the chosen option, "wait" runs until cancelled, "many N" sends N updates; any other
-text is echoed back (non-ASCII included). ``session/load`` replays three updates before answering.
+and reports the chosen option, "wait" runs until cancelled, "many N" sends N updates, "drop" ends
+the connection from the agent's side just after the turn; any other text is echoed back
+(non-ASCII included). ``session/load`` replays three updates before answering.
 """
 
+import threading
 from typing import Any
 
 from acp_lite import schema, updates
@@ -38,6 +40,8 @@ class RemoteTestAgent(Agent):
         elif text == "wait":
             turn.wait_cancelled(30)
             return "cancelled"
+        elif text == "drop":
+            threading.Timer(0.2, self.client.connection.close).start()
         elif text.startswith("many "):
             for n in range(int(text.split()[1])):
                 turn.send(updates.text_chunk(f"update {n} " + "y" * 1000))
