@@ -23,6 +23,7 @@ Rules this module keeps (the design's routing rules, which make both official cl
   ``route`` runs in the agent's sending threads and takes the lock.
 """
 
+import collections
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, Optional, Protocol, Union
@@ -95,7 +96,7 @@ class Stream:
     """A queue of frames for one reader at a time."""
 
     def __init__(self) -> None:
-        self.queue: Deque[bytes] = Deque()
+        self.queue: Deque[bytes] = collections.deque()
         self.reader: Optional[Sink] = None
         self.next_id = 0
 
