@@ -192,6 +192,7 @@ class WebSocketClient:
                     if isinstance(event, AcceptConnection):
                         self.endpoint.store_cookies(event.extra_headers)
                         self.connection_id = header(event.extra_headers, b"acp-connection-id")
+                        self.endpoint.connection_id = self.connection_id
                         self._sock.settimeout(self.ping_interval)
                         return
                     if isinstance(event, RejectConnection):

@@ -74,6 +74,9 @@ class Endpoint:
         self.cookies = cookies if cookies is not None else {}
         self.ssl_context = ssl_context
         self.connect_timeout = connect_timeout
+        # The Acp-Connection-Id of the latest connection opened to this endpoint (for logs and
+        # operators: a server names its connections by it).
+        self.connection_id: Optional[str] = None
         self._cookie_lock = threading.Lock()
 
     def dial(self) -> socket.socket:

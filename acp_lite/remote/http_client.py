@@ -209,7 +209,7 @@ class HttpClient:
         answer = peek(body) if not longer else None
         if response.status == 200 and connection_id and answer is not None:
             self._post = exchange
-            self.connection_id = connection_id
+            self.connection_id = self.endpoint.connection_id = connection_id
             self.channel.feed(body, timeout=None)
             self._start_stream(None)
             return

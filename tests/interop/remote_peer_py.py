@@ -39,7 +39,11 @@ class StreamingAgent:
 
     async def initialize(self, protocol_version, **kwargs):
         return schema.InitializeResponse.model_validate(
-            {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}, "agentInfo": {"name": "py-remote", "version": "1"}}
+            {
+                "protocolVersion": 1,
+                "agentCapabilities": {"loadSession": True},
+                "agentInfo": {"name": "py-remote", "version": "1"},
+            }
         )
 
     async def new_session(self, cwd, **kwargs):
@@ -53,7 +57,9 @@ class StreamingAgent:
     async def ask(self, session_id, call_id):
         permission = await self.conn.request_permission(
             session_id=session_id,
-            tool_call=schema.ToolCallUpdate.model_validate({"toolCallId": call_id, "title": "Edit", "status": "pending"}),
+            tool_call=schema.ToolCallUpdate.model_validate(
+                {"toolCallId": call_id, "title": "Edit", "status": "pending"}
+            ),
             options=[schema.PermissionOption.model_validate(o) for o in OPTIONS],
         )
         return permission.outcome.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -86,7 +92,10 @@ def main(args):
     port_file = args[0]
     ssl = {}
     if "--ssl-certfile" in args:
-        ssl = {"ssl_certfile": args[args.index("--ssl-certfile") + 1], "ssl_keyfile": args[args.index("--ssl-keyfile") + 1]}
+        ssl = {
+            "ssl_certfile": args[args.index("--ssl-certfile") + 1],
+            "ssl_keyfile": args[args.index("--ssl-keyfile") + 1],
+        }
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     with open(port_file, "w") as f:
