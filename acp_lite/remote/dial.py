@@ -207,14 +207,17 @@ class HttpExchange:
             return False
         if time.monotonic() - self._idle_since > _REUSE_IDLE_SECONDS or self.sock.fileno() < 0:
             return False
-        try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
-        except (OSError, ValueError):
-            return False
-        if readable:
+        if self.readable():
             return False  # end of stream, or bytes nobody asked for
         self._h11.start_next_cycle()
         return True
+
+    def readable(self) -> bool:
+        """Whether bytes (or the end of stream) wait in the socket, unread. Any thread."""
+        try:
+            return bool(select.select([self.sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
 
     def abort(self) -> None:
         """Wake a thread blocked on this socket; the socket is then useless. Any thread."""

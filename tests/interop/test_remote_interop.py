@@ -200,6 +200,7 @@ def assert_gone(endpoint: Endpoint, connection_id: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_replay_comes_before_the_load_answer_on_every_run(server, transport, tmp_path):
     client = Recorder()
     agent = connect(server, transport, client)
