@@ -98,6 +98,7 @@ def main(args):
         }
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # before the port is told: a client may connect at once
     with open(port_file, "w") as f:
         f.write(str(sock.getsockname()[1]))
     config = uvicorn.Config(create_asgi_app(StreamingAgent), log_level="warning", ws="websockets", **ssl)

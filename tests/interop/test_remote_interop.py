@@ -131,7 +131,11 @@ def check(server: Server, transport: str, name: str, body: Callable[[], None]) -
 
 def connect(server: Server, transport: str, client: Recorder, **options) -> RemoteAgent:
     agent = RemoteAgent.connect_url(server.url(transport), client, **options)
-    response = agent.initialize(timeout=WAIT)
+    try:
+        response = agent.initialize(timeout=WAIT)
+    except BaseException:
+        agent.close()
+        raise
     assert response.protocol_version == 1 and agent.endpoint.connection_id
     return agent
 
@@ -288,3 +292,27 @@ def test_many_threads_prompt_at_once_in_blocking_and_future_forms(server, transp
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-n", "0", "-q"]))
+
+
+def acp_lite_cli(*argv: str, stdin: bytes = b"") -> "subprocess.CompletedProcess[bytes]":
+    return subprocess.run(
+        [sys.executable, "-m", "acp_lite", *argv], input=stdin, capture_output=True, timeout=90, cwd=HERE
+    )
+
+
+@pytest.mark.slow
+def test_run_bench_and_tap_take_a_url_for_the_agent_command(server, transport, tmp_path):
+    url = server.url(transport)
+    run = acp_lite_cli("run", "--yes", "--cwd", str(tmp_path), "--", url, stdin=b"stream\n")
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
+    assert NON_ASCII in run.stdout.decode() and "chunk 19" in run.stdout.decode()
+    bench = acp_lite_cli("bench", "--pings", "2", "--prompt", "stream", "--yes", "--json", "-", "--", url)
+    assert bench.returncode == 0, bench.stderr.decode(errors="replace")[-2000:]
+    assert b'"turns"' in bench.stdout
+    log = tmp_path / "tap.log"
+    initialize = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+    tap = acp_lite_cli("tap", "--log", str(log), "--", url, stdin=initialize)
+    assert tap.returncode == 0, tap.stderr.decode(errors="replace")[-2000:]
+    assert b'"protocolVersion":1' in tap.stdout.replace(b" ", b"")
+    directions = [line.split(b'"dir":"')[1].split(b'"')[0] for line in log.read_bytes().splitlines()]
+    assert directions == [b"client->agent", b"agent->client"]
