@@ -11,6 +11,7 @@ client can work around, named with the peer's file and line; a declared failure 
 the test, so a fixed peer is noticed.
 """
 
+import os
 import subprocess
 import sys
 import threading
@@ -316,3 +317,17 @@ def test_run_bench_and_tap_take_a_url_for_the_agent_command(server, transport, t
     assert b'"protocolVersion":1' in tap.stdout.replace(b" ", b"")
     directions = [line.split(b'"dir":"')[1].split(b'"')[0] for line in log.read_bytes().splitlines()]
     assert directions == [b"client->agent", b"agent->client"]
+
+
+@pytest.mark.slow
+def test_the_client_snippet_of_docs_remote_md_runs_as_pasted(server, transport, tmp_path):
+    text = (HERE.parent.parent / "docs" / "remote.md").read_text()
+    snippet = text.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "snippet.py").write_text(snippet)
+    env = dict(os.environ, ACP_AGENT_URL=server.url(transport))
+    done = subprocess.run(
+        [sys.executable, "snippet.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert "end_turn" in lines and NON_ASCII in lines and lines[-3:] == ["replay 0", "replay 1", "replay 2"]
