@@ -351,3 +351,42 @@ def test_close_ends_streams_and_leaves_nothing_behind():
     assert server.wait_closed(0)
     with pytest.raises(OSError):
         socket.create_connection(server.address, timeout=1).close()
+
+
+def test_the_affinity_cookie_is_set_on_initialize_and_the_upgrade():
+    from remote_driver import WsClient
+
+    with serve_remote(RemoteTestAgent, affinity_cookie=("acp_node", "n1")) as server:
+        reply = request(server.address, "POST", INITIALIZE)
+        assert reply.headers["set-cookie"] == "acp_node=n1; Path=/acp; HttpOnly; SameSite=Lax"
+        ws = WsClient(server.address)
+        assert dict(ws.accepted.extra_headers)[b"set-cookie"].startswith(b"acp_node=n1;")
+        ws.close()
+
+
+def test_a_stalled_reader_ends_its_connection_and_an_idle_one_is_reaped():
+    limits = Limits(max_pending=64 * 1024, stall_timeout=1.0, hold_timeout=1.0)
+    with serve_remote(RemoteTestAgent, limits=limits) as server:
+        cid = initialize(server.address)
+        connection_stream, session = open_session(server.address, cid)
+        stream = SseStream(server.address, cid, session)
+        stream.conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
+        many = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "many 5000"}]}, 9)
+        assert request(server.address, "POST", many, headers).status == 202
+        time.sleep(0.5)
+        # A request while the client reads nothing is held, then refused.
+        held = request(server.address, "POST", rpc("session/prompt", {"sessionId": session, "prompt": []}, 10), headers)
+        assert held.status in (503, 404)
+        deadline = time.monotonic() + 10
+        while server.connection_count() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert server.connection_count() == 0  # stalled 1 s: ended
+        stream.close()
+        connection_stream.close()
+    with serve_remote(RemoteTestAgent, limits=Limits(reap_after=0.5)) as server:
+        initialize(server.address)
+        deadline = time.monotonic() + 10
+        while server.connection_count() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert server.connection_count() == 0

@@ -238,7 +238,7 @@ class HttpHandler(Handler):
             self._respond(404, error_body(404, "the connection ended"))
             return True
         is_request = held.head.method is not None and held.head.id is not None
-        if is_request and connection.channel.pending > self.hub.limits.max_pending:
+        if is_request and connection.channel.backed_up:
             return False
         if not connection.incoming(held.message, held.head, held.session):
             return False
