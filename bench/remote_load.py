@@ -105,6 +105,17 @@ def _sse_messages(response: Any):
             data = None
 
 
+def _prompt_turn(send: Any, incoming: Any, session: str, outcome: Outcome) -> None:
+    """One prompt (id 2): its updates counted, its time from sending to the answer."""
+    started = time.monotonic()
+    send(_rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}, 2))
+    for message in incoming:
+        if message.get("id") == 2:
+            break
+        outcome.updates += 1
+    outcome.prompt_seconds = time.monotonic() - started
+
+
 def http_client(port: int, idle: float, outcome: Outcome, deadline: float) -> None:
     while True:
         status, headers, body = _post(port, INIT, {})
@@ -126,14 +137,8 @@ def http_client(port: int, idle: float, outcome: Outcome, deadline: float) -> No
     session_headers = {"Accept": "text/event-stream", "Acp-Connection-Id": cid, "Acp-Session-Id": session}
     session_stream.request("GET", "/acp", headers=session_headers)
     session_messages = _sse_messages(session_stream.getresponse())
-    started = time.monotonic()
-    prompt = _rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}, 2)
-    _post(port, prompt, {"Acp-Connection-Id": cid, "Acp-Session-Id": session})
-    for message in session_messages:
-        if message.get("id") == 2:
-            break
-        outcome.updates += 1
-    outcome.prompt_seconds = time.monotonic() - started
+    headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
+    _prompt_turn(lambda message: _post(port, message, headers), session_messages, session, outcome)
     time.sleep(idle)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     conn.request("DELETE", "/acp", headers={"Acp-Connection-Id": cid})
@@ -194,13 +199,7 @@ def ws_client(port: int, idle: float, outcome: Outcome, deadline: float) -> None
     next(incoming)
     send(_rpc("session/new", {"cwd": "/w", "mcpServers": []}, 1))
     session = next(incoming)["result"]["sessionId"]
-    started = time.monotonic()
-    send(_rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}, 2))
-    for message in incoming:
-        if message.get("id") == 2:
-            break
-        outcome.updates += 1
-    outcome.prompt_seconds = time.monotonic() - started
+    _prompt_turn(send, incoming, session, outcome)
     time.sleep(idle)
     sock.sendall(ws.send(CloseConnection(code=1000)))
     sock.close()

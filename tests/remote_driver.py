@@ -59,7 +59,21 @@ def initialize(address: Tuple[str, int], headers: Optional[Dict[str, str]] = Non
     return reply.headers["acp-connection-id"]
 
 
-class SseStream:
+class _Messages:
+    def message(self) -> Any:
+        raise NotImplementedError
+
+    def messages_until(self, predicate: Any) -> List[Any]:
+        """Messages up to and including the first one ``predicate`` accepts."""
+        seen = []
+        while True:
+            message = self.message()
+            seen.append(message)
+            if predicate(message):
+                return seen
+
+
+class SseStream(_Messages):
     """A GET on the connection or a session stream, read event by event."""
 
     def __init__(self, address: Tuple[str, int], connection_id: str, session: Optional[str] = None, **headers: str):
@@ -99,19 +113,11 @@ class SseStream:
         assert event is not None, "the stream ended"
         return json.loads(event[1])
 
-    def messages_until(self, predicate: Any) -> List[Any]:
-        seen = []
-        while True:
-            message = self.message()
-            seen.append(message)
-            if predicate(message):
-                return seen
-
     def close(self) -> None:
         self.conn.close()
 
 
-class WsClient:
+class WsClient(_Messages):
     """A blocking WebSocket client on wsproto."""
 
     def __init__(self, address: Tuple[str, int], path: str = "/acp", **headers: str):
@@ -146,14 +152,6 @@ class WsClient:
                 raise EOFError(f"closed {self.closed.code}")
             self._pump()
         return json.loads(self._messages.pop(0))
-
-    def messages_until(self, predicate: Any) -> List[Any]:
-        seen = []
-        while True:
-            message = self.message()
-            seen.append(message)
-            if predicate(message):
-                return seen
 
     def wait_closed(self) -> int:
         while self.closed is None:
