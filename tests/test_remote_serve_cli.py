@@ -120,3 +120,28 @@ def test_a_bad_listen_address_is_a_usage_error():
         timeout=30,
     )
     assert result.returncode == 2 and "HOST:PORT" in result.stderr
+
+
+def test_a_bearer_token_from_the_environment_and_node_prefixed_ids(tmp_path):
+    command = [sys.executable, "-m", "acp_lite", "serve", "--listen", "127.0.0.1:0", "--token-env", "ACP_TOKEN"]
+    command += ["--node", "n1", "--", sys.executable, AGENT]
+    env = {**os.environ, "ACP_TOKEN": "s3cret"}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = process.stdout.readline()
+        host, port = line.split(" at ")[1].split()[0].split("//")[1].split("/")[0].rsplit(":", 1)
+        address = (host, int(port))
+        assert request(address, "POST", INITIALIZE).status == 401
+        assert request(address, "POST", INITIALIZE, {"Authorization": "Bearer wrong"}).status == 401
+        cid = initialize(address, {"Authorization": "Bearer s3cret"})
+        assert cid.startswith("n1.")
+        assert (
+            request(address, "DELETE", None, {"Acp-Connection-Id": cid, "Authorization": "Bearer s3cret"}).status == 202
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(20)
+        process.stdout.close()
+        process.stderr.close()
+    unset = subprocess.run(command, capture_output=True, text=True, timeout=30, env={**os.environ, "ACP_TOKEN": ""})
+    assert unset.returncode == 2 and "ACP_TOKEN" in unset.stderr

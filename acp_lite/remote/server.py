@@ -21,6 +21,7 @@ and its routing, ``server_hub`` holds what they share):
 """
 
 import ipaddress
+import re
 import socket
 import ssl
 import threading
@@ -28,6 +29,7 @@ import time
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from ..agent import Agent, serve
+from ..errors import UsageError
 from .channel import Channel
 from .server_http import HttpHandler
 from .server_hub import Authorize, Hub, Limits
@@ -109,13 +111,17 @@ def serve_remote_backend(
     ssl_context: Optional[ssl.SSLContext] = None,
     limits: Optional[Limits] = None,
     affinity_cookie: Optional[Tuple[str, str]] = None,
+    node: Optional[str] = None,
     backlog: int = 1024,
 ) -> RemoteServer:
     """Like ``serve_remote``, each connection served by ``start(channel)``: a backend reading the
     messages the client sends from ``channel`` and sending its own there (``acp-lite serve``
     bridges to an agent process this way). ``affinity_cookie`` (name, value) is set on the
-    initialize answer and the 101, for a load balancer's stickiness. Any thread."""
+    initialize answer and the 101, for a load balancer's stickiness; with ``node`` every connection
+    id starts ``node.``, for one that routes on the id. Any thread."""
     limits = limits if limits is not None else Limits()
+    if node is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", node):
+        raise UsageError(f"a node name is 1 to 64 letters, digits, '-' or '_', not {node!r}")
     sock = socket.create_server((host, port), backlog=backlog, family=_family(host))
     hub = Hub(
         start,
@@ -126,6 +132,7 @@ def serve_remote_backend(
         loopback=_is_loopback(host),
         limits=limits,
         affinity_cookie=affinity_cookie,
+        node=node,
     )
 
     def make_handler(peer: Peer) -> HttpHandler:

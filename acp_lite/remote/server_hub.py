@@ -10,7 +10,9 @@ Rules this module keeps:
   else 403), the ``Host`` when the server listens on loopback (a loopback name; else 403: DNS
   rebinding), then ``authorize`` (a principal; None: 401; ``PermissionError``: 403). A
   connection is bound to the principal that opened it.
-- Connection ids are 192-bit random, URL-safe; an unknown one is 404, never a new connection.
+- Connection ids are 192-bit random, URL-safe, behind ``node.`` when the server has a node name
+  (a load balancer routes on it: ``req.hdr(acp-connection-id),field(1,.)`` in HAProxy); an unknown
+  id is 404, never a new connection.
 - A connection ended on the loop (DELETE, a WebSocket gone, reaped, the server closing) has its
   agent core closed by one closer thread, ``acp-remote-closer``, since closing joins threads and
   the loop never blocks. The thread ends when nothing is left to close.
@@ -84,6 +86,7 @@ class Hub:
         loopback: bool,
         limits: Limits,
         affinity_cookie: Optional[Tuple[str, str]],
+        node: Optional[str] = None,
     ):
         self.start = start
         self.path = path
@@ -93,6 +96,7 @@ class Hub:
         self.loopback = loopback
         self.limits = limits
         self.affinity_cookie = affinity_cookie
+        self.id_prefix = f"{node}." if node else ""
         self.loop: Optional[Loop] = None
         self.connections: Dict[str, RemoteConnection] = {}
         self._tokens = limits.accept_rate
@@ -149,7 +153,7 @@ class Hub:
         assert self.loop is not None
         try:
             connection = RemoteConnection(
-                secrets.token_urlsafe(24),
+                self.id_prefix + secrets.token_urlsafe(24),
                 principal,
                 self.start,
                 self.loop,

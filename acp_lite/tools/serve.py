@@ -12,13 +12,19 @@ Rules this module keeps:
 - The command runs until Ctrl-C or SIGTERM, then closes the server (every agent stopped) and exits
   130 or 128 + N. Each connection's opening and end is one line on stderr; the agents' stderr
   lines go there too, prefixed with their pid.
+- ``--token-env VAR`` makes every request and upgrade carry ``Authorization: Bearer <token>``
+  (compared in constant time; 401 otherwise); the token comes from the environment, never from
+  the command line, where other users can read it. ``--tls-cert``/``--tls-key`` serve TLS.
 """
 
 import argparse
+import hmac
+import os
+import ssl
 import threading
-from typing import TYPE_CHECKING, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, Sequence, Tuple
 
-from ..errors import ConnectionClosed
+from ..errors import ConnectionClosed, UsageError
 from ..process import AgentProcess
 from ..wire import OversizedFrame, process_transport
 from .argtypes import positive_seconds
@@ -45,6 +51,14 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
         "--allow-origin", action="append", default=[], metavar="ORIGIN", help="an Origin browsers may call from"
     )
     parser.add_argument("--no-websocket", action="store_true", help="serve HTTP (POST + SSE) only")
+    parser.add_argument(
+        "--token-env",
+        metavar="VAR",
+        help="require 'Authorization: Bearer <token>', the token read from environment variable VAR",
+    )
+    parser.add_argument("--tls-cert", metavar="FILE", help="serve https:// and wss:// with this certificate chain")
+    parser.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (default: in --tls-cert)")
+    parser.add_argument("--node", help="prefix connection ids with NODE. (a load balancer routes on it)")
     parser.add_argument("--stop-timeout", type=positive_seconds, default=2.0, help="per agent, when it is stopped")
 
 
@@ -125,13 +139,41 @@ def serve_command(args: argparse.Namespace) -> int:
         cli_error(f"connection {channel.name}: agent {bridge.process.pid} started")
         return bridge
 
+    authorize = None
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            cli_error(f"--token-env: the environment variable {args.token_env} is empty or not set")
+            return 2
+        expected = f"Bearer {token}".encode()
+
+        def authorize(method: str, path: str, headers: Mapping[str, str], peer: Any) -> Any:
+            given = headers.get("authorization", "").encode("latin-1", "replace")
+            return "bearer" if hmac.compare_digest(given, expected) else None
+
+    context = None
     try:
+        if args.tls_cert:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(args.tls_cert, args.tls_key)
+            context.set_alpn_protocols(["http/1.1"])
         server = serve_remote_backend(
-            start, host, port, path=args.path, websocket=not args.no_websocket, allowed_origins=args.allow_origin
+            start,
+            host,
+            port,
+            path=args.path,
+            websocket=not args.no_websocket,
+            allowed_origins=args.allow_origin,
+            authorize=authorize,
+            ssl_context=context,
+            node=args.node,
         )
-    except OSError as exc:
-        cli_error(f"cannot listen on {host}:{port}: {exc}")
+    except (OSError, ssl.SSLError) as exc:
+        cli_error(f"cannot serve on {host}:{port}: {exc}")
         return 1
+    except UsageError as exc:
+        cli_error(str(exc))
+        return 2
     try:
         line = f"serving {' '.join(argv)} at {server.url}" + ("" if args.no_websocket else f" and {server.ws_url}")
         print(line, flush=True)
