@@ -320,21 +320,27 @@ def test_an_idle_stream_gets_keepalive_comments():
 
 
 def test_a_reader_that_stops_reading_holds_the_agent_not_memory():
-    # 64 KiB budget: the agent's sends block once that much waits, whatever it streams.
+    # 64 KiB budget: the agent's sends block once that much waits (beyond what the kernel's socket
+    # buffers took), whatever it streams; reading again lets it go on; DELETE releases it.
     limits = Limits(max_pending=64 * 1024)
     with serve_remote(RemoteTestAgent, limits=limits) as server:
         cid = initialize(server.address)
         connection_stream, session = open_session(server.address, cid)
         stream = SseStream(server.address, cid, session)
         headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
-        many = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "many 2000"}]}, 9)
+        many = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "many 50000"}]}, 9)
         assert request(server.address, "POST", many, headers).status == 202
-        time.sleep(1.0)
         (remote,) = server._hub.connections.values()  # (white box: the budget's account)
-        assert remote.channel.pending <= limits.max_pending + 2048
+        deadline = time.monotonic() + 20
+        while not remote.channel.backed_up and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert remote.channel.backed_up
-        # Held request POSTs wait while the client does not read.
-        assert len(stream.messages_until(lambda m: m.get("id") == 9)) == 2001
+        for _ in range(10):  # held there while the client reads nothing
+            assert remote.channel.pending <= limits.max_pending + 2048
+            time.sleep(0.05)
+        texts = [stream.message()["params"]["update"]["content"]["text"].split()[1] for _ in range(3000)]
+        assert texts == [str(n) for n in range(3000)]  # in order, nothing lost
+        assert request(server.address, "DELETE", None, {"Acp-Connection-Id": cid}).status == 202
         stream.close()
         connection_stream.close()
 
@@ -372,7 +378,7 @@ def test_a_stalled_reader_ends_its_connection_and_an_idle_one_is_reaped():
         stream = SseStream(server.address, cid, session)
         stream.conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
-        many = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "many 5000"}]}, 9)
+        many = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "many 20000"}]}, 9)
         assert request(server.address, "POST", many, headers).status == 202
         time.sleep(0.5)
         # A request while the client reads nothing is held, then refused.
