@@ -252,9 +252,9 @@ def test_a_slow_header_sender_is_cut_off_and_an_idle_socket_closed():
     with serve_remote(RemoteTestAgent, limits=limits) as server:
         started = time.monotonic()
         reply = raw_exchange(server.address, b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\n", wait=5)
-        assert reply.startswith(b"HTTP/1.1 408 ") and time.monotonic() - started < 3
+        assert reply.startswith(b"HTTP/1.1 408 ") and time.monotonic() - started < 8
         started = time.monotonic()
-        assert raw_exchange(server.address, b"", wait=5) == b"" and time.monotonic() - started < 4
+        assert raw_exchange(server.address, b"", wait=10) == b"" and time.monotonic() - started < 9
 
 
 def test_foreign_origins_and_hosts_get_403_and_allowed_origins_get_cors():
@@ -298,9 +298,9 @@ def test_admission_sheds_new_connections_with_503_and_retry_after():
         initialize(server.address)
         reply = request(server.address, "POST", INITIALIZE)
         assert reply.status == 503 and reply.headers["retry-after"]
-    with serve_remote(RemoteTestAgent, limits=Limits(accept_rate=2)) as server:
-        statuses = [request(server.address, "POST", INITIALIZE).status for _ in range(5)]
-        assert statuses[:2] == [200, 200] and 503 in statuses
+    with serve_remote(RemoteTestAgent, limits=Limits(accept_rate=0.2)) as server:  # one per 5 s
+        first, second = (request(server.address, "POST", INITIALIZE) for _ in range(2))
+        assert first.status == 200 and second.status == 503 and second.headers["retry-after"] == "1"
     with serve_remote(RemoteTestAgent, limits=Limits(max_sockets=1)) as server:
         with socket.create_connection(server.address, timeout=5):
             time.sleep(0.2)  # accepted and held

@@ -99,7 +99,7 @@ class Hub:
         self.id_prefix = f"{node}." if node else ""
         self.loop: Optional[Loop] = None
         self.connections: Dict[str, RemoteConnection] = {}
-        self._tokens = limits.accept_rate
+        self._tokens = max(1.0, limits.accept_rate)
         self._tokens_at = time.monotonic()
         self._closing: Deque[RemoteConnection] = collections.deque()
         self._closer: Optional[threading.Thread] = None
@@ -143,7 +143,8 @@ class Hub:
     def open(self, principal: Any, *, websocket: bool) -> RemoteConnection:
         """A new connection and its agent, after admission (``Refusal`` 503 without room)."""
         now = time.monotonic()
-        self._tokens = min(self.limits.accept_rate, self._tokens + (now - self._tokens_at) * self.limits.accept_rate)
+        burst = max(1.0, self.limits.accept_rate)  # a rate under 1/s still lets one through
+        self._tokens = min(burst, self._tokens + (now - self._tokens_at) * self.limits.accept_rate)
         self._tokens_at = now
         if len(self.connections) >= self.limits.max_connections:
             raise Refusal(503, "too many connections", [("retry-after", "5")])
