@@ -302,8 +302,11 @@ def acp_lite_cli(*argv: str, stdin: bytes = b"") -> "subprocess.CompletedProcess
 
 
 @pytest.mark.slow
-def test_run_bench_and_tap_take_a_url_for_the_agent_command(server, transport, tmp_path):
+def test_run_bench_tap_and_check_take_a_url_for_the_agent_command(server, transport, tmp_path):
     url = server.url(transport)
+    check = acp_lite_cli("check", "-k", "initialize", "--", url)
+    assert check.returncode == 0, check.stdout.decode(errors="replace")[-2000:]
+    assert b"0 failed" in check.stdout and b"PASS ACP-V1-SCHEMA-INITIALIZE-SHAPE" in check.stdout
     run = acp_lite_cli("run", "--yes", "--cwd", str(tmp_path), "--", url, stdin=b"stream\n")
     assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
     assert NON_ASCII in run.stdout.decode() and "chunk 19" in run.stdout.decode()
