@@ -439,3 +439,10 @@ def test_websocket_frames_are_read_leniently_and_bounded_and_closed_with_1000():
     assert cookies == {"node": "ws-1"}
     assert server.seen["request"][b"authorization"] == b"Bearer w"
     assert server.seen["pongs"] == 1 and server.seen["close"] == 1000
+
+
+def test_a_server_cannot_grow_the_cookie_store_without_bound():
+    endpoint = Endpoint("http://127.0.0.1/acp")
+    endpoint.store_cookies([(b"set-cookie", b"n%d=v; Path=/" % i) for i in range(1000)])
+    endpoint.store_cookies([(b"set-cookie", b"big=" + b"x" * 5000), (b"Set-Cookie", b"n0=new")])
+    assert len(endpoint.cookies) == 50 and endpoint.cookies["n0"] == "new" and "big" not in endpoint.cookies
