@@ -20,6 +20,7 @@ delivery thread (or its reader, delivering in its stead when nothing else waits)
 thread when it pumps.
 """
 
+import importlib
 import threading
 import time
 from concurrent.futures import Future
@@ -190,16 +191,16 @@ class RemoteAgent:
         request (auth); ``cookies`` is a name-to-value dict the connection keeps up to date (pass
         your own to keep it across reconnects); ``ssl_context`` for TLS. Needs the extra
         ``acp-lite[remote]``; see ``acp_lite.remote.client`` and ``reconnect``."""
-        from .remote.client import open_url
-        from .remote.dial import Endpoint
-
-        endpoint = url
-        if not isinstance(url, Endpoint):
-            endpoint = Endpoint(
-                url, headers=headers, cookies=cookies, ssl_context=ssl_context, connect_timeout=connect_timeout
-            )
+        remote = _remote_client()
+        endpoint = remote.as_endpoint(
+            url, headers=headers, cookies=cookies, ssl_context=ssl_context, connect_timeout=connect_timeout
+        )
         agent = cls.connect(
-            open_url(endpoint, name=name), client, delivery=delivery, name=name, protocol_versions=protocol_versions
+            remote.open_url(endpoint, name=name),
+            client,
+            delivery=delivery,
+            name=name,
+            protocol_versions=protocol_versions,
         )
         agent.endpoint = endpoint
         return agent
@@ -217,9 +218,9 @@ class RemoteAgent:
         """For a ``connect_url`` agent: close this connection, open a new one to the same
         endpoint, initialize it and load (or resume) ``session_id`` there; returns the new
         agent (see ``acp_lite.remote.client.reconnect``)."""
-        from .remote.client import reconnect
-
-        return reconnect(self, session_id, cwd, mcp_servers, additional_directories, client=client, timeout=timeout)
+        return _remote_client().reconnect(
+            self, session_id, cwd, mcp_servers, additional_directories, client=client, timeout=timeout
+        )
 
     @classmethod
     def _speaking(
@@ -747,6 +748,18 @@ class RemoteAgent:
         else:
             answered()
         return answer
+
+
+def _remote_client() -> Any:
+    """``acp_lite.remote.client``, imported on first use: it needs the extra ``acp-lite[remote]``
+    and is not part of the vendored single file (which raises ``UsageError`` saying so)."""
+    module = f"{__package__}.remote.client"
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module.startswith(exc.name):
+            raise
+        raise UsageError("remote agents (acp_lite.remote) are not part of the vendored single file") from None
 
 
 def _flat_select_choices(options: Any) -> List[Any]:

@@ -346,3 +346,103 @@ def test_without_the_extra_the_import_error_names_it():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=100)
     assert "pip install 'acp-lite[remote]'" in done.stdout
     assert done.stdout.count("\n") == 1
+
+
+class ScriptedWebSocketServer:
+    """One WebSocket connection (wsproto on the server side): accepts the upgrade with a cookie and
+    an Acp-Connection-Id, then answers a request by a fragmented text message, after a binary
+    message, a ping and an oversized message (which the client must drop and report)."""
+
+    def __init__(self, oversized: int):
+        from wsproto import ConnectionType, WSConnection
+        from wsproto.events import AcceptConnection, CloseConnection, Ping, Pong, Request, TextMessage
+
+        self.events = (AcceptConnection, CloseConnection, Ping, Pong, Request, TextMessage)
+        self.ws = WSConnection(ConnectionType.SERVER)
+        self.oversized = oversized
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.seen = {"pongs": 0, "close": None, "request": None}
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        from wsproto.events import BytesMessage
+
+        accept, close, ping, pong, request, text = self.events
+        sock, _ = self.listener.accept()
+        with sock:
+            while True:
+                data = sock.recv(65536)
+                self.ws.receive_data(data or None)
+                for event in self.ws.events():
+                    if isinstance(event, request):
+                        self.seen["request"] = dict(event.extra_headers)
+                        sock.sendall(
+                            self.ws.send(
+                                accept(
+                                    extra_headers=[
+                                        (b"Set-Cookie", b"node=ws-1; Path=/"),
+                                        (b"Acp-Connection-Id", b"ws-conn"),
+                                    ]
+                                )
+                            )
+                        )
+                    elif isinstance(event, text):
+                        message = json.loads(event.data)
+                        if message.get("method") == "initialize":
+                            result = {"protocolVersion": 1, "agentCapabilities": {}}
+                        else:
+                            sock.sendall(self.ws.send(BytesMessage(data=b"\x00binary")))
+                            sock.sendall(self.ws.send(ping(payload=b"p")))
+                            big = json.dumps({"jsonrpc": "2.0", "id": 999, "result": "z" * self.oversized})
+                            sock.sendall(self.ws.send(text(data=big)))
+                            result = {"echo": message["params"], "text": NON_ASCII}
+                        answer = json.dumps(
+                            {"jsonrpc": "2.0", "id": message["id"], "result": result}, ensure_ascii=False
+                        )
+                        half = len(answer) // 2
+                        sock.sendall(self.ws.send(text(data=answer[:half], message_finished=False)))
+                        sock.sendall(self.ws.send(text(data=answer[half:], message_finished=True)))
+                    elif isinstance(event, pong):
+                        self.seen["pongs"] += 1
+                    elif isinstance(event, close):
+                        self.seen["close"] = event.code
+                        sock.sendall(self.ws.send(event.response()))
+                        return
+                if not data:
+                    return
+
+    def close(self):
+        self.thread.join(WAIT)
+        self.listener.close()
+
+
+def test_websocket_frames_are_read_leniently_and_bounded_and_closed_with_1000():
+    server = ScriptedWebSocketServer(oversized=5000)
+    cookies = {}
+    try:
+        channel = open_url(
+            Endpoint(f"ws://127.0.0.1:{server.port}/acp", headers={"Authorization": "Bearer w"}, cookies=cookies),
+            max_message_size=2000,
+        )
+        connection = Connection(channel)
+        connection.start()
+        try:
+            connection.call("initialize", {"protocolVersion": 1}, timeout=WAIT)
+            answer = connection.call("x/echo", {"n": 1}, timeout=WAIT)
+            assert answer == {"echo": {"n": 1}, "text": NON_ASCII}
+        finally:
+            connection.close()
+    finally:
+        server.close()
+    assert cookies == {"node": "ws-1"}
+    assert server.seen["request"][b"authorization"] == b"Bearer w"
+    assert server.seen["pongs"] == 1 and server.seen["close"] == 1000
+
+
+def test_a_server_cannot_grow_the_cookie_store_without_bound():
+    endpoint = Endpoint("http://127.0.0.1/acp")
+    endpoint.store_cookies([(b"set-cookie", b"n%d=v; Path=/" % i) for i in range(1000)])
+    endpoint.store_cookies([(b"set-cookie", b"big=" + b"x" * 5000), (b"Set-Cookie", b"n0=new")])
+    assert len(endpoint.cookies) == 50 and endpoint.cookies["n0"] == "new" and "big" not in endpoint.cookies

@@ -102,7 +102,8 @@ def test_a_huge_comment_or_field_line_is_never_buffered():
     assert [e.data for e in reader.feed(b"e" * 5000 + b"\ndata: z\n\n")] == [b"z"]
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.timeout(120)  # hypothesis warms up slowly on a loaded machine (Python 3.9: over 30 s once)
+@settings(max_examples=200, deadline=None)
 @given(
     messages=st.lists(st.text(max_size=40).map(lambda t: json.dumps(t, ensure_ascii=False).encode()), max_size=8),
     eol=st.sampled_from([b"\n", b"\r\n", b"\r"]),

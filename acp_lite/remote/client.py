@@ -93,6 +93,8 @@ class Lane:
                 frame = self._frames.popleft()
             try:
                 self._write(frame)
+            except ConnectionClosed as exc:  # the reader ends the channel with the reason
+                _log.debug("sending a message failed: %s", exc)
             except Exception:
                 _log.exception("sending a message failed")
             finally:
@@ -298,6 +300,12 @@ class WebSocketClient:
 
 
 # -- opening and reopening ----------------------------------------------------------------------
+def as_endpoint(url: Any, **options: Any) -> Endpoint:
+    """``url`` itself when it is an ``Endpoint`` (its own options stand), else an ``Endpoint`` for
+    the URL with ``options`` (``Endpoint``'s keywords)."""
+    return url if isinstance(url, Endpoint) else Endpoint(url, **options)
+
+
 def open_url(
     endpoint: Endpoint,
     *,

@@ -7,8 +7,8 @@ Rules this module keeps:
   cookie store and the TLS context. A reconnect reuses it as it is.
 - Cookies (the RFD makes them a client MUST, for load-balancer affinity): a plain ``dict`` of
   name to value, owned by the caller when given, so it outlives a connection. Every response's
-  ``Set-Cookie`` is stored (attributes ignored, as the official SDKs do) and the store is sent on
-  every request.
+  ``Set-Cookie`` is stored (attributes ignored, as the official SDKs do; at most ``MAX_COOKIES``
+  names of ``MAX_COOKIE_BYTES`` each) and the store is sent on every request.
 - TLS through an ``ssl.SSLContext`` (the default one verifies the server) offering ALPN
   ``http/1.1`` only: the server must not pick HTTP/2 under us.
 - ``HttpExchange`` is one socket speaking HTTP/1.1 through h11: a request, then its response
@@ -32,6 +32,9 @@ from ..errors import ConnectionClosed, UsageError
 
 MAX_HEAD_BYTES = 64 * 1024
 ERROR_BODY_BYTES = 8 * 1024
+# A server cannot grow the cookie store without bound: the sizes browsers keep (RFC 6265, 6.1).
+MAX_COOKIES = 50
+MAX_COOKIE_BYTES = 4096
 _RECV_BYTES = 64 * 1024
 # A keep-alive socket idle longer than this is not reused: common servers close theirs after 5 s,
 # and a request sent into a socket the server is closing is lost.
@@ -116,8 +119,10 @@ class Endpoint:
                 continue
             first = value.decode("latin-1").split(";", 1)[0]
             key, equals, val = first.partition("=")
-            if equals and key.strip():
-                with self._cookie_lock:
+            if not equals or not key.strip() or len(first) > MAX_COOKIE_BYTES:
+                continue
+            with self._cookie_lock:
+                if key.strip() in self.cookies or len(self.cookies) < MAX_COOKIES:
                     self.cookies[key.strip()] = val.strip()
 
 

@@ -1,6 +1,6 @@
 """An agent named by a URL instead of a command: ``acp-lite run -- https://host/acp``.
 
-The commands that take ``-- AGENT_CMD...`` (``run``, ``bench``, ``tap``) take a single
+The commands that take ``-- AGENT_CMD...`` (``run``, ``bench``, ``tap``, ``check``) take a single
 ``http://``, ``https://``, ``ws://`` or ``wss://`` URL there too, and then talk to that remote
 agent (``acp_lite.remote``, which needs the extra ``acp-lite[remote]``) instead of spawning one.
 """
