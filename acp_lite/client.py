@@ -20,6 +20,7 @@ delivery thread (or its reader, delivering in its stead when nothing else waits)
 thread when it pumps.
 """
 
+import importlib
 import threading
 import time
 from concurrent.futures import Future
@@ -105,6 +106,7 @@ class RemoteAgent:
         self.client = client if client is not None else Client()
         self.client.attach(self)
         self.process = process
+        self.endpoint: Any = None  # the remote.dial.Endpoint of a connect_url agent
         self.capabilities: Optional[AgentCapabilities] = None
         self.info: Optional[Implementation] = None
         self.auth_methods: List[Any] = []
@@ -169,6 +171,56 @@ class RemoteAgent:
         """Talk to an agent over an already open transport (socket, in-memory pair, ...);
         ``name`` and ``protocol_versions`` as for ``spawn``."""
         return cls._speaking(protocol_versions, Connection(transport, delivery=delivery, name=name), client)
+
+    @classmethod
+    def connect_url(
+        cls,
+        url: Any,
+        client: Optional[Client] = None,
+        *,
+        headers: Optional[Dict[str, str]] = None,
+        cookies: Optional[Dict[str, str]] = None,
+        ssl_context: Any = None,
+        connect_timeout: float = 10.0,
+        delivery: Optional[HostDelivery] = None,
+        name: str = "agent",
+        protocol_versions: Sequence[int] = SUPPORTED_PROTOCOL_VERSIONS,
+    ) -> "RemoteAgent":
+        """Talk to a remote agent at an ``http://``, ``https://`` (Streamable HTTP) or ``ws://``,
+        ``wss://`` (WebSocket) URL, or a ``remote.dial.Endpoint``. ``headers`` go with every
+        request (auth); ``cookies`` is a name-to-value dict the connection keeps up to date (pass
+        your own to keep it across reconnects); ``ssl_context`` for TLS. Needs the extra
+        ``acp-lite[remote]``; see ``acp_lite.remote.client`` and ``reconnect``."""
+        remote = _remote_client()
+        endpoint = remote.as_endpoint(
+            url, headers=headers, cookies=cookies, ssl_context=ssl_context, connect_timeout=connect_timeout
+        )
+        agent = cls.connect(
+            remote.open_url(endpoint, name=name),
+            client,
+            delivery=delivery,
+            name=name,
+            protocol_versions=protocol_versions,
+        )
+        agent.endpoint = endpoint
+        return agent
+
+    def reconnect(
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: Sequence[Any] = (),
+        additional_directories: Optional[Sequence[str]] = None,
+        *,
+        client: Optional[Client] = None,
+        timeout: Optional[float] = 30.0,
+    ) -> "RemoteAgent":
+        """For a ``connect_url`` agent: close this connection, open a new one to the same
+        endpoint, initialize it and load (or resume) ``session_id`` there; returns the new
+        agent (see ``acp_lite.remote.client.reconnect``)."""
+        return _remote_client().reconnect(
+            self, session_id, cwd, mcp_servers, additional_directories, client=client, timeout=timeout
+        )
 
     @classmethod
     def _speaking(
@@ -696,6 +748,18 @@ class RemoteAgent:
         else:
             answered()
         return answer
+
+
+def _remote_client() -> Any:
+    """``acp_lite.remote.client``, imported on first use: it needs the extra ``acp-lite[remote]``
+    and is not part of the vendored single file (which raises ``UsageError`` saying so)."""
+    module = f"{__package__}.remote.client"
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module.startswith(exc.name):
+            raise
+        raise UsageError("remote agents (acp_lite.remote) are not part of the vendored single file") from None
 
 
 def _flat_select_choices(options: Any) -> List[Any]:

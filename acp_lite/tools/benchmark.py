@@ -25,7 +25,7 @@ import json
 import statistics
 import time
 from collections import Counter
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, cast
 
 import msgspec
 
@@ -45,8 +45,9 @@ from ..schema import (
     StopReason,
 )
 from ..updates import cancelled_permission, select_permission, variant_tag
-from ..wire import OversizedFrame, Transport
+from ..wire import OversizedFrame, Transport, process_transport
 from ..workspace import WorkspaceClient
+from .remote_url import agent_url
 from .workload import PING_METHOD, mix_update
 
 # The extension method that asks a client whether it read a replayed stream (the one that times a
@@ -55,17 +56,21 @@ DRAINED_METHOD = "_acp_lite/bench/drained"
 
 
 # -- measuring an agent -------------------------------------------------------------------------------
-class _CountingTransport(Transport):
-    """An agent process's stdio that counts, on the reader thread, the bytes that arrive and the
-    longest line."""
+class _CountingTransport:
+    """A transport (an agent process's stdio, or a remote agent's channel) that counts, on the
+    reader thread, the bytes that arrive and the longest line; the rest is the transport's."""
 
-    def __init__(self, process: AgentProcess):
-        super().__init__(process.stdout, process.stdin, name=f"agent-{process.pid}", closed_error=process.closed_error)
+    def __init__(self, inner: Any):
+        self._inner = inner
+        self.max_message_size = inner.max_message_size
         self.bytes_in = 0
         self.longest_line = b""
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
     def read_blocks(self) -> Any:
-        blocks = super().read_blocks()
+        blocks = self._inner.read_blocks()
         for block in blocks or ():
             if isinstance(block, OversizedFrame):  # dropped, but it did arrive
                 self.bytes_in += block.size + 1
@@ -142,13 +147,22 @@ def measure_agent(
     fails."""
     client = _MeasuringClient(allow)
     started = time.perf_counter()
-    process = AgentProcess(argv, on_stderr_line=on_stderr_line)
-    transport = _CountingTransport(process)
-    try:
-        agent = RemoteAgent(Connection(transport, name="agent"), client, process)
-    except BaseException:
-        process.stop()
-        raise
+    url = agent_url(argv)
+    if url is not None:
+        from ..remote.client import open_url
+        from ..remote.dial import Endpoint
+
+        transport = _CountingTransport(open_url(Endpoint(url)))
+        # (Any until rpc types its transport as the seam's Protocol rather than wire.Transport.)
+        agent = RemoteAgent(Connection(cast(Any, transport), name="agent"), client)
+    else:
+        process = AgentProcess(argv, on_stderr_line=on_stderr_line)
+        transport = _CountingTransport(process_transport(process))
+        try:
+            agent = RemoteAgent(Connection(cast(Any, transport), name="agent"), client, process)
+        except BaseException:
+            process.stop()
+            raise
     with agent:
         init = agent.initialize(timeout=init_timeout)
         if auth_method is not None:

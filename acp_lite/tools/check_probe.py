@@ -21,6 +21,8 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 from ..errors import AUTH_REQUIRED, METHOD_NOT_FOUND
 from ..process import AgentProcess
+from .check_remote import RemoteAgentProcess
+from .remote_url import agent_url
 from .wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -227,7 +229,12 @@ class ProbedAgent:
         self._next_id = 0
         self._started = time.monotonic()
         self._lines: queue.Queue[Optional[bytes]] = queue.Queue()
-        self.process = AgentProcess(options.agent_command, on_stderr_line=lambda line: None)
+        url = agent_url(options.agent_command)
+        self.process: Any = (
+            RemoteAgentProcess(url)
+            if url is not None
+            else AgentProcess(options.agent_command, on_stderr_line=lambda line: None)
+        )
         # The reader owns a duplicate of the stdout pipe: stop() closes the original, and a read
         # on a closed (and perhaps reused) descriptor number could take the next agent's bytes.
         self._stdout_fd = os.dup(self.process.stdout.fileno())

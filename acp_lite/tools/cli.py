@@ -1,5 +1,5 @@
 """The ``acp-lite`` command line (``python -m acp_lite``): ``run``, ``tap``, ``validate``, ``check``,
-``bench`` and ``vendor``.
+``bench``, ``serve`` and ``vendor``.
 
 Commands that start an agent take its command after ``--`` (``acp-lite run -- my-agent --flag``):
 everything after the first ``--`` belongs to the agent and is never parsed here. A missing agent
@@ -55,6 +55,7 @@ from .benchmark import (
 from .check import check_command, configure_check_command
 from .exits import CANNOT_START, INTERRUPTED, cli_error
 from .run import configure_run, run_command
+from .serve import configure_serve, serve_command
 from .tap import run_tap
 from .vendor import configure_vendor_command, vendor_command
 from .wirecheck import DIRECTIONS, WireChecker, WireVerdict, parse_wire_line
@@ -407,6 +408,12 @@ _COMMANDS: Dict[str, CliCommand] = {
         _bench_command,
         agent_command=True,
         command_optional=True,
+    ),
+    "serve": CliCommand(
+        "serve a stdio agent over HTTP and WebSocket (needs acp-lite[remote])",
+        configure_serve,
+        serve_command,
+        agent_command=True,
     ),
     "vendor": CliCommand(
         "write acp_lite as one module file, for editor plugins", configure_vendor_command, vendor_command

@@ -53,6 +53,7 @@ from ..updates import select_permission
 from ..workspace import WorkspaceClient
 from .argtypes import existing_directory, positive_seconds
 from .exits import CANNOT_START, INTERRUPTED, cli_error
+from .remote_url import agent_url
 
 _RUN_CLIENT_INFO = Implementation(name="acp-lite-run", title="acp-lite run", version="0.1.0")
 # A signal that arrives just before the main thread blocks on a lock (or on another thread) does
@@ -393,9 +394,13 @@ class _RunSession:
 def _start_agent(args: argparse.Namespace, run: _RunSession, relay: _StderrRelay) -> Tuple[Optional[RemoteAgent], int]:
     """Spawn and initialize the agent, and authenticate if asked; (agent, 0), or (None, exit
     status) after saying why. The agent is closed on every way out but success, a Ctrl-C too."""
+    url = agent_url(args.agent_command)
     try:
-        agent = RemoteAgent.spawn(args.agent_command, run.client, on_stderr_line=relay.line)
-    except AgentStartError as exc:
+        if url is not None:
+            agent = RemoteAgent.connect_url(url, run.client)
+        else:
+            agent = RemoteAgent.spawn(args.agent_command, run.client, on_stderr_line=relay.line)
+    except (AgentStartError, ConnectionClosed, ImportError) as exc:
         cli_error(str(exc))
         return None, CANNOT_START
     status = None

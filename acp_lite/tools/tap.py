@@ -24,10 +24,12 @@ import subprocess
 import sys
 import threading
 import time
-from typing import BinaryIO, Deque, Dict, List, Sequence, Tuple
+from typing import BinaryIO, Deque, Dict, List, Sequence, Set, Tuple
 
 import msgspec
 
+from ..errors import ConnectionClosed
+from .remote_url import agent_url
 from .wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker
 
 _TAP_READ_SIZE = 64 * 1024
@@ -159,6 +161,9 @@ def run_tap(agent_argv: Sequence[str], log_path: str) -> int:
         print(f"acp-lite tap: cannot open the log: {exc}", file=sys.stderr)
         return 2
     with log_file:
+        url = agent_url(agent_argv)
+        if url is not None:
+            return _tap_remote(url, _TapLog(log_file))
         try:
             agent = subprocess.Popen(list(agent_argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         except OSError as exc:
@@ -189,3 +194,63 @@ def run_tap(agent_argv: Sequence[str], log_path: str) -> int:
         downstream.join(_TAP_DRAIN_SECONDS)
         log.close()
     return 128 - code if code < 0 else code
+
+
+def _tap_remote(url: str, log: _TapLog) -> int:
+    """``run_tap`` for an agent at a URL: each line of our stdin is a message sent to it, each
+    message it sends is a line on our stdout. Ends when the connection ends (or our stdin does,
+    which closes it); the exit code is 0, or 1 when the agent cannot be reached."""
+    from ..remote.client import id_key, open_url, peek
+    from ..remote.dial import Endpoint
+
+    try:
+        channel = open_url(Endpoint(url))
+    except (ConnectionClosed, ImportError) as exc:
+        print(f"acp-lite tap: cannot reach the agent: {exc}", file=sys.stderr)
+        log.close()
+        return 1
+
+    unanswered: Set[str] = set()  # the ids of the editor's requests, until answered
+    answered = threading.Condition()
+
+    def client_to_agent() -> None:
+        partial = b""
+        try:
+            for chunk in iter(lambda: os.read(0, _TAP_READ_SIZE), b""):
+                log.note(CLIENT_TO_AGENT, chunk)
+                *lines, partial = (partial + chunk).split(b"\n")
+                for line in lines:
+                    message = peek(line)
+                    if message is not None and message.method is not None and message.id is not msgspec.UNSET:
+                        with answered:
+                            unanswered.add(id_key(message.id))
+                    if line.strip():
+                        channel.send(line.rstrip(b"\r"))
+        except (OSError, ConnectionClosed):
+            pass
+        log.note(CLIENT_TO_AGENT, b"", end_of_stream=True)
+        # A stdio agent answers what it read before its stdin closed: so does this one, within
+        # the drain time.
+        with answered:
+            answered.wait_for(lambda: not unanswered or channel.ended, _TAP_DRAIN_SECONDS)
+        channel.close()
+
+    threading.Thread(target=client_to_agent, name="tap-client->agent", daemon=True).start()
+    try:
+        for blocks in iter(channel.read_blocks, None):
+            data = b"".join(block + b"\n" for block in blocks if isinstance(block, bytes))
+            for line in data.splitlines():
+                message = peek(line)
+                if message is not None and message.method is None and message.id is not msgspec.UNSET:
+                    with answered:
+                        unanswered.discard(id_key(message.id))
+                        answered.notify_all()
+            log.note(AGENT_TO_CLIENT, data)
+            _tap_write_all(1, data)
+    except OSError:  # the editor went away
+        pass
+    log.note(AGENT_TO_CLIENT, b"", end_of_stream=True)
+    _close_our_stdout()
+    channel.close()
+    log.close()
+    return 0

@@ -29,6 +29,11 @@ PY_VENV = PEERS / "py"
 
 TS_SDK, TS_SDK_VERSION = "@agentclientprotocol/sdk", "2.4.0"
 PY_SDK, PY_SDK_VERSION = "agent-client-protocol", "0.12.1"
+# The remote transports' peers: the Python SDK's ``http`` extra (httpx, websockets) and an ASGI server
+# for its ``create_asgi_app``; ``ws`` for the TypeScript SDK's WebSocket server and client.
+PY_SDK_EXTRA = "http"
+UVICORN, UVICORN_VERSION = "uvicorn", "0.35.0"
+WS, WS_VERSION = "ws", "8.23.1"
 # The last acpx release whose engines accept node 18 and 20 (later ones want node >= 22.12).
 ACPX, ACPX_VERSION = "acpx", "0.1.15"
 
@@ -58,6 +63,11 @@ def ts_sdk_v2_entry() -> Optional[Path]:
     """The pinned TypeScript SDK's experimental v2 module, or None when it is not installed."""
     found = _npm_package(TS_SDK, TS_SDK_VERSION)
     return found[0] / found[1]["exports"]["./experimental/v2"]["import"] if found else None
+
+
+def ts_ws_installed() -> bool:
+    """Whether the pinned ``ws`` (the TypeScript SDK's WebSocket peer) is installed."""
+    return _npm_package(WS, WS_VERSION) is not None
 
 
 def acpx_cli() -> Optional[Path]:
@@ -91,9 +101,10 @@ def py_sdk_python() -> Optional[Path]:
     python = PY_VENV / "bin" / "python"
     if not python.exists():
         return None
-    probe = f"import importlib.metadata as m; print(m.version({PY_SDK!r}))"
+    # The http extra and the ASGI server too: a venv from before they were pinned lacks them.
+    probe = f"import importlib.metadata as m, httpx, websockets; print(m.version({PY_SDK!r}), m.version({UVICORN!r}))"
     done = subprocess.run([str(python), "-c", probe], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    if done.returncode != 0 or done.stdout.decode().strip() != PY_SDK_VERSION:
+    if done.returncode != 0 or done.stdout.decode().split() != [PY_SDK_VERSION, UVICORN_VERSION]:
         return None
     return python
 
@@ -120,6 +131,13 @@ def install_typescript_sdk() -> Optional[str]:
     if ts_sdk_entry() is not None:
         return None
     return _npm_install(f"{TS_SDK}@{TS_SDK_VERSION}")
+
+
+def install_ws() -> Optional[str]:
+    """Install the pinned ``ws`` unless present; None on success, else why not."""
+    if ts_ws_installed():
+        return None
+    return _npm_install(f"{WS}@{WS_VERSION}")
 
 
 def install_acpx() -> Optional[str]:
@@ -150,14 +168,16 @@ def install_python_sdk() -> Optional[str]:
         problem = _install([sys.executable, "-m", "venv", str(PY_VENV)])
         if problem is not None:
             return problem
-    return _install([str(python), "-m", "pip", "install", "-q", *_PIP_NETWORK, f"{PY_SDK}=={PY_SDK_VERSION}"])
+    packages = [f"{PY_SDK}[{PY_SDK_EXTRA}]=={PY_SDK_VERSION}", f"{UVICORN}=={UVICORN_VERSION}"]
+    return _install([str(python), "-m", "pip", "install", "-q", *_PIP_NETWORK, *packages])
 
 
 def main() -> int:
     for name, install in (
         (f"{TS_SDK}@{TS_SDK_VERSION}", install_typescript_sdk),
+        (f"{WS}@{WS_VERSION}", install_ws),
         (f"{ACPX}@{ACPX_VERSION}", install_acpx),
-        (f"{PY_SDK}=={PY_SDK_VERSION}", install_python_sdk),
+        (f"{PY_SDK}[{PY_SDK_EXTRA}]=={PY_SDK_VERSION} and {UVICORN}=={UVICORN_VERSION}", install_python_sdk),
     ):
         problem = install()
         if problem is None:

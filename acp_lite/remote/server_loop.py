@@ -1,0 +1,400 @@
+"""The remote server's selector loop: one thread, ``acp-remote-loop``, owns every socket.
+
+Rules this module keeps:
+
+- Only the loop thread touches a socket, a ``Peer`` or a protocol handler. Other threads (the
+  agents' cores) hand work over with ``call_soon``, which wakes the loop through a socketpair.
+- Sockets are non-blocking. A peer's output is a queue of byte pieces; a piece may carry a charge
+  (bytes of an ACP connection's budget), released once the piece is wholly on the wire. Nothing
+  here copies a payload: large pieces go to ``send`` as they are.
+- TLS is an ``ssl.SSLContext`` wrapping each accepted socket; the handshake runs in the loop and
+  counts against the header deadline.
+- The listener is never blocked by a peer: a peer over the socket cap gets a fixed 503 and is
+  closed; each handler decides its own deadlines in ``tick``, run every ``TICK_SECONDS``.
+- ``stop`` ends the loop; the loop closes every socket it owns before its thread ends.
+"""
+
+import collections
+import errno
+import logging
+import selectors
+import socket
+import ssl
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+log = logging.getLogger("acp_lite.remote.server")
+
+# How often handlers are asked about their deadlines (keep-alives, header time, stalls).
+TICK_SECONDS = 0.25
+
+_RECV_BYTES = 65536
+
+# A piece of output: the bytes, and the budget it gives back once sent (a callable and a count).
+Release = Callable[[int], None]
+
+
+class Handler:
+    """What the loop asks of a peer's protocol (HTTP or WebSocket). Loop thread only."""
+
+    def on_data(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def on_eof(self) -> None:
+        """The peer closed its sending half, or the socket failed: the peer is closed after this."""
+
+    def tick(self, now: float) -> None:
+        """A chance to act on deadlines."""
+
+
+class Peer:
+    """One accepted socket and its output queue. Loop thread only."""
+
+    def __init__(self, loop: "Loop", sock: socket.socket, address: Any):
+        self.loop = loop
+        self.sock = sock
+        self.address = address
+        self.handler: Handler = Handler()
+        self.accepted_at = time.monotonic()
+        self.last_sent = self.accepted_at
+        self._out: Deque[Tuple[memoryview, Optional[Release], int]] = collections.deque()
+        self.out_bytes = 0
+        self.closed = False
+        self._close_when_sent = False
+        self.reading = True
+        self.handshaking = isinstance(sock, ssl.SSLSocket)
+        self._mask = 0
+
+    # -- output --------------------------------------------------------------------------------
+    def write(self, data: bytes, release: Optional[Release] = None, charge: int = 0) -> None:
+        """Queue ``data``; ``release(charge)`` runs once it is all sent (or dropped at close)."""
+        if self.closed:
+            if release is not None and charge:
+                release(charge)
+            return
+        if data:
+            self._out.append((memoryview(data), release, charge))
+            self.out_bytes += len(data)
+        elif release is not None and charge:
+            release(charge)
+        if not self.handshaking:
+            self._flush()
+        self._update_mask()
+
+    def close_when_sent(self) -> None:
+        """Close once the queued output is on the wire (at once if there is none)."""
+        self._close_when_sent = True
+        self.pause_reading()
+        if not self._out:
+            self.close()
+
+    def pause_reading(self) -> None:
+        self.reading = False
+        self._update_mask()
+
+    def resume_reading(self) -> None:
+        if not self._close_when_sent:
+            self.reading = True
+            self._update_mask()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.forget(self)
+        for _, release, charge in self._out:
+            if release is not None and charge:
+                release(charge)
+        self._out.clear()
+        self.out_bytes = 0
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            self.handler.on_eof()
+        except Exception:
+            log.exception("closing handler failed")
+
+    # -- loop side -----------------------------------------------------------------------------
+    def _flush(self) -> None:
+        while self._out:
+            view, release, charge = self._out[0]
+            try:
+                sent = self.sock.send(view)
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                return
+            except OSError:
+                self.close()
+                return
+            self.out_bytes -= sent
+            self.last_sent = time.monotonic()
+            if sent < len(view):
+                self._out[0] = (view[sent:], release, charge)
+                return
+            self._out.popleft()
+            if release is not None and charge:
+                release(charge)
+        if self._close_when_sent:
+            self.close()
+
+    def _handshake(self) -> None:
+        assert isinstance(self.sock, ssl.SSLSocket)
+        try:
+            self.sock.do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        except (OSError, ValueError) as exc:
+            log.debug("TLS handshake with %s failed: %s", self.address, exc)
+            self.close()
+            return
+        self.handshaking = False
+        self._flush()
+
+    def _read(self) -> None:
+        chunks: List[bytes] = []
+        eof = False
+        while True:
+            try:
+                data = self.sock.recv(_RECV_BYTES)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                break
+            except OSError:
+                eof = True
+                break
+            if not data:
+                eof = True
+                break
+            chunks.append(data)
+            # TLS may hold decrypted bytes that select() cannot see; a plain socket is read again
+            # only when select says so.
+            if not (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
+                break
+        if chunks:
+            self.handler.on_data(b"".join(chunks))
+        if eof and not self.closed:
+            self.close()
+
+    def on_ready(self, mask: int) -> None:
+        if self.handshaking:
+            self._handshake()
+        else:
+            if mask & selectors.EVENT_WRITE and not self.closed:
+                self._flush()
+            if mask & selectors.EVENT_READ and not self.closed:
+                self._read()
+        self._update_mask()
+
+    def _update_mask(self) -> None:
+        if self.closed:
+            return
+        mask = selectors.EVENT_READ if (self.reading or self.handshaking) else 0
+        if self._out or (self.handshaking and self._mask & selectors.EVENT_WRITE):
+            mask |= selectors.EVENT_WRITE
+        if mask == self._mask:
+            return
+        selector = self.loop.selector
+        if not self._mask:
+            selector.register(self.sock, mask, self)
+        elif not mask:
+            selector.unregister(self.sock)
+        else:
+            selector.modify(self.sock, mask, self)
+        self._mask = mask
+
+    def forget_registration(self) -> None:
+        if self._mask:
+            try:
+                self.loop.selector.unregister(self.sock)
+            except (KeyError, ValueError):
+                pass
+            self._mask = 0
+
+
+class Loop:
+    """The selector loop around one listening socket.
+
+    ``make_handler(peer)`` builds the protocol handler of each accepted socket, or returns None
+    when the socket must be refused (it has written its refusal already). Start with ``start``,
+    end with ``stop`` (any thread); ``call_soon`` from any thread.
+    """
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        make_handler: Callable[[Peer], Optional[Handler]],
+        *,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        max_sockets: int,
+        on_tick: Callable[[float], None],
+    ):
+        self.selector = selectors.DefaultSelector()
+        self._listener = listener
+        listener.setblocking(False)
+        self._make_handler = make_handler
+        self._ssl_context = ssl_context
+        self._max_sockets = max_sockets
+        self._on_tick = on_tick
+        self.peers: Dict[int, Peer] = {}
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._calls: Deque[Callable[[], None]] = collections.deque()
+        self._calls_lock = threading.Lock()
+        self._woken = False
+        self._stopping = False
+        self.selector.register(listener, selectors.EVENT_READ, "listener")
+        self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self.thread = threading.Thread(target=self._run, name="acp-remote-loop", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def in_loop(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop thread, in call order. Any thread."""
+        with self._calls_lock:
+            self._calls.append(fn)
+            if self._woken:
+                return
+            self._woken = True
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass  # the loop is gone, or already woken with a full pipe
+
+    def stop(self) -> None:
+        """Make the loop close every socket and end. Any thread; join ``thread`` to wait."""
+
+        def stopping() -> None:
+            self._stopping = True
+
+        self.call_soon(stopping)
+
+    def forget(self, peer: Peer) -> None:
+        peer.forget_registration()
+        self.peers.pop(id(peer), None)
+
+    # -- the loop thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        next_tick = time.monotonic() + TICK_SECONDS
+        try:
+            while not self._stopping:
+                timeout = max(0.0, next_tick - time.monotonic())
+                for key, mask in self.selector.select(timeout):
+                    if key.data == "listener":
+                        self._accept()
+                    elif key.data == "wake":
+                        self._drain_wake()
+                    else:
+                        self._guarded(key.data, key.data.on_ready, mask)
+                self._run_calls()
+                now = time.monotonic()
+                if now >= next_tick:
+                    next_tick = now + TICK_SECONDS
+                    self._tick(now)
+        except Exception:
+            log.exception("the remote server loop failed")
+        finally:
+            self._shutdown()
+
+    def _guarded(self, peer: Peer, fn: Callable[[Any], None], arg: Any) -> None:
+        # A handler's bug closes its own socket, never the loop.
+        try:
+            fn(arg)
+        except Exception:
+            log.exception("remote peer %s failed", peer.address)
+            peer.close()
+
+    def _tick(self, now: float) -> None:
+        for peer in list(self.peers.values()):
+            if not peer.closed:
+                self._guarded(peer, peer.handler.tick, now)
+        self._on_tick(now)
+
+    def _run_calls(self) -> None:
+        while True:
+            with self._calls_lock:
+                if not self._calls:
+                    self._woken = False
+                    return
+                fn = self._calls.popleft()
+            try:
+                fn()
+            except Exception:
+                log.exception("remote server call failed")
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def _accept(self) -> None:
+        for _ in range(64):  # a bounded batch: a flood must not starve the other sockets
+            try:
+                sock, address = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning("cannot accept: %s", exc)
+                return
+            sock.setblocking(False)
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if len(self.peers) >= self._max_sockets:
+                _refuse_busy(sock)
+                continue
+            if self._ssl_context is not None:
+                try:
+                    sock = self._ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                except (OSError, ValueError):
+                    sock.close()
+                    continue
+            peer = Peer(self, sock, address)
+            self.peers[id(peer)] = peer
+            handler = self._make_handler(peer)
+            if handler is None:
+                peer.close()
+                continue
+            peer.handler = handler
+            if peer.handshaking:
+                peer._handshake()
+            peer._update_mask()
+
+    def _shutdown(self) -> None:
+        # Last chance for what the peers have queued (closing frames, final chunks), then close.
+        deadline = time.monotonic() + 0.5
+        while any(p._out for p in self.peers.values()) and time.monotonic() < deadline:
+            for key, mask in self.selector.select(0.05):
+                if isinstance(key.data, Peer):
+                    key.data.on_ready(mask & selectors.EVENT_WRITE or mask)
+        for peer in list(self.peers.values()):
+            peer.close()
+        self._run_calls()
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self.selector.close()
+
+
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\n"
+    b"Content-Length: 20\r\nConnection: close\r\n\r\ntoo many connections"
+)
+
+
+def _refuse_busy(sock: socket.socket) -> None:
+    # Over the socket cap: one best-effort write, no state kept, no TLS.
+    try:
+        sock.send(_BUSY)
+    except OSError:
+        pass
+    sock.close()

@@ -1,0 +1,303 @@
+"""One remote ACP connection on the server: its agent, its streams, and where each message goes.
+
+Rules this module keeps (the design's routing rules, which make both official clients work):
+
+- One backend per connection (an ``Agent`` instance served by the core, or a bridge to an agent
+  process), started on a ``Channel`` fed with the POST bodies or WebSocket messages received, in
+  arrival order.
+- Over WebSocket every frame the agent sends goes to the one socket. Over HTTP it goes to a
+  *stream*: the connection stream (key None) or the stream of session S (key S), each with a
+  queue that waits for its reader (an SSE response) and a per-stream event id.
+- An agent message naming ``params.sessionId`` S goes to S's route: the session stream if S was
+  named by a result of ours (``session/new``/``fork``), by a session GET, or by a POST carrying
+  ``Acp-Session-Id``; the connection stream if S first came in a POST without that header (the
+  Python client on ``session/load``), until a later POST for S carries the header. Answers follow
+  the route their request recorded; answers to ``session/new``/``fork`` and connection-level
+  messages go to the connection stream.
+- The answer to ``session/load``/``resume`` posted with ``Acp-Session-Id`` goes on S's stream,
+  behind the replay, when that stream has a reader; else on the connection stream.
+- Client answers to agent requests are routed by id: the session header is optional on them.
+- The connection's outbound bytes are the channel's budget: a frame counts until its last byte is
+  on the wire (or dropped), so a slow reader holds the agent's senders, never memory.
+- Loop-thread members: ``incoming``, ``attach``, ``detach``, ``pump``, ``end_streams``;
+  ``route`` runs in the agent's sending threads and takes the lock.
+"""
+
+import collections
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, Optional, Protocol, Union
+
+import msgspec
+
+from ..errors import ConnectionClosed
+from .channel import Channel
+from .server_loop import Loop
+
+Key = Optional[str]  # a stream: None for the connection stream, else a session id
+
+_SESSION_OPENERS = frozenset({"session/new", "session/fork"})
+_LOADERS = frozenset({"session/load", "session/resume"})
+
+
+class _Params(msgspec.Struct):
+    sessionId: Optional[str] = None
+
+
+class MessageHead(msgspec.Struct):
+    """What routing reads of a JSON-RPC message; the rest is skipped unread."""
+
+    method: Optional[str] = None
+    id: Union[int, str, None] = None
+    params: Optional[_Params] = None
+    result: msgspec.Raw = msgspec.Raw(b"")  # empty when absent
+
+    @property
+    def session_id(self) -> Optional[str]:
+        return self.params.sessionId if self.params is not None else None
+
+
+_decode_head = msgspec.json.Decoder(MessageHead).decode
+_decode_params = msgspec.json.Decoder(_Params).decode
+
+
+def read_head(message: bytes) -> MessageHead:
+    """The head of one JSON-RPC message object; ``msgspec.DecodeError`` when it is not one."""
+    return _decode_head(message)
+
+
+class Served(Protocol):
+    """What a backend started on a channel gives back (``rpc.Connection`` is one)."""
+
+    @property
+    def closed(self) -> bool:
+        """True once the backend's side has ended."""
+
+    def close(self, timeout: float = 5.0) -> None:
+        """End the backend and release its threads and processes, within ``timeout``."""
+
+
+Start = Callable[[Channel], Served]
+
+
+class Sink:
+    """A stream's reader: an SSE response or a WebSocket. Loop thread only."""
+
+    def deliver(self, frame: bytes, event_id: int, release: Callable[[int], None]) -> None:
+        """Write ``frame``; call ``release(len(frame))`` once it is written or dropped."""
+        raise NotImplementedError
+
+    def end(self, code: int = 1000) -> None:
+        """End the stream (an SSE final chunk, a WebSocket close with ``code``)."""
+        raise NotImplementedError
+
+
+class Stream:
+    """A queue of frames for one reader at a time."""
+
+    def __init__(self) -> None:
+        self.queue: Deque[bytes] = collections.deque()
+        self.reader: Optional[Sink] = None
+        self.next_id = 0
+
+
+class RemoteConnection:
+    """One ACP connection (an ``Acp-Connection-Id`` or one WebSocket) and its agent."""
+
+    def __init__(
+        self,
+        connection_id: str,
+        principal: Any,
+        start: Start,
+        loop: Loop,
+        *,
+        websocket: bool,
+        max_message_size: int,
+        max_pending: int,
+        max_buffered: int,
+        on_closed: Callable[["RemoteConnection"], None],
+    ):
+        self.id = connection_id
+        self.principal = principal
+        self.websocket = websocket
+        self.last_activity = time.monotonic()
+        self._loop = loop
+        self._on_closed = on_closed
+        self._lock = threading.Lock()
+        self._streams: Dict[Key, Stream] = {None: Stream()}
+        self._routes: Dict[str, bool] = {}  # session id -> True for its own stream, False for the connection's
+        self._answer_routes: Dict[Union[int, str], Key] = {}  # client request id -> stream of its answer
+        self._openers: Dict[Union[int, str], bool] = {}  # ids of our session/new|fork requests in flight
+        self._pump_scheduled = False
+        self._initialize_waiter: Optional[Callable[[bytes], None]] = None
+        self._initialize_id: Union[int, str, None] = None
+        self.ended = False
+        self.channel = Channel(
+            self.route,
+            name=f"remote-{connection_id[:8]}",
+            max_message_size=max_message_size,
+            max_pending=max_pending,
+            max_buffered=max_buffered,
+        )
+        self.served = start(self.channel)
+
+    # -- inbound (loop thread) -----------------------------------------------------------------
+    def wait_for_initialize(self, request_id: Union[int, str, None], answer: Callable[[bytes], None]) -> None:
+        """Hand the answer to request ``request_id`` to ``answer`` (the held initialize POST)."""
+        with self._lock:
+            self._initialize_id = request_id
+            self._initialize_waiter = answer
+
+    def give_up_initialize(self) -> None:
+        with self._lock:
+            self._initialize_waiter = None
+
+    def incoming(self, message: bytes, head: MessageHead, header_session: Optional[str]) -> bool:
+        """Route bookkeeping for one message from the client, then feed it to the agent; False
+        when the channel has no room for it (the caller holds the POST, or closes the socket)."""
+        self.last_activity = time.monotonic()
+        session = head.session_id
+        with self._lock:
+            if session is not None:
+                if header_session is not None:
+                    self._routes[session] = True
+                else:
+                    self._routes.setdefault(session, False)
+            if head.method is not None and head.id is not None:
+                self._answer_routes[head.id] = self._answer_key(head.method, session, header_session)
+                if head.method in _SESSION_OPENERS:
+                    self._openers[head.id] = True
+        return self.channel.feed(message)
+
+    def _answer_key(self, method: str, session: Optional[str], header_session: Optional[str]) -> Key:
+        if session is None or self.websocket:
+            return None
+        if method in _LOADERS:
+            stream = self._streams.get(session)
+            return session if header_session is not None and stream is not None and stream.reader else None
+        return session if self._routes.get(session) else None
+
+    # -- outbound (the agent's threads) --------------------------------------------------------
+    def route(self, frame: bytes) -> None:
+        """The channel's router: queue ``frame`` on its stream and have the loop write it."""
+        try:
+            head = read_head(frame)
+        except msgspec.DecodeError:
+            head = MessageHead()
+        waiter = None
+        with self._lock:
+            if self._initialize_waiter is not None and head.method is None and head.id == self._initialize_id:
+                waiter, self._initialize_waiter = self._initialize_waiter, None
+            else:
+                key = None if self.websocket else self._frame_key(head)
+                stream = self._streams.get(key)
+                if stream is None:
+                    stream = self._streams[key] = Stream()
+                stream.queue.append(frame)
+            schedule = waiter is None and not self._pump_scheduled
+            if schedule:
+                self._pump_scheduled = True
+        if waiter is not None:
+            self._loop.call_soon(lambda: self._initialize_answered(waiter, frame))
+        elif schedule:
+            self._loop.call_soon(self.pump)
+
+    def _initialize_answered(self, waiter: Callable[[bytes], None], frame: bytes) -> None:
+        try:
+            waiter(frame)
+        finally:
+            self.channel.sent(len(frame))
+
+    def _frame_key(self, head: MessageHead) -> Key:
+        # Under the lock.
+        if head.method is None:  # an answer
+            key = self._answer_routes.pop(head.id, None) if head.id is not None else None
+            if head.id is not None and self._openers.pop(head.id, False) and head.result:
+                try:
+                    session = _decode_params(bytes(head.result)).sessionId
+                except msgspec.DecodeError:
+                    session = None
+                if session is not None:
+                    self._routes[session] = True
+            return key
+        session = head.session_id
+        return session if session is not None and self._routes.get(session) else None
+
+    # -- streams (loop thread) -----------------------------------------------------------------
+    def can_attach(self, key: Key, max_sessions: int) -> bool:
+        """True if a reader may attach to stream ``key``: it has none, or it is a new session
+        stream within ``max_sessions``."""
+        with self._lock:
+            stream = self._streams.get(key)
+            if stream is None:
+                return len(self._streams) - 1 < max_sessions
+            return stream.reader is None
+
+    def stream_has_reader(self, key: Key) -> bool:
+        with self._lock:
+            stream = self._streams.get(key)
+            return stream is not None and stream.reader is not None
+
+    def attach(self, key: Key, reader: Sink) -> bool:
+        """Make ``reader`` the reader of stream ``key`` (created if unknown; a session stream's
+        route becomes that stream); False if it has a reader already."""
+        with self._lock:
+            stream = self._streams.get(key)
+            if stream is None:
+                stream = self._streams[key] = Stream()
+            if stream.reader is not None:
+                return False
+            stream.reader = reader
+            if key is not None:
+                self._routes[key] = True
+        self.last_activity = time.monotonic()
+        self.pump()
+        return True
+
+    def detach(self, key: Key, reader: Sink) -> None:
+        with self._lock:
+            stream = self._streams.get(key)
+            if stream is not None and stream.reader is reader:
+                stream.reader = None
+        self.last_activity = time.monotonic()
+
+    def has_reader(self) -> bool:
+        with self._lock:
+            return any(stream.reader is not None for stream in self._streams.values())
+
+    def pump(self) -> None:
+        """Hand every queued frame to its stream's reader."""
+        work = []
+        with self._lock:
+            self._pump_scheduled = False
+            for stream in self._streams.values():
+                if stream.reader is not None and stream.queue:
+                    for frame in stream.queue:
+                        work.append((stream.reader, frame, stream.next_id))
+                        stream.next_id += 1
+                    stream.queue.clear()
+        for reader, frame, event_id in work:
+            reader.deliver(frame, event_id, self.channel.sent)
+
+    # -- the end -------------------------------------------------------------------------------
+    def end(self, code: int = 1000) -> None:
+        """End every stream and the agent's side (its core is closed off the loop). Loop thread."""
+        if self.ended:
+            return
+        self.ended = True
+        self.give_up_initialize()
+        with self._lock:
+            readers = [s.reader for s in self._streams.values() if s.reader is not None]
+            dropped = sum(len(frame) for s in self._streams.values() for frame in s.queue)
+            for stream in self._streams.values():
+                stream.reader = None
+                stream.queue.clear()
+        for reader in readers:
+            reader.end(code)
+        self.channel.sent(dropped)
+        self.channel.end(ConnectionClosed(f"remote connection {self.id[:8]} ended"))
+        self._on_closed(self)
+
+    def close_core(self, timeout: float) -> None:
+        """Close the backend and join its threads. Any thread but the loop."""
+        self.served.close(timeout)

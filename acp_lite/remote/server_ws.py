@@ -1,0 +1,176 @@
+"""WebSocket on one server socket (wsproto for what comes in; text frames written here).
+
+Rules this module keeps:
+
+- The handshake is answered by ``server_http`` (a 101 with ``Acp-Connection-Id``), after the
+  checks every request gets; ``handshake_headers`` validates the upgrade and builds the accept.
+  No extension is negotiated.
+- One JSON-RPC message per text message; fragments are reassembled up to ``max_message_size``
+  (above it: close 1009). Binary messages are ignored. The first message must be ``initialize``
+  (else close 1002); a message that is not JSON gets a -32700 error; an array goes to the agent,
+  whose core answers batches.
+- The socket is never left unread for back-pressure (the Python client's pings must be answered):
+  input waits in the channel, and over ``max_buffered`` unread bytes the connection closes 1008.
+- Pings are answered at once; the server pings after ``ping_interval`` of silence and closes 1011
+  when no pong came for twice that.
+- Close codes: 1000 on DELETE-like ends, 1001 when the server shuts down, 1011 on internal errors.
+- Outbound text frames are framed here, unmasked, around the agent's bytes (no copy, no decoding):
+  wsproto would take text only as ``str``.
+"""
+
+import logging
+import struct
+import time
+from typing import Callable, List, Mapping, Tuple
+
+import msgspec
+from wsproto.connection import Connection, ConnectionState, ConnectionType
+from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessage
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
+
+from .server_hub import Limits, Refusal
+from .server_loop import Handler, Peer
+from .server_routes import MessageHead, RemoteConnection, Sink, read_head
+
+log = logging.getLogger("acp_lite.remote.server")
+
+_PARSE_ERROR = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: not a JSON text"}}'
+
+
+def handshake_headers(headers: Mapping[str, str]) -> List[Tuple[str, str]]:
+    """The 101's headers for a valid upgrade request; ``Refusal`` (400, 426) otherwise."""
+    if headers.get("sec-websocket-version", "").strip() != "13":
+        raise Refusal(426, "WebSocket version 13 required", [("sec-websocket-version", "13")])
+    key = headers.get("sec-websocket-key", "").strip()
+    if not key:
+        raise Refusal(400, "missing Sec-WebSocket-Key")
+    return [
+        ("upgrade", "websocket"),
+        ("connection", "Upgrade"),
+        ("sec-websocket-accept", generate_accept_token(key.encode("latin-1")).decode("ascii")),
+    ]
+
+
+def text_frame_header(size: int) -> bytes:
+    """The header of one unmasked, final text frame of ``size`` bytes."""
+    if size < 126:
+        return bytes((0x81, size))
+    if size < 65536:
+        return struct.pack("!BBH", 0x81, 126, size)
+    return struct.pack("!BBQ", 0x81, 127, size)
+
+
+class WebSocketHandler(Handler, Sink):
+    """One WebSocket connection: the socket and the connection's only stream. Loop thread only."""
+
+    def __init__(self, limits: Limits, peer: Peer, connection: RemoteConnection):
+        self.limits = limits
+        self.peer = peer
+        self.connection = connection
+        self.ws = Connection(ConnectionType.SERVER)
+        self._parts: List[bytes] = []
+        self._size = 0
+        self._oversized = False
+        self._initialized = False
+        self._last_heard = time.monotonic()
+        self._ended = False
+        connection.attach(None, self)
+
+    # -- input ---------------------------------------------------------------------------------
+    def on_data(self, data: bytes) -> None:
+        if self._ended:
+            return
+        self._last_heard = time.monotonic()
+        try:
+            self.ws.receive_data(data)
+            for event in self.ws.events():
+                if self._ended:
+                    return
+                if isinstance(event, TextMessage):
+                    self._text(event.data.encode("utf-8"), event.message_finished)
+                elif isinstance(event, BytesMessage):
+                    continue  # binary frames carry nothing in ACP
+                elif isinstance(event, Ping):
+                    self.peer.write(self.ws.send(event.response()))
+                elif isinstance(event, Pong):
+                    continue
+                elif isinstance(event, CloseConnection):
+                    if self.ws.state is ConnectionState.REMOTE_CLOSING:
+                        self.peer.write(self.ws.send(event.response()))
+                    self._ended = True
+                    self.peer.close_when_sent()
+                    self.connection.end()
+        except (RemoteProtocolError, LocalProtocolError) as exc:
+            log.debug("WebSocket %s: %s", self.connection.id[:8], exc)
+            code = getattr(getattr(exc, "event_hint", None), "code", 1002)
+            self._close(code)
+
+    def _text(self, data: bytes, finished: bool) -> None:
+        self._size += len(data)
+        if self._size > self.limits.max_message_size:
+            self._close(1009)
+            return
+        self._parts.append(data)
+        if not finished:
+            return
+        message = b"".join(self._parts)
+        self._parts = []
+        self._size = 0
+        self._message(message)
+
+    def _message(self, message: bytes) -> None:
+        try:
+            head = read_head(message)
+        except msgspec.DecodeError:
+            if message.lstrip()[:1] != b"[" or not self._initialized:
+                if not self._initialized:
+                    self._close(1002)
+                else:
+                    self.deliver(_PARSE_ERROR, 0, _ignore)
+                return
+            head = MessageHead()  # a batch: the agent's core answers it
+        if not self._initialized:
+            if head.method != "initialize":
+                self._close(1002)
+                return
+            self._initialized = True
+        if not self.connection.incoming(message, head, None):
+            self._close(1008)
+
+    def on_eof(self) -> None:
+        self._ended = True
+        self.connection.end()
+
+    # -- output (the connection's stream) ------------------------------------------------------
+    def deliver(self, frame: bytes, event_id: int, release: Callable[[int], None]) -> None:
+        if self._ended or self.ws.state is not ConnectionState.OPEN:
+            release(len(frame))
+            return
+        self.peer.write(text_frame_header(len(frame)))
+        self.peer.write(frame, release, len(frame))
+
+    def end(self, code: int = 1000) -> None:
+        self._close(code)
+
+    def _close(self, code: int) -> None:
+        if not self._ended:
+            self._ended = True
+            if self.ws.state is ConnectionState.OPEN:
+                self.peer.write(self.ws.send(CloseConnection(code=code)))
+        self.peer.close_when_sent()
+        self.connection.end(code)
+
+    def tick(self, now: float) -> None:
+        if self._ended:
+            return
+        silent = now - self._last_heard
+        if silent > 2 * self.limits.ping_interval:
+            self._close(1011)
+        elif silent > self.limits.ping_interval and now - self.peer.last_sent > self.limits.ping_interval:
+            self.peer.write(self.ws.send(Ping()))
+        elif self.peer.out_bytes and now - self.peer.last_sent > self.limits.stall_timeout:
+            self._close(1011)
+
+
+def _ignore(size: int) -> None:
+    pass

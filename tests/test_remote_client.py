@@ -1,0 +1,448 @@
+"""The remote client's wire, against a scripted HTTP server on loopback (h11 on the server side):
+what the client sends (headers, cookies, the session header, DELETE) and what it reads leniently
+(SSE with CR, CRLF, comments, id/event/retry, multi-line data, UTF-8 split across reads), over
+plain TCP and TLS; failures (a refused request, an oversized event, the connection stream ending).
+The official SDKs' servers are in tests/interop/test_remote_interop.py."""
+
+import json
+import queue
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+
+import h11
+import pytest
+
+from acp_lite.client import RemoteAgent
+from acp_lite.errors import AcpError, ConnectionClosed, UsageError
+from acp_lite.remote.client import open_url
+from acp_lite.remote.dial import Endpoint
+from acp_lite.rpc import Connection
+
+pytestmark = pytest.mark.timeout(30)
+
+WAIT = 10.0
+NON_ASCII = "h\u00e9llo \u6f22\u5b57 \U0001f600"
+
+
+class ScriptedServer:
+    """An ACP-over-HTTP server reduced to what these tests need: initialize answers with a
+    connection id and a cookie; other requests get 202 and an answer on the connection stream,
+    written with ``eol`` line ends, a comment, id/event/retry fields, the JSON over two data
+    lines, in pieces of ``piece`` bytes (a UTF-8 character cut in two); ``_x/status`` gets the
+    status it names; ``x/big`` an answer of ``big`` bytes."""
+
+    def __init__(self, eol=b"\n", piece=7, tls=None, big=0):
+        self.eol = eol
+        self.piece = piece
+        self.big = big
+        self.tls = tls
+        self.requests = []  # (method, headers as a dict, body)
+        self.events: queue.Queue = queue.Queue()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.threads = []
+        self.sockets = []
+        self.closed = False
+        self._start(self._accept)
+
+    def _start(self, target, *args):
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.tls is not None:
+                try:
+                    sock = self.tls.wrap_socket(sock, server_side=True)
+                except (OSError, ssl.SSLError):
+                    sock.close()
+                    continue
+            self.sockets.append(sock)
+            self._start(self._serve, sock)
+
+    def _serve(self, sock):
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                request, body = self._read_request(sock, conn)
+                if request is None:
+                    return
+                headers = {k.decode().lower(): v.decode() for k, v in request.headers}
+                self.requests.append((request.method.decode(), headers, body))
+                if request.method == b"GET":
+                    self._stream(sock, conn)
+                    return
+                self._answer(sock, conn, request.method, body)
+                conn.start_next_cycle()
+        except (OSError, h11.ProtocolError):
+            return
+        finally:
+            sock.close()
+
+    def _read_request(self, sock, conn):
+        request, body = None, b""
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = sock.recv(65536)
+                conn.receive_data(data)
+                if not data and request is None:
+                    return None, b""
+            elif isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                return request, body
+            else:
+                return None, b""
+
+    def _send(self, sock, conn, status, headers=(), body=b""):
+        data = conn.send(h11.Response(status_code=status, headers=[("Content-Length", str(len(body))), *headers]))
+        sock.sendall(
+            data + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+            if body
+            else data + conn.send(h11.EndOfMessage())
+        )
+
+    def _answer(self, sock, conn, method, body):
+        if method == b"DELETE":
+            self.events.put(None)
+            self._send(sock, conn, 202)
+            return
+        message = json.loads(body)
+        if message.get("method") == "initialize":
+            result = {"protocolVersion": 1, "agentCapabilities": {}, "agentInfo": {"name": "scripted", "version": "1"}}
+            answer = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}).encode()
+            headers = [
+                ("Content-Type", "application/json"),
+                ("Acp-Connection-Id", "conn-1"),
+                ("Set-Cookie", "affinity=node-7; Path=/acp; HttpOnly"),
+            ]
+            self._send(sock, conn, 200, headers, answer)
+            return
+        params = message.get("params") or {}
+        if message.get("method") == "_x/status":
+            self._send(sock, conn, params["status"], [("Content-Type", "text/plain")], b"nope " * 3000)
+            return
+        self._send(sock, conn, 202)
+        if "method" in message and "id" in message:
+            if message["method"] == "x/big":
+                result = {"blob": "y" * self.big}
+            else:
+                result = {"echo": params, "text": NON_ASCII}
+            self.events.put(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}, ensure_ascii=False))
+
+    def _stream(self, sock, conn):
+        head = conn.send(h11.Response(status_code=200, headers=[("Content-Type", "text/event-stream")]))
+        sock.sendall(head + conn.send(h11.Data(data=b":" + self.eol + self.eol)))
+        eol = self.eol
+        number = 0
+        while True:
+            text = self.events.get()
+            if text is None:
+                sock.sendall(conn.send(h11.EndOfMessage()))
+                return
+            number += 1
+            cut = text.index(",") + 1  # two data lines joined by "\n": JSON whitespace
+            event = (
+                b": keep-alive"
+                + eol
+                + b"id: "
+                + str(number).encode()
+                + eol
+                + b"event: message"
+                + eol
+                + b"retry: 3000"
+                + eol
+                + b"data: "
+                + text[:cut].encode()
+                + eol
+                + b"data:"
+                + text[cut:].encode()
+                + eol
+                + eol
+            )
+            for start in range(0, len(event), self.piece):
+                sock.sendall(conn.send(h11.Data(data=event[start : start + self.piece])))
+                if self.piece < 64:
+                    time.sleep(0.0005)  # separate reads: characters and line ends cut in two
+
+    def close(self):
+        self.events.put(None)
+        self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        self.listener.close()
+        for sock in self.sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for thread in self.threads:
+            thread.join(WAIT)
+        for sock in self.sockets:
+            sock.close()
+
+
+@pytest.fixture
+def scripted(request):
+    server = ScriptedServer(**getattr(request, "param", {}))
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize(
+    "scripted",
+    [{"eol": b"\n"}, {"eol": b"\r\n"}, {"eol": b"\r"}, {"eol": b"\r\n", "piece": 1}],
+    indirect=True,
+    ids=["LF", "CRLF", "CR", "CRLF-byte-by-byte"],
+)
+def test_requests_carry_headers_and_cookies_and_answers_are_read_leniently(scripted):
+    cookies = {"tenant": "blue"}
+    agent = RemoteAgent.connect_url(
+        f"http://127.0.0.1:{scripted.port}/acp", headers={"Authorization": "Bearer t0k"}, cookies=cookies
+    )
+    try:
+        agent.initialize(timeout=WAIT)
+        assert cookies == {"tenant": "blue", "affinity": "node-7"}  # the caller's store, kept up to date
+        assert agent.ext_method("_echo", {"sessionId": "s-1", "n": 1}, timeout=WAIT) == {
+            "echo": {"sessionId": "s-1", "n": 1},
+            "text": NON_ASCII,
+        }
+        assert agent.ext_method_future("_echo", {"n": 2}).result(WAIT)["echo"] == {"n": 2}
+    finally:
+        agent.close()
+    initialize, *rest = scripted.requests
+    assert initialize[0] == "POST" and "acp-connection-id" not in initialize[1]
+    assert initialize[1]["authorization"] == "Bearer t0k" and initialize[1]["content-type"] == "application/json"
+    assert initialize[1]["cookie"] == "tenant=blue"
+    methods = [(method, headers.get("acp-session-id")) for method, headers, _ in rest]
+    # The connection stream, then a session's stream before the POST naming it; DELETE at close.
+    assert ("GET", None) in methods and ("GET", "s-1") in methods and methods[-1] == ("DELETE", None)
+    assert methods.index(("GET", "s-1")) < methods.index(("POST", "s-1"))
+    for method, headers, _ in rest:
+        assert headers["acp-connection-id"] == "conn-1"
+        assert headers["authorization"] == "Bearer t0k"
+        assert headers["cookie"] == "tenant=blue; affinity=node-7"
+        if method == "GET":
+            assert headers["accept"] == "text/event-stream"
+
+
+def test_a_refused_request_fails_alone_with_the_status_and_the_body_start(scripted):
+    agent = RemoteAgent.connect_url(f"http://127.0.0.1:{scripted.port}/acp")
+    try:
+        agent.initialize(timeout=WAIT)
+        with pytest.raises(AcpError) as refused:
+            agent.ext_method("_x/status", {"status": 503}, timeout=WAIT)
+        assert refused.value.code == -32603
+        assert refused.value.data["status"] == 503 and refused.value.data["body"].startswith("nope nope")
+        assert len(refused.value.data["body"]) == 8192
+        assert agent.ext_method("_echo", {"n": 3}, timeout=WAIT)["echo"] == {"n": 3}
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("scripted", [{"big": 5000, "piece": 1000}], indirect=True)
+def test_an_event_over_the_message_size_fails_its_call_and_the_stream_goes_on(scripted):
+    connection = Connection(open_url(Endpoint(f"http://127.0.0.1:{scripted.port}/acp"), max_message_size=2000))
+    connection.start()
+    try:
+        connection.call("initialize", {"protocolVersion": 1}, timeout=WAIT)
+        with pytest.raises(AcpError):
+            connection.call("x/big", {}, timeout=WAIT)
+        assert connection.call("x/echo", {"n": 4}, timeout=WAIT)["echo"] == {"n": 4}
+    finally:
+        connection.close()
+
+
+def test_the_end_of_the_connection_stream_ends_the_connection(scripted):
+    agent = RemoteAgent.connect_url(f"http://127.0.0.1:{scripted.port}/acp")
+    try:
+        agent.initialize(timeout=WAIT)
+        scripted.events.put(None)  # the server ends the stream
+        assert agent.connection.wait_closed(WAIT)
+        with pytest.raises(ConnectionClosed, match="ended the event stream"):
+            agent.ext_method("_echo", {}, timeout=WAIT)
+    finally:
+        agent.close()
+
+
+@pytest.fixture
+def tls_pair(tmp_path):
+    """A server context with a self-signed certificate for 127.0.0.1, and a client context
+    trusting it."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=100,
+    )
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    return server, ssl.create_default_context(cafile=str(cert))
+
+
+@pytest.mark.timeout(120)
+def test_https_with_the_callers_tls_context(tls_pair):
+    server_context, client_context = tls_pair
+    server = ScriptedServer(tls=server_context)
+    try:
+        agent = RemoteAgent.connect_url(f"https://127.0.0.1:{server.port}/acp", ssl_context=client_context)
+        try:
+            agent.initialize(timeout=WAIT)
+            assert agent.ext_method("_echo", {"n": 5}, timeout=WAIT)["text"] == NON_ASCII
+        finally:
+            agent.close()
+        # Without the caller's context the default one verifies the certificate, and refuses it.
+        refused = RemoteAgent.connect_url(f"https://127.0.0.1:{server.port}/acp")
+        try:
+            with pytest.raises(AcpError, match="TLS"):
+                refused.initialize(timeout=WAIT)
+        finally:
+            refused.close()
+    finally:
+        server.close()
+
+
+def test_urls_are_checked_before_anything_is_sent():
+    for url in ("ftp://127.0.0.1/acp", "http:///acp", "127.0.0.1:8080"):
+        with pytest.raises(UsageError):
+            RemoteAgent.connect_url(url)
+    with pytest.raises(UsageError, match="line break"):
+        Endpoint("http://127.0.0.1/acp", headers={"X-Evil": "a\r\nInjected: 1"})
+    with pytest.raises(ConnectionClosed):
+        RemoteAgent.connect_url("ws://127.0.0.1:9/acp")  # nothing listens on the discard port
+
+
+@pytest.mark.timeout(120)
+def test_without_the_extra_the_import_error_names_it():
+    probe = "import sys; sys.modules['h11'] = None\ntry:\n import acp_lite.remote\nexcept ImportError as e:\n print(e)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=100)
+    assert "pip install 'acp-lite[remote]'" in done.stdout
+    assert done.stdout.count("\n") == 1
+
+
+class ScriptedWebSocketServer:
+    """One WebSocket connection (wsproto on the server side): accepts the upgrade with a cookie and
+    an Acp-Connection-Id, then answers a request by a fragmented text message, after a binary
+    message, a ping and an oversized message (which the client must drop and report)."""
+
+    def __init__(self, oversized: int):
+        from wsproto import ConnectionType, WSConnection
+        from wsproto.events import AcceptConnection, CloseConnection, Ping, Pong, Request, TextMessage
+
+        self.events = (AcceptConnection, CloseConnection, Ping, Pong, Request, TextMessage)
+        self.ws = WSConnection(ConnectionType.SERVER)
+        self.oversized = oversized
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.seen = {"pongs": 0, "close": None, "request": None}
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        from wsproto.events import BytesMessage
+
+        accept, close, ping, pong, request, text = self.events
+        sock, _ = self.listener.accept()
+        with sock:
+            while True:
+                data = sock.recv(65536)
+                self.ws.receive_data(data or None)
+                for event in self.ws.events():
+                    if isinstance(event, request):
+                        self.seen["request"] = dict(event.extra_headers)
+                        sock.sendall(
+                            self.ws.send(
+                                accept(
+                                    extra_headers=[
+                                        (b"Set-Cookie", b"node=ws-1; Path=/"),
+                                        (b"Acp-Connection-Id", b"ws-conn"),
+                                    ]
+                                )
+                            )
+                        )
+                    elif isinstance(event, text):
+                        message = json.loads(event.data)
+                        if message.get("method") == "initialize":
+                            result = {"protocolVersion": 1, "agentCapabilities": {}}
+                        else:
+                            sock.sendall(self.ws.send(BytesMessage(data=b"\x00binary")))
+                            sock.sendall(self.ws.send(ping(payload=b"p")))
+                            big = json.dumps({"jsonrpc": "2.0", "id": 999, "result": "z" * self.oversized})
+                            sock.sendall(self.ws.send(text(data=big)))
+                            result = {"echo": message["params"], "text": NON_ASCII}
+                        answer = json.dumps(
+                            {"jsonrpc": "2.0", "id": message["id"], "result": result}, ensure_ascii=False
+                        )
+                        half = len(answer) // 2
+                        sock.sendall(self.ws.send(text(data=answer[:half], message_finished=False)))
+                        sock.sendall(self.ws.send(text(data=answer[half:], message_finished=True)))
+                    elif isinstance(event, pong):
+                        self.seen["pongs"] += 1
+                    elif isinstance(event, close):
+                        self.seen["close"] = event.code
+                        sock.sendall(self.ws.send(event.response()))
+                        return
+                if not data:
+                    return
+
+    def close(self):
+        self.thread.join(WAIT)
+        self.listener.close()
+
+
+def test_websocket_frames_are_read_leniently_and_bounded_and_closed_with_1000():
+    server = ScriptedWebSocketServer(oversized=5000)
+    cookies = {}
+    try:
+        channel = open_url(
+            Endpoint(f"ws://127.0.0.1:{server.port}/acp", headers={"Authorization": "Bearer w"}, cookies=cookies),
+            max_message_size=2000,
+        )
+        connection = Connection(channel)
+        connection.start()
+        try:
+            connection.call("initialize", {"protocolVersion": 1}, timeout=WAIT)
+            answer = connection.call("x/echo", {"n": 1}, timeout=WAIT)
+            assert answer == {"echo": {"n": 1}, "text": NON_ASCII}
+        finally:
+            connection.close()
+    finally:
+        server.close()
+    assert cookies == {"node": "ws-1"}
+    assert server.seen["request"][b"authorization"] == b"Bearer w"
+    assert server.seen["pongs"] == 1 and server.seen["close"] == 1000
+
+
+def test_a_server_cannot_grow_the_cookie_store_without_bound():
+    endpoint = Endpoint("http://127.0.0.1/acp")
+    endpoint.store_cookies([(b"set-cookie", b"n%d=v; Path=/" % i) for i in range(1000)])
+    endpoint.store_cookies([(b"set-cookie", b"big=" + b"x" * 5000), (b"Set-Cookie", b"n0=new")])
+    assert len(endpoint.cookies) == 50 and endpoint.cookies["n0"] == "new" and "big" not in endpoint.cookies

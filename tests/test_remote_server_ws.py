@@ -1,0 +1,157 @@
+"""The remote server's WebSocket side and TLS, over real loopback sockets (a wsproto client)."""
+
+import ssl
+import subprocess
+import time
+
+import pytest
+from remote_agent import BIG, RemoteTestAgent
+from remote_driver import INITIALIZE, WsClient, request, rpc
+
+from acp_lite.remote.server import Limits, serve_remote
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def server():
+    with serve_remote(RemoteTestAgent) as served:
+        yield served
+
+
+def test_a_websocket_session_streams_prompts_asks_and_cancels(server):
+    ws = WsClient(server.address)
+    assert ws.accepted is not None and ws.connection_id
+    ws.send(INITIALIZE)
+    assert ws.message()["result"]["protocolVersion"] == 1
+    ws.send(rpc("session/new", {"cwd": "/w", "mcpServers": []}, 1))
+    session = ws.message()["result"]["sessionId"]
+    ws.send(rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "h\u00e9"}]}, 2))
+    seen = ws.messages_until(lambda m: m.get("id") == 2)
+    assert seen[0]["params"]["update"]["content"]["text"] == "h\u00e9"  # raw UTF-8 is fine in text frames
+    ws.send(rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "big"}]}, 3))
+    assert len(ws.message()["params"]["update"]["content"]["text"]) == BIG
+    assert ws.message()["id"] == 3
+    ws.send(rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "ask"}]}, 4))
+    question = ws.message()
+    outcome = {"outcome": {"outcome": "selected", "optionId": "allow"}}
+    ws.send({"jsonrpc": "2.0", "id": question["id"], "result": outcome})
+    assert ws.messages_until(lambda m: m.get("id") == 4)[-1]["result"]["stopReason"] == "end_turn"
+    ws.send(rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "wait"}]}, 5))
+    time.sleep(0.2)
+    ws.send(rpc("session/cancel", {"sessionId": session}))
+    assert ws.messages_until(lambda m: m.get("id") == 5)[-1]["result"]["stopReason"] == "cancelled"
+    ws.close()
+
+
+def test_the_first_message_must_be_initialize(server):
+    ws = WsClient(server.address)
+    ws.send(rpc("session/new", {"cwd": "/w", "mcpServers": []}, 1))
+    assert ws.wait_closed() == 1002
+    ws.close()
+
+
+def test_bad_json_gets_a_parse_error_and_the_connection_goes_on(server):
+    ws = WsClient(server.address)
+    ws.send(INITIALIZE)
+    ws.message()
+    ws.send("{not json")
+    assert ws.message()["error"]["code"] == -32700
+    ws.send(rpc("session/new", {"cwd": "/w", "mcpServers": []}, 1))
+    assert "sessionId" in ws.message()["result"]
+    ws.close()
+
+
+def test_an_oversized_message_closes_1009():
+    with serve_remote(RemoteTestAgent, limits=Limits(max_message_size=1000)) as server:
+        ws = WsClient(server.address)
+        ws.send(INITIALIZE)
+        ws.message()
+        ws.send(rpc("session/new", {"cwd": "/" + "w" * 2000, "mcpServers": []}, 1))
+        assert ws.wait_closed() == 1009
+        ws.close()
+
+
+def test_pings_go_out_and_a_silent_peer_is_closed_1011():
+    with serve_remote(RemoteTestAgent, limits=Limits(ping_interval=0.3)) as server:
+        ws = WsClient(server.address)
+        ws.send(INITIALIZE)
+        ws.message()
+        deadline = time.monotonic() + 5
+        while ws.pings < 2 and time.monotonic() < deadline:
+            ws._pump()  # answers pings
+        assert ws.pings >= 2
+        silent = WsClient(server.address)
+        silent.send(INITIALIZE)
+        time.sleep(1.2)  # pings unanswered: nothing read
+        assert silent.wait_closed() == 1011
+        silent.close()
+        ws.close()
+
+
+def test_closing_the_socket_ends_the_connection_and_server_close_sends_1001(server):
+    ws = WsClient(server.address)
+    ws.send(INITIALIZE)
+    ws.message()
+    ws.close()
+    deadline = time.monotonic() + 5
+    while server.connection_count() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.connection_count() == 0
+    other = WsClient(server.address)
+    other.send(INITIALIZE)
+    other.message()
+    server.close(5)
+    assert other.wait_closed() == 1001
+    other.close()
+
+
+def test_upgrades_get_the_same_checks_as_requests():
+    def authorize(method, path, headers, peer):
+        return "me" if headers.get("authorization") == "Bearer t" else None
+
+    with serve_remote(RemoteTestAgent, authorize=authorize) as server:
+        assert WsClient(server.address).rejected.status_code == 401
+        assert (
+            WsClient(server.address, Authorization="Bearer t", Origin="https://evil.example").rejected.status_code
+            == 403
+        )
+        assert WsClient(server.address, Authorization="Bearer t").accepted is not None
+        assert request(server.address, "GET", None, {"Upgrade": "websocket", "Connection": "Upgrade"}).status in (
+            401,
+            426,
+        )
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tls")
+    key, cert = directory / "key.pem", directory / "cert.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert)),
+            *("-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    return str(cert), str(key)
+
+
+def test_tls_serves_https_and_wss(certificate):
+    import http.client
+    import json
+
+    cert, key = certificate
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    with serve_remote(RemoteTestAgent, ssl_context=context) as server:
+        assert server.url.startswith("https://") and server.ws_url.startswith("wss://")
+        client_context = ssl.create_default_context(cafile=cert)
+        conn = http.client.HTTPSConnection(*server.address, timeout=10, context=client_context)
+        conn.request("POST", "/acp", json.dumps(INITIALIZE), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200 and response.getheader("acp-connection-id")
+        response.read()
+        conn.close()

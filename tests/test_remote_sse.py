@@ -1,0 +1,136 @@
+"""The SSE reader under every line ending, any cut of the bytes, and hostile sizes; the writer's output."""
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from acp_lite.remote.sse import KEEP_ALIVE, SseEvent, SseReader, ascii_json, encode_event
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def read_all(stream: bytes, cuts=(), limit=1 << 20):
+    """Feed ``stream`` cut at ``cuts``; the items, data as bytes and oversized as (size, head)."""
+    reader = SseReader(limit)
+    items = []
+    start = 0
+    for cut in [*sorted(set(cuts)), len(stream)]:
+        items.extend(reader.feed(stream[start:cut]))
+        start = cut
+    return [item.data if isinstance(item, SseEvent) else ("oversized", item.size, item.head) for item in items]
+
+
+def every_cut(stream: bytes):
+    """The stream fed whole, then cut at each single position, then byte by byte."""
+    yield ()
+    for cut in range(1, len(stream)):
+        yield (cut,)
+    yield tuple(range(1, len(stream)))
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_every_line_ending_at_every_cut(eol):
+    stream = eol.join([b"id: 1", b'data: {"a":1}', b"", b": comment", b"event: message", b"data: x", b"data: y", b""])
+    stream += eol
+    for cuts in every_cut(stream):
+        assert read_all(stream, cuts) == [b'{"a":1}', b"x\ny"], cuts
+
+
+def test_mixed_line_endings_and_a_crlf_split_across_reads_is_one_line_end():
+    stream = b"data: a\r\ndata: b\rdata: c\n\r\n"
+    for cuts in every_cut(stream):
+        assert read_all(stream, cuts) == [b"a\nb\nc"], cuts
+
+
+def test_utf8_split_across_reads_is_handed_over_whole():
+    message = json.dumps({"text": "é 漢字 😀"}, ensure_ascii=False).encode()
+    stream = b"data: " + message + b"\n\n"
+    for cuts in every_cut(stream):
+        assert read_all(stream, cuts) == [message], cuts
+
+
+def test_bom_comments_retry_unknown_fields_and_events_without_data():
+    stream = b"\xef\xbb\xbf: hello\nretry: 3000\nfoo: bar\nnocolon\n\nevent: ping\n\nid: 7\ndata:x\n\n"
+    for cuts in every_cut(stream):
+        assert read_all(stream, cuts) == [b"x"], cuts
+    reader = SseReader(100)
+    (event,) = reader.feed(b"event: update\nid: 7\ndata: 1\n\n")
+    assert (event.event, event.id) == ("update", "7")
+    (event,) = reader.feed(b"data: 2\n\n")
+    assert (event.event, event.id) == (None, "7")  # the last id stays; the type is per event
+
+
+def test_data_field_forms():
+    # "data" alone is an empty line of data; only one space after the colon is dropped.
+    assert read_all(b"data\ndata:  two\ndata:three\n\n") == [b"\n two\nthree"]
+    assert read_all(b"data:\n\n") == [b""]
+
+
+def test_an_unfinished_event_is_not_an_event():
+    assert read_all(b"data: 1\n\ndata: 2\n") == [b"1"]
+
+
+def test_an_oversized_event_is_reported_once_with_its_head_and_the_stream_goes_on():
+    big = b'{"id":5,' + b"x" * 1000 + b"}"
+    stream = b"data: " + big + b"\n\ndata: small\n\n"
+    for cuts in [(), (10,), (10, 500, 1005), tuple(range(1, len(stream), 7))]:
+        (oversized, small) = read_all(stream, cuts, limit=100)
+        assert oversized[:2] == ("oversized", len(big)), cuts
+        assert big.startswith(oversized[2]) and oversized[2].startswith(b'{"id":5,'), cuts
+        assert small == b"small"
+
+
+def test_many_data_lines_over_the_limit_count_whole():
+    stream = b"data: 12345\n" * 50 + b"\n" + b"data: ok\n\n"
+    (oversized, ok) = read_all(stream, (13, 200), limit=100)
+    assert oversized[:2] == ("oversized", 50 * 5 + 49)
+    assert ok == b"ok"
+
+
+def test_a_huge_comment_or_field_line_is_never_buffered():
+    reader = SseReader(1000)
+    reader.feed(b": " + b"c" * 100)
+    for _ in range(200):
+        assert reader.feed(b"c" * 10_000) == []
+        assert reader._partial_size == 0  # dropped as it arrives
+    assert [e.data for e in reader.feed(b"\ndata: after\n\n")] == [b"after"]
+    reader.feed(b"event: " + b"e" * 5000)
+    assert reader._partial_size <= 1000 + 64
+    assert [e.data for e in reader.feed(b"e" * 5000 + b"\ndata: z\n\n")] == [b"z"]
+
+
+@pytest.mark.timeout(120)  # hypothesis warms up slowly on a loaded machine (Python 3.9: over 30 s once)
+@settings(max_examples=200, deadline=None)
+@given(
+    messages=st.lists(st.text(max_size=40).map(lambda t: json.dumps(t, ensure_ascii=False).encode()), max_size=8),
+    eol=st.sampled_from([b"\n", b"\r\n", b"\r"]),
+    comments=st.booleans(),
+    seed=st.integers(0, 1 << 30),
+)
+def test_any_stream_cut_anywhere_gives_the_same_events(messages, eol, comments, seed):
+    parts = []
+    for i, message in enumerate(messages):
+        if comments:
+            parts.append(b":" + eol)
+        parts.append(b"id: " + str(i).encode() + eol + b"data: " + message + eol + eol)
+    stream = b"".join(parts)
+    rng = random.Random(seed)
+    cuts = [rng.randrange(len(stream) + 1) for _ in range(rng.randrange(8))]
+    assert read_all(stream, cuts) == messages
+
+
+# -- writing ---------------------------------------------------------------------------------------
+def test_the_writer_is_ascii_only_and_the_json_means_the_same():
+    message = json.dumps({"t": 'é\u2028漢😀"\\'}, ensure_ascii=False).encode()
+    written = encode_event(message, 3)
+    assert written.isascii()
+    assert written.startswith(b"id: 3\ndata: ") and written.endswith(b"\n\n")
+    (event,) = SseReader(1000).feed(written)
+    assert json.loads(event.data) == json.loads(message)
+    assert b"\\ud83d\\ude00" in written  # a surrogate pair above U+FFFF
+    assert ascii_json(b'{"a":1}') == b'{"a":1}'
+    assert encode_event(b"{\n}") == b"data: {\ndata: }\n\n"
+    assert KEEP_ALIVE == b":\n\n"
