@@ -2,6 +2,7 @@
 calls from an asyncio application, and what a sync user does not pay for (acp_lite.aio)."""
 
 import asyncio
+import queue
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ from acp_harness import INIT_PARAMS, WAIT, agent_with_raw_client, answer_initial
 from acp_lite import aio, schema, updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
+from acp_lite.delivery import HANDLER_LIMIT
 from acp_lite.errors import UsageError
 from acp_lite.wire import memory_pair
 
@@ -117,9 +119,11 @@ def test_a_coroutine_handler_is_refused_on_its_own_loops_thread_instead_of_waiti
 @pytest.mark.req("ACP-V1-CANCEL-REQUEST-MUST-RESPOND", "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY")
 def test_cancel_request_cancels_an_async_agent_handlers_task_and_answers_cancelled():
     cancelled = threading.Event()
+    started = threading.Event()
 
     class Slow(Agent):
         async def ext_method(self, method, params):
+            started.set()
             try:
                 await asyncio.sleep(WAIT)
             except asyncio.CancelledError:
@@ -129,7 +133,7 @@ def test_cancel_request_cancels_an_async_agent_handlers_task_and_answers_cancell
 
     with agent_with_raw_client(Slow(), initialize=INIT_PARAMS) as (_, raw):
         id = raw.request("_slow", {})
-        time.sleep(0.1)
+        assert started.wait(WAIT)
         raw.notify("$/cancel_request", {"requestId": id})
         _, response = raw.recv_until_response(id)
     assert response["error"]["code"] == -32800
@@ -212,3 +216,33 @@ def test_an_asyncio_application_drives_an_agent_without_a_thread_of_its_own():
     assert second["method"] == "session/prompt"
     assert {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": second["id"]}} in after_cancel
     assert {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s"}} in after_cancel
+
+
+def test_async_handlers_hold_a_handler_place_until_their_task_ends():
+    # The thread that called the handler waits for its task: the 65th request starts only when
+    # one of the 64 running ends, as with sync handlers (a peer cannot start tasks without bound).
+    started = queue.Queue()
+    releases = [threading.Event() for _ in range(HANDLER_LIMIT + 1)]
+
+    class Held(Agent):
+        async def ext_method(self, method, params):
+            started.put(params["i"])
+            while not releases[params["i"]].is_set():
+                await asyncio.sleep(0.005)
+            return {"i": params["i"]}
+
+    with agent_with_raw_client(Held()) as (_, raw):
+        try:
+            for i in range(HANDLER_LIMIT + 1):
+                raw.request("_hold", {"i": i}, id=i)
+            assert sorted(started.get(timeout=WAIT) for _ in range(HANDLER_LIMIT)) == list(range(HANDLER_LIMIT))
+            time.sleep(0.3)  # ample for the last one to begin, were it given a place
+            assert started.empty()
+            releases[5].set()
+            assert raw.recv() == {"jsonrpc": "2.0", "id": 5, "result": {"i": 5}}
+            assert started.get(timeout=WAIT) == HANDLER_LIMIT
+        finally:
+            for release in releases:
+                release.set()
+        answered = {raw.recv()["id"] for _ in range(HANDLER_LIMIT)}
+    assert answered == set(range(HANDLER_LIMIT + 1)) - {5}
