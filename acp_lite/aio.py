@@ -150,7 +150,12 @@ def run_to_end(
         raise UsageError("the event loop for coroutine handlers is closed") from None
     if token is not None:
         token.add_callback(lambda: _call_soon(target, cancel))
-    return outcome.result()
+    try:
+        return outcome.result()
+    except BaseException:
+        if not outcome.done():  # the wait itself was interrupted (Ctrl-C on the main thread)
+            _call_soon(target, cancel)  # its task must not run on with nobody waiting for it
+        raise
 
 
 def _copy_outcome(task: "asyncio.Task[Returned]", outcome: "Future[Returned]") -> None:
