@@ -275,13 +275,11 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
                         requests,
                     )
                 )
-            # The same client to an agent whose handlers are async def; and an asyncio client
-            # (tasks awaiting ext_method_async) to it, as the Python SDK's client is.
+            # The same client to an agent whose handlers are async def.
             lite = subjects[0]
             async_agent = [*lite.agent(0, mix), "--async"]
-            for subject, options in ((ASYNC_HANDLERS, ()), (ASYNCIO_CLIENT, ("--asyncio",))):
-                client = lite.client_c(k, window, async_agent, options)
-                jobs.append(Job("C", subject, client, round_trip_metrics(label), requests))
+            client = lite.client_c(k, window, async_agent)
+            jobs.append(Job("C", ASYNC_HANDLERS, client, round_trip_metrics(label), requests))
         # Several in flight from threads cost a thread wake-up per answer, whatever the library:
         # the bare client shows that ceiling; one thread with futures avoids it.
         par = round_trip_metrics(f"{inflight} in flight")
@@ -296,6 +294,10 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
             )
         )
         lite = subjects[0]
+        # An asyncio client (tasks awaiting ext_method_async), as the Python SDK's client is, to the
+        # agent with async def handlers.
+        client = lite.client_c(k, inflight, [*lite.agent(0, mix), "--async"], ["--asyncio"])
+        jobs.append(Job("C", ASYNCIO_CLIENT, client, par, requests))
         jobs.append(
             Job("C", "acp_lite, futures", lite.client_c(k, inflight, lite.agent(0, mix), ["--futures"]), par, requests)
         )
