@@ -17,21 +17,29 @@ closing). Once cancelled, whatever the handler raises, or a ``"cancelled"`` retu
 
 Threads: handlers run on the connection's reader or worker threads (or the host thread with
 host-thread delivery) and may block; ``RemoteClient`` methods may be called from any thread.
+A handler may be ``async def``: it then runs on an event loop (``serve(..., loop=)``, else the
+process's own) while that thread waits for it (see ``aio``); a cancel cancels its task. Inside it,
+``await self.client.<method>_async(...)`` and ``await turn.request_permission_async(...)`` call the
+editor; ``turn.send`` does not block.
 """
 
 import logging
 import threading
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextvars import ContextVar
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union
 
+from .aio import EventLoop, awaitable
 from .answering import RequestContext
 from .errors import CallTimeout, CapabilityError, InvalidParams, MethodNotFound, RequestCancelled, UsageError
 from .peer import (
     SUPPORTED_PROTOCOL_VERSIONS,
+    OrAwaitable,
     Peer,
     Request,
     bind_handlers,
+    completed,
     extension_name,
     is_absolute_path,
     require_absolute_path,
@@ -168,8 +176,18 @@ class PromptTurn:
         self.context.cancel_token.raise_if_cancelled()
 
     def send(self, update: SessionUpdate, *, meta: Optional[Dict[str, Any]] = None) -> None:
-        """Send one ``session/update`` for this turn's session."""
+        """Send one ``session/update`` for this turn's session; never waits for the client."""
         self.client.session_update(self.session_id, update, meta=meta)
+
+    async def request_permission_async(
+        self,
+        tool_call: ToolCallUpdate,
+        options: Sequence[PermissionOption],
+        *,
+        meta: Optional[Dict[str, Any]] = None,
+    ) -> RequestPermissionResponse:
+        """Ask the user about ``tool_call`` in this turn's session, from a coroutine handler."""
+        return await self.client.request_permission_async(self.session_id, tool_call, options, meta=meta)
 
     def _track(self, future: Future) -> bool:
         # Requests the handler makes to the client during the turn are cancelled with it, so a
@@ -196,7 +214,9 @@ class PromptTurn:
             future.cancel()
 
 
-_current_turn = threading.local()
+# The turn the running prompt handler belongs to, on its thread and in its task (a context
+# variable: a coroutine handler's task runs in a copy of its thread's context, see ``aio``).
+_current_turn: "ContextVar[Optional[PromptTurn]]" = ContextVar("acp_lite_turn", default=None)
 
 # How often serve_stdio's main thread looks at signals while it waits for the client to go away.
 _STDIO_SIGNAL_POLL_SECONDS = 0.25
@@ -212,6 +232,8 @@ class RemoteClient:
 
     def __init__(self, connection: Connection):
         self.connection = connection
+        # The event loop the agent's coroutine handlers run on; None: the process's own.
+        self.loop: Optional[EventLoop] = None
         # A turn's stream of updates: the envelope is encoded once, not once per update.
         self._send_update = connection.notifier("session/update")
         self.capabilities = ClientCapabilities()
@@ -389,6 +411,20 @@ class RemoteClient:
     def ext_method_future(self, method: str, params: Any = None) -> Future:
         return self._start(Request(extension_name(method), params, Any))
 
+    # The awaitable forms, for coroutine handlers: ``await x_async(...)`` takes the arguments of
+    # ``x_future``. Cancelling the awaiting task cancels the request; made in a prompt turn's
+    # task, each is cancelled with the turn (the await then raises ``CancelledError``).
+    request_permission_async = awaitable(request_permission_future)
+    read_text_file_async = awaitable(read_text_file_future)
+    write_text_file_async = awaitable(write_text_file_future)
+    create_terminal_async = awaitable(create_terminal_future)
+    terminal_output_async = awaitable(terminal_output_future)
+    wait_for_terminal_exit_async = awaitable(wait_for_terminal_exit_future)
+    kill_terminal_async = awaitable(kill_terminal_future)
+    release_terminal_async = awaitable(release_terminal_future)
+    create_elicitation_async = awaitable(create_elicitation_future)
+    ext_method_async = awaitable(ext_method_future)
+
     # -- the requests, checked and built ------------------------------------------------------
     def _wait(self, request: Request, timeout: Optional[float]) -> Any:
         self.connection.refuse_blocking_here(request.method)
@@ -404,7 +440,7 @@ class RemoteClient:
 
     def _start(self, request: Request) -> Future:
         future = self.connection.call_future(request.method, request.params, request.result_type)
-        turn = getattr(_current_turn, "value", None)
+        turn = _current_turn.get()
         if turn is not None and turn._track(future) and not future.cancelled():
             # The turn was cancelled and the answer had already come: cancelled all the same.
             future = Future()
@@ -553,43 +589,43 @@ class Agent(Peer):
 
     # -- the methods an agent may implement (the defaults mean "not offered") -----------------
     # Those whose result is an empty object may return None for it.
-    def authenticate(self, params: AuthenticateRequest) -> Optional[AuthenticateResponse]:
+    def authenticate(self, params: AuthenticateRequest) -> OrAwaitable[Optional[AuthenticateResponse]]:
         raise MethodNotFound("authenticate")
 
-    def logout(self, params: LogoutRequest) -> Optional[LogoutResponse]:
+    def logout(self, params: LogoutRequest) -> OrAwaitable[Optional[LogoutResponse]]:
         raise MethodNotFound("logout")
 
-    def new_session(self, params: NewSessionRequest) -> NewSessionResponse:
+    def new_session(self, params: NewSessionRequest) -> OrAwaitable[NewSessionResponse]:
         raise MethodNotFound("session/new")
 
-    def load_session(self, params: LoadSessionRequest) -> Optional[LoadSessionResponse]:
+    def load_session(self, params: LoadSessionRequest) -> OrAwaitable[Optional[LoadSessionResponse]]:
         """Replay the conversation with ``self.client.session_update`` before returning."""
         raise MethodNotFound("session/load")
 
-    def resume_session(self, params: ResumeSessionRequest) -> Optional[ResumeSessionResponse]:
+    def resume_session(self, params: ResumeSessionRequest) -> OrAwaitable[Optional[ResumeSessionResponse]]:
         raise MethodNotFound("session/resume")
 
-    def list_sessions(self, params: ListSessionsRequest) -> ListSessionsResponse:
+    def list_sessions(self, params: ListSessionsRequest) -> OrAwaitable[ListSessionsResponse]:
         raise MethodNotFound("session/list")
 
-    def close_session(self, params: CloseSessionRequest) -> Optional[CloseSessionResponse]:
+    def close_session(self, params: CloseSessionRequest) -> OrAwaitable[Optional[CloseSessionResponse]]:
         """Free the session. The runtime has already cancelled its running prompt, if any."""
         raise MethodNotFound("session/close")
 
-    def delete_session(self, params: DeleteSessionRequest) -> Optional[DeleteSessionResponse]:
+    def delete_session(self, params: DeleteSessionRequest) -> OrAwaitable[Optional[DeleteSessionResponse]]:
         raise MethodNotFound("session/delete")
 
-    def prompt(self, params: PromptRequest, turn: PromptTurn) -> Union[PromptResponse, StopReason]:
+    def prompt(self, params: PromptRequest, turn: PromptTurn) -> OrAwaitable[Union[PromptResponse, StopReason]]:
         """Run one turn; return a ``PromptResponse`` or just its stop reason."""
         raise MethodNotFound("session/prompt")
 
-    def cancel(self, params: CancelNotification) -> None:
+    def cancel(self, params: CancelNotification) -> OrAwaitable[None]:
         """Called after the runtime cancelled the session's running turn; override to do more."""
 
-    def set_mode(self, params: SetSessionModeRequest) -> Optional[SetSessionModeResponse]:
+    def set_mode(self, params: SetSessionModeRequest) -> OrAwaitable[Optional[SetSessionModeResponse]]:
         raise MethodNotFound("session/set_mode")
 
-    def set_config_option(self, params: SetSessionConfigOptionRequest) -> SetSessionConfigOptionResponse:
+    def set_config_option(self, params: SetSessionConfigOptionRequest) -> OrAwaitable[SetSessionConfigOptionResponse]:
         raise MethodNotFound("session/set_config_option")
 
 
@@ -602,9 +638,10 @@ class _AgentService:
     and its handler never runs (whether it started is decided under the service's lock).
     """
 
-    def __init__(self, agent: Agent, connection: Connection):
+    def __init__(self, agent: Agent, connection: Connection, loop: "Optional[EventLoop]" = None):
         self.agent = agent
         self.client = self.make_client(connection)
+        self.client.loop = loop
         agent.client = self.client
         self._turns: Dict[str, Set[PromptTurn]] = {}
         self._turn_of: Dict[RequestContext, PromptTurn] = {}
@@ -630,16 +667,26 @@ class _AgentService:
             if agent.offers(_AGENT_HANDLERS[method]):
                 wrappers[method] = self._checking_config_options(getattr(agent, _AGENT_HANDLERS[method]))
         if agent.offers("list_sessions"):
-            wrappers["session/list"] = lambda params, ctx: agent.list_sessions(params)
+            wrappers["session/list"] = lambda params, ctx: agent.list_sessions(params)  # completed by bind_handlers
         for method in ("session/new", "session/load", "session/resume", "session/list"):
             if method in wrappers:
                 wrappers[method] = _checking_session_paths(wrappers[method])
         bind_handlers(
-            connection, agent, _AGENT_HANDLERS, AGENT_METHODS, wrappers, {"session/prompt": self._prompt_arrived}
+            connection,
+            agent,
+            _AGENT_HANDLERS,
+            AGENT_METHODS,
+            wrappers,
+            {"session/prompt": self._prompt_arrived},
+            self.client.loop,
         )
 
+    def _completed(self, result: Any, ctx: Optional[RequestContext] = None) -> Any:
+        # What an agent's handler returned, a coroutine run to its end (see peer.completed).
+        return completed(result, self.client.loop, None if ctx is None else ctx.cancel_token)
+
     def _initialize(self, params: InitializeRequest, ctx: RequestContext) -> InitializeResponse:
-        response = self.agent.initialize(params)
+        response = self._completed(self.agent.initialize(params), ctx)
         self.client.capabilities = params.client_capabilities or ClientCapabilities()
         self.client.info = params.client_info
         self.client.protocol_version = response.protocol_version
@@ -680,9 +727,9 @@ class _AgentService:
                 # it sent would follow the answer). This return value is dropped.
                 return PromptResponse(stop_reason="cancelled")
             turn.started = True
-        _current_turn.value = turn
+        entered = _current_turn.set(turn)
         try:
-            result = self.agent.prompt(params, turn)
+            result: Union[PromptResponse, StopReason] = self._completed(self.agent.prompt(params, turn), ctx)
         except Exception:
             # Once the turn is cancelled, whatever the abort raised means "cancelled".
             if turn.cancelled:
@@ -690,7 +737,7 @@ class _AgentService:
                 return PromptResponse(stop_reason="cancelled")
             raise
         finally:
-            _current_turn.value = None
+            _current_turn.reset(entered)
             self._forget(turn)
         if isinstance(result, str):
             return PromptResponse(stop_reason=result)
@@ -709,11 +756,11 @@ class _AgentService:
     def _cancel(self, params: Any) -> None:
         self.cancel_turns(params.session_id)
         if self.agent.offers("cancel"):
-            self.agent.cancel(params)
+            self._completed(self.agent.cancel(params))
 
     def _checking_config_options(self, handler: Any) -> Any:
         def call(params: Any, ctx: RequestContext) -> Any:
-            return self._config_checked(handler(params))
+            return self._config_checked(self._completed(handler(params), ctx))
 
         return call
 
@@ -726,13 +773,13 @@ class _AgentService:
     def _resume(self, params: Any, ctx: RequestContext) -> Any:
         self.client._resuming.add(params.session_id)
         try:
-            return self._config_checked(self.agent.resume_session(params))
+            return self._config_checked(self._completed(self.agent.resume_session(params), ctx))
         finally:
             self.client._resuming.discard(params.session_id)
 
     def _close(self, params: Any, ctx: RequestContext) -> Any:
         self.cancel_turns(params.session_id)
-        return self.agent.close_session(params)
+        return self.agent.close_session(params)  # completed by bind_handlers
 
 
 def _checking_session_paths(handler: Any) -> Any:
@@ -744,21 +791,27 @@ def _checking_session_paths(handler: Any) -> Any:
 
 
 def serve(
-    agent: Agent, transport: Any, *, delivery: Optional[HostDelivery] = None, name: str = "client"
+    agent: Agent,
+    transport: Any,
+    *,
+    delivery: Optional[HostDelivery] = None,
+    name: str = "client",
+    loop: "Optional[EventLoop]" = None,
 ) -> RemoteClient:
     """Serve ``agent`` over ``transport`` in the background; returns the handle on the client.
 
     An ``Agent`` instance serves one connection (its ``self.client`` is that connection's
     client, and state such as elicitations stays bound to it): serve each client with its own
     instance. Call from any thread. ``handle.connection.wait_closed()`` waits for the client to
-    go away.
+    go away. The agent's ``async def`` handlers run on ``loop`` (running in another thread than
+    the connection's), else on the process's own loop thread.
     """
     current = getattr(agent, "client", None)
     if current is not None and not current.connection.closed:
         raise UsageError("this Agent instance already serves an open connection; create one per client")
     connection = Connection(transport, delivery=delivery, name=name)
     if tuple(agent.protocol_versions) == SUPPORTED_PROTOCOL_VERSIONS:
-        service: Any = _AgentService(agent, connection)
+        service: Any = _AgentService(agent, connection, loop)
     else:
         # Opted in to v2 (a subpackage, not vendored): one service per version, picked at initialize.
         service = v2_module("agent").VersionedService(agent, connection)
@@ -767,14 +820,14 @@ def serve(
     return service.client
 
 
-def serve_stdio(agent: Agent) -> None:
+def serve_stdio(agent: Agent, *, loop: "Optional[EventLoop]" = None) -> None:
     """Serve ``agent`` over this process's stdin/stdout until stdin closes, then return.
 
     From here on the process's stdout belongs to the protocol: ``print`` and anything else
     written to stdout goes to stderr instead. Running handlers are cancelled when stdin closes.
-    Call from the main thread.
+    Call from the main thread; ``loop`` as for ``serve``.
     """
-    client = serve(agent, stdio_transport())
+    client = serve(agent, stdio_transport(), loop=loop)
     try:
         # In slices: Python runs signal handlers on this thread between bytecodes, so a Ctrl-C
         # whose C handler ran on another thread, or just before a wait without end, would never

@@ -18,6 +18,12 @@ delivery the blocking ones must not be called on the host thread (they raise ``U
 the ``*_future`` forms). ``Client`` callbacks run one at a time, in order, on the connection's
 delivery thread (or its reader, delivering in its stead when nothing else waits), or on the host
 thread when it pumps.
+
+From asyncio: every request also has an awaitable form, ``await agent.<method>_async(...)``
+(cancelling the awaiting task cancels the request; ``prompt_async`` also cancels the turn), and
+any ``Client`` callback may be ``async def``: it runs on the loop given to ``spawn``/``connect``
+(``loop=``), else the process's own, while the thread that runs callbacks waits for it (see
+``aio``).
 """
 
 import importlib
@@ -26,6 +32,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Union
 
+from .aio import EventLoop, awaitable, result_of
 from .answering import RequestContext
 from .client_base import _CLIENT_HANDLERS, Client
 from .codec import Undecodable, UnknownVariant, keep_undecodable
@@ -34,6 +41,7 @@ from .peer import (
     SUPPORTED_PROTOCOL_VERSIONS,
     Request,
     bind_handlers,
+    completed,
     extension_name,
     future_then,
     require_absolute_path,
@@ -101,8 +109,16 @@ _CONTENT_CAPABILITY = {"image": "image", "audio": "audio", "resource": "embedded
 class RemoteAgent:
     """The editor's handle on one agent connection; see the module docstring for threads."""
 
-    def __init__(self, connection: Connection, client: Optional[Client] = None, process: Optional[AgentProcess] = None):
+    def __init__(
+        self,
+        connection: Connection,
+        client: Optional[Client] = None,
+        process: Optional[AgentProcess] = None,
+        loop: "Optional[EventLoop]" = None,
+    ):
         self.connection = connection
+        # The event loop the client's coroutine callbacks run on; None: the process's own.
+        self.loop = loop
         self.client = client if client is not None else Client()
         self.client.attach(self)
         self.process = process
@@ -130,6 +146,7 @@ class RemoteAgent:
             _KEEPING_METHODS,
             self._wrappers(),
             {"terminal/wait_for_exit": self._terminal_waits.arrived},
+            self.loop,
         )
 
     # -- construction ---------------------------------------------------------------------------
@@ -145,15 +162,17 @@ class RemoteAgent:
         on_stderr_line: Any = None,
         name: str = "agent",
         protocol_versions: Sequence[int] = SUPPORTED_PROTOCOL_VERSIONS,
+        loop: "Optional[EventLoop]" = None,
     ) -> "RemoteAgent":
         """Start the agent subprocess ``argv`` and connect to it over its stdio. ``name`` tells
         this connection from others in its thread names (``acp-reader-<name>``, ...) and log
         records. ``protocol_versions`` lists the versions this client speaks: listing 2 opts in
-        to the v2 draft (``acp_lite.v2.client``). Any thread."""
+        to the v2 draft (``acp_lite.v2.client``). ``client``'s ``async def`` callbacks run on
+        ``loop``, else on the process's own loop thread. Any thread."""
         process = AgentProcess(argv, cwd=cwd, env=env, on_stderr_line=on_stderr_line)
         try:
             connection = Connection(process_transport(process), delivery=delivery, name=name)
-            return cls._speaking(protocol_versions, connection, client, process)
+            return cls._speaking(protocol_versions, connection, client, process, loop)
         except BaseException:
             process.stop()
             raise
@@ -167,10 +186,12 @@ class RemoteAgent:
         delivery: Optional[HostDelivery] = None,
         name: str = "agent",
         protocol_versions: Sequence[int] = SUPPORTED_PROTOCOL_VERSIONS,
+        loop: "Optional[EventLoop]" = None,
     ) -> "RemoteAgent":
         """Talk to an agent over an already open transport (socket, in-memory pair, ...);
-        ``name`` and ``protocol_versions`` as for ``spawn``."""
-        return cls._speaking(protocol_versions, Connection(transport, delivery=delivery, name=name), client)
+        ``name``, ``protocol_versions`` and ``loop`` as for ``spawn``."""
+        connection = Connection(transport, delivery=delivery, name=name)
+        return cls._speaking(protocol_versions, connection, client, loop=loop)
 
     @classmethod
     def connect_url(
@@ -229,9 +250,10 @@ class RemoteAgent:
         connection: Connection,
         client: Optional[Client],
         process: Optional[AgentProcess] = None,
+        loop: "Optional[EventLoop]" = None,
     ) -> "RemoteAgent":
         if tuple(versions) == SUPPORTED_PROTOCOL_VERSIONS:
-            return cls(connection, client, process)
+            return cls(connection, client, process, loop)
         # Opted in to v2 (a subpackage, not vendored).
         return v2_module("client").RemoteAgent(connection, client, process, protocol_versions=versions)
 
@@ -436,6 +458,36 @@ class RemoteAgent:
 
     def ext_notification(self, method: str, params: Any = None) -> None:
         self.connection.notify(extension_name(method), params)
+
+    # -- from asyncio -------------------------------------------------------------------------------
+    # The awaitable forms: ``await x_async(...)`` takes the arguments of ``x_future``, and
+    # cancelling the awaiting task cancels the request on the wire (see ``aio``).
+    initialize_async = awaitable(initialize_future)
+    authenticate_async = awaitable(authenticate_future)
+    logout_async = awaitable(logout_future)
+    new_session_async = awaitable(new_session_future)
+    load_session_async = awaitable(load_session_future)
+    resume_session_async = awaitable(resume_session_future)
+    list_sessions_async = awaitable(list_sessions_future)
+    close_session_async = awaitable(close_session_future)
+    delete_session_async = awaitable(delete_session_future)
+    set_mode_async = awaitable(set_mode_future)
+    set_config_option_async = awaitable(set_config_option_future)
+    ext_method_async = awaitable(ext_method_future)
+
+    async def prompt_async(
+        self, session_id: str, prompt: Any, *, meta: Optional[Dict[str, Any]] = None
+    ) -> PromptResponse:
+        """Run one turn, as ``prompt``. Cancelling the awaiting task cancels the turn as
+        ``cancel`` does (``session/cancel``) and the request (``$/cancel_request``); what the
+        agent still sends for the turn reaches ``Client.session_update`` as usual."""
+        import asyncio
+
+        try:
+            return await result_of(self.prompt_future(session_id, prompt, meta=meta))
+        except asyncio.CancelledError:
+            self.cancel(session_id)
+            raise
 
     # -- the requests, checked and built ----------------------------------------------------------
     def _wait(self, request: Request, timeout: Optional[float]) -> Any:
@@ -690,9 +742,9 @@ class RemoteAgent:
     def _undecodable_diverted(self, method: str, handler: Any) -> Any:
         def deliver(params: Any) -> None:
             if isinstance(params, Undecodable):
-                self.client.on_undecodable_notification(method, params.raw, params.error)
+                completed(self.client.on_undecodable_notification(method, params.raw, params.error), self.loop)
             else:
-                handler(params)
+                completed(handler(params), self.loop)
 
         return deliver
 
@@ -701,24 +753,25 @@ class RemoteAgent:
         mode = variant_tag(params)
         if mode not in self.client.elicitation_modes:
             raise InvalidParams(f"elicitation mode {mode!r} was not advertised by this client")
-        return self.client.create_elicitation(params)
+        return self.client.create_elicitation(params)  # completed by bind_handlers
 
     def _wait_for_terminal_exit(self, params: WaitForTerminalExitRequest, ctx: RequestContext) -> Any:
         try:
-            return self.client.wait_for_terminal_exit(params)
+            return completed(self.client.wait_for_terminal_exit(params), self.loop, ctx.cancel_token)
         finally:
             self._terminal_waits.returned(ctx)
 
     def _release_terminal(self, params: ReleaseTerminalRequest, ctx: RequestContext) -> Any:
         waits = self._terminal_waits.before_release(params.session_id, params.terminal_id)
         if not waits:
-            return self.client.release_terminal(params)
+            return self.client.release_terminal(params)  # completed by bind_handlers
         # Waits for this terminal have not returned from the client yet (see TerminalWaits):
         # kill first, which ends the waits that block until the exit (a Future it may answer
         # with is not needed), and release once they all returned, on the thread of the last.
         if self.client.offers("kill_terminal"):
-            self.client.kill_terminal(KillTerminalRequest(session_id=params.session_id, terminal_id=params.terminal_id))
-        return self._terminal_waits.defer(waits, lambda: self.client.release_terminal(params))
+            kill = KillTerminalRequest(session_id=params.session_id, terminal_id=params.terminal_id)
+            completed(self.client.kill_terminal(kill), self.loop, ctx.cancel_token)
+        return self._terminal_waits.defer(waits, lambda: completed(self.client.release_terminal(params), self.loop))
 
     def _request_permission(self, params: RequestPermissionRequest, ctx: RequestContext) -> Any:
         # Tracked until answered, so that cancel() can answer it with the cancelled outcome; the
@@ -739,7 +792,7 @@ class RemoteAgent:
                         del self._permissions[params.session_id]
 
         try:
-            answer = self.client.request_permission(params)
+            answer = completed(self.client.request_permission(params), self.loop, ctx.cancel_token)
         except BaseException:
             answered()
             raise

@@ -10,7 +10,9 @@ the rest to its connection and calls the lifecycle hooks (``attach``, ``on_sessi
 Rules this module keeps:
 
 - A request handler returns its result, or a ``Future`` of it to answer later; one whose result
-  is an empty object may return None for it.
+  is an empty object may return None for it. Any handler, ``session_update`` and the other
+  notification callbacks included, may be ``async def`` (see ``aio``): it runs on the
+  connection's event loop, and the thread that called it waits, so the order stays the same.
 - What a class advertises follows from what it overrides, plus the class attributes that no
   single method stands for (``elicitation_modes``, ``terminal_auth``, ``boolean_config_options``).
 - It logs to the ``acp_lite.client`` logger, never prints.
@@ -18,11 +20,11 @@ Rules this module keeps:
 
 import logging
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Optional, Sequence, TypeVar, Union
 
 from .codec import Undecodable
 from .errors import SchemaError
-from .peer import Peer
+from .peer import OrAwaitable, Peer
 from .schema import (
     AuthCapabilities,
     BooleanConfigOptionCapabilities,
@@ -78,6 +80,12 @@ _CLIENT_HANDLERS = {
 
 _client_log = logging.getLogger("acp_lite.client")
 
+_Response = TypeVar("_Response")
+# What a request handler returns: its answer, a Future of it, or (``async def``) a coroutine of it.
+Answers = Union[_Response, "Future[_Response]", Awaitable[_Response]]
+# The same, for a result that is an empty object: None stands for it.
+EmptyAnswers = Union[Answers[_Response], Awaitable[None], None]
+
 
 class Client(Peer):
     """Base class for what an editor offers an agent. Override what you support.
@@ -92,7 +100,7 @@ class Client(Peer):
     terminal_auth: bool = False  # the editor can run an agent's terminal login
     boolean_config_options: bool = False  # the editor shows type "boolean" config options
 
-    def session_update(self, params: Union[SessionNotification, Undecodable]) -> None:
+    def session_update(self, params: Union[SessionNotification, Undecodable]) -> OrAwaitable[None]:
         """One ``session/update`` notification, in arrival order. Hot path: keep it quick.
 
         ``params`` is a ``SessionNotification``, or an ``Undecodable`` (``raw``: the params as
@@ -100,9 +108,7 @@ class Client(Peer):
         leniently; an update of a kind this version does not know is a ``SessionNotification``
         whose ``update`` is an ``UnknownVariant``."""
 
-    def request_permission(
-        self, params: RequestPermissionRequest
-    ) -> Union[RequestPermissionResponse, "Future[RequestPermissionResponse]"]:
+    def request_permission(self, params: RequestPermissionRequest) -> Answers[RequestPermissionResponse]:
         """Ask the user; return the outcome, or a Future of it (e.g. from a dialog). If the turn
         is cancelled meanwhile, the runtime answers ``cancelled`` for you and drops your answer.
 
@@ -120,59 +126,44 @@ class Client(Peer):
             return RequestPermissionResponse(outcome=RequestPermissionOutcomeCancelled())
         return RequestPermissionResponse(outcome=SelectedPermissionOutcome(option_id=reject.option_id))
 
-    def on_undecodable_notification(self, method: str, raw: Any, error: SchemaError) -> None:
+    def on_undecodable_notification(self, method: str, raw: Any, error: SchemaError) -> OrAwaitable[None]:
         """A notification of the agent other than ``session/update`` whose params do not decode:
         ``raw`` is the params as they arrived, ``error`` says where and why. Runs like the other
         callbacks. Default: one warning on the ``acp_lite.client`` logger."""
         _client_log.warning("the agent's %s does not decode: %s; params: %.300r", method, error, raw)
+        return None
 
     # Each request handler returns its result, or a Future of it to answer later (from a dialog,
     # another thread, ...); those whose result is an empty object may return None for it.
-    def read_text_file(
-        self, params: ReadTextFileRequest
-    ) -> Union[ReadTextFileResponse, "Future[ReadTextFileResponse]"]:
+    def read_text_file(self, params: ReadTextFileRequest) -> Answers[ReadTextFileResponse]:
         raise NotImplementedError
 
-    def write_text_file(
-        self, params: WriteTextFileRequest
-    ) -> Union[WriteTextFileResponse, "Future[WriteTextFileResponse]", None]:
+    def write_text_file(self, params: WriteTextFileRequest) -> EmptyAnswers[WriteTextFileResponse]:
         raise NotImplementedError
 
-    def create_terminal(
-        self, params: CreateTerminalRequest
-    ) -> Union[CreateTerminalResponse, "Future[CreateTerminalResponse]"]:
+    def create_terminal(self, params: CreateTerminalRequest) -> Answers[CreateTerminalResponse]:
         raise NotImplementedError
 
-    def terminal_output(
-        self, params: TerminalOutputRequest
-    ) -> Union[TerminalOutputResponse, "Future[TerminalOutputResponse]"]:
+    def terminal_output(self, params: TerminalOutputRequest) -> Answers[TerminalOutputResponse]:
         raise NotImplementedError
 
-    def wait_for_terminal_exit(
-        self, params: WaitForTerminalExitRequest
-    ) -> Union[WaitForTerminalExitResponse, "Future[WaitForTerminalExitResponse]"]:
+    def wait_for_terminal_exit(self, params: WaitForTerminalExitRequest) -> Answers[WaitForTerminalExitResponse]:
         raise NotImplementedError
 
-    def kill_terminal(
-        self, params: KillTerminalRequest
-    ) -> Union[KillTerminalResponse, "Future[KillTerminalResponse]", None]:
+    def kill_terminal(self, params: KillTerminalRequest) -> EmptyAnswers[KillTerminalResponse]:
         raise NotImplementedError
 
-    def release_terminal(
-        self, params: ReleaseTerminalRequest
-    ) -> Union[ReleaseTerminalResponse, "Future[ReleaseTerminalResponse]", None]:
+    def release_terminal(self, params: ReleaseTerminalRequest) -> EmptyAnswers[ReleaseTerminalResponse]:
         """Kill the command if it still runs and forget the terminal. When a wait for it has not
         returned from ``wait_for_terminal_exit`` yet (the agent released right after waiting),
         ``RemoteAgent`` calls ``kill_terminal`` first and this once every such wait returned, so
         that each wait answers the exit status."""
         raise NotImplementedError
 
-    def create_elicitation(
-        self, params: CreateElicitationRequest
-    ) -> Union[CreateElicitationResponse, "Future[CreateElicitationResponse]"]:
+    def create_elicitation(self, params: CreateElicitationRequest) -> Answers[CreateElicitationResponse]:
         raise NotImplementedError
 
-    def complete_elicitation(self, params: CompleteElicitationNotification) -> None:
+    def complete_elicitation(self, params: CompleteElicitationNotification) -> OrAwaitable[None]:
         """Ignore it when the id is unknown or already complete."""
 
     def on_session(self, session_id: str, cwd: str, additional_directories: Sequence[str]) -> None:

@@ -12,18 +12,29 @@ forms carry out; the two forms are written out, not generated, so that each keep
 signature and types.
 
 Every file path in the protocol is absolute: each side refuses a relative one before sending it.
+
+Any handler may be ``async def``: whatever a handler returns goes through ``completed``, which
+runs a coroutine to its end on the connection's event loop (see ``aio``) on the thread that called
+the handler, so the runtime goes on as it would with a sync handler's return value.
 """
 
 import importlib
+import inspect
 from concurrent.futures import Future
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
+from types import CoroutineType
+from typing import Any, Awaitable, Callable, Dict, Mapping, NamedTuple, Optional, TypeVar, Union
 
-from .answering import RequestContext
+from .aio import EventLoop, run_to_end
+from .answering import CancelToken, RequestContext
 from .errors import MethodNotFound, UsageError
 from .jsonrpc import settle
 from .rpc import Connection
 from .schema import PROTOCOL_VERSION
+
+_Handled = TypeVar("_Handled")
+# What a handler may return: its answer, or (``async def``) a coroutine of it.
+OrAwaitable = Union[_Handled, Awaitable[_Handled]]
 
 # The protocol versions this runtime speaks, newest last.
 SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
@@ -80,7 +91,7 @@ class Peer:
         """Answer an extension request (``_``-prefixed); ``params`` is raw JSON."""
         raise MethodNotFound(f"Method not found: {method}")
 
-    def ext_notification(self, method: str, params: Any) -> None:
+    def ext_notification(self, method: str, params: Any) -> OrAwaitable[None]:
         """An extension notification; ignored unless overridden."""
 
 
@@ -96,6 +107,15 @@ def v2_module(name: str) -> Any:
         raise UsageError(
             "ACP v2 (acp_lite.v2) is not part of the vendored single file: install acp_lite to use it"
         ) from None
+
+
+def completed(result: Any, loop: "Optional[EventLoop]", token: Optional[CancelToken] = None) -> Any:
+    """``result``, what a handler returned; when it is a coroutine (an ``async def`` handler),
+    what the coroutine returns once run to its end on ``loop`` (None: the process's default
+    loop), cancelled by ``token`` (see ``aio``)."""
+    if type(result) is CoroutineType:
+        return run_to_end(result, loop, token)
+    return result
 
 
 def is_absolute_path(path: str) -> bool:
@@ -123,13 +143,16 @@ def bind_handlers(
     method_table: Mapping[str, Any],
     wrappers: Optional[Dict[str, Callable[..., Any]]] = None,
     arrivals: Optional[Dict[str, Callable[[Any, RequestContext], Any]]] = None,
+    loop: "Optional[EventLoop]" = None,
 ) -> None:
     """Register on ``connection`` every method of ``handler_names`` (wire name -> Python name)
     that ``peer`` offers, decoding params with ``method_table``'s types.
 
     ``wrappers`` replaces the plain call for methods the runtime must take part in (a prompt turn,
     a cancel); a wrapper is registered whether or not the peer overrides the method. ``arrivals``
-    gives requests an ``on_arrival`` hook (see ``Connection.on_request``).
+    gives requests an ``on_arrival`` hook (see ``Connection.on_request``). Coroutine handlers run
+    on ``loop`` (see ``completed``); a wrapper completes what it calls itself when it must see
+    the outcome.
     """
     wrappers = wrappers or {}
     arrivals = arrivals or {}
@@ -144,20 +167,22 @@ def bind_handlers(
         else:
             continue
         if spec.result_type is None:
+            if inspect.iscoroutinefunction(handler):  # decided here: session/update is the hot path
+                handler = _completing(handler, loop)
             connection.on_notification(method, handler, spec.params_type)
         else:
             connection.on_request(
-                method, _answering_empty(handler, spec.result_type), spec.params_type, arrivals.get(method)
+                method, _answering_empty(handler, spec.result_type, loop), spec.params_type, arrivals.get(method)
             )
 
     def unknown_request(method: str, params: Any, ctx: RequestContext) -> Any:
         if not method.startswith("_"):
             raise MethodNotFound(f"Method not found: {method}")
-        return peer.ext_method(method, params)
+        return completed(peer.ext_method(method, params), loop, ctx.cancel_token)
 
     def unknown_notification(method: str, params: Any) -> None:
         if method.startswith("_"):
-            peer.ext_notification(method, params)
+            completed(peer.ext_notification(method, params), loop)
 
     connection.on_unknown_request(unknown_request)
     connection.on_unknown_notification(unknown_notification)
@@ -168,11 +193,18 @@ def _without_context(handler: Callable[[Any], Any]) -> Callable[[Any, RequestCon
     return lambda params, ctx: handler(params)
 
 
-def _answering_empty(handler: Callable[[Any, RequestContext], Any], result_type: Any) -> Callable[..., Any]:
+def _completing(handler: Callable[[Any], Any], loop: "Optional[EventLoop]") -> Callable[[Any], None]:
+    # A notification handler that is a coroutine function, run to its end before the next one.
+    return lambda params: completed(handler(params), loop)
+
+
+def _answering_empty(
+    handler: Callable[[Any, RequestContext], Any], result_type: Any, loop: "Optional[EventLoop]"
+) -> Callable[..., Any]:
     # Many results are empty objects ({} for session/close, fs/write_text_file, ...): a handler
     # may simply return None for them.
     def call(params: Any, ctx: RequestContext) -> Any:
-        result = handler(params, ctx)
+        result = completed(handler(params, ctx), loop, ctx.cancel_token)
         return result_type() if result is None else result
 
     return call

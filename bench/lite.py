@@ -1,8 +1,8 @@
 """Adapters driving acp_lite through its public API, as an application would.
 
     python lite.py client-a [--sessions K] [--host-delivery] [--v2] -- AGENT_CMD...   workloads A and E
-    python lite.py agent --n N --updates STREAM_FILE [--v2]                  workload B's agent, C's peer
-    python lite.py client-c --k K --inflight M [--futures | --timeout S] -- AGENT_CMD...   workload C
+    python lite.py agent --n N --updates STREAM_FILE [--v2 | --async]        workload B's agent, C's peer
+    python lite.py client-c --k K --inflight M [--futures | --asyncio | --timeout S] -- AGENT_CMD...   workload C
     python lite.py agent --paced                                             workload D's agent
     python lite.py client-d --rates R1,R2 --seconds S -- AGENT_CMD...        workload D's client
 
@@ -11,12 +11,15 @@ Each client prints one JSON object on stdout, with the same keys as ``raw.py``. 
 streams); with ``--host-delivery`` the updates are delivered on the main thread, which pumps them,
 instead of the connection's delivery thread. ``client-c`` keeps M requests in flight from M threads
 making blocking calls (each with a timeout of S seconds with ``--timeout``); with ``--futures``,
-from one thread with ``call_future``, each answer's done-callback sending the next request.
+from one thread with ``call_future``, each answer's done-callback sending the next request; with
+``--asyncio``, from M tasks of one event loop awaiting ``ext_method_async``. ``agent --async``:
+the agent's handlers are ``async def`` (run on acp_lite's loop thread).
 ``client-d`` runs a turn per rate and kind of sender and reports the latency of each turn's
 stamped updates, which the ``--paced`` agent sends (see pacing.py). ``--v2``: the client asks
 for ACP v2 only, the agent speaks only v2 (the same stream, decoded into the v2 types).
 """
 
+import asyncio
 import json
 import sys
 import threading
@@ -60,6 +63,22 @@ class StreamingAgent(Agent):
         return "end_turn"
 
     def ext_method(self, method, params):
+        return {}
+
+
+class AsyncStreamingAgent(StreamingAgent):
+    """Workload B's agent and C's peer with ``async def`` handlers (run on acp_lite's loop thread)."""
+
+    async def new_session(self, params):
+        return NewSessionResponse(session_id="sess-0")
+
+    async def prompt(self, params, turn):
+        updates, send = self.updates, turn.send
+        for i in range(self.n):
+            send(updates[i % len(updates)])
+        return "end_turn"
+
+    async def ext_method(self, method, params):
         return {}
 
 
@@ -209,6 +228,26 @@ def client_c_futures(k: int, inflight: int, argv: List[str]) -> dict:
     return round_trips(latencies, seconds)
 
 
+def client_c_asyncio(k: int, inflight: int, argv: List[str]) -> dict:
+    latencies: List[float] = []
+
+    async def worker(agent: RemoteAgent, count: int) -> None:
+        for _ in range(count):
+            sent = time.perf_counter()
+            await agent.ext_method_async(PING, {})
+            latencies.append(time.perf_counter() - sent)
+
+    async def run(agent: RemoteAgent) -> float:
+        await agent.initialize_async()
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(agent, k // inflight + (i < k % inflight)) for i in range(inflight)))
+        return time.perf_counter() - started
+
+    with RemoteAgent.spawn(argv) as agent:
+        seconds = asyncio.run(run(agent))
+    return round_trips(latencies, seconds)
+
+
 def main(args: List[str]) -> None:
     mode = args[0]
     split = args.index("--") if "--" in args else len(args)
@@ -218,7 +257,8 @@ def main(args: List[str]) -> None:
             serve_stdio(PacedAgent())
             return
         kind = StreamingAgentV2 if "--v2" in options else StreamingAgent
-        opts = dict(zip(*[iter(option for option in options if option != "--v2")] * 2))
+        kind = AsyncStreamingAgent if "--async" in options else kind
+        opts = dict(zip(*[iter(option for option in options if option not in ("--v2", "--async"))] * 2))
         serve_stdio(kind(int(opts["--n"]), opts["--updates"]))
         return
     if mode == "client-d":
@@ -227,10 +267,12 @@ def main(args: List[str]) -> None:
         sessions = int(options[options.index("--sessions") + 1]) if "--sessions" in options else 1
         result = client_a(argv, sessions, "--host-delivery" in options, "--v2" in options)
     else:
-        opts = dict(zip(*[iter(option for option in options if option != "--futures")] * 2))
+        opts = dict(zip(*[iter(option for option in options if option not in ("--futures", "--asyncio"))] * 2))
         k, inflight = int(opts["--k"]), int(opts["--inflight"])
         if "--futures" in options:
             result = client_c_futures(k, inflight, argv)
+        elif "--asyncio" in options:
+            result = client_c_asyncio(k, inflight, argv)
         else:
             result = client_c(k, inflight, argv, float(opts["--timeout"]) if "--timeout" in opts else None)
     print(json.dumps(result), flush=True)

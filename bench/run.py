@@ -211,6 +211,12 @@ def paced_jobs(plan: dict, subjects: List[peers.Peer]) -> List[Job]:
     return jobs
 
 
+# The subjects with coroutine handlers (issue 35): acp_lite's agent with async def handlers, and
+# acp_lite's client driven from asyncio against it.
+ASYNC_HANDLERS = "acp_lite, async handlers"
+ASYNCIO_CLIENT = "acp_lite, asyncio client and async handlers"
+
+
 def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_dir: Path) -> List[Job]:
     """Every measurement of one run, in order; ``peer_list`` are the other subjects (the official
     SDKs installed, a baseline)."""
@@ -245,6 +251,8 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
     if "B" in workloads:
         for peer in subjects:
             jobs.append(Job("B", peer.name, raw("receive", "split", "--", *peer.agent(n, mix)), agent_metrics, turn))
+        async_agent = [*subjects[0].agent(n, mix), "--async"]
+        jobs.append(Job("B", ASYNC_HANDLERS, raw("receive", "split", "--", *async_agent), agent_metrics, turn))
     if "C" in workloads:
         for window, label in ((1, "sequential"), (inflight, f"{inflight} in flight")):
             requests = ("requests", k)
@@ -267,6 +275,11 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
                         requests,
                     )
                 )
+            # The same client to an agent whose handlers are async def.
+            lite = subjects[0]
+            async_agent = [*lite.agent(0, mix), "--async"]
+            client = lite.client_c(k, window, async_agent)
+            jobs.append(Job("C", ASYNC_HANDLERS, client, round_trip_metrics(label), requests))
         # Several in flight from threads cost a thread wake-up per answer, whatever the library:
         # the bare client shows that ceiling; one thread with futures avoids it.
         par = round_trip_metrics(f"{inflight} in flight")
@@ -281,6 +294,10 @@ def make_jobs(plan: dict, workloads: str, peer_list: List[peers.Peer], streams_d
             )
         )
         lite = subjects[0]
+        # An asyncio client (tasks awaiting ext_method_async), as the Python SDK's client is, to the
+        # agent with async def handlers.
+        client = lite.client_c(k, inflight, [*lite.agent(0, mix), "--async"], ["--asyncio"])
+        jobs.append(Job("C", ASYNCIO_CLIENT, client, par, requests))
         jobs.append(
             Job("C", "acp_lite, futures", lite.client_c(k, inflight, lite.agent(0, mix), ["--futures"]), par, requests)
         )
@@ -416,6 +433,30 @@ def make_targets(plan: dict) -> List[Target]:
             ("B", "python-sdk", "agent CPU µs/update"),
             20,
             right=("B", "acp_lite", "agent CPU µs/update"),
+        ),
+        Target(
+            "B",
+            "async handlers ≥ 0.8× sync handlers",
+            ("B", ASYNC_HANDLERS, "updates/s"),
+            0.8,
+            right=("B", "acp_lite", "updates/s"),
+        ),
+        Target(
+            "B",
+            "async handlers ≥ 10× the Python SDK",
+            ("B", ASYNC_HANDLERS, "updates/s"),
+            10,
+            right=("B", "python-sdk", "updates/s"),
+        ),
+        *(
+            Target(
+                "C",
+                f"async handlers ≥ 0.8× sync handlers, {window}",
+                ("C", ASYNC_HANDLERS, f"requests/s ({window})"),
+                0.8,
+                right=("C", "acp_lite", f"requests/s ({window})"),
+            )
+            for window in (seq, par)
         ),
         Target(
             "C",

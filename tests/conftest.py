@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from acp_lite.aio import stop_default_loop
+
 REPO = Path(__file__).resolve().parent.parent
 
 # Ties @pytest.mark.req ids to spec/manifest and gates coverage (spec/README.md). spec/ is not
@@ -77,7 +79,11 @@ def no_leaks(request):
     fds_before = _open_fds()
     children_before = _child_pids()
     yield
+    # The process's event loop for coroutine handlers would live until exit (acp_lite.aio): stop
+    # it here, as at exit, so that its thread and descriptors count as every test's own.
+    stop_default_loop()
     threads = _settle(lambda: {t for t in threading.enumerate() if t.is_alive()}, threads_before)
+
     children = _settle(_child_pids, children_before)
     fds = _settle(_open_fds, fds_before)
     problems = []

@@ -1,5 +1,9 @@
-"""The agent side over a real pipe pair: the test plays the editor with raw JSON lines."""
+"""The agent side over a real pipe pair: the test plays the editor with raw JSON lines.
 
+The tests of handlers run each with sync and ``async def`` handlers (``kind``): the wire must not
+tell them apart."""
+
+import asyncio
 import threading
 import time
 from concurrent.futures import wait as futures_wait
@@ -25,6 +29,23 @@ class Minimal(Agent):
         turn.send(updates.text_chunk("one", message_id="m1"))
         turn.send(updates.text_chunk("two", message_id="m1"))
         return "end_turn"
+
+
+class AsyncMinimal(Minimal):
+    async def new_session(self, params):
+        await asyncio.sleep(0)
+        return super().new_session(params)
+
+    async def prompt(self, params, turn):
+        turn.send(updates.text_chunk("one", message_id="m1"))
+        await asyncio.sleep(0)
+        turn.send(updates.text_chunk("two", message_id="m1"))
+        return "end_turn"
+
+
+def sync_and_async(sync_kind, async_kind):
+    """Run the test once with each kind of handlers, as its ``kind`` argument."""
+    return pytest.mark.parametrize("kind", [sync_kind, async_kind], ids=["sync", "async"])
 
 
 class Everything(Minimal):
@@ -142,8 +163,9 @@ def test_terminal_auth_methods_are_offered_only_to_clients_that_can_run_them():
     "ACP-V1-SETUP-NEW-SESSION-ID",
     "ACP-V1-INIT-SESSION-BASELINE",
 )
-def test_prompt_streams_updates_in_order_then_answers_with_the_stop_reason():
-    with agent_with_raw_client(Minimal()) as (_, raw):
+@sync_and_async(Minimal, AsyncMinimal)
+def test_prompt_streams_updates_in_order_then_answers_with_the_stop_reason(kind):
+    with agent_with_raw_client(kind()) as (_, raw):
         session = raw.call("session/new", {"cwd": "/work", "mcpServers": []})["result"]
         assert session == {"sessionId": "s-/work"}
         id = raw.request("session/prompt", {"sessionId": "s-/work", "prompt": [{"type": "text", "text": "hi"}]})
@@ -217,6 +239,21 @@ class Slow(Minimal):
         return "end_turn"
 
 
+class AsyncSlow(Slow):
+    """The same turn in a coroutine: the cancel arrives as ``CancelledError`` at its ``await``."""
+
+    async def prompt(self, params, turn):
+        self.started.set()
+        turn.send(updates.text_chunk("working"))
+        try:
+            await asyncio.sleep(WAIT)
+        except asyncio.CancelledError:
+            self.cancel_seen.set()
+            turn.send(updates.text_chunk("stopping"))
+            raise
+        return "end_turn"
+
+
 @pytest.mark.req(
     "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON",
     "ACP-V1-PROMPT-AGENT-CATCH-ABORT-ERRORS",
@@ -225,8 +262,9 @@ class Slow(Minimal):
     "ACP-V1-PROMPT-AGENT-MAY-STOP",
     "ACP-V1-INIT-SESSION-BASELINE",
 )
-def test_session_cancel_ends_the_turn_with_cancelled_not_an_error():
-    agent = Slow()
+@sync_and_async(Slow, AsyncSlow)
+def test_session_cancel_ends_the_turn_with_cancelled_not_an_error(kind):
+    agent = kind()
     with agent_with_raw_client(agent) as (_, raw):
         id = raw.request("session/prompt", {"sessionId": "s", "prompt": [{"type": "text", "text": "go"}]})
         assert agent.started.wait(WAIT)
@@ -238,8 +276,9 @@ def test_session_cancel_ends_the_turn_with_cancelled_not_an_error():
 
 
 @pytest.mark.req("ACP-V1-CANCEL-REQUEST-MUST-RESPOND", "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY")
-def test_cancel_request_for_a_prompt_also_ends_it_cancelled():
-    agent = Slow()
+@sync_and_async(Slow, AsyncSlow)
+def test_cancel_request_for_a_prompt_also_ends_it_cancelled(kind):
+    agent = kind()
     with agent_with_raw_client(agent) as (_, raw):
         id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
         assert agent.started.wait(WAIT)
@@ -248,8 +287,9 @@ def test_cancel_request_for_a_prompt_also_ends_it_cancelled():
     assert response["result"] == {"stopReason": "cancelled"}
 
 
-def test_cancel_for_another_session_leaves_the_turn_running():
-    agent = Slow()
+@sync_and_async(Slow, AsyncSlow)
+def test_cancel_for_another_session_leaves_the_turn_running(kind):
+    agent = kind()
     with agent_with_raw_client(agent) as (_, raw):
         id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
         assert agent.started.wait(WAIT)
@@ -263,6 +303,8 @@ def test_cancel_for_another_session_leaves_the_turn_running():
 
 class PermissionAsker(Minimal):
     """Asks a permission in its turn; what came of it lands in ``outcome`` (answer or error)."""
+
+    CANCELLED = RequestCancelled  # what the call raises when the turn is cancelled
 
     def __init__(self, outcome):
         self.outcome = outcome
@@ -280,12 +322,42 @@ class PermissionAsker(Minimal):
         return "end_turn"
 
 
+class AsyncPermissionAsker(PermissionAsker):
+    CANCELLED = asyncio.CancelledError
+
+    async def prompt(self, params, turn):
+        try:
+            self.outcome["answer"] = await turn.request_permission_async(
+                updates.tool_call_ref("call_1"), updates.permission_options(("yes", "Allow", "allow_once"))
+            )
+        except asyncio.CancelledError as exc:
+            self.outcome["error"] = exc
+            raise
+        return "end_turn"
+
+
+@pytest.mark.req("ACP-V1-PROMPT-PERMISSION-MAY", "ACP-V1-TOOLS-PERMISSION-MAY")
+@sync_and_async(PermissionAsker, AsyncPermissionAsker)
+def test_a_permission_answered_reaches_the_handler(kind):
+    outcome = {}
+    with agent_with_raw_client(kind(outcome)) as (_, raw):
+        id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
+        ask = raw.recv()
+        assert ask["method"] == "session/request_permission"
+        assert ask["params"]["sessionId"] == "s"
+        raw.send({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "yes"}}})
+        _, response = raw.recv_until_response(id)
+    assert response["result"] == {"stopReason": "end_turn"}
+    assert outcome["answer"].outcome == schema.SelectedPermissionOutcome(option_id="yes")
+
+
 @pytest.mark.req(
     "ACP-V1-PROMPT-PERMISSION-MAY", "ACP-V1-TOOLS-PERMISSION-MAY", "ACP-V1-CANCEL-REQUEST-MAY-CANCEL-ACTIVITY"
 )
-def test_cancel_while_waiting_for_permission_cascades_a_cancel_request():
+@sync_and_async(PermissionAsker, AsyncPermissionAsker)
+def test_cancel_while_waiting_for_permission_cascades_a_cancel_request(kind):
     outcome = {}
-    with agent_with_raw_client(PermissionAsker(outcome)) as (_, raw):
+    with agent_with_raw_client(kind(outcome)) as (_, raw):
         id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
         ask = raw.recv()
         assert ask["method"] == "session/request_permission"
@@ -297,11 +369,12 @@ def test_cancel_while_waiting_for_permission_cascades_a_cancel_request():
         raw.send({"jsonrpc": "2.0", "id": ask["id"], "error": {"code": -32800, "message": "Request cancelled"}})
         raw.expect_silence()
     assert response["result"] == {"stopReason": "cancelled"}
-    assert isinstance(outcome["error"], RequestCancelled)
+    assert isinstance(outcome["error"], kind.CANCELLED)
 
 
 @pytest.mark.req("ACP-V1-PROMPT-AGENT-STOP-ON-CANCEL", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON")
-def test_a_call_whose_answer_beats_its_tracking_still_raises_request_cancelled(monkeypatch):
+@sync_and_async(PermissionAsker, AsyncPermissionAsker)
+def test_a_call_whose_answer_beats_its_tracking_still_raises_request_cancelled(monkeypatch, kind):
     # The editor cancels the turn and answers the pending permission "cancelled" right away. If
     # the handler's thread is preempted between sending the request and tracking it with the
     # turn, both messages may be processed first: the handler must see RequestCancelled all the
@@ -316,7 +389,7 @@ def test_a_call_whose_answer_beats_its_tracking_still_raises_request_cancelled(m
         return track(turn, future)
 
     monkeypatch.setattr(agent_module.PromptTurn, "_track", late_track)
-    with agent_with_raw_client(PermissionAsker(outcome)) as (_, raw):
+    with agent_with_raw_client(kind(outcome)) as (_, raw):
         id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
         ask = raw.recv()
         assert ask["method"] == "session/request_permission"
@@ -326,14 +399,15 @@ def test_a_call_whose_answer_beats_its_tracking_still_raises_request_cancelled(m
     assert outcome["answer_settled_first"] is True
     assert response["result"] == {"stopReason": "cancelled"}
     assert "answer" not in outcome
-    assert isinstance(outcome["error"], RequestCancelled)
+    assert isinstance(outcome["error"], kind.CANCELLED)
 
 
 @pytest.mark.req("ACP-V1-SETUP-CLOSE-CANCELS-AND-FREES")
-def test_session_close_cancels_the_running_turn_before_freeing_the_session():
+@sync_and_async(Slow, AsyncSlow)
+def test_session_close_cancels_the_running_turn_before_freeing_the_session(kind):
     order = []
 
-    class Closable(Slow):
+    class Closable(kind):
         def close_session(self, params):
             order.append(("closed", self.cancel_seen.wait(WAIT)))
 
@@ -352,9 +426,17 @@ def test_session_close_cancels_the_running_turn_before_freeing_the_session():
     assert order == [("closed", True)]
 
 
+class AsyncEverything(Everything):
+    async def load_session(self, params):
+        self.client.session_update(params.session_id, updates.user_chunk("earlier question"))
+        await asyncio.sleep(0)
+        self.client.session_update(params.session_id, updates.text_chunk("earlier answer"))
+
+
 @pytest.mark.req("ACP-V1-SETUP-LOAD-REPLAY", "ACP-V1-SETUP-LOAD-RESPOND-AFTER-REPLAY")
-def test_load_session_replays_the_conversation_before_its_response():
-    with agent_with_raw_client(Everything()) as (_, raw):
+@sync_and_async(Everything, AsyncEverything)
+def test_load_session_replays_the_conversation_before_its_response(kind):
+    with agent_with_raw_client(kind()) as (_, raw):
         id = raw.request("session/load", {"sessionId": "old", "cwd": "/w", "mcpServers": []})
         before, response = raw.recv_until_response(id)
     assert [m["params"]["update"]["sessionUpdate"] for m in before] == ["user_message_chunk", "agent_message_chunk"]
@@ -539,16 +621,25 @@ def test_relative_session_roots_are_answered_invalid_params(method, params):
     assert handled == []
 
 
-@pytest.mark.req("ACP-V1-PROMPT-TOOLS-MAY-USE-CLIENT-CAPABILITIES")
-def test_advertised_client_methods_are_called_with_typed_results():
-    class Reader(Minimal):
-        def prompt(self, params, turn):
-            content = self.client.read_text_file(turn.session_id, "/w/a.txt", line=2, limit=1).content
-            turn.send(updates.text_chunk(content))
-            return "end_turn"
+class Reader(Minimal):
+    def prompt(self, params, turn):
+        content = self.client.read_text_file(turn.session_id, "/w/a.txt", line=2, limit=1).content
+        turn.send(updates.text_chunk(content))
+        return "end_turn"
 
+
+class AsyncReader(Minimal):
+    async def prompt(self, params, turn):
+        content = (await self.client.read_text_file_async(turn.session_id, "/w/a.txt", line=2, limit=1)).content
+        turn.send(updates.text_chunk(content))
+        return "end_turn"
+
+
+@pytest.mark.req("ACP-V1-PROMPT-TOOLS-MAY-USE-CLIENT-CAPABILITIES")
+@sync_and_async(Reader, AsyncReader)
+def test_advertised_client_methods_are_called_with_typed_results(kind):
     caps = {"fs": {"readTextFile": True}}
-    with agent_with_raw_client(Reader(), initialize=dict(INIT_PARAMS, clientCapabilities=caps)) as (_, raw):
+    with agent_with_raw_client(kind(), initialize=dict(INIT_PARAMS, clientCapabilities=caps)) as (_, raw):
         id = raw.request("session/prompt", {"sessionId": "s", "prompt": []})
         read = raw.recv()
         assert read["method"] == "fs/read_text_file"
@@ -621,14 +712,24 @@ def test_only_underscore_methods_reach_the_extension_handlers():
     assert seen == [("request", "_vendor/thing"), ("notification", "_vendor/note"), ("request", "_vendor/sync")]
 
 
-def test_a_handler_error_is_sent_and_the_connection_keeps_working():
-    class Fragile(Minimal):
-        def new_session(self, params):
-            if params.cwd == "/boom":
-                raise ValueError("secret detail")
-            return super().new_session(params)
+class Fragile(Minimal):
+    def new_session(self, params):
+        if params.cwd == "/boom":
+            raise ValueError("secret detail")
+        return super().new_session(params)
 
-    with agent_with_raw_client(Fragile()) as (_, raw):
+
+class AsyncFragile(Minimal):
+    async def new_session(self, params):
+        await asyncio.sleep(0)
+        if params.cwd == "/boom":
+            raise ValueError("secret detail")
+        return super().new_session(params)
+
+
+@sync_and_async(Fragile, AsyncFragile)
+def test_a_handler_error_is_sent_and_the_connection_keeps_working(kind):
+    with agent_with_raw_client(kind()) as (_, raw):
         error = raw.call("session/new", {"cwd": "/boom", "mcpServers": []})["error"]
         assert error["code"] == -32603 and "secret detail" not in error["message"]
         assert raw.call("session/new", {"cwd": "/ok", "mcpServers": []})["result"] == {"sessionId": "s-/ok"}

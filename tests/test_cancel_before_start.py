@@ -3,9 +3,11 @@
 The runtime answers a turn cancelled before its handler started ``cancelled`` itself; the
 handler must then never run (what it would send would land after the answer). Checked on the
 wire, from a raw client that writes the prompt and its cancel in one write, and at
-``Client.session_update`` through ``RemoteAgent``.
+``Client.session_update`` through ``RemoteAgent``. Each runs with a sync and an ``async def``
+prompt handler (and session_update).
 """
 
+import asyncio
 import threading
 from typing import Any, Dict, List
 
@@ -42,6 +44,25 @@ class Echo(Agent):
         return "cancelled" if turn.cancelled else "end_turn"
 
 
+class AsyncEcho(Echo):
+    """The same in a coroutine: a "wait" turn's cancel arrives as ``CancelledError``, which it
+    catches to go on the way the sync one does."""
+
+    async def prompt(self, params: Any, turn: Any) -> Any:
+        text = params.prompt[0].text
+        if text.startswith("wait"):
+            self.started.release()
+            try:
+                await asyncio.sleep(WAIT)
+            except asyncio.CancelledError:
+                pass
+        turn.send(updates.text_chunk(text))
+        return "cancelled" if turn.cancelled else "end_turn"
+
+
+both_kinds = pytest.mark.parametrize("kind", ["sync", "async"])
+
+
 def _request(request_id: Any, method: str, params: Dict[str, Any]) -> Dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
 
@@ -63,9 +84,10 @@ def _frames_until_answer(peer: RawPeer, request_id: Any) -> List[Any]:
 
 
 @pytest.mark.req("ACP-V1-PROMPT-AGENT-STOP-ON-CANCEL", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON")
-def test_on_the_wire_no_update_follows_the_answer_of_a_turn_cancelled_before_during_or_after_its_start():
+@both_kinds
+def test_on_the_wire_no_update_follows_the_answer_of_a_turn_cancelled_before_during_or_after_its_start(kind: str):
     peer = RawPeer()
-    agent = Echo()
+    agent = {"sync": Echo, "async": AsyncEcho}[kind]()
     served = serve(agent, peer.transport_for_connection)
     try:
         peer.send(_request(0, "initialize", {"protocolVersion": 1}))
@@ -116,11 +138,17 @@ class Recorder(Client):
         self.events.append(("update", params.update.content.text))
 
 
+class AsyncRecorder(Recorder):
+    async def session_update(self, params: Any) -> None:
+        self.events.append(("update", params.update.content.text))
+
+
 @pytest.mark.req("ACP-V1-PROMPT-AGENT-STOP-ON-CANCEL")
-def test_at_session_update_no_update_follows_the_answer_of_a_turn_cancelled_at_once():
+@both_kinds
+def test_at_session_update_no_update_follows_the_answer_of_a_turn_cancelled_at_once(kind: str):
     agent_end, client_end = memory_pair()
-    served = serve(Echo(), agent_end)
-    editor = Recorder()
+    served = serve({"sync": Echo, "async": AsyncEcho}[kind](), agent_end)
+    editor = {"sync": Recorder, "async": AsyncRecorder}[kind]()
     remote = RemoteAgent.connect(client_end, editor)
     try:
         remote.initialize(timeout=WAIT)

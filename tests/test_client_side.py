@@ -1,5 +1,9 @@
-"""The client side over a real pipe pair: the test plays the agent with raw JSON lines."""
+"""The client side over a real pipe pair: the test plays the agent with raw JSON lines.
 
+The tests of callbacks run each with sync and ``async def`` ones (``kind``): the wire must not
+tell them apart."""
+
+import asyncio
 import json
 import threading
 import time
@@ -35,6 +39,19 @@ class Recorder(Client):
 
     def on_cancel(self, session_id):
         self.cancelled_sessions.append(session_id)
+
+
+def sync_and_async(sync_kind, async_kind):
+    """Run the test once with each kind of callbacks, as its ``kind`` argument."""
+    return pytest.mark.parametrize("kind", [sync_kind, async_kind], ids=["sync", "async"])
+
+
+async def until_set(event):
+    """Wait for a threading.Event from a coroutine without blocking its loop."""
+    deadline = time.monotonic() + WAIT
+    while not event.is_set():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.005)
 
 
 def _answer(raw, request, result):
@@ -357,7 +374,8 @@ def test_iter_sessions_passes_cursors_back_untouched_and_stops_without_one():
     "ACP-V1-PROMPT-CLIENT-MARK-CANCELLED",
     "ACP-V1-PROMPT-CLIENT-ACCEPT-LATE-UPDATES",
 )
-def test_cancel_answers_pending_permissions_and_late_updates_still_arrive():
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_cancel_answers_pending_permissions_and_late_updates_still_arrive(kind):
     dialog = Future()  # the user never answers: the dialog is still open when they cancel
     asked = threading.Event()
 
@@ -366,7 +384,16 @@ def test_cancel_answers_pending_permissions_and_late_updates_still_arrive():
             asked.set()
             return dialog
 
-    client = Asking()
+    class AsyncAsking(Recorder):
+        async def request_permission(self, params):
+            asked.set()
+            return await asyncio.wrap_future(dialog)
+
+        async def session_update(self, params):
+            await asyncio.sleep(0)
+            self.updates.append(params)
+
+    client = {"sync": Asking, "async": AsyncAsking}[kind]()
     with client_with_raw_agent(client) as (remote, raw):
         initialized(remote, raw)
         _new_session(remote, raw)
@@ -408,7 +435,8 @@ def test_cancel_answers_pending_permissions_and_late_updates_still_arrive():
 
 
 @pytest.mark.req("ACP-V1-PROMPT-CLIENT-RESPOND-PENDING-PERMISSIONS")
-def test_a_permission_request_still_queued_when_the_turn_is_cancelled_is_answered_cancelled():
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_permission_request_still_queued_when_the_turn_is_cancelled_is_answered_cancelled(kind):
     # Pending includes a request that arrived but whose handler has not started: here it waits
     # behind a slow session_update (with HostDelivery, behind the host's next pump). Its turn
     # is cancelled meanwhile, so it is answered "cancelled" without the application being asked;
@@ -416,7 +444,7 @@ def test_a_permission_request_still_queued_when_the_turn_is_cancelled_is_answere
     release = threading.Event()
     asked = []
 
-    class SlowUi(Recorder):
+    class SyncSlowUi(Recorder):
         def session_update(self, params):
             release.wait(WAIT)
             super().session_update(params)
@@ -424,6 +452,18 @@ def test_a_permission_request_still_queued_when_the_turn_is_cancelled_is_answere
         def request_permission(self, params):
             asked.append(params.tool_call.tool_call_id)
             return updates.select_permission("ok")
+
+    class AsyncSlowUi(Recorder):
+        async def session_update(self, params):
+            await until_set(release)
+            super().session_update(params)
+
+        async def request_permission(self, params):
+            await asyncio.sleep(0)
+            asked.append(params.tool_call.tool_call_id)
+            return updates.select_permission("ok")
+
+    SlowUi = {"sync": SyncSlowUi, "async": AsyncSlowUi}[kind]
 
     def ask(raw, request_id, tool_call_id):
         raw.send(
@@ -476,7 +516,8 @@ def test_a_permission_request_still_queued_when_the_turn_is_cancelled_is_answere
 
 
 @pytest.mark.req("ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE")
-def test_prompt_returns_only_after_every_earlier_update_was_delivered():
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_prompt_returns_only_after_every_earlier_update_was_delivered(kind):
     release = threading.Event()
 
     class SlowUi(Recorder):
@@ -484,7 +525,12 @@ def test_prompt_returns_only_after_every_earlier_update_was_delivered():
             release.wait(WAIT)  # a slow UI: the response arrives while updates are still queued
             super().session_update(params)
 
-    client = SlowUi()
+    class AsyncSlowUi(Recorder):
+        async def session_update(self, params):
+            await until_set(release)
+            super().session_update(params)
+
+    client = {"sync": SlowUi, "async": AsyncSlowUi}[kind]()
     with client_with_raw_agent(client) as (remote, raw):
         initialized(remote, raw)
         _new_session(remote, raw)
@@ -534,9 +580,29 @@ class BlockingTerminal(Client):
         self.ended.set()
 
 
+class AsyncBlockingTerminal(BlockingTerminal):
+    async def create_terminal(self, params):
+        return {"terminalId": "t"}
+
+    async def wait_for_terminal_exit(self, params):
+        self.calls.append("wait")
+        await until_set(self.ended)
+        self.calls.append("wait returned")
+        return {"signal": "SIGKILL"}
+
+    async def kill_terminal(self, params):
+        self.calls.append("kill")
+        self.ended.set()
+
+    async def release_terminal(self, params):
+        self.calls.append("release")
+        self.ended.set()
+
+
 @pytest.mark.timeout(30)
-def test_a_release_sent_right_after_a_wait_kills_first_and_releases_once_the_wait_returned():
-    terminal = BlockingTerminal()
+@sync_and_async(BlockingTerminal, AsyncBlockingTerminal)
+def test_a_release_sent_right_after_a_wait_kills_first_and_releases_once_the_wait_returned(kind):
+    terminal = kind()
     with client_with_raw_agent(terminal) as (agent, raw):
         initialized(agent, raw)
         wait_id = raw.request("terminal/wait_for_exit", {"sessionId": "s", "terminalId": "t"})

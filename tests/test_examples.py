@@ -1,5 +1,6 @@
 """The two-process example and the stdio agent runtime, as real subprocesses."""
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -153,3 +154,55 @@ def test_the_example_agent_asks_with_the_tool_calls_details_and_honours_a_reject
     texts = [update.content.text for update in client.updates if updates.variant_tag(update) == "agent_message_chunk"]
     assert texts[1] == "Did not read pyproject.toml (permission: reject_once)."
     assert not any(text.startswith("Done") for text in texts)
+
+
+class NotesEditor(Client):
+    """An asyncio editor for the async agent example: it allows every write and keeps the files."""
+
+    def __init__(self):
+        self.texts = []
+        self.statuses = []
+        self.files = {}
+
+    async def session_update(self, params):
+        update = params.update
+        if updates.variant_tag(update) == "agent_message_chunk":
+            self.texts.append(update.content.text)
+        elif updates.variant_tag(update) in ("tool_call", "tool_call_update"):
+            self.statuses.append(update.status)
+
+    async def request_permission(self, params):
+        return updates.select_permission("allow")
+
+    async def write_text_file(self, params):
+        self.files[params.path] = params.content
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.req("ACP-V1-PROMPT-PERMISSION-MAY", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON")
+def test_the_async_agent_example_streams_asks_writes_and_honours_cancel(tmp_path):
+    editor = NotesEditor()
+
+    async def application():
+        remote = RemoteAgent.spawn(
+            [sys.executable, str(EXAMPLES / "async_agent.py")], editor, loop=asyncio.get_running_loop()
+        )
+        try:
+            await remote.initialize_async()
+            session = (await remote.new_session_async(str(tmp_path))).session_id
+            done = await remote.prompt_async(session, "plan the week")
+            texts, editor.texts = editor.texts, []
+            slow = remote.prompt_future(session, "slow answer")
+            while not editor.texts:
+                await asyncio.sleep(0.05)
+            remote.cancel(session)
+            cancelled = await asyncio.wrap_future(slow)
+            return done.stop_reason, "".join(texts), cancelled.stop_reason
+        finally:
+            remote.close()
+
+    stop_reason, text, cancelled = asyncio.run(application())
+    assert (stop_reason, cancelled) == ("end_turn", "cancelled")
+    assert text.startswith("You asked: plan the week.")
+    assert editor.statuses == ["pending", "completed"]
+    assert editor.files == {str(tmp_path / "NOTES.md"): "# Notes\n\nplan the week\n"}

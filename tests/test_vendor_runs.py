@@ -133,6 +133,7 @@ def test_single_file_imports_only_the_standard_library_and_msgspec(isolated):
     assert done.returncode == 0, done.stderr
     loaded = {name.split(".")[0] for name in ast.literal_eval(done.stdout)}
     assert loaded - sys.stdlib_module_names - {"__main__"} == {"msgspec", "my_plugin"}
+    assert "asyncio" not in loaded  # coroutine handlers import it on first use (acp_lite.aio)
 
 
 @pytest.mark.timeout(60)
@@ -186,3 +187,37 @@ def test_plugin_skeleton_on_a_synchronous_host(tmp_path, msgspec_only):
         "[panel] Long analysis in progress\u2026",
         "[stop] end_turn cancelled",
     ]
+
+
+ASYNC_AGENT_ON_THE_SINGLE_FILE = f"""
+import asyncio
+import {VENDORED_NAME} as acp
+
+class Echo(acp.Agent):
+    async def new_session(self, params):
+        await asyncio.sleep(0)
+        return acp.schema.NewSessionResponse(session_id="s")
+
+    async def prompt(self, params, turn):
+        turn.send(acp.updates.text_chunk("hi"))
+        return "end_turn"
+
+class Editor(acp.Client):
+    async def session_update(self, params):
+        print(params.update.content.text)
+
+agent_end, client_end = acp.memory_pair()
+served = acp.serve(Echo(), agent_end)
+remote = acp.RemoteAgent.connect(client_end, Editor())
+remote.initialize()
+print(remote.prompt(remote.new_session("/w").session_id, "go").stop_reason)
+remote.close()
+served.connection.close()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_async_handlers_on_the_single_file(isolated):
+    done = isolated("-c", ASYNC_AGENT_ON_THE_SINGLE_FILE)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["hi", "end_turn"]

@@ -161,3 +161,44 @@ def drive(agent: RemoteAgent, client: RemoteClient) -> None:
     assert_type(agent.prompt(session.session_id, "hello").stop_reason, StopReason)
     assert_type(agent.prompt_future(session.session_id, "hello"), "Future[PromptResponse]")
     assert_type(client.read_text_file("s1", "/tmp/notes.txt").content, str)
+
+
+class TypedAsyncAgent(Agent):
+    """The same override points as coroutines (docs/async.md)."""
+
+    async def new_session(self, params: NewSessionRequest) -> NewSessionResponse:
+        return NewSessionResponse(session_id="s1")
+
+    async def prompt(self, params: PromptRequest, turn: PromptTurn) -> StopReason:
+        answer = await turn.request_permission_async(updates.tool_call_ref("c1"), self.rejections())
+        assert_type(answer, RequestPermissionResponse)
+        read = await self.client.read_text_file_async(turn.session_id, "/tmp/notes.txt", line=1)
+        assert_type(read.content, str)
+        created = await self.client.create_terminal_async(turn.session_id, "make", ["test"], cwd="/tmp")
+        assert_type(created, CreateTerminalResponse)
+        turn.send(updates.text_chunk(read.content))
+        return "end_turn"
+
+    def rejections(self) -> List[PermissionOption]:
+        return updates.permission_options(("no", "No", "reject_once"))
+
+    async def cancel(self, params: CancelNotification) -> None:
+        pass
+
+
+class TypedAsyncClient(Client):
+    async def session_update(self, params: Union[SessionNotification, Undecodable]) -> None:
+        pass
+
+    async def read_text_file(self, params: ReadTextFileRequest) -> ReadTextFileResponse:
+        return ReadTextFileResponse(content="")
+
+    async def write_text_file(self, params: WriteTextFileRequest) -> None:
+        pass
+
+
+async def drive_from_asyncio(agent: RemoteAgent) -> None:
+    session = await agent.new_session_async("/tmp")
+    assert_type(session, NewSessionResponse)
+    assert_type((await agent.prompt_async(session.session_id, "hello")).stop_reason, StopReason)
+    assert_type(await agent.initialize_async(), InitializeResponse)

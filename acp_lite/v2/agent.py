@@ -244,17 +244,17 @@ class V2Service(_AgentService):
             turn.started = True
         message_id = self._accept(params, ctx)
         self.client.session_update(params.session_id, running())
-        _current_turn.value = turn
+        entered = _current_turn.set(turn)
         error = None
         try:
-            result: Any = self.agent.prompt(params, turn)  # type: ignore[arg-type]  # v2's params on a v2 connection
+            result: Any = self._completed(self.agent.prompt(params, turn), ctx)  # type: ignore[arg-type]  # v2's params on a v2 connection
         except Exception as exc:
             result = "cancelled" if turn.cancelled else "error"
             if not turn.cancelled:
                 _log.exception("the prompt handler of session %s raised", params.session_id)
                 error = v2.Error(code=-32603, message=str(exc) or type(exc).__name__)
         finally:
-            _current_turn.value = None
+            _current_turn.reset(entered)
             self._forget(turn)
         stop_reason = result if isinstance(result, str) else getattr(result, "stop_reason", "end_turn")
         self.client.session_update(params.session_id, idle(stop_reason, error=error))

@@ -15,6 +15,7 @@ The peers are installed by ``interop_peers.py`` (``.ci/run`` calls it); without 
 node, the tests skip and say why. Disagreements found are written up in ``FINDINGS.md``.
 """
 
+import asyncio
 import json
 import shutil
 import threading
@@ -636,6 +637,72 @@ class InteropAgent(Agent):
                 self._notes_arrived.notify_all()
 
 
+class AsyncInteropAgent(InteropAgent):
+    """The same agent with ``async def`` handlers (a turn awaits every call it makes), so that
+    the official clients see the same wire from it."""
+
+    async def new_session(self, params):
+        await asyncio.sleep(0)
+        return super().new_session(params)
+
+    async def set_mode(self, params):
+        self.modes_set.append(params.mode_id)
+
+    async def prompt(self, params, turn):
+        if getattr(params.prompt[0], "text", "").startswith("wait"):
+            turn.send(updates.text_chunk("Waiting...", message_id="msg-wait"))
+            options = updates.permission_options(("allow", "Allow once", "allow_once"))
+            try:
+                answer = await turn.request_permission_async(updates.tool_call_ref("call-wait", title="Wait"), options)
+                self.wait_permissions.append(updates.selected_option(answer))
+            except asyncio.CancelledError:
+                self.wait_permissions.append("RequestCancelled")
+            return "cancelled" if turn.cancelled else "end_turn"
+        return await self._async_full_turn(turn, params.prompt)
+
+    async def _async_full_turn(self, turn, turn_prompt) -> PromptResponse:
+        sid, client, report = turn.session_id, self.client, self.report
+        report["prompt"] = [as_json(block) for block in turn_prompt]
+        cwd = self.sessions[sid]
+        for update in for_cwd(SCENARIO["updates"], Path(cwd)):
+            turn.send(convert(update, SessionUpdate))
+        options = updates.permission_options(
+            *((o["optionId"], o["name"], o["kind"]) for o in SCENARIO["permission_options"])
+        )
+        answer = await turn.request_permission_async(
+            updates.tool_call_ref("call-edit", title="Edit main.py", status="pending"), options
+        )
+        report["permission"] = updates.selected_option(answer)
+        read = await client.read_text_file_async(sid, f"{cwd}/{SCENARIO['file_to_read']}", line=2, limit=1)
+        report["read"] = read.content
+        await client.write_text_file_async(sid, f"{cwd}/{SCENARIO['file_to_write']}", SCENARIO["written_text"])
+        command = SCENARIO["terminal"]
+        env = {v["name"]: v["value"] for v in command["env"]}
+        created = await client.create_terminal_async(
+            sid, command["command"], command["args"], env, cwd, output_byte_limit=4096
+        )
+        terminal_id = created.terminal_id
+        running = updates.tool_call(
+            "call-term", "Run a command", kind="execute", status="in_progress", content=[updates.terminal(terminal_id)]
+        )
+        turn.send(running)
+        report["exit"] = (await client.wait_for_terminal_exit_async(sid, terminal_id)).exit_code
+        report["output"] = (await client.terminal_output_async(sid, terminal_id)).output
+        await client.release_terminal_async(sid, terminal_id)
+        turn.send(updates.tool_call_update("call-term", status="completed"))
+        elicitation = client.capabilities.elicitation
+        if elicitation is not None and elicitation.form is not None:
+            form = convert(dict(SCENARIO["elicitation_form"], sessionId=sid), CreateElicitationRequest)
+            report["elicitation_form"] = as_json(await client.create_elicitation_async(form))
+        if elicitation is not None and elicitation.url is not None:
+            url = convert(dict(SCENARIO["elicitation_url"], sessionId=sid), CreateElicitationRequest)
+            report["elicitation_url"] = as_json(await client.create_elicitation_async(url))
+            client.complete_elicitation(SCENARIO["elicitation_url"]["elicitationId"])
+        report["client_echo"] = await client.ext_method_async("_interop/client_echo", {"value": 42, "_meta": META})
+        client.ext_notification("_interop/client_note", {"value": 7, "_meta": META})
+        return PromptResponse(stop_reason="end_turn", meta={"interop.example/turn": 1})
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.req(
     "ACP-V1-INIT-AGENT-SAME-VERSION",
@@ -660,12 +727,13 @@ class InteropAgent(Agent):
     "ACP-V1-EXT-META-NO-ASSUMPTIONS",
     "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND",
 )
-def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path):
+@pytest.mark.parametrize("agent_kind", [InteropAgent, AsyncInteropAgent], ids=["sync", "async"])
+def test_the_peer_client_drives_our_agent(peer: Peer, workspace: Path, agent_kind):
     report_path = workspace / "peer-report.json"
     stderr: List[str] = []
     process = AgentProcess([*peer.argv, "client", str(workspace), str(report_path)], on_stderr_line=stderr.append)
     transport = RecordingTransport(process, incoming=CLIENT_TO_AGENT, outgoing=AGENT_TO_CLIENT)
-    agent = InteropAgent()
+    agent = agent_kind()
     handle = serve(agent, transport)
     try:
         # The peer client writes its report and exits, which closes the connection.

@@ -1,0 +1,197 @@
+"""Coroutines on the connection's threads: ``async def`` handlers, and awaiting a call's answer.
+
+The threads of a connection stay what ``rpc`` says they are; this module lets coroutines take
+part. Rules it keeps:
+
+- A handler (of ``Agent`` or ``Client``) that returns a coroutine, an ``async def`` handler, has
+  it run to its end as a task on an event loop: the one the application passed (``loop=``), else
+  the process's own loop, run by the thread ``acp-asyncio``, started on first use and stopped at
+  exit. The thread that called the handler (a worker, the delivery thread, the host's) waits for
+  the task and goes on with what it returned or raised, as with a sync handler: ordering, the
+  handler limit, error answers and capability rules do not change.
+- A request's ``CancelToken`` cancels the task (``CancelledError`` at its ``await``); a task that
+  ends cancelled raises ``RequestCancelled`` where the handler was called, so the request answers
+  as cancelled (a prompt turn: ``cancelled``). The waiting thread goes on only once the task has
+  ended, so nothing the task sends follows the answer.
+- A task runs in a copy of the context of the thread that called the handler (``contextvars``),
+  so it belongs to the prompt turn that thread runs.
+- A thread never waits for a task on the loop it runs itself (``UsageError``): it would wait
+  forever.
+- ``result_of`` awaits a connection's ``Future`` (a ``*_future`` form); cancelling the awaiting
+  task cancels the future, which cancels the request on the wire (``$/cancel_request``).
+  ``awaitable`` makes a handle's ``<method>_async`` of its ``<method>_future`` that way, with the
+  same arguments: nothing is checked or sent until it is awaited.
+- ``asyncio`` is imported on first use, never by ``import acp_lite``: a sync application pays
+  nothing for this module.
+"""
+
+import atexit
+import threading
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, List, Optional, TypeVar
+
+from .answering import CancelToken
+from .errors import RequestCancelled, UsageError
+
+if TYPE_CHECKING:
+    import asyncio
+    from asyncio import AbstractEventLoop as EventLoop
+    from typing import Concatenate, ParamSpec  # novermin: only for mypy
+
+    Params = ParamSpec("Params")
+else:
+    EventLoop = object  # the annotations' name for an event loop, without importing asyncio
+
+__all__ = ["LOOP_THREAD_NAME", "EventLoop", "awaitable", "default_loop", "result_of", "run_to_end", "stop_default_loop"]
+
+Returned = TypeVar("Returned")
+Handle = TypeVar("Handle")
+
+LOOP_THREAD_NAME = "acp-asyncio"
+
+# How long stopping the default loop at exit waits for its tasks to end once cancelled.
+_STOP_SECONDS = 2.0
+
+
+class _LoopThread:
+    """The process's default event loop and the daemon thread that runs it."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name=LOOP_THREAD_NAME, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.loop.run_forever()
+        self.loop.close()
+
+    def stop(self) -> None:
+        """Cancel the loop's tasks, give them ``_STOP_SECONDS`` to end, stop the loop and join it."""
+        import asyncio
+
+        async def finish() -> None:
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=_STOP_SECONDS)
+            await self.loop.shutdown_asyncgens()
+
+        finished = asyncio.run_coroutine_threadsafe(finish(), self.loop)
+        try:
+            finished.result(_STOP_SECONDS + 1)
+        except Exception:  # a task that would not end: the loop stops all the same
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(_STOP_SECONDS)
+
+
+_default: Optional[_LoopThread] = None
+_default_lock = threading.Lock()
+
+
+def default_loop() -> "EventLoop":
+    """The process's event loop for coroutine handlers, its thread started on first use."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = _LoopThread()
+            atexit.register(stop_default_loop)
+        return _default.loop
+
+
+def stop_default_loop() -> None:
+    """Stop the process's default loop, if it runs: its tasks are cancelled first. Called at
+    exit; a later coroutine handler starts a new one."""
+    global _default
+    with _default_lock:
+        running, _default = _default, None
+    if running is not None:
+        atexit.unregister(stop_default_loop)
+        running.stop()
+
+
+def run_to_end(
+    coroutine: Coroutine[Any, Any, Returned], loop: "Optional[EventLoop]", token: Optional[CancelToken]
+) -> Returned:
+    """Run ``coroutine`` as a task on ``loop`` (None: the default loop) and wait for its end;
+    ``token`` cancels the task. Returns what it returned, raises what it raised, and
+    ``RequestCancelled`` if it ended cancelled."""
+    import asyncio
+
+    target = loop if loop is not None else default_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is target:
+        coroutine.close()
+        raise UsageError(
+            "a coroutine handler was called on its event loop's own thread, which cannot wait for it: "
+            "serve the connection from another thread than the loop's"
+        )
+    outcome: Future[Returned] = Future()
+    started: List[asyncio.Task[Returned]] = []
+
+    def start() -> None:  # on the loop, in a copy of the caller's context
+        task = target.create_task(coroutine)
+        started.append(task)
+        task.add_done_callback(lambda done: _copy_outcome(done, outcome))
+
+    def cancel() -> None:  # on the loop, after start(): callbacks run in the order they were added
+        started[0].cancel()
+
+    try:
+        target.call_soon_threadsafe(start)
+    except RuntimeError:  # the loop is closed
+        coroutine.close()
+        raise UsageError("the event loop for coroutine handlers is closed") from None
+    if token is not None:
+        token.add_callback(lambda: _call_soon(target, cancel))
+    try:
+        return outcome.result()
+    except BaseException:
+        if not outcome.done():  # the wait itself was interrupted (Ctrl-C on the main thread)
+            _call_soon(target, cancel)  # its task must not run on with nobody waiting for it
+        raise
+
+
+def _copy_outcome(task: "asyncio.Task[Returned]", outcome: "Future[Returned]") -> None:
+    if task.cancelled():
+        outcome.set_exception(RequestCancelled("the handler's task was cancelled"))
+        return
+    error = task.exception()
+    if error is not None:
+        outcome.set_exception(error)
+    else:
+        outcome.set_result(task.result())
+
+
+def _call_soon(loop: "EventLoop", fn: Any) -> None:
+    if not loop.is_closed():  # closed meanwhile (the default one at exit): its tasks were cancelled
+        loop.call_soon_threadsafe(fn)
+
+
+async def result_of(future: "Future[Returned]") -> Returned:
+    """Await a connection's ``Future``; cancelling the awaiting task cancels the future."""
+    import asyncio
+
+    return await asyncio.wrap_future(future)
+
+
+def awaitable(
+    future_form: "Callable[Concatenate[Handle, Params], Future[Returned]]",
+) -> "Callable[Concatenate[Handle, Params], Coroutine[Any, Any, Returned]]":
+    """The awaitable form of a handle's ``<method>_future``: the same arguments, and the answer
+    awaited (see ``result_of``)."""
+
+    async def call(handle: Any, *args: Any, **kwargs: Any) -> Any:
+        return await result_of(future_form(handle, *args, **kwargs))
+
+    call.__name__ = future_form.__name__.replace("_future", "_async")
+    call.__qualname__ = future_form.__qualname__.replace("_future", "_async")
+    call.__doc__ = f"Await the answer of ``{future_form.__name__}``; cancelling the awaiting task cancels the request."
+    call.__wrapped__ = future_form  # type: ignore[attr-defined]  # its signature, for help() and IDEs
+    return call
