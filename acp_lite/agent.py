@@ -279,8 +279,9 @@ class RemoteClient:
         options: Sequence[PermissionOption],
         *,
         meta: Optional[Dict[str, Any]] = None,
+        timeout: Optional[float] = None,
     ) -> "Future[RequestPermissionResponse]":
-        return self._start(self._permission_request(session_id, tool_call, options, meta))
+        return self._start(self._permission_request(session_id, tool_call, options, meta), timeout)
 
     def read_text_file(
         self,
@@ -294,17 +295,25 @@ class RemoteClient:
         return self._wait(self._read_request(session_id, path, line, limit), timeout)
 
     def read_text_file_future(
-        self, session_id: str, path: str, line: Optional[int] = None, limit: Optional[int] = None
+        self,
+        session_id: str,
+        path: str,
+        line: Optional[int] = None,
+        limit: Optional[int] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> "Future[ReadTextFileResponse]":
-        return self._start(self._read_request(session_id, path, line, limit))
+        return self._start(self._read_request(session_id, path, line, limit), timeout)
 
     def write_text_file(
         self, session_id: str, path: str, content: str, *, timeout: Optional[float] = None
     ) -> WriteTextFileResponse:
         return self._wait(self._write_request(session_id, path, content), timeout)
 
-    def write_text_file_future(self, session_id: str, path: str, content: str) -> "Future[WriteTextFileResponse]":
-        return self._start(self._write_request(session_id, path, content))
+    def write_text_file_future(
+        self, session_id: str, path: str, content: str, *, timeout: Optional[float] = None
+    ) -> "Future[WriteTextFileResponse]":
+        return self._start(self._write_request(session_id, path, content), timeout)
 
     def create_terminal(
         self,
@@ -329,8 +338,12 @@ class RemoteClient:
         env: Optional[Dict[str, str]] = None,
         cwd: Optional[str] = None,
         output_byte_limit: Optional[int] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> "Future[CreateTerminalResponse]":
-        return self._start(self._create_terminal_request(session_id, command, args, env, cwd, output_byte_limit))
+        return self._start(
+            self._create_terminal_request(session_id, command, args, env, cwd, output_byte_limit), timeout
+        )
 
     def terminal_output(
         self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
@@ -339,8 +352,12 @@ class RemoteClient:
             self._terminal_request("terminal/output", TerminalOutputRequest, session_id, terminal_id), timeout
         )
 
-    def terminal_output_future(self, session_id: str, terminal_id: str) -> "Future[TerminalOutputResponse]":
-        return self._start(self._terminal_request("terminal/output", TerminalOutputRequest, session_id, terminal_id))
+    def terminal_output_future(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> "Future[TerminalOutputResponse]":
+        return self._start(
+            self._terminal_request("terminal/output", TerminalOutputRequest, session_id, terminal_id), timeout
+        )
 
     def wait_for_terminal_exit(
         self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
@@ -349,9 +366,11 @@ class RemoteClient:
         request = self._terminal_request("terminal/wait_for_exit", WaitForTerminalExitRequest, session_id, terminal_id)
         return self._wait(request, timeout)
 
-    def wait_for_terminal_exit_future(self, session_id: str, terminal_id: str) -> "Future[WaitForTerminalExitResponse]":
+    def wait_for_terminal_exit_future(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> "Future[WaitForTerminalExitResponse]":
         request = self._terminal_request("terminal/wait_for_exit", WaitForTerminalExitRequest, session_id, terminal_id)
-        return self._start(request)
+        return self._start(request, timeout)
 
     def kill_terminal(
         self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
@@ -360,8 +379,12 @@ class RemoteClient:
             self._terminal_request("terminal/kill", KillTerminalRequest, session_id, terminal_id), timeout
         )
 
-    def kill_terminal_future(self, session_id: str, terminal_id: str) -> "Future[KillTerminalResponse]":
-        return self._start(self._terminal_request("terminal/kill", KillTerminalRequest, session_id, terminal_id))
+    def kill_terminal_future(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> "Future[KillTerminalResponse]":
+        return self._start(
+            self._terminal_request("terminal/kill", KillTerminalRequest, session_id, terminal_id), timeout
+        )
 
     def release_terminal(
         self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
@@ -370,8 +393,12 @@ class RemoteClient:
             self._terminal_request("terminal/release", ReleaseTerminalRequest, session_id, terminal_id), timeout
         )
 
-    def release_terminal_future(self, session_id: str, terminal_id: str) -> "Future[ReleaseTerminalResponse]":
-        return self._start(self._terminal_request("terminal/release", ReleaseTerminalRequest, session_id, terminal_id))
+    def release_terminal_future(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> "Future[ReleaseTerminalResponse]":
+        return self._start(
+            self._terminal_request("terminal/release", ReleaseTerminalRequest, session_id, terminal_id), timeout
+        )
 
     def create_elicitation(
         self, params: CreateElicitationRequest, *, timeout: Optional[float] = None
@@ -379,20 +406,22 @@ class RemoteClient:
         """Ask the user for input in a mode (``form`` or ``url``) the client advertised."""
         return self._wait(self._elicitation_request(params), timeout)
 
-    def create_elicitation_future(self, params: CreateElicitationRequest) -> "Future[CreateElicitationResponse]":
-        return self._start(self._elicitation_request(params))
+    def create_elicitation_future(
+        self, params: CreateElicitationRequest, *, timeout: Optional[float] = None
+    ) -> "Future[CreateElicitationResponse]":
+        return self._start(self._elicitation_request(params), timeout)
 
     def ext_method(self, method: str, params: Any = None, *, timeout: Optional[float] = None) -> Any:
         """Call an extension (``_``-prefixed) method; returns its raw JSON result."""
         return self._wait(Request(extension_name(method), params, Any), timeout)
 
-    def ext_method_future(self, method: str, params: Any = None) -> Future:
-        return self._start(Request(extension_name(method), params, Any))
+    def ext_method_future(self, method: str, params: Any = None, *, timeout: Optional[float] = None) -> Future:
+        return self._start(Request(extension_name(method), params, Any), timeout)
 
     # -- the requests, checked and built ------------------------------------------------------
     def _wait(self, request: Request, timeout: Optional[float]) -> Any:
         self.connection.refuse_blocking_here(request.method)
-        future = self._start(request)
+        future = self._start(request, None)
         try:
             return future.result(timeout)
         except FutureTimeout:
@@ -402,8 +431,8 @@ class RemoteClient:
         except CancelledError:
             raise RequestCancelled(f"{request.method} was cancelled with the prompt turn") from None
 
-    def _start(self, request: Request) -> Future:
-        future = self.connection.call_future(request.method, request.params, request.result_type)
+    def _start(self, request: Request, timeout: Optional[float]) -> Future:
+        future = self.connection.call_future(request.method, request.params, request.result_type, timeout=timeout)
         turn = getattr(_current_turn, "value", None)
         if turn is not None and turn._track(future) and not future.cancelled():
             # The turn was cancelled and the answer had already come: cancelled all the same.

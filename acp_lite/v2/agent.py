@@ -131,8 +131,9 @@ class RemoteClient(RemoteClientV1):
         subject: Any = None,
         description: Optional[str] = None,
         meta: Optional[Dict[str, Any]] = None,
+        timeout: Optional[float] = None,
     ) -> "Future[v2.RequestPermissionResponse]":
-        return self._start(self._v2_permission(session_id, title, options, subject, description, meta))
+        return self._start(self._v2_permission(session_id, title, options, subject, description, meta), timeout)
 
     def complete_elicitation(self, elicitation_id: str) -> None:
         self.connection.notify(
