@@ -20,6 +20,7 @@ host-thread delivery) and may block; ``RemoteClient`` methods may be called from
 """
 
 import logging
+import sys
 import threading
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -664,7 +665,13 @@ class _AgentService:
             if method in wrappers:
                 wrappers[method] = _checking_session_paths(wrappers[method])
         bind_handlers(
-            connection, agent, _AGENT_HANDLERS, AGENT_METHODS, wrappers, {"session/prompt": self._prompt_arrived}
+            connection,
+            agent,
+            _AGENT_HANDLERS,
+            AGENT_METHODS,
+            wrappers,
+            {"session/prompt": self._prompt_arrived},
+            describe_failures=True,
         )
 
     def _initialize(self, params: InitializeRequest, ctx: RequestContext) -> InitializeResponse:
@@ -802,7 +809,12 @@ def serve_stdio(agent: Agent) -> None:
     From here on the process's stdout belongs to the protocol: ``print`` and anything else
     written to stdout goes to stderr instead. Running handlers are cancelled when stdin closes.
     Call from the main thread.
+
+    The process is an application, so its errors show: unless it configured logging itself
+    (a handler on the root logger or on ``acp_lite``), acp_lite's warnings and errors go to
+    stderr while this runs, a failed handler's traceback among them.
     """
+    shown = _show_problems_on_stderr()
     client = serve(agent, stdio_transport())
     try:
         # In slices: Python runs signal handlers on this thread between bytecodes, so a Ctrl-C
@@ -812,3 +824,18 @@ def serve_stdio(agent: Agent) -> None:
             pass
     finally:
         client.connection.close()
+        if shown is not None:
+            logging.getLogger("acp_lite").removeHandler(shown)
+
+
+def _show_problems_on_stderr() -> Optional[logging.Handler]:
+    # The package's NullHandler keeps an embedding editor quiet; an agent process run by
+    # serve_stdio must not be: a prompt that raised would leave its stderr empty.
+    package = logging.getLogger("acp_lite")
+    if logging.getLogger().handlers or any(not isinstance(h, logging.NullHandler) for h in package.handlers):
+        return None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+    package.addHandler(handler)
+    return handler

@@ -20,6 +20,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 from .answering import RequestContext
+from .error_rules import describe_failure
 from .errors import MethodNotFound, UsageError
 from .jsonrpc import settle
 from .rpc import Connection
@@ -123,13 +124,16 @@ def bind_handlers(
     method_table: Mapping[str, Any],
     wrappers: Optional[Dict[str, Callable[..., Any]]] = None,
     arrivals: Optional[Dict[str, Callable[[Any, RequestContext], Any]]] = None,
+    describe_failures: bool = False,
 ) -> None:
     """Register on ``connection`` every method of ``handler_names`` (wire name -> Python name)
     that ``peer`` offers, decoding params with ``method_table``'s types.
 
     ``wrappers`` replaces the plain call for methods the runtime must take part in (a prompt turn,
     a cancel); a wrapper is registered whether or not the peer overrides the method. ``arrivals``
-    gives requests an ``on_arrival`` hook (see ``Connection.on_request``).
+    gives requests an ``on_arrival`` hook (see ``Connection.on_request``). ``describe_failures``
+    (the agent side) has a handler's own failure answered with its type and message (see
+    ``error_rules``).
     """
     wrappers = wrappers or {}
     arrivals = arrivals or {}
@@ -146,8 +150,9 @@ def bind_handlers(
         if spec.result_type is None:
             connection.on_notification(method, handler, spec.params_type)
         else:
+            handler = _answering_empty(handler, spec.result_type)
             connection.on_request(
-                method, _answering_empty(handler, spec.result_type), spec.params_type, arrivals.get(method)
+                method, _describing(handler) if describe_failures else handler, spec.params_type, arrivals.get(method)
             )
 
     def unknown_request(method: str, params: Any, ctx: RequestContext) -> Any:
@@ -159,7 +164,7 @@ def bind_handlers(
         if method.startswith("_"):
             peer.ext_notification(method, params)
 
-    connection.on_unknown_request(unknown_request)
+    connection.on_unknown_request(_describing(unknown_request) if describe_failures else unknown_request)
     connection.on_unknown_notification(unknown_notification)
 
 
@@ -174,5 +179,17 @@ def _answering_empty(handler: Callable[[Any, RequestContext], Any], result_type:
     def call(params: Any, ctx: RequestContext) -> Any:
         result = handler(params, ctx)
         return result_type() if result is None else result
+
+    return call
+
+
+def _describing(handler: Callable[..., Any]) -> Callable[..., Any]:
+    # The agent side: a handler's own failure is answered with its type and message.
+    def call(*args: Any) -> Any:
+        try:
+            return handler(*args)
+        except Exception as exc:
+            describe_failure(exc)
+            raise
 
     return call

@@ -205,7 +205,15 @@ class V2Service(_AgentService):
         }
         for method in ("session/new", "session/resume", "session/list"):
             wrappers[method] = _checking_session_paths(_plain_call(getattr(agent, _HANDLERS[method])))
-        bind_handlers(connection, agent, _HANDLERS, _METHODS, wrappers, {"session/prompt": self._prompt_arrived})
+        bind_handlers(
+            connection,
+            agent,
+            _HANDLERS,
+            _METHODS,
+            wrappers,
+            {"session/prompt": self._prompt_arrived},
+            describe_failures=True,
+        )
 
     def _initialize(self, raw: Any, ctx: RequestContext) -> v2.InitializeResponse:  # type: ignore[override]
         params = _initialize_params(raw)
