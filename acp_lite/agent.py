@@ -24,7 +24,7 @@ import sys
 import threading
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union, get_args
 
 from .answering import RequestContext
 from .errors import CallTimeout, CapabilityError, InvalidParams, MethodNotFound, RequestCancelled, UsageError
@@ -116,6 +116,7 @@ from .updates import variant_tag
 from .wire import stdio_transport
 
 _agent_log = logging.getLogger("acp_lite.agent")
+_STOP_REASONS = get_args(StopReason)
 
 # Wire method -> the Agent method that handles it.
 _AGENT_HANDLERS = {
@@ -728,9 +729,14 @@ class _AgentService:
         finally:
             _current_turn.value = None
             self._forget(turn)
-        if isinstance(result, str):
-            return PromptResponse(stop_reason=result)
-        return result
+        response = PromptResponse(stop_reason=result) if isinstance(result, str) else result
+        if response.stop_reason not in _STOP_REASONS:
+            # Refused here, with the reason in the agent's log and the error's data: sent, it
+            # would fail the client's decoding of the whole response instead.
+            raise UsageError(
+                f"prompt returned the stop reason {response.stop_reason!r}; ACP v1 has {', '.join(_STOP_REASONS)}"
+            )
+        return response
 
     def cancel_turns(self, session_id: Optional[str] = None) -> None:
         """Cancel the running turns of one session, or of every session."""

@@ -336,7 +336,7 @@ class Connection:
         if threading.get_ident() == self._queue.owner:
             raise UsageError(
                 f"blocking call({method!r}) on the thread that delivers callbacks would wait for itself; "
-                "use call_future()"
+                "use its _future form (initialize_future(), prompt_future(), ...)"
             )
 
     def call_future(

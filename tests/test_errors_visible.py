@@ -11,7 +11,7 @@ import pytest
 from acp_harness import agent_with_raw_client
 from test_readme import write_snippets
 
-from acp_lite import Agent
+from acp_lite import Agent, schema
 from acp_lite.error_rules import FAILURE_SHOWN_CHARS
 
 pytestmark = pytest.mark.timeout(60)
@@ -79,3 +79,20 @@ def test_the_error_answer_carries_the_type_and_a_bounded_message_and_no_tracebac
     assert set(error["data"]) == {"type", "message"}
     # Embedded (served by the application, not serve_stdio), the library printed nothing.
     assert capfd.readouterr().err == ""
+
+
+class InventsAStopReason(Agent):
+    def new_session(self, params):
+        return schema.NewSessionResponse(session_id="s1")
+
+    def prompt(self, params, turn):
+        return "done"  # not a v1 stop reason
+
+
+def test_a_stop_reason_v1_lacks_is_refused_before_sending_with_a_clear_error(caplog):
+    with agent_with_raw_client(InventsAStopReason()) as (_, raw):
+        raw.call("session/new", {"cwd": "/tmp", "mcpServers": []})
+        response = raw.call("session/prompt", {"sessionId": "s1", "prompt": []})
+    assert response["error"]["code"] == -32603
+    assert response["error"]["data"]["type"] == "UsageError"
+    assert "prompt returned the stop reason 'done'; ACP v1 has end_turn" in response["error"]["data"]["message"]

@@ -27,6 +27,8 @@ from acp_lite.schema import PromptRequest, ReadTextFileRequest
 updates.permission_option("maybe", "Maybe", kind="maybe")  # error: arg-type
 updates.plan([("Refactor", "urgent", "pending")])  # error: list-item
 updates.tool_call("c1", "Run it", kind="run")  # error: arg-type
+updates.tool_call("c1", "Run it", locatoins=[])  # error: call-arg
+updates.usage(10, 100, cots=None)  # error: call-arg
 
 
 class WrongAgent(Agent):
