@@ -14,7 +14,7 @@ from test_readme import write_snippets
 from acp_lite import Agent, schema
 from acp_lite.error_rules import FAILURE_SHOWN_CHARS
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(150)
 
 
 def failing_agent(folder, configure_logging=""):
@@ -38,7 +38,7 @@ def run_once(agent):
         input="hello\n",
         capture_output=True,
         text=True,
-        timeout=40,
+        timeout=120,  # generous: acp-lite run and the agent both start Python on a loaded machine
     )
 
 
