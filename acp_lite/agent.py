@@ -838,7 +838,7 @@ def _show_problems_on_stderr() -> Optional[logging.Handler]:
     # The package's NullHandler keeps an embedding editor quiet; an agent process run by
     # serve_stdio must not be: a prompt that raised would leave its stderr empty.
     package = logging.getLogger("acp_lite")
-    if logging.getLogger().handlers or any(not isinstance(h, logging.NullHandler) for h in package.handlers):
+    if logging.root.handlers or any(not isinstance(h, logging.NullHandler) for h in package.handlers):
         return None
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(logging.WARNING)
