@@ -11,6 +11,7 @@ Modules, bottom up; each imports only the ones listed before it:
 - ``delivery``   who runs callbacks, in which order, on which thread: the delivery queue,
                  ``HostDelivery`` (the host's own thread), the worker pool.
 - ``process``    agent subprocesses: start, stderr, stop (with their whole tree).
+- ``deadlines``  one thread for the process that times out every future given a ``timeout``.
 - ``envelopes``, ``outgoing``, ``error_rules``  what ``jsonrpc`` decodes in one pass, what it
                  writes (checked and encoded), which error answers a failed handler.
 - ``jsonrpc``    JSON-RPC 2.0 without I/O: envelopes, routing, the call and request tables.

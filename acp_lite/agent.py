@@ -24,11 +24,12 @@ editor; ``turn.send`` does not block.
 """
 
 import logging
+import sys
 import threading
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextvars import ContextVar
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union, get_args
 
 from .aio import EventLoop, awaitable
 from .answering import RequestContext
@@ -123,6 +124,7 @@ from .updates import variant_tag
 from .wire import stdio_transport
 
 _agent_log = logging.getLogger("acp_lite.agent")
+_STOP_REASONS = get_args(StopReason)
 
 # Wire method -> the Agent method that handles it.
 _AGENT_HANDLERS = {
@@ -301,8 +303,9 @@ class RemoteClient:
         options: Sequence[PermissionOption],
         *,
         meta: Optional[Dict[str, Any]] = None,
+        timeout: Optional[float] = None,
     ) -> "Future[RequestPermissionResponse]":
-        return self._start(self._permission_request(session_id, tool_call, options, meta))
+        return self._start(self._permission_request(session_id, tool_call, options, meta), timeout)
 
     def read_text_file(
         self,
@@ -316,17 +319,25 @@ class RemoteClient:
         return self._wait(self._read_request(session_id, path, line, limit), timeout)
 
     def read_text_file_future(
-        self, session_id: str, path: str, line: Optional[int] = None, limit: Optional[int] = None
+        self,
+        session_id: str,
+        path: str,
+        line: Optional[int] = None,
+        limit: Optional[int] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> "Future[ReadTextFileResponse]":
-        return self._start(self._read_request(session_id, path, line, limit))
+        return self._start(self._read_request(session_id, path, line, limit), timeout)
 
     def write_text_file(
         self, session_id: str, path: str, content: str, *, timeout: Optional[float] = None
     ) -> WriteTextFileResponse:
         return self._wait(self._write_request(session_id, path, content), timeout)
 
-    def write_text_file_future(self, session_id: str, path: str, content: str) -> "Future[WriteTextFileResponse]":
-        return self._start(self._write_request(session_id, path, content))
+    def write_text_file_future(
+        self, session_id: str, path: str, content: str, *, timeout: Optional[float] = None
+    ) -> "Future[WriteTextFileResponse]":
+        return self._start(self._write_request(session_id, path, content), timeout)
 
     def create_terminal(
         self,
@@ -351,8 +362,12 @@ class RemoteClient:
         env: Optional[Dict[str, str]] = None,
         cwd: Optional[str] = None,
         output_byte_limit: Optional[int] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> "Future[CreateTerminalResponse]":
-        return self._start(self._create_terminal_request(session_id, command, args, env, cwd, output_byte_limit))
+        return self._start(
+            self._create_terminal_request(session_id, command, args, env, cwd, output_byte_limit), timeout
+        )
 
     def terminal_output(
         self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
@@ -361,8 +376,12 @@ class RemoteClient:
             self._terminal_request("terminal/output", TerminalOutputRequest, session_id, terminal_id), timeout
         )
 
-    def terminal_output_future(self, session_id: str, terminal_id: str) -> "Future[TerminalOutputResponse]":
-        return self._start(self._terminal_request("terminal/output", TerminalOutputRequest, session_id, terminal_id))
+    def terminal_output_future(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> "Future[TerminalOutputResponse]":
+        return self._start(
+            self._terminal_request("terminal/output", TerminalOutputRequest, session_id, terminal_id), timeout
+        )
 
     def wait_for_terminal_exit(
         self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
@@ -371,9 +390,11 @@ class RemoteClient:
         request = self._terminal_request("terminal/wait_for_exit", WaitForTerminalExitRequest, session_id, terminal_id)
         return self._wait(request, timeout)
 
-    def wait_for_terminal_exit_future(self, session_id: str, terminal_id: str) -> "Future[WaitForTerminalExitResponse]":
+    def wait_for_terminal_exit_future(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> "Future[WaitForTerminalExitResponse]":
         request = self._terminal_request("terminal/wait_for_exit", WaitForTerminalExitRequest, session_id, terminal_id)
-        return self._start(request)
+        return self._start(request, timeout)
 
     def kill_terminal(
         self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
@@ -382,8 +403,12 @@ class RemoteClient:
             self._terminal_request("terminal/kill", KillTerminalRequest, session_id, terminal_id), timeout
         )
 
-    def kill_terminal_future(self, session_id: str, terminal_id: str) -> "Future[KillTerminalResponse]":
-        return self._start(self._terminal_request("terminal/kill", KillTerminalRequest, session_id, terminal_id))
+    def kill_terminal_future(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> "Future[KillTerminalResponse]":
+        return self._start(
+            self._terminal_request("terminal/kill", KillTerminalRequest, session_id, terminal_id), timeout
+        )
 
     def release_terminal(
         self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
@@ -392,8 +417,12 @@ class RemoteClient:
             self._terminal_request("terminal/release", ReleaseTerminalRequest, session_id, terminal_id), timeout
         )
 
-    def release_terminal_future(self, session_id: str, terminal_id: str) -> "Future[ReleaseTerminalResponse]":
-        return self._start(self._terminal_request("terminal/release", ReleaseTerminalRequest, session_id, terminal_id))
+    def release_terminal_future(
+        self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None
+    ) -> "Future[ReleaseTerminalResponse]":
+        return self._start(
+            self._terminal_request("terminal/release", ReleaseTerminalRequest, session_id, terminal_id), timeout
+        )
 
     def create_elicitation(
         self, params: CreateElicitationRequest, *, timeout: Optional[float] = None
@@ -401,15 +430,17 @@ class RemoteClient:
         """Ask the user for input in a mode (``form`` or ``url``) the client advertised."""
         return self._wait(self._elicitation_request(params), timeout)
 
-    def create_elicitation_future(self, params: CreateElicitationRequest) -> "Future[CreateElicitationResponse]":
-        return self._start(self._elicitation_request(params))
+    def create_elicitation_future(
+        self, params: CreateElicitationRequest, *, timeout: Optional[float] = None
+    ) -> "Future[CreateElicitationResponse]":
+        return self._start(self._elicitation_request(params), timeout)
 
     def ext_method(self, method: str, params: Any = None, *, timeout: Optional[float] = None) -> Any:
         """Call an extension (``_``-prefixed) method; returns its raw JSON result."""
         return self._wait(Request(extension_name(method), params, Any), timeout)
 
-    def ext_method_future(self, method: str, params: Any = None) -> Future:
-        return self._start(Request(extension_name(method), params, Any))
+    def ext_method_future(self, method: str, params: Any = None, *, timeout: Optional[float] = None) -> Future:
+        return self._start(Request(extension_name(method), params, Any), timeout)
 
     # The awaitable forms, for coroutine handlers: ``await x_async(...)`` takes the arguments of
     # ``x_future``. Cancelling the awaiting task cancels the request; made in a prompt turn's
@@ -428,7 +459,7 @@ class RemoteClient:
     # -- the requests, checked and built ------------------------------------------------------
     def _wait(self, request: Request, timeout: Optional[float]) -> Any:
         self.connection.refuse_blocking_here(request.method)
-        future = self._start(request)
+        future = self._start(request, None)
         try:
             return future.result(timeout)
         except FutureTimeout:
@@ -438,8 +469,8 @@ class RemoteClient:
         except CancelledError:
             raise RequestCancelled(f"{request.method} was cancelled with the prompt turn") from None
 
-    def _start(self, request: Request) -> Future:
-        future = self.connection.call_future(request.method, request.params, request.result_type)
+    def _start(self, request: Request, timeout: Optional[float]) -> Future:
+        future = self.connection.call_future(request.method, request.params, request.result_type, timeout=timeout)
         turn = _current_turn.get()
         if turn is not None and turn._track(future) and not future.cancelled():
             # The turn was cancelled and the answer had already come: cancelled all the same.
@@ -679,6 +710,7 @@ class _AgentService:
             wrappers,
             {"session/prompt": self._prompt_arrived},
             self.client.loop,
+            describe_failures=True,
         )
 
     def _completed(self, result: Any, ctx: Optional[RequestContext] = None) -> Any:
@@ -739,9 +771,14 @@ class _AgentService:
         finally:
             _current_turn.reset(entered)
             self._forget(turn)
-        if isinstance(result, str):
-            return PromptResponse(stop_reason=result)
-        return result
+        response = PromptResponse(stop_reason=result) if isinstance(result, str) else result
+        if response.stop_reason not in _STOP_REASONS:
+            # Refused here, with the reason in the agent's log and the error's data: sent, it
+            # would fail the client's decoding of the whole response instead.
+            raise UsageError(
+                f"prompt returned the stop reason {response.stop_reason!r}; ACP v1 has {', '.join(_STOP_REASONS)}"
+            )
+        return response
 
     def cancel_turns(self, session_id: Optional[str] = None) -> None:
         """Cancel the running turns of one session, or of every session."""
@@ -826,7 +863,12 @@ def serve_stdio(agent: Agent, *, loop: "Optional[EventLoop]" = None) -> None:
     From here on the process's stdout belongs to the protocol: ``print`` and anything else
     written to stdout goes to stderr instead. Running handlers are cancelled when stdin closes.
     Call from the main thread; ``loop`` as for ``serve``.
+
+    The process is an application, so its errors show: unless it configured logging itself
+    (a handler on the root logger or on ``acp_lite``), acp_lite's warnings and errors go to
+    stderr while this runs, a failed handler's traceback among them.
     """
+    shown = _show_problems_on_stderr()
     client = serve(agent, stdio_transport(), loop=loop)
     try:
         # In slices: Python runs signal handlers on this thread between bytecodes, so a Ctrl-C
@@ -836,3 +878,18 @@ def serve_stdio(agent: Agent, *, loop: "Optional[EventLoop]" = None) -> None:
             pass
     finally:
         client.connection.close()
+        if shown is not None:
+            logging.getLogger("acp_lite").removeHandler(shown)
+
+
+def _show_problems_on_stderr() -> Optional[logging.Handler]:
+    # The package's NullHandler keeps an embedding editor quiet; an agent process run by
+    # serve_stdio must not be: a prompt that raised would leave its stderr empty.
+    package = logging.getLogger("acp_lite")
+    if logging.root.handlers or any(not isinstance(h, logging.NullHandler) for h in package.handlers):
+        return None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+    package.addHandler(handler)
+    return handler

@@ -287,20 +287,22 @@ class RemoteAgent:
         a version we do not speak, the connection is closed and ``VersionMismatch`` raised."""
         return self._wait(self._initialize_request(protocol_version), timeout)
 
-    def initialize_future(self, protocol_version: int = PROTOCOL_VERSION) -> "Future[InitializeResponse]":
-        return self._start(self._initialize_request(protocol_version))
+    def initialize_future(
+        self, protocol_version: int = PROTOCOL_VERSION, *, timeout: Optional[float] = None
+    ) -> "Future[InitializeResponse]":
+        return self._start(self._initialize_request(protocol_version), timeout)
 
     def authenticate(self, method_id: str, *, timeout: Optional[float] = None) -> Any:
         return self._wait(self._authenticate_request(method_id), timeout)
 
-    def authenticate_future(self, method_id: str) -> Future:
-        return self._start(self._authenticate_request(method_id))
+    def authenticate_future(self, method_id: str, *, timeout: Optional[float] = None) -> Future:
+        return self._start(self._authenticate_request(method_id), timeout)
 
     def logout(self, *, timeout: Optional[float] = None) -> Any:
         return self._wait(self._logout_request(), timeout)
 
-    def logout_future(self) -> Future:
-        return self._start(self._logout_request())
+    def logout_future(self, *, timeout: Optional[float] = None) -> Future:
+        return self._start(self._logout_request(), timeout)
 
     # -- sessions ---------------------------------------------------------------------------------
     def new_session(
@@ -322,8 +324,9 @@ class RemoteAgent:
         additional_directories: Optional[Sequence[str]] = None,
         *,
         meta: Optional[Dict[str, Any]] = None,
+        timeout: Optional[float] = None,
     ) -> "Future[NewSessionResponse]":
-        return self._start(self._new_session_request(cwd, mcp_servers, additional_directories, meta))
+        return self._start(self._new_session_request(cwd, mcp_servers, additional_directories, meta), timeout)
 
     def load_session(
         self,
@@ -344,8 +347,10 @@ class RemoteAgent:
         cwd: str,
         mcp_servers: Sequence[Any] = (),
         additional_directories: Optional[Sequence[str]] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> "Future[LoadSessionResponse]":
-        return self._start(self._load_session_request(session_id, cwd, mcp_servers, additional_directories))
+        return self._start(self._load_session_request(session_id, cwd, mcp_servers, additional_directories), timeout)
 
     def resume_session(
         self,
@@ -364,8 +369,10 @@ class RemoteAgent:
         cwd: str,
         mcp_servers: Sequence[Any] = (),
         additional_directories: Optional[Sequence[str]] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> "Future[ResumeSessionResponse]":
-        return self._start(self._resume_session_request(session_id, cwd, mcp_servers, additional_directories))
+        return self._start(self._resume_session_request(session_id, cwd, mcp_servers, additional_directories), timeout)
 
     def list_sessions(
         self, cwd: Optional[str] = None, cursor: Optional[str] = None, *, timeout: Optional[float] = None
@@ -374,9 +381,13 @@ class RemoteAgent:
         return self._wait(self._list_sessions_request(cwd, cursor), timeout)
 
     def list_sessions_future(
-        self, cwd: Optional[str] = None, cursor: Optional[str] = None
+        self,
+        cwd: Optional[str] = None,
+        cursor: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> "Future[ListSessionsResponse]":
-        return self._start(self._list_sessions_request(cwd, cursor))
+        return self._start(self._list_sessions_request(cwd, cursor), timeout)
 
     def iter_sessions(self, cwd: Optional[str] = None, *, timeout: Optional[float] = None) -> Iterable[Any]:
         """Every session, page by page, until a page comes without ``next_cursor``; ``timeout``
@@ -392,21 +403,21 @@ class RemoteAgent:
     def close_session(self, session_id: str, *, timeout: Optional[float] = None) -> Any:
         return self._wait(self._close_session_request(session_id), timeout)
 
-    def close_session_future(self, session_id: str) -> Future:
-        return self._start(self._close_session_request(session_id))
+    def close_session_future(self, session_id: str, *, timeout: Optional[float] = None) -> Future:
+        return self._start(self._close_session_request(session_id), timeout)
 
     def delete_session(self, session_id: str, *, timeout: Optional[float] = None) -> Any:
         return self._wait(self._delete_session_request(session_id), timeout)
 
-    def delete_session_future(self, session_id: str) -> Future:
-        return self._start(self._delete_session_request(session_id))
+    def delete_session_future(self, session_id: str, *, timeout: Optional[float] = None) -> Future:
+        return self._start(self._delete_session_request(session_id), timeout)
 
     def set_mode(self, session_id: str, mode_id: str, *, timeout: Optional[float] = None) -> Any:
         """Switch to ``mode_id``, which must be one of the session's advertised modes."""
         return self._wait(self._set_mode_request(session_id, mode_id), timeout)
 
-    def set_mode_future(self, session_id: str, mode_id: str) -> Future:
-        return self._start(self._set_mode_request(session_id, mode_id))
+    def set_mode_future(self, session_id: str, mode_id: str, *, timeout: Optional[float] = None) -> Future:
+        return self._start(self._set_mode_request(session_id, mode_id), timeout)
 
     def set_config_option(
         self, session_id: str, config_id: str, value: Union[str, bool], *, timeout: Optional[float] = None
@@ -416,9 +427,14 @@ class RemoteAgent:
         return self._wait(self._set_config_option_request(session_id, config_id, value), timeout)
 
     def set_config_option_future(
-        self, session_id: str, config_id: str, value: Union[str, bool]
+        self,
+        session_id: str,
+        config_id: str,
+        value: Union[str, bool],
+        *,
+        timeout: Optional[float] = None,
     ) -> "Future[SetSessionConfigOptionResponse]":
-        return self._start(self._set_config_option_request(session_id, config_id, value))
+        return self._start(self._set_config_option_request(session_id, config_id, value), timeout)
 
     # -- prompt turns -----------------------------------------------------------------------------
     def prompt(
@@ -431,9 +447,14 @@ class RemoteAgent:
         return self._wait(self._prompt_request(session_id, prompt, meta), timeout)
 
     def prompt_future(
-        self, session_id: str, prompt: Any, *, meta: Optional[Dict[str, Any]] = None
+        self,
+        session_id: str,
+        prompt: Any,
+        *,
+        meta: Optional[Dict[str, Any]] = None,
+        timeout: Optional[float] = None,
     ) -> "Future[PromptResponse]":
-        return self._start(self._prompt_request(session_id, prompt, meta))
+        return self._start(self._prompt_request(session_id, prompt, meta), timeout)
 
     def cancel(self, session_id: str) -> None:
         """Cancel the session's running turn: send ``session/cancel``, answer its pending
@@ -453,8 +474,8 @@ class RemoteAgent:
         """Call an extension (``_``-prefixed) method; returns its raw JSON result."""
         return self._wait(Request(extension_name(method), params, Any), timeout)
 
-    def ext_method_future(self, method: str, params: Any = None) -> Future:
-        return self._start(Request(extension_name(method), params, Any))
+    def ext_method_future(self, method: str, params: Any = None, *, timeout: Optional[float] = None) -> Future:
+        return self._start(Request(extension_name(method), params, Any), timeout)
 
     def ext_notification(self, method: str, params: Any = None) -> None:
         self.connection.notify(extension_name(method), params)
@@ -496,8 +517,8 @@ class RemoteAgent:
         result = self.connection.call(request.method, request.params, request.result_type, timeout)
         return result if request.then is None else request.then(result)
 
-    def _start(self, request: Request) -> Future:
-        future = self.connection.call_future(request.method, request.params, request.result_type)
+    def _start(self, request: Request, timeout: Optional[float]) -> Future:
+        future = self.connection.call_future(request.method, request.params, request.result_type, timeout=timeout)
         return future if request.then is None else future_then(future, request.then)
 
     def _request(self, method: str, params: Any, then: Optional[Callable[[Any], Any]] = None) -> Request:

@@ -4,7 +4,12 @@ how an error the peer answered to one of our calls is marked as the peer's.
 Rules this module keeps:
 
 - A handler raising an ``acp_lite`` protocol error sends that error; any other exception sends
-  -32603, and is the application's own failure (the caller logs it with its traceback).
+  -32603, and is the application's own failure (the caller logs it with its traceback). By
+  default the answer says nothing more: the peer may be untrusted (an editor's agent). An agent's
+  handlers are marked by ``describe_failure``: their -32603 carries ``data`` saying what failed,
+  ``{"type": "ValueError", "message": "..."}`` with the message cut at ``FAILURE_SHOWN_CHARS``;
+  never a traceback or locals (a handler that wants to send more raises an ``AcpError`` carrying
+  its own ``data``).
 - An error the peer answered to a call the handler made stays the peer's: escaping the handler,
   it is answered -32603 with ``data`` naming that call's method, code and message (a handler that
   wants to send a code raises a fresh error). Sent as it is, a -32601 for a nested call would read
@@ -23,6 +28,12 @@ from .errors import (
     RequestCancelled,
     error_from_wire,
 )
+
+# How much of a failed handler's exception message its error answer carries.
+FAILURE_SHOWN_CHARS = 200
+
+# The attribute that holds what describe_failure says of an exception.
+_DESCRIPTION = "_acp_failure_data"
 
 # The attribute that marks an error as the answer (received, or read from what the peer sent) to
 # one of our calls: the name of the call's method (see ``error_for``).
@@ -55,4 +66,19 @@ def error_for(exc: BaseException, cancelled: bool) -> Tuple[AcpError, bool]:
         return InternalError(f"Internal error: {nested} failed with {exc.code}: {exc.message}", data=data), False
     if isinstance(exc, ProtocolError):
         return exc, False
-    return InternalError(), True
+    return InternalError(data=getattr(exc, _DESCRIPTION, None)), True
+
+
+def describe_failure(exc: BaseException) -> None:
+    """Have the -32603 answering ``exc`` (should it be the handler's own failure) say what failed:
+    the exception's type and the start of its message."""
+    try:
+        message = str(exc)
+    except Exception:  # a __str__ that fails says nothing more
+        message = ""
+    if len(message) > FAILURE_SHOWN_CHARS:
+        message = message[:FAILURE_SHOWN_CHARS] + "..."
+    try:
+        setattr(exc, _DESCRIPTION, {"type": type(exc).__name__, "message": message})
+    except AttributeError:  # an exception type that takes no attributes: answered without data
+        pass

@@ -3,7 +3,7 @@ selection of lines, writing a file atomically, and the protected-path match.
 
 ``WorkspaceClient`` (``workspace.py``) serves ``fs/*`` with these and adds the consent rules.
 
-Rules this module keeps (the README's "Security model" says what they add up to):
+Rules this module keeps (docs/robustness.md's "Security model" says what they add up to):
 
 - Roots by identity. Each root is opened when the session starts and every path is resolved
   *beneath that handle* (``beneath.open_beneath``), never looked up by name again: ``..`` above a

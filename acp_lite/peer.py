@@ -27,6 +27,7 @@ from typing import Any, Awaitable, Callable, Dict, Mapping, NamedTuple, Optional
 
 from .aio import EventLoop, run_to_end
 from .answering import CancelToken, RequestContext
+from .error_rules import describe_failure
 from .errors import MethodNotFound, UsageError
 from .jsonrpc import settle
 from .rpc import Connection
@@ -144,6 +145,7 @@ def bind_handlers(
     wrappers: Optional[Dict[str, Callable[..., Any]]] = None,
     arrivals: Optional[Dict[str, Callable[[Any, RequestContext], Any]]] = None,
     loop: "Optional[EventLoop]" = None,
+    describe_failures: bool = False,
 ) -> None:
     """Register on ``connection`` every method of ``handler_names`` (wire name -> Python name)
     that ``peer`` offers, decoding params with ``method_table``'s types.
@@ -152,7 +154,8 @@ def bind_handlers(
     a cancel); a wrapper is registered whether or not the peer overrides the method. ``arrivals``
     gives requests an ``on_arrival`` hook (see ``Connection.on_request``). Coroutine handlers run
     on ``loop`` (see ``completed``); a wrapper completes what it calls itself when it must see
-    the outcome.
+    the outcome. ``describe_failures`` (the agent side) has a handler's own failure answered with
+    its type and message (see ``error_rules``).
     """
     wrappers = wrappers or {}
     arrivals = arrivals or {}
@@ -171,8 +174,9 @@ def bind_handlers(
                 handler = _completing(handler, loop)
             connection.on_notification(method, handler, spec.params_type)
         else:
+            handler = _answering_empty(handler, spec.result_type, loop)
             connection.on_request(
-                method, _answering_empty(handler, spec.result_type, loop), spec.params_type, arrivals.get(method)
+                method, _describing(handler) if describe_failures else handler, spec.params_type, arrivals.get(method)
             )
 
     def unknown_request(method: str, params: Any, ctx: RequestContext) -> Any:
@@ -184,7 +188,7 @@ def bind_handlers(
         if method.startswith("_"):
             completed(peer.ext_notification(method, params), loop)
 
-    connection.on_unknown_request(unknown_request)
+    connection.on_unknown_request(_describing(unknown_request) if describe_failures else unknown_request)
     connection.on_unknown_notification(unknown_notification)
 
 
@@ -206,5 +210,17 @@ def _answering_empty(
     def call(params: Any, ctx: RequestContext) -> Any:
         result = completed(handler(params, ctx), loop, ctx.cancel_token)
         return result_type() if result is None else result
+
+    return call
+
+
+def _describing(handler: Callable[..., Any]) -> Callable[..., Any]:
+    # The agent side: a handler's own failure is answered with its type and message.
+    def call(*args: Any) -> Any:
+        try:
+            return handler(*args)
+        except Exception as exc:
+            describe_failure(exc)
+            raise
 
     return call

@@ -58,6 +58,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
 from .codec import ENCODER
+from .deadlines import call_after
 from .delivery import Callback, CallbackQueue, HostDelivery, HostLane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .jsonrpc import CANCEL_REQUEST_METHOD, ConnectionStats, PendingCall, Route, RpcCore, settle, settle_item
@@ -335,7 +336,7 @@ class Connection:
         if threading.get_ident() == self._queue.owner:
             raise UsageError(
                 f"blocking call({method!r}) on the thread that delivers callbacks would wait for itself; "
-                "use call_future()"
+                "use its _future form (initialize_future(), prompt_future(), ...)"
             )
 
     def call_future(
@@ -345,9 +346,12 @@ class Connection:
         result_type: Any = Any,
         *,
         on_done: Optional[Callable[[Future], Any]] = None,
+        timeout: Optional[float] = None,
     ) -> Future:
         """Send a request; a ``Future`` of its result (or error). Cancelling the future while the
-        call is pending sends ``$/cancel_request`` and drops the eventual answer. The future is
+        call is pending sends ``$/cancel_request`` and drops the eventual answer, and so does
+        ``timeout``: once it has passed without an answer the future fails with ``CallTimeout``,
+        as ``call`` raises (one thread, ``deadlines``, times every future out). The future is
         settled, and its done-callbacks run, where callbacks run (see ``on_notification``), one
         at a time with them and in order; when the connection is
         closed, on the thread that closes it. ``on_done(future)`` is added before the request
@@ -359,6 +363,9 @@ class Connection:
             future.add_done_callback(on_done)
         future._request_id = self._send_request(method, params, result_type, future, False, None)
         future._connection = self
+        if timeout is not None:
+            deadline = call_after(timeout, lambda: self._time_out(future, method, timeout))
+            future.add_done_callback(lambda _: deadline.cancel())
         return future
 
     def notify(self, method: str, params: Any = None) -> None:
@@ -418,6 +425,15 @@ class Connection:
         # A call's future was cancelled: if the call is still pending, tell the peer.
         if self._core.forget(request_id):
             self._send_cancel_request(request_id)
+
+    def _time_out(self, future: "_CallFuture", method: str, timeout: float) -> None:
+        # The deadline thread: a call_future still pending after its timeout fails where
+        # callbacks run, like its answer would have.
+        assert future._request_id is not None
+        if self._core.forget(future._request_id):
+            self._send_cancel_request(future._request_id)
+            error = CallTimeout(f"{method}: no answer within {timeout} s")
+            self._queue.put([(settle_item, (PendingCall(method, future, Any, False), None, error))])
 
     def _send_cancel_request(self, request_id: int) -> None:
         # Never blocks: a peer too far behind to take it (no room to send) is not listening.

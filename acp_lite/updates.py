@@ -3,13 +3,14 @@ tool calls, plans and permission answers. Each returns a plain ``acp_lite.schema
 full types stay available for anything these do not cover. Pure functions: any thread.
 """
 
-from typing import Any, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from .codec import UnknownVariant
 from .schema import (
     AgentMessageChunk,
     AgentThoughtChunk,
     Content,
+    Cost,
     Diff,
     PermissionOption,
     PermissionOptionKind,
@@ -24,6 +25,7 @@ from .schema import (
     Terminal,
     TextContent,
     ToolCall,
+    ToolCallContent,
     ToolCallLocation,
     ToolCallStatus,
     ToolCallUpdate,
@@ -31,6 +33,28 @@ from .schema import (
     UsageUpdate,
     UserMessageChunk,
 )
+
+__all__ = [
+    "cancelled_permission",
+    "diff",
+    "location",
+    "permission_option",
+    "permission_options",
+    "plan",
+    "select_permission",
+    "selected_option",
+    "terminal",
+    "text_block",
+    "text_chunk",
+    "thought_chunk",
+    "tool_call",
+    "tool_call_ref",
+    "tool_call_update",
+    "tool_content",
+    "usage",
+    "user_chunk",
+    "variant_tag",
+]
 
 
 def variant_tag(value: Any) -> Optional[str]:
@@ -69,24 +93,76 @@ def tool_call(
     *,
     kind: Optional[ToolKind] = None,
     status: Optional[ToolCallStatus] = None,
-    **fields: Any,
+    content: Optional[List[ToolCallContent]] = None,
+    locations: Optional[List[ToolCallLocation]] = None,
+    raw_input: Any = None,
+    raw_output: Any = None,
+    meta: Optional[Dict[str, Any]] = None,
 ) -> ToolCall:
-    """A ``tool_call`` update; ``fields`` are ``ToolCall``'s other optional ones (content, locations, ...)."""
-    return ToolCall(tool_call_id=tool_call_id, title=title, kind=kind, status=status, **fields)
+    """A ``tool_call`` update."""
+    return ToolCall(
+        tool_call_id=tool_call_id,
+        title=title,
+        kind=kind,
+        status=status,
+        content=content,
+        locations=locations,
+        raw_input=raw_input,
+        raw_output=raw_output,
+        meta=meta,
+    )
 
 
 def tool_call_update(
-    tool_call_id: str, *, kind: Optional[ToolKind] = None, status: Optional[ToolCallStatus] = None, **fields: Any
+    tool_call_id: str,
+    *,
+    kind: Optional[ToolKind] = None,
+    status: Optional[ToolCallStatus] = None,
+    title: Optional[str] = None,
+    content: Optional[List[ToolCallContent]] = None,
+    locations: Optional[List[ToolCallLocation]] = None,
+    raw_input: Any = None,
+    raw_output: Any = None,
+    meta: Optional[Dict[str, Any]] = None,
 ) -> SessionUpdateToolCallUpdate:
     """A ``tool_call_update`` update changing only the given fields (status, content, ...)."""
-    return SessionUpdateToolCallUpdate(tool_call_id=tool_call_id, kind=kind, status=status, **fields)
+    return SessionUpdateToolCallUpdate(
+        tool_call_id=tool_call_id,
+        kind=kind,
+        status=status,
+        title=title,
+        content=content,
+        locations=locations,
+        raw_input=raw_input,
+        raw_output=raw_output,
+        meta=meta,
+    )
 
 
 def tool_call_ref(
-    tool_call_id: str, *, kind: Optional[ToolKind] = None, status: Optional[ToolCallStatus] = None, **fields: Any
+    tool_call_id: str,
+    *,
+    kind: Optional[ToolKind] = None,
+    status: Optional[ToolCallStatus] = None,
+    title: Optional[str] = None,
+    content: Optional[List[ToolCallContent]] = None,
+    locations: Optional[List[ToolCallLocation]] = None,
+    raw_input: Any = None,
+    raw_output: Any = None,
+    meta: Optional[Dict[str, Any]] = None,
 ) -> ToolCallUpdate:
     """The tool call a permission request is about."""
-    return ToolCallUpdate(tool_call_id=tool_call_id, kind=kind, status=status, **fields)
+    return ToolCallUpdate(
+        tool_call_id=tool_call_id,
+        kind=kind,
+        status=status,
+        title=title,
+        content=content,
+        locations=locations,
+        raw_input=raw_input,
+        raw_output=raw_output,
+        meta=meta,
+    )
 
 
 def tool_content(block: Union[str, Any]) -> Content:
@@ -118,9 +194,9 @@ def plan(entries: Iterable[Union[PlanEntry, Tuple[str, PlanEntryPriority, PlanEn
     )
 
 
-def usage(used: int, size: int, **fields: Any) -> UsageUpdate:
+def usage(used: int, size: int, *, cost: Optional[Cost] = None, meta: Optional[Dict[str, Any]] = None) -> UsageUpdate:
     """A ``usage_update``: context tokens used out of ``size`` (and optionally the cost)."""
-    return UsageUpdate(used=used, size=size, **fields)
+    return UsageUpdate(used=used, size=size, cost=cost, meta=meta)
 
 
 def permission_option(option_id: str, name: str, kind: PermissionOptionKind) -> PermissionOption:

@@ -19,7 +19,7 @@ later load or resume replaces it)::
 
 The files (``files.py``: the root set, reading, atomic writing) and the terminals
 (``terminals.py``: the processes, their output, their limits) keep their own rules; this module is
-the policy that joins them to the protocol. Rules it keeps (the README's "Security model" says
+the policy that joins them to the protocol. Rules it keeps (docs/robustness.md's "Security model" says
 what they add up to):
 
 - Every file request stays inside the session's root set, which ``on_session`` opens; unknown

@@ -129,7 +129,8 @@ def render_markdown(
     out = [
         "# ACP v1 conformance of acp_lite",
         "",
-        "Written by the last whole-suite run of `python -m pytest` (see `spec/README.md`); do not edit.",
+        "Written by the last whole-suite run of `python -m pytest --write-coverage` (see `spec/README.md`); "
+        "do not edit.",
         f"Requirements: revision `{manifest['revision']}`, imported into `spec/manifest/`.",
         "",
         f"**{summary_line(rows)}.**",

@@ -9,9 +9,11 @@ requirement ids and how each test ended. At the end:
 - on a whole-suite run, a draft requirement marked ``tested`` without a passing test fails the
   session too (the draft's own gate, next to v1's);
 - on a whole-suite run only (no path arguments, nothing deselected by ``-k``/``-m``/``--lf``, no
-  collection error, every collected test ran) it writes ``spec/COVERAGE.md`` and
-  ``spec/coverage.json`` and applies the coverage gate of ``spec/coverage.py``. A partial run
-  proves nothing about coverage: it neither writes nor judges, and says why.
+  collection error, every collected test ran) it applies the coverage gate of ``spec/coverage.py``
+  and compares the reports it would write with the committed ``spec/COVERAGE.md`` and
+  ``spec/coverage.json``: ``--write-coverage`` writes them (a plain run never touches the
+  checkout), ``--check-coverage`` fails the session when they are not current (CI's run). A
+  partial run proves nothing about coverage: it neither writes nor judges, and says why.
 
 A failed gate sets the session's exit status to 1 and says why in the terminal summary.
 Everything here runs on pytest's main thread.
@@ -44,6 +46,20 @@ def _keep_worst(results: Dict[str, str], key: str, outcome: str) -> None:
     """Record ``outcome`` for ``key`` unless a worse one is there: failed beats passed beats skipped."""
     if _RANK[outcome] >= _RANK.get(results.get(key, ""), -1):
         results[key] = outcome
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("acp-requirements", "ACP requirement coverage (spec/)")
+    group.addoption(
+        "--write-coverage",
+        action="store_true",
+        help="on a whole-suite run, write spec/COVERAGE.md and spec/coverage.json",
+    )
+    group.addoption(
+        "--check-coverage",
+        action="store_true",
+        help="on a whole-suite run, fail when spec/COVERAGE.md or spec/coverage.json is not what the run found",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -155,14 +171,34 @@ class _RequirementTracker:
         if self.whole_suite:
             rows = build_rows(self.manifest, self.classification, self.tests_by_id, self.results)
             mutants = load_mutation_counts(SPEC_DIR / "mutation.json")
-            (SPEC_DIR / "COVERAGE.md").write_text(render_markdown(self.manifest, rows, mutants), encoding="utf-8")
-            document = coverage_document(self.manifest, rows)
-            (SPEC_DIR / "coverage.json").write_text(dump_json(document), encoding="utf-8")
-            self.summary = summary_line(rows)
+            reports = {
+                "spec/COVERAGE.md": render_markdown(self.manifest, rows, mutants),
+                "spec/coverage.json": dump_json(coverage_document(self.manifest, rows)),
+            }
+            self.summary = summary_line(rows) + "; " + self._compare_or_write(reports)
             self.problems += gate(rows)
             self.summary += "; " + self._draft_gate()
         if self.problems and session.exitstatus == 0:
             session.exitstatus = 1
+
+    def _compare_or_write(self, reports: Dict[str, str]) -> str:
+        """Write the reports (``--write-coverage``) or compare them with the committed ones (a
+        difference is a problem under ``--check-coverage``); the summary's words for it."""
+        root = SPEC_DIR.parent
+        if self.config.getoption("write_coverage"):
+            for name, text in reports.items():
+                (root / name).write_text(text, encoding="utf-8")
+            return "wrote spec/COVERAGE.md and spec/coverage.json"
+        stale = []
+        for name, text in reports.items():
+            path = root / name
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+        if not stale:
+            return "spec/COVERAGE.md and spec/coverage.json are current"
+        if self.config.getoption("check_coverage"):
+            self.problems.append(("the committed reports are not what this run found (pytest --write-coverage)", stale))
+        return f"{' and '.join(stale)} differ from this run (pytest --write-coverage rewrites them)"
 
     def _draft_gate(self) -> str:
         """The v2 draft's line of the summary; its untraced ``tested`` ids go to the problems."""
@@ -181,7 +217,7 @@ class _RequirementTracker:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         terminalreporter.section("ACP requirements")
         if self.whole_suite:
-            terminalreporter.write_line(f"{self.summary}; wrote spec/COVERAGE.md and spec/coverage.json")
+            terminalreporter.write_line(self.summary)
         else:
             reasons = ", ".join(sorted(self.partial_because))
             terminalreporter.write_line(f"not a whole-suite run ({reasons}): coverage neither judged nor written")

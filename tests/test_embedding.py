@@ -102,8 +102,8 @@ def _both_forms_alike(remote, raw, name, args, answer):
     ids=["RemoteAgent", "RemoteClient"],
 )
 def test_every_request_blocks_with_a_timeout_and_has_a_future_twin(handle, peer_methods):
-    """One naming on both handles: ``x(..., timeout=None)`` and ``x_future(...)`` with the same
-    parameters less ``timeout``, for every request the other side's peer can answer."""
+    """One naming on both handles: ``x(..., timeout=None)`` and ``x_future(..., *, timeout=None)``
+    with the same other parameters, for every request the other side's peer can answer."""
     methods = schema.AGENT_METHODS if handle is client.RemoteAgent else schema.CLIENT_METHODS
     names = [peer_methods[m] for m, spec in methods.items() if spec.result_type is not None and m in peer_methods]
     assert len(names) >= 9
@@ -111,9 +111,10 @@ def test_every_request_blocks_with_a_timeout_and_has_a_future_twin(handle, peer_
         blocking = inspect.signature(getattr(handle, name))
         future = inspect.signature(getattr(handle, name + "_future"))
         assert blocking.parameters["timeout"].default is None, name
-        assert [p for p in blocking.parameters.values() if p.name != "timeout"] == list(future.parameters.values()), (
-            name
-        )
+        assert future.parameters["timeout"].default is None, name
+        assert future.parameters["timeout"].kind is inspect.Parameter.KEYWORD_ONLY, name
+        others = [[p for p in s.parameters.values() if p.name != "timeout"] for s in (blocking, future)]
+        assert others[0] == others[1], name
 
 
 @contextlib.contextmanager

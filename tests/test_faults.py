@@ -292,7 +292,16 @@ def test_a_raising_handler_answers_once_after_its_updates_and_the_next_request_w
         turn = _prompt(raw, "/a", "raise")
         before, response = raw.recv_until_response(turn)
         assert [m["params"]["update"]["content"]["text"] for m in before] == ["before the failure"]
-        assert response == {"jsonrpc": "2.0", "id": turn, "error": {"code": -32603, "message": "Internal error"}}
+        # An agent's own failure says what failed (its type and message), never its traceback.
+        assert response == {
+            "jsonrpc": "2.0",
+            "id": turn,
+            "error": {
+                "code": -32603,
+                "message": "Internal error",
+                "data": {"type": "RuntimeError", "message": "secret detail"},
+            },
+        }
         missing = raw.call("_acme/missing", {})
         assert missing["error"] == {"code": -32002, "message": "no such thing", "data": {"uri": "file:///nope"}}
         assert raw.call("_acme/echo", {"ok": 1})["result"] == {"ok": 1}

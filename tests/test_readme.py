@@ -1,8 +1,9 @@
-"""The README's promises: install first, its commands are CI's, every Python snippet runs as pasted.
+"""The README's promises, and the guides' in docs/: install first, its commands are CI's, every
+Python snippet runs as pasted.
 
-Each snippet is written, exactly as the README shows it, into a temporary directory (under the name
-the README tells the reader to save it as) and run from there with this interpreter, which has
-acp_lite installed: what a reader who copies it gets.
+Each snippet is written, exactly as the README or a guide shows it, into a temporary directory
+(under the name the text tells the reader to save it as) and run from there with this interpreter,
+which has acp_lite installed: what a reader who copies it gets.
 """
 
 import re
@@ -14,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")
+DOCS = {path.name: path.read_text(encoding="utf-8") for path in sorted((REPO / "docs").glob("*.md"))}
 PACKAGE_README = (REPO / "README.package.md").read_text(encoding="utf-8")
 
 pytestmark = pytest.mark.timeout(60)
@@ -30,9 +32,11 @@ def _section(title):
 
 
 def write_snippets(folder):
-    """Every Python block of the README, written into ``folder``: {file name: path}."""
+    """Every Python block of the README, then of each guide in docs/, written into ``folder``:
+    {file name: path}."""
     names = {}
-    blocks = re.finditer(r"(?:Save this as `([\w.]+)`[^\n]*\n\n)?```python\n(.*?)```", README, re.S)
+    text = "\n".join([README, *DOCS.values()])
+    blocks = re.finditer(r"(?:Save this as `([\w.]+)`[^\n]*\n\n)?```python\n(.*?)```", text, re.S)
     for number, match in enumerate(blocks):
         name = match.group(1) or f"snippet_{number}.py"
         (folder / name).write_text(match.group(2), encoding="utf-8")
@@ -52,9 +56,31 @@ def _run(snippets, name, *args):
     )
 
 
-def test_the_readme_first_shows_how_to_install_as_a_dependency():
-    assert _code_blocks("sh")[0] == "pip install acp-lite\n"
-    assert README.index("## Getting started") < README.index("```")
+def test_the_readme_says_the_package_is_not_on_the_index_and_installs_from_a_checkout_first():
+    install = _section("## Install")
+    assert "**not on the package index yet**: `pip install acp-lite` fails" in install
+    assert _code_blocks("sh", install)[0].startswith("python -m pip install path/to/acp-lite ")
+    assert README.index("## Install") < README.index("```")
+    # The wheel commands are the ones .ci/package runs (build, then install the wheel).
+    assert "python -m build" in (REPO / ".ci" / "package").read_text(encoding="utf-8")
+
+
+def test_the_first_screen_says_what_it_does_beside_the_official_sdks_and_what_it_does_not():
+    first_screen = README[: README.index("## Install")]
+    assert "| | acp_lite | official Python SDK (`agent-client-protocol`) | official TypeScript SDK |" in first_screen
+    assert "What it does not do:" in first_screen
+    # Its one figure comes from the benchmark's results file.
+    results = (REPO / "bench" / "results" / "latest.md").read_text(encoding="utf-8")
+    for figure in re.findall(r"\d{1,3}(?:,\d{3})+/s", first_screen):
+        assert figure[:-2] in results, figure
+
+
+def test_every_relative_link_of_the_readme_and_the_guides_resolves():
+    for name, text in [("README.md", README), *((f"docs/{n}", t) for n, t in DOCS.items())]:
+        base = (REPO / name).parent
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+            if not target.startswith(("http://", "https://")):
+                assert (base / target).exists(), f"{name} links to {target}, which does not exist"
 
 
 def test_the_development_commands_are_two_and_ci_runs_the_second():
@@ -67,11 +93,12 @@ def test_the_development_commands_are_two_and_ci_runs_the_second():
 def test_the_minimal_examples_in_the_readme_are_the_files_and_stay_short(name, snippets):
     source = (REPO / "examples" / name).read_text(encoding="utf-8")
     assert snippets[name].read_text(encoding="utf-8") == source
-    assert len(source.strip().splitlines()) <= 25
+    assert len(source.strip().splitlines()) <= 32
 
 
 def test_every_snippet_is_run_by_a_test_here(snippets):
     assert sorted(snippets) == ["minimal_agent.py", "minimal_client.py", "snippet_2.py", "snippet_3.py", "v2_echo.py"]
+    assert "v2_echo.py" in DOCS["v2.md"]  # the guides' snippets are run too
 
 
 def test_the_v2_snippet_runs_a_v2_turn_as_the_readme_says(snippets):
@@ -91,6 +118,40 @@ def test_the_minimal_client_runs_against_the_minimal_agent(snippets):
     done = _run(snippets, "minimal_client.py")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[agent_message_chunk] You said: hello", "stop reason: end_turn"]
+
+
+# An agent sending what claude-agent-acp 0.23.1 sends at the end of a turn: a usage_update whose
+# "used" is null, which the v1 schema rejects (an integer is required there).
+SCHEMA_REJECTED_UPDATE_AGENT = """
+from acp_lite import Agent, schema, serve_stdio, updates
+
+
+class UsageReporter(Agent):
+    def new_session(self, params):
+        return schema.NewSessionResponse(session_id="s1")
+
+    def prompt(self, params, turn):
+        update = {"sessionUpdate": "usage_update", "used": None, "size": 200000}
+        self.client.connection.notify("session/update", {"sessionId": "s1", "update": update})
+        turn.send(updates.text_chunk("after the usage"))
+        return "end_turn"
+
+
+serve_stdio(UsageReporter())
+"""
+
+
+@pytest.mark.slow
+def test_the_minimal_client_shows_an_update_the_schema_rejects_and_goes_on(snippets, tmp_path):
+    agent = tmp_path / "usage_reporter.py"
+    agent.write_text(SCHEMA_REJECTED_UPDATE_AGENT, encoding="utf-8")
+    done = _run(snippets, "minimal_client.py", sys.executable, str(agent))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "[undecodable] Expected `int`, got `null` - at `$.update.used`",
+        "[agent_message_chunk] after the usage",
+        "stop reason: end_turn",
+    ]
 
 
 @pytest.mark.slow
@@ -143,14 +204,14 @@ def test_the_package_readme_reads_right_on_a_package_index():
 
 
 def test_the_application_requirements_table_is_current():
-    from spec.readme_section import README as readme_path
+    from spec.readme_section import DOC as readme_path
     from spec.readme_section import with_table
 
     text = readme_path.read_text()
     assert with_table(text) == text, "run: python -m spec.readme_section"
 
 
-def test_the_readme_quotes_the_coverage_summary_line():
+def test_the_conformance_guide_quotes_the_coverage_summary_line():
     coverage = (REPO / "spec" / "COVERAGE.md").read_text()
     summary = re.search(r"^\*\*(.+)\*\*$", coverage, re.M).group(1)
-    assert f"> **{summary}**" in README
+    assert f"> **{summary}**" in DOCS["conformance.md"]

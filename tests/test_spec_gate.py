@@ -85,14 +85,15 @@ def make_project(tmp_path, classification, tests=TESTS, draft=DRAFT):
     return project
 
 
-def run(project, *args):
+def run(project, *args, write="--write-coverage"):
+    """pytest in ``project``; it writes the coverage reports unless ``write`` says otherwise."""
     # The child must not inherit this run's own pytest settings (PYTEST_ADDOPTS and the like). It
     # needs none of the installed plugins either: without them (hypothesis's above all) it starts
     # in a third of the time.
     env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *([write] if write else []), *args],
         cwd=project,
         env=env,
         capture_output=True,
@@ -114,6 +115,27 @@ def test_a_whole_suite_run_passes_and_writes_the_same_reports_every_time(tmp_pat
 
     second = run(project)
     assert second.returncode == 0, second.stdout
+    assert (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8") == report
+
+
+@pytest.mark.slow
+def test_a_plain_run_leaves_the_reports_alone_and_check_coverage_fails_on_stale_ones(tmp_path):
+    # pytest on a fresh clone must not rewrite committed files; CI checks that they are current.
+    project = make_project(tmp_path, {"ACP-V1-MUST-SDK": {"status": "pending"}, "ACP-V1-MAY-SDK": {"status": "tested"}})
+    plain = run(project, write=None)
+    assert plain.returncode == 0, plain.stdout
+    assert not (project / "spec" / "COVERAGE.md").exists() and not (project / "spec" / "coverage.json").exists()
+    assert "spec/COVERAGE.md and spec/coverage.json differ from this run (pytest --write-coverage" in plain.stdout
+
+    stale = run(project, write="--check-coverage")
+    assert stale.returncode == 1, stale.stdout
+    assert "FAILED requirement gate: the committed reports are not what this run found" in stale.stdout
+
+    assert run(project).returncode == 0  # --write-coverage
+    report = (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8")
+    current = run(project, write="--check-coverage")
+    assert current.returncode == 0, current.stdout
+    assert "spec/COVERAGE.md and spec/coverage.json are current" in current.stdout
     assert (project / "spec" / "COVERAGE.md").read_text(encoding="utf-8") == report
 
 

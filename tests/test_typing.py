@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_readme import README, write_snippets
+from test_readme import DOCS, README, write_snippets
 
 REPO = Path(__file__).resolve().parent.parent
 TYPED_USAGE = Path(__file__).resolve().parent / "typed_usage.py"
@@ -27,6 +27,8 @@ from acp_lite.schema import PromptRequest, ReadTextFileRequest
 updates.permission_option("maybe", "Maybe", kind="maybe")  # error: arg-type
 updates.plan([("Refactor", "urgent", "pending")])  # error: list-item
 updates.tool_call("c1", "Run it", kind="run")  # error: arg-type
+updates.tool_call("c1", "Run it", locatoins=[])  # error: call-arg
+updates.usage(10, 100, cots=None)  # error: call-arg
 
 
 class WrongAgent(Agent):
@@ -85,7 +87,7 @@ def test_every_override_point_and_builder_type_checks_as_annotated(reported):
 
 def test_the_readme_snippets_type_check_as_pasted(reported):
     snippets = {path.name: errors for path, errors in reported.items() if path.parent.name == "readme"}
-    assert len(snippets) == README.count("```python\n")  # every snippet was checked
+    assert len(snippets) == sum(text.count("```python\n") for text in [README, *DOCS.values()])  # every one checked
     assert all(errors == [] for errors in snippets.values()), snippets
 
 

@@ -177,3 +177,118 @@ def test_the_vim_plugin_chats_asks_permission_cancels_and_exits_cleanly(vim_read
     assert acp_lite_spec == "None"  # Vim's Python had only the vendored file
     assert rc == "0\n"
     assert len(agents) == 1 and gone(agents[0]), "the agent outlived Vim"
+
+
+def _vim_with_python() -> str:
+    """Why Vim cannot run Python here, or '' when it can (msgspec not needed)."""
+    for tool in ("vim", "tmux"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    probe = subprocess.run(
+        ["vim", "-Nu", "NONE", "-i", "NONE", "-es", "-c", "py3 import sys", "-c", "qa!"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+    )
+    return "" if probe.returncode == 0 else "this Vim has no +python3"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.slow
+def test_without_msgspec_the_plugin_says_how_to_install_it_and_the_install_needs_no_root(tmp_path):
+    missing = _vim_with_python()
+    if missing and os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run the Vim plugin test: {missing} (.ci/run installs them)")
+    if missing:
+        pytest.skip(missing)
+    plugin = tmp_path / "vim-plugin"
+    shutil.copytree(EXAMPLES / "vim", plugin, ignore=shutil.ignore_patterns("_acp.py", "__pycache__"))
+    vendor.build(plugin / "python3" / "acp_chat" / "_acp.py")
+    (tmp_path / "vimrc").write_text(
+        "set nocompatible encoding=utf-8 shortmess+=I\n"
+        f"set runtimepath^={plugin}\n"
+        f"let g:acp_chat_agent = {json.dumps([sys.executable, str(EXAMPLES / 'agent.py')])}\n"
+        # Whatever msgspec Vim's Python has in its own site directories (CI installs one) is out
+        # of reach: the plugin's python3 directory, on Vim's runtimepath, stays reachable.
+        "py3 import os, sys; sys.path[:] = [p for p in sys.path if not os.path.isdir(os.path.join(p, 'msgspec'))]\n"
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    tmux = Tmux(tmp_path / "tmux.sock", f"cd {out} && vim -Nu {tmp_path / 'vimrc'} -i NONE; echo $? > {out / 'rc'}")
+    try:
+        tmux.wait_for("~")
+        tmux.type(":AcpStart")
+        tmux.keys("Enter")
+        screen = tmux.wait_for("msgspec is missing for Vim's Python")
+        assert "Press ENTER" not in screen and "Traceback" not in screen
+        tmux.type(
+            ":call writefile(split(execute('messages'), \"\\n\"), 'messages.txt')"
+            " | call writefile(getbufline('acp://chat', 1, '$'), 'chat.txt')"
+        )
+        tmux.keys("Enter")
+        chat = _wait_for_file(out / "chat.txt").splitlines()
+        assert (out / "messages.txt").read_text() == ""  # nothing reached Vim's messages
+
+        # The command the chat gives, as a user without root runs it (with this test's pip).
+        assert chat[0].startswith("[error] msgspec is missing for Vim's Python 3.")
+        command = chat[1].split()
+        assert command[:4] == ["python3", "-m", "pip", "install"] and str(plugin / "python3") in command
+        subprocess.run([sys.executable, *command[1:], "--quiet"], check=True, timeout=180, capture_output=True)
+
+        tmux.type(":AcpStart")
+        tmux.keys("Enter")
+        tmux.wait_for("[ready] Mock Agent")
+        tmux.type(":qa!")
+        tmux.keys("Enter")
+        assert _wait_for_file(out / "rc") == "0\n"
+    finally:
+        tmux.kill()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.slow
+def test_an_agent_that_never_answers_is_given_up_after_the_start_timeout(vim_ready, tmp_path):
+    plugin = tmp_path / "vim-plugin"
+    shutil.copytree(EXAMPLES / "vim", plugin, ignore=shutil.ignore_patterns("_acp.py", "__pycache__"))
+    vendor.build(plugin / "python3" / "acp_chat" / "_acp.py")
+    silent = tmp_path / "silent.py"  # reads its stdin, never answers
+    silent.write_text("import sys\nfor line in sys.stdin:\n    pass\n")
+    (tmp_path / "vimrc").write_text(
+        "set nocompatible encoding=utf-8 shortmess+=I\n"
+        f"set runtimepath^={plugin}\n"
+        f"let g:acp_chat_agent = {json.dumps([sys.executable, str(silent)])}\n"
+        "let g:acp_chat_start_timeout = 1\n"
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    tmux = Tmux(tmp_path / "tmux.sock", f"cd {out} && vim -Nu {tmp_path / 'vimrc'} -i NONE; echo $? > {out / 'rc'}")
+    try:
+        tmux.wait_for("~")
+        tmux.type(":AcpStart")
+        tmux.keys("Enter")
+        tmux.type(":AcpAsk too early")
+        tmux.keys("Enter")
+        tmux.wait_for("It was stopped.")
+        tmux.type(":AcpAsk too late")
+        tmux.keys("Enter")
+        tmux.wait_for("[error] the agent is not running")
+        tmux.type(
+            ":call writefile(split(execute('messages'), \"\\n\"), 'messages.txt')"
+            " | call writefile([getpid()], 'facts.txt')"
+            " | call writefile(getbufline('acp://chat', 1, '$'), 'chat.txt')"
+        )
+        tmux.keys("Enter")
+        chat = _wait_for_file(out / "chat.txt").splitlines()
+        agents = children(int((out / "facts.txt").read_text()))
+        tmux.type(":qa!")
+        tmux.keys("Enter")
+        assert _wait_for_file(out / "rc") == "0\n"
+    finally:
+        tmux.kill()
+    assert chat == [
+        "[error] the agent is not ready yet (0 s of 1 s waited)",
+        f"[error] initialize: no answer within 1.0 s: is {sys.executable} {silent} an ACP agent? It was stopped.",
+        "[error] the agent is not running: :AcpStart starts it again",
+    ]
+    assert (out / "messages.txt").read_text() == ""
+    assert agents == []  # stopped when it was given up

@@ -131,8 +131,9 @@ class RemoteClient(RemoteClientV1):
         subject: Any = None,
         description: Optional[str] = None,
         meta: Optional[Dict[str, Any]] = None,
+        timeout: Optional[float] = None,
     ) -> "Future[v2.RequestPermissionResponse]":
-        return self._start(self._v2_permission(session_id, title, options, subject, description, meta))
+        return self._start(self._v2_permission(session_id, title, options, subject, description, meta), timeout)
 
     def complete_elicitation(self, elicitation_id: str) -> None:
         self.connection.notify(
@@ -204,7 +205,15 @@ class V2Service(_AgentService):
         }
         for method in ("session/new", "session/resume", "session/list"):
             wrappers[method] = _checking_session_paths(_plain_call(getattr(agent, _HANDLERS[method])))
-        bind_handlers(connection, agent, _HANDLERS, _METHODS, wrappers, {"session/prompt": self._prompt_arrived})
+        bind_handlers(
+            connection,
+            agent,
+            _HANDLERS,
+            _METHODS,
+            wrappers,
+            {"session/prompt": self._prompt_arrived},
+            describe_failures=True,
+        )
 
     def _initialize(self, raw: Any, ctx: RequestContext) -> v2.InitializeResponse:  # type: ignore[override]
         params = _initialize_params(raw)

@@ -112,8 +112,8 @@ class RemoteAgent(v1client.RemoteAgent):
         """Ask for ``protocol_version`` (default: the highest listed); see the module docstring."""
         return self._wait(self._initialize_request(protocol_version), timeout)
 
-    def initialize_future(self, protocol_version: Optional[int] = None) -> Future:
-        return self._start(self._initialize_request(protocol_version))
+    def initialize_future(self, protocol_version: Optional[int] = None, *, timeout: Optional[float] = None) -> Future:
+        return self._start(self._initialize_request(protocol_version), timeout)
 
     def _initialize_request(self, protocol_version: Optional[int]) -> Request:
         asked = self.protocol_versions[0] if protocol_version is None else protocol_version
@@ -245,8 +245,9 @@ class RemoteAgent(v1client.RemoteAgent):
         additional_directories: Optional[Sequence[str]] = None,
         *,
         replay_from: Optional[str] = None,
+        timeout: Optional[float] = None,
     ) -> Future:
-        return self._start(self._resume(session_id, cwd, mcp_servers, additional_directories, replay_from))
+        return self._start(self._resume(session_id, cwd, mcp_servers, additional_directories, replay_from), timeout)
 
     def _resume(
         self,
@@ -323,9 +324,12 @@ class RemoteAgent(v1client.RemoteAgent):
             self._drop_turn(session_id, future)
             raise CallTimeout(f"session/prompt: the turn did not end within {timeout} s") from None
 
-    def prompt_future(self, session_id: str, prompt: Any, *, meta: Optional[Dict[str, Any]] = None) -> Future:
+    def prompt_future(
+        self, session_id: str, prompt: Any, *, meta: Optional[Dict[str, Any]] = None, timeout: Optional[float] = None
+    ) -> Future:
+        """In v2, ``timeout`` bounds the wait for the prompt's acknowledgment, not the turn."""
         if not self._in_v2:
-            return super().prompt_future(session_id, prompt, meta=meta)
+            return super().prompt_future(session_id, prompt, meta=meta, timeout=timeout)
         request = self._prompt_request(session_id, prompt, meta)
         turn = _Turn()
         with self._lock:
@@ -339,6 +343,7 @@ class RemoteAgent(v1client.RemoteAgent):
             request.params,
             request.result_type,
             on_done=lambda done: self._acknowledged(session_id, turn, done),
+            timeout=timeout,
         )
         return turn.done
 
@@ -396,15 +401,15 @@ class RemoteAgent(v1client.RemoteAgent):
         """Ask the agent to cancel one tool call; only one whose updates advertised ``capabilities.cancel``."""
         return self._wait(self._cancel_request("tool_call", session_id, tool_call_id), timeout)
 
-    def cancel_tool_call_future(self, session_id: str, tool_call_id: str) -> Future:
-        return self._start(self._cancel_request("tool_call", session_id, tool_call_id))
+    def cancel_tool_call_future(self, session_id: str, tool_call_id: str, *, timeout: Optional[float] = None) -> Future:
+        return self._start(self._cancel_request("tool_call", session_id, tool_call_id), timeout)
 
     def cancel_terminal(self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None) -> Any:
         """Ask the agent to cancel the command of one display terminal that advertised ``capabilities.cancel``."""
         return self._wait(self._cancel_request("terminal", session_id, terminal_id), timeout)
 
-    def cancel_terminal_future(self, session_id: str, terminal_id: str) -> Future:
-        return self._start(self._cancel_request("terminal", session_id, terminal_id))
+    def cancel_terminal_future(self, session_id: str, terminal_id: str, *, timeout: Optional[float] = None) -> Future:
+        return self._start(self._cancel_request("terminal", session_id, terminal_id), timeout)
 
     def _cancel_request(self, kind: str, session_id: str, item_id: str) -> Request:
         if not self._in_v2:

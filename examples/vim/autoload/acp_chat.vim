@@ -16,10 +16,18 @@ function! acp_chat#start(argv) abort
   endif
   let l:buffer = s:open_chat()
   if !s:python_loaded
+    " What is missing (msgspec, the vendored file) goes to the chat buffer, with the command that
+    " installs it: an import error would be a traceback and a Press-ENTER prompt.
+    py3 import acp_chat
+    let l:missing = py3eval('acp_chat.missing()')
+    if !empty(l:missing)
+      call s:note(l:buffer, ['[error] ' . l:missing[0]] + l:missing[1:])
+      return
+    endif
     py3 import acp_chat.chat
     let s:python_loaded = 1
   endif
-  py3 acp_chat.chat.start(vim.eval('a:argv'), int(vim.eval('l:buffer')))
+  py3 acp_chat.chat.start(vim.eval('a:argv'), int(vim.eval('l:buffer')), float(vim.eval('get(g:, "acp_chat_start_timeout", 60)')))
   if s:timer == -1
     let s:timer = timer_start(10, function('s:tick'), {'repeat': -1})
   endif
@@ -76,4 +84,15 @@ function! s:open_chat() abort
   setlocal nomodifiable nonumber wrap filetype=acpchat
   nnoremap <buffer> <silent> C :call acp_chat#cancel()<CR>
   return l:buffer
+endfunction
+
+" A line of the plugin's own in the chat buffer (before the Python half is loaded).
+function! s:note(buffer, lines) abort
+  call setbufvar(a:buffer, '&modifiable', 1)
+  if getbufline(a:buffer, 1, '$') == ['']
+    call setbufline(a:buffer, 1, a:lines)
+  else
+    call appendbufline(a:buffer, '$', a:lines)
+  endif
+  call setbufvar(a:buffer, '&modifiable', 0)
 endfunction

@@ -6,7 +6,8 @@
 "   :AcpCancel               cancel the running turn (C in the chat buffer)
 "   :AcpStop                 stop the agent (done for you when Vim exits)
 "
-" Needs Vim with +python3, +popupwin and +timers, and msgspec installed for Vim's Python.
+" Needs Vim with +python3, +popupwin and +timers, and msgspec installed for Vim's Python (:AcpStart
+" says how when it is missing). g:acp_chat_start_timeout: seconds the agent gets to answer (60).
 
 if exists('g:loaded_acp_chat') || !has('python3') || !has('popupwin') || !has('timers')
   finish

@@ -7,8 +7,10 @@ woken from another:
   ``HostDelivery`` created here (on Vim's thread), which ``pump()`` drains from a 10 ms timer
   (``autoload/acp_chat.vim``) for at most 8 ms at a time, so typing never waits on the agent.
 - No blocking call on Vim's thread: its answer would wait for a pump that cannot run. Setup chains
-  ``initialize_future`` and ``new_session_future``; a prompt is a ``prompt_future``; the
-  permission question is a popup answered through a Future.
+  ``initialize_future`` and ``new_session_future``, each bounded by ``g:acp_chat_start_timeout`` (a command
+  that is no ACP agent would otherwise leave the chat "not ready" for ever); a prompt is a
+  ``prompt_future`` (a turn may rightly take long: ``C`` cancels it); the permission question is
+  a popup answered through a Future.
 - Nothing is printed: a callback that raises, or a request that fails, becomes an ``[error]``
   line in the chat buffer; acp_lite itself logs to its own (silent) loggers.
 - The agent is a command the user configures (``g:acp_chat_agent``): inside Vim,
@@ -16,6 +18,7 @@ woken from another:
 """
 
 import os
+import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -147,7 +150,7 @@ class _ChatClient(_acp.Client):
 class ChatSession:
     """One agent subprocess and its session. Create and use it on Vim's thread."""
 
-    def __init__(self, argv: List[str], cwd: str, chat: ChatBuffer) -> None:
+    def __init__(self, argv: List[str], cwd: str, chat: ChatBuffer, start_timeout: float) -> None:
         self.chat = chat
         self.session_id: Optional[str] = None
         self.delivery = _acp.HostDelivery(on_error=self._report)
@@ -156,14 +159,17 @@ class ChatSession:
         self._cwd = cwd
         self._agent_name = "the agent"
         self._turn: Optional[Future] = None
-        self.agent.initialize_future().add_done_callback(self._initialized)
+        self._argv = argv
+        self._started = time.monotonic()
+        self._start_timeout = start_timeout
+        self.agent.initialize_future(timeout=start_timeout).add_done_callback(self._initialized)
 
     def _initialized(self, future: Future) -> None:
         if self._failed(future, "initialize"):
             return
         info = future.result().agent_info
         self._agent_name = (info.title or info.name) if info else "the agent"
-        self.agent.new_session_future(self._cwd).add_done_callback(self._created)
+        self.agent.new_session_future(self._cwd, timeout=self._start_timeout).add_done_callback(self._created)
 
     def _created(self, future: Future) -> None:
         if not self._failed(future, "session/new"):
@@ -172,7 +178,13 @@ class ChatSession:
 
     def ask(self, text: str) -> None:
         if self.session_id is None:
-            self.chat.note("[error] the agent is not ready yet")
+            if self.agent.connection.closed:
+                self.chat.note("[error] the agent is not running: :AcpStart starts it again")
+            else:
+                waited = time.monotonic() - self._started
+                self.chat.note(
+                    f"[error] the agent is not ready yet ({waited:.0f} s of {self._start_timeout:g} s waited)"
+                )
             return
         self.chat.note(f"> {text}")
         self._turn = self.agent.prompt_future(self.session_id, text)
@@ -195,7 +207,10 @@ class ChatSession:
 
     def _failed(self, future: Future, what: str) -> bool:
         error = future.exception()
-        if error is not None:
+        if isinstance(error, _acp.errors.CallTimeout) and self.session_id is None:
+            self.chat.note(f"[error] {error}: is {' '.join(self._argv)} an ACP agent? It was stopped.")
+            self.close()
+        elif error is not None:
             self.chat.note(f"[error] {what}: {error}")
         return error is not None
 
@@ -207,13 +222,15 @@ class ChatSession:
 _session: Optional[ChatSession] = None
 
 
-def start(argv: List[str], buffer_number: int) -> None:
+def start(argv: List[str], buffer_number: int, start_timeout: float) -> None:
+    """Start ``argv`` in a chat shown in buffer ``buffer_number``; the agent gets
+    ``start_timeout`` seconds to answer ``initialize``, then ``session/new``."""
     global _session
     if _session is not None:
         _session.close()
     chat = ChatBuffer(buffer_number)
     try:
-        _session = ChatSession(argv, os.getcwd(), chat)
+        _session = ChatSession(argv, os.getcwd(), chat, start_timeout)
     except Exception as error:  # the command could not be started
         _session = None
         chat.note(f"[error] cannot start {argv}: {error}")
