@@ -1113,7 +1113,7 @@ else:
 if TYPE_CHECKING:
     MultiSelectItems = Union[StringMultiSelectItems, TitledMultiSelectItems, UnknownVariant]
 else:
-    MultiSelectItems = untagged_union("MultiSelectItems", StringMultiSelectItems, TitledMultiSelectItems, implied={"titled": TitledMultiSelectItems})
+    MultiSelectItems = untagged_union("MultiSelectItems", StringMultiSelectItems, TitledMultiSelectItems, implied={"titled": TitledMultiSelectItems}, other=TitledMultiSelectItems)
 if TYPE_CHECKING:
     _AgentResponseResultResult = Union[InitializeResponse, LoginAuthResponse, LogoutAuthResponse, NewSessionResponse, ListSessionsResponse, DeleteSessionResponse, ResumeSessionResponse, CloseSessionResponse, CancelToolCallResponse, CancelTerminalResponse, SetSessionConfigOptionResponse, PromptResponse, ExtResponse]
 else:
