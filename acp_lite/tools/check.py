@@ -23,10 +23,14 @@ any other agent request with -32601. It never authenticates or logs out unless g
 ``--auth-method``, since that can change the user's real account state.
 
 Exit status: 0 when no MUST-level requirement failed, 1 otherwise, 2 for a usage error, 127 when the
-agent cannot be started. A requirement's level is its manifest keyword; the one check without a
-manifest id (the agent exits when its stdin closes) is the probe's advice, graded SHOULD: an agent
-that outlives its client leaks a process in every editor that does not stop it, but the transports
-page does not require the agent to exit.
+agent cannot be started. A requirement's level is its manifest keyword. The ``probe:`` findings are
+the probe's advice (level ADVICE), where v1 has no rule; one not followed is a NOTE, never a FAIL:
+the agent exits when its stdin closes (one that outlives its client leaks a process in every editor
+that does not stop it, but the transports page does not require it), and it answers within
+``--timeout``. An answer is awaited ``NO_RESPONSE_FACTOR`` times that long before "no response"
+fails a MUST: on a loaded machine the machine, not the agent, may be slow. An agent may refuse a
+request with a well-formed error (``session/set_mode``, say): the check of that answer's shape is
+then skipped, saying so.
 
 With ``--protocol 2`` the checks are those of ``checks_v2``: the agent's ACP v2 (draft) surface,
 judged by the draft manifest's rules; the wire findings are the same.
@@ -54,7 +58,7 @@ def configure_check_command(parser: argparse.ArgumentParser) -> None:
         type=positive_seconds,
         default=10.0,
         metavar="S",
-        help="how long to wait for each answer of the agent (default: 10)",
+        help="an answer later than this is noted as slow; none within 3 times this fails (default: 10)",
     )
     parser.add_argument(
         "--cancel-prompt",
