@@ -112,7 +112,7 @@ def test_run_without_a_tty_prints_agent_text_to_stdout_and_rejects_permission():
         "Analyzing request: hello\nDid not read pyproject.toml (permission: reject_once).\n"
         "Analyzing request: second prompt\nDid not read pyproject.toml (permission: reject_once).\n"
     )
-    assert "[agent] ready on stdio" in err  # the agent's own stderr is passed on
+    assert "[stderr] [agent] ready on stdio" in err  # the agent's own stderr is passed on, marked
     assert "[tool] Reading configuration file (read): pending" in err
     assert "[permission] Reading configuration file: reject_once" in err
     assert "[tool] Reading configuration file (read): failed" in err  # the agent honours the reject
@@ -361,9 +361,9 @@ def test_run_with_an_agent_that_exits_at_once_shows_its_stderr_tail():
 @pytest.mark.slow
 def test_run_with_an_agent_that_never_answers_initialize_times_out():
     mute = inline_agent("import sys, time; sys.stderr.write('loading model...\\n'); sys.stderr.flush(); time.sleep(60)")
-    status, _out, err = cli("run", "--timeout", "1", "--", *mute, stdin=b"hello\n")
+    status, _out, err = cli("run", "--timeout", "5", "--", *mute, stdin=b"hello\n")
     assert status == 1
-    assert "did not answer initialize within 1 s" in err
+    assert "did not answer initialize within 5 s" in err
     assert "loading model..." in err
 
 

@@ -33,8 +33,6 @@ from ..agent import Agent, PromptTurn, serve
 from ..client import RemoteAgent
 from ..codec import Undecodable, convert
 from ..errors import AcpError, CallTimeout
-from ..process import AgentProcess
-from ..rpc import Connection
 from ..schema import (
     Implementation,
     NewSessionRequest,
@@ -45,8 +43,9 @@ from ..schema import (
     StopReason,
 )
 from ..updates import cancelled_permission, select_permission, variant_tag
-from ..wire import OversizedFrame, Transport
+from ..wire import Transport
 from ..workspace import WorkspaceClient
+from .spawn import WatchedTransport, spawn_agent
 from .workload import PING_METHOD, mix_update
 
 # The extension method that asks a client whether it read a replayed stream (the one that times a
@@ -55,29 +54,6 @@ DRAINED_METHOD = "_acp_lite/bench/drained"
 
 
 # -- measuring an agent -------------------------------------------------------------------------------
-class _CountingTransport(Transport):
-    """An agent process's stdio that counts, on the reader thread, the bytes that arrive and the
-    longest line."""
-
-    def __init__(self, process: AgentProcess):
-        super().__init__(process.stdout, process.stdin, name=f"agent-{process.pid}", closed_error=process.closed_error)
-        self.bytes_in = 0
-        self.longest_line = b""
-
-    def read_blocks(self) -> Any:
-        blocks = super().read_blocks()
-        for block in blocks or ():
-            if isinstance(block, OversizedFrame):  # dropped, but it did arrive
-                self.bytes_in += block.size + 1
-                continue
-            self.bytes_in += len(block) + 1
-            if len(block) > len(self.longest_line):  # a block is never shorter than its lines
-                longest = max(block.split(b"\n"), key=len)
-                if len(longest) > len(self.longest_line):
-                    self.longest_line = longest
-        return blocks
-
-
 class _MeasuringClient(WorkspaceClient):
     """Counts the updates of the running turn by kind and notes when the first one came."""
 
@@ -142,13 +118,7 @@ def measure_agent(
     fails."""
     client = _MeasuringClient(allow)
     started = time.perf_counter()
-    process = AgentProcess(argv, on_stderr_line=on_stderr_line)
-    transport = _CountingTransport(process)
-    try:
-        agent = RemoteAgent(Connection(transport, name="agent"), client, process)
-    except BaseException:
-        process.stop()
-        raise
+    agent, transport = spawn_agent(argv, client, on_stderr_line)
     with agent:
         init = agent.initialize(timeout=init_timeout)
         if auth_method is not None:
@@ -192,7 +162,7 @@ def measure_agent(
 
 
 def _measure_turn(
-    agent: RemoteAgent, client: _MeasuringClient, transport: _CountingTransport, session_id: str, text: str
+    agent: RemoteAgent, client: _MeasuringClient, transport: WatchedTransport, session_id: str, text: str
 ) -> Dict[str, Any]:
     client.kinds = Counter()
     client.first_update_at = None
