@@ -39,11 +39,14 @@ from typing import Any, BinaryIO, Callable, Dict, Iterator, List, NamedTuple, Op
 
 from .. import __version__
 from ..agent import serve_stdio
-from ..errors import AcpError, AgentStartError, ConnectionClosed
+from ..errors import AgentStartError, ConnectionClosed
 from ..process import AgentProcess
 from ..wire import process_transport
-from .argtypes import existing_directory, positive_seconds, writable_file_or_stdout
+from .argtypes import existing_directory, positive_seconds, writable_file, writable_file_or_stdout
+from .bench_plot import agent_report_svg
 from .benchmark import (
+    AgentFailed,
+    BenchProgress,
     ReplayAgent,
     format_agent_report,
     format_client_turn,
@@ -268,6 +271,12 @@ def _configure_bench(parser: argparse.ArgumentParser) -> None:
         help="seconds to wait for initialize, and for each round trip's answer (default 30)",
     )
     agent.add_argument("--auth-method", metavar="ID", help="authenticate with this method after initialize")
+    agent.add_argument(
+        "--plot",
+        type=writable_file,
+        metavar="FILE",
+        help="also draw the turns' update rates and the latency distribution, as SVG, to FILE",
+    )
     client = parser.add_argument_group("measuring a client (--client)")
     client.add_argument(
         "--client", action="store_true", help="play an agent that replays an update stream in each turn"
@@ -304,8 +313,10 @@ def _bench_command(args: argparse.Namespace) -> int:
     if args.rounds < 1 or args.pings < 0:
         cli_error("bench: --rounds must be at least 1 and --pings at least 0")
         return 2
+    report: Dict[str, Any] = {}
+    progress = BenchProgress(sys.stderr)
     try:
-        report = measure_agent(
+        measure_agent(
             args.agent_command,
             prompts or ["Hello"],
             rounds=args.rounds,
@@ -314,32 +325,48 @@ def _bench_command(args: argparse.Namespace) -> int:
             allow=args.yes,
             init_timeout=args.timeout,
             auth_method=args.auth_method,
-            on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True),
+            on_stderr_line=progress.line,
+            report=report,
+            on_progress=progress.turn,
         )
     except AgentStartError as exc:
         cli_error(str(exc))
         return CANNOT_START
-    except ConnectionClosed as exc:  # its stderr went to ours as it came: not repeated here
-        exit_code = "" if exc.exit_code is None else f" (exit code {exc.exit_code})"
-        cli_error(f"bench: the agent failed: it closed the connection{exit_code}")
+    except AgentFailed as exc:
+        progress.clear()
+        if isinstance(exc.error, ConnectionClosed):  # its stderr went to ours as it came: not repeated here
+            code = "" if exc.error.exit_code is None else f" (exit code {exc.error.exit_code})"
+            cli_error(f"bench: the agent failed: it closed the connection{code}")
+        else:
+            cli_error(f"bench: the agent failed: {exc.error}")
+        if exc.noise:
+            cli_error(exc.noise)
         return 1
-    except AcpError as exc:
-        cli_error(f"bench: the agent failed: {exc}")
-        return 1
+    except KeyboardInterrupt:
+        progress.clear()
+        if not report.get("turns"):
+            raise
+        cli_error(f"interrupted: the {len(report['turns'])} turn(s) measured so far")
+        _bench_output(args, report, format_agent_report(report))
+        return INTERRUPTED
+    progress.clear()
     return _bench_output(args, report, format_agent_report(report))
 
 
 def _bench_output(args: argparse.Namespace, report: Dict[str, Any], table: str) -> int:
     if args.json == "-":
         print(json.dumps(report))  # one line, for pipes
-        return 0
-    print(table, file=sys.stderr if args.client else sys.stdout, flush=True)
-    if args.json:
-        try:
-            with open(args.json, "w", encoding="utf-8") as f:
-                f.write(json.dumps(report, indent=2) + "\n")
+    else:
+        print(table, file=sys.stderr if args.client else sys.stdout, flush=True)
+    files = [(args.json, lambda: json.dumps(report, indent=2) + "\n")] if args.json and args.json != "-" else []
+    if getattr(args, "plot", None) and not args.client:
+        files.append((args.plot, lambda: agent_report_svg(report)))
+    for path, text in files:
+        try:  # checked before the run (argtypes), yet the disk may have filled up since
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text())
         except OSError as exc:
-            cli_error(f"cannot write {args.json}: {exc}")
+            cli_error(f"cannot write {path}: {exc.strerror or exc}")
             return 1
     return 0
 
