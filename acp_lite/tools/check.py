@@ -42,13 +42,13 @@ tables), ``checks`` (the checks), ``checks_v2`` (those of ``--protocol 2``), ``c
 
 import argparse
 import json
-import sys
 
 from ..errors import AgentStartError
 from .argtypes import positive_seconds, writable_file
 from .check_probe import DEFAULT_CANCEL_PROMPT, CheckOptions
 from .check_report import format_check_result, format_summary, report_json
 from .check_runner import run_checks, selected_checks
+from .exits import CANNOT_START, cli_error
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -100,14 +100,14 @@ def check_command(args: argparse.Namespace) -> int:
         list(args.agent_command), args.timeout, args.cancel_prompt, args.auth_method, args.pattern, args.protocol
     )
     if not selected_checks(options.pattern, options.protocol):
-        print(f"acp-lite: no check matches -k {options.pattern!r}", file=sys.stderr, flush=True)
+        cli_error(f"no check matches -k {options.pattern!r}")
         return 2
     print(f"acp-lite check: {' '.join(options.agent_command)}", flush=True)
     try:
         report = run_checks(options, lambda result: print(format_check_result(result), flush=True))
     except AgentStartError as exc:
-        print(f"acp-lite: {exc}", file=sys.stderr, flush=True)
-        return 127
+        cli_error(str(exc))
+        return CANNOT_START
     print(format_summary(report), flush=True)
     if args.json:  # checked before the run (argtypes), yet the disk may have filled up since
         try:
@@ -115,6 +115,6 @@ def check_command(args: argparse.Namespace) -> int:
                 json.dump(report_json(report), out, indent=1, ensure_ascii=False)
                 out.write("\n")
         except OSError as exc:
-            print(f"acp-lite: cannot write {args.json}: {exc}", file=sys.stderr, flush=True)
+            cli_error(f"cannot write {args.json}: {exc.strerror or exc}")
             return 1
     return report.exit_status

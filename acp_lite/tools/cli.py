@@ -114,9 +114,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except _Terminated as exc:
         cli_error(f"ended by {signal.Signals(exc.signum).name}")
         return 128 + exc.signum
+    except BrokenPipeError:  # our reader went away (`acp-lite validate ... | head`): nothing to say it to
+        _close_our_stdout()
+        return 1
+    except OSError as exc:  # the machine's, not ours: said in one line
+        cli_error(f"{args.command}: {exc}")
+        return 1
+    except Exception as exc:  # a bug: still one line, never a traceback
+        cli_error(f"{args.command}: internal error ({type(exc).__name__}: {exc}); please report it")
+        return 1
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _close_our_stdout() -> None:
+    # So that the interpreter's final flush of stdout does not fail again at exit.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class _Terminated(BaseException):
@@ -175,30 +191,39 @@ def _validate_command(args: argparse.Namespace) -> int:
         source = sys.stdin.buffer
         if sys.stdin.isatty():
             cli_error("validate: reading messages from stdin, one per line; Ctrl-D ends the input")
+    try:
+        with source:
+            return _validate_lines(source)
+    except OSError as exc:  # a read error after the open: /proc/self/mem, a device gone, ...
+        cli_error(f"cannot read {args.file or 'stdin'}: {exc.strerror or exc}")
+        return 2
+
+
+def _validate_lines(source: BinaryIO) -> int:
+    """One verdict per message line of ``source``; the exit status."""
     checker = WireChecker()
     total = invalid = 0
-    with source:
-        lines: Iterator[Tuple[int, bytes]] = ((number, line) for number, line in enumerate(source, 1) if line.strip())
-        first = next(lines, None)
-        if first is None:
-            cli_error("validate: the input holds no message (it is empty or blank)")
+    lines: Iterator[Tuple[int, bytes]] = ((number, line) for number, line in enumerate(source, 1) if line.strip())
+    first = next(lines, None)
+    if first is None:
+        cli_error("validate: the input holds no message (it is empty or blank)")
+        return 1
+    if first[1].lstrip()[:1] in (b"{", b"[") and not _is_json(first[1]):
+        rest = list(lines)  # a value that spans lines: is the whole input pretty-printed JSON?
+        if _json_values(first[1] + b"".join(line for _, line in rest)):
+            cli_error(
+                "validate: the input is pretty-printed JSON, but messages are read one per line "
+                "(NDJSON): compact it first, e.g. with `jq -c .`"
+            )
             return 1
-        if first[1].lstrip()[:1] in (b"{", b"[") and not _is_json(first[1]):
-            rest = list(lines)  # a value that spans lines: is the whole input pretty-printed JSON?
-            if _json_values(first[1] + b"".join(line for _, line in rest)):
-                cli_error(
-                    "validate: the input is pretty-printed JSON, but messages are read one per line "
-                    "(NDJSON): compact it first, e.g. with `jq -c .`"
-                )
-                return 1
-            lines = iter(rest)
-        for number, line in itertools.chain([first], lines):
-            verdict = _validate_line(checker, line.rstrip(b"\n"))
-            total += 1
-            invalid += not verdict.valid
-            findings = "; ".join(verdict.problems + verdict.notes)
-            status = "ok" if verdict.valid else "INVALID"
-            print(f"line {number}: {status} {_verdict_summary(verdict)}" + (f": {findings}" if findings else ""))
+        lines = iter(rest)
+    for number, line in itertools.chain([first], lines):
+        verdict = _validate_line(checker, line.rstrip(b"\n"))
+        total += 1
+        invalid += not verdict.valid
+        findings = "; ".join(verdict.problems + verdict.notes)
+        status = "ok" if verdict.valid else "INVALID"
+        print(f"line {number}: {status} {_verdict_summary(verdict)}" + (f": {findings}" if findings else ""))
     print(f"{total} messages, {invalid} invalid")
     return 1 if invalid else 0
 
