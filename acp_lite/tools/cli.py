@@ -25,8 +25,10 @@ how fast each turn's stream was drained.
 ``run`` is a terminal client (``acp_lite.tools.run``).
 
 Exit statuses: 0 success, 1 the agent failed (a turn failed, or ``validate`` found an invalid
-message or none at all), 2 usage error, 127 the agent could not be started, 130 interrupted, 128 + N
-ended by signal N (SIGTERM, SIGHUP); ``tap`` exits with the agent's status.
+message or none at all), 2 usage error (a file that cannot be read, or written: tried before the
+work starts), 127 the agent could not be started, 130 interrupted, 128 + N ended by signal N
+(SIGTERM, SIGHUP); ``tap`` exits with the agent's status. Anything else that goes wrong (an error of
+the machine, a closed stdout, a bug) is one line and status 1, never a traceback.
 """
 
 import argparse
