@@ -451,7 +451,7 @@ def _start_agent(args: argparse.Namespace, run: _RunSession, relay: _StderrRelay
         return None, CANNOT_START
     status = None
     try:
-        with _saying_what_it_waits_for(run, "the agent to answer initialize", args.timeout):
+        with _WaitNotice(run, "the agent to answer initialize", args.timeout):
             status = _handshake(agent, args, relay, transport)
     finally:
         if status != 0:
@@ -519,7 +519,7 @@ def _auth_help(agent: RemoteAgent, agent_command: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-class _saying_what_it_waits_for:
+class _WaitNotice:
     """On a terminal, a wait longer than ``_SAY_WAITING_AFTER`` is said once, with what it waits
     for and for how long at most; and when it ends, how long it took. A timer thread says it;
     it is gone when the block ends."""
@@ -559,7 +559,7 @@ def run_command(args: argparse.Namespace) -> int:
     if agent is None:
         return status
     try:
-        with _saying_what_it_waits_for(run, "the agent to open a session (session/new)", None):
+        with _WaitNotice(run, "the agent to open a session (session/new)", None):
             session_id = agent.new_session(args.cwd).session_id
         info = agent.info
         name = f"{info.title or info.name} {info.version}" if info else "the agent"
