@@ -114,7 +114,7 @@ def test_an_agent_advertising_everything_has_every_capability_exercised():
     }
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(120)
 @pytest.mark.slow
 def test_an_agent_that_wants_authentication_skips_session_checks_until_given_a_method():
     report = check([*RAW_AGENT, "--require-auth"], pattern="prompt")
@@ -326,7 +326,8 @@ def test_an_answer_later_than_the_timeout_is_noted_as_slow_not_failed_as_missing
     assert statuses(findings_of(report, "initialize"), "ACP-V1-INIT-AGENT-RESPONSE") == {PASS}
     assert report.requirement_status().get("ACP-V1-JSONRPC-RESPONSE-REQUIRED") != FAIL
     (slow,) = [f for f in findings_of(report, "initialize") if f.requirement == "probe:answers-within-timeout"]
-    assert slow.status == NOTE and "initialize answered after " in slow.detail and "more than --timeout 2:" in slow.detail
+    assert slow.status == NOTE and "initialize answered after " in slow.detail
+    assert "more than --timeout 2:" in slow.detail
     assert report.exit_status == 0
 
 

@@ -359,6 +359,7 @@ class ProbedAgent:
                 self._wire_fail(
                     "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION", f"a reply to a notification: {json.dumps(message)}"
                 )
+                before.append(message)
                 continue
             if id_key(message["id"]) in self._responses:
                 continue  # ours: kept by receive()
