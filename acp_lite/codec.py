@@ -156,9 +156,9 @@ class Fallback(NamedTuple):
     ``kind`` is one of ``unknown-variant``, ``default-on-error``, ``skipped-item``,
     ``fallback-value`` and ``null-as-empty``: each marks a value the schema rejects. The one
     exception is ``unknown-tag``: an unknown tag on a union with an untagged member that accepts
-    the object (an ``authMethods`` entry ``{"type": "env_var", ...}`` is a valid ``agent`` method
-    under the schema); it is kept as an ``UnknownVariant`` all the same, since the tag says it is
-    something else.
+    the object but whose schema names its own tag; it is kept as an ``UnknownVariant``. (A member
+    whose schema leaves the tag free, ``other`` of ``untagged_union``, takes such an object
+    instead: an ``authMethods`` entry ``{"type": "env_var", ...}`` is an ``AuthMethodAgent``.)
     """
 
     path: str
@@ -193,6 +193,7 @@ class _UntaggedUnionType(type):
     tag_field: Optional[str]
     tagged: Dict[str, Any]
     untagged: Tuple[Any, ...]
+    other: Any
     _classes: Tuple[type, ...]
 
     def __instancecheck__(cls, obj: object) -> bool:
@@ -202,12 +203,15 @@ class _UntaggedUnionType(type):
         return f"untagged_union({cls.__name__!r}, {', '.join(map(_type_name, cls.variants))})"
 
 
-def untagged_union(name: str, *variants: Any, implied: Optional[Dict[str, Any]] = None) -> Any:
+def untagged_union(name: str, *variants: Any, implied: Optional[Dict[str, Any]] = None, other: Any = None) -> Any:
     """A stand-in type for a union that msgspec cannot tell apart by itself.
 
     The members are tagged structs, found by their tag, and others (untagged structs, or any type
     msgspec decodes), tried in order when the value carries no tag. ``implied`` maps a tag value to
-    the untagged member it also selects (``{"agent": AuthMethodAgent}``); any other tag is unknown.
+    the untagged member it also selects (``{"agent": AuthMethodAgent}``). ``other`` is the untagged
+    member whose schema leaves the tag free: a value with a tag no member names is that member when
+    it fits it (``{"type": "env_var", "id": ..., "name": ...}`` is a valid ``AuthMethodAgent``);
+    any other tag is unknown.
     """
     tagged: Dict[str, Any] = dict(implied or {})
     untagged: List[Any] = []
@@ -225,6 +229,7 @@ def untagged_union(name: str, *variants: Any, implied: Optional[Dict[str, Any]] 
         "tag_field": tag_field,
         "tagged": tagged,
         "untagged": tuple(untagged),
+        "other": other,
         "_classes": classes,
         "__slots__": (),
     }
@@ -254,7 +259,7 @@ def _dec_hook(type_: Any, obj: Any) -> Any:
     if not isinstance(type_, _UntaggedUnionType):
         raise NotImplementedError(f"no decoder for {_type_name(type_)}")
     if type_.tag_field is not None and isinstance(obj, dict) and type_.tag_field in obj:
-        variant = type_.tagged.get(obj[type_.tag_field])
+        variant = type_.tagged.get(obj[type_.tag_field], type_.other)
         if variant is None:
             raise ValueError(f"unknown {type_.tag_field} of `{type_.__name__}`")
         return msgspec.convert(obj, variant, dec_hook=_dec_hook)
@@ -384,7 +389,7 @@ class _Lenient:
         if origin is Union:
             return self._union(value, type_, path, skip_items, failure)
         if isinstance(type_, _UntaggedUnionType):
-            return self._variant(value, type_.tag_field, type_.tagged, type_.untagged, path, failure)
+            return self._variant(value, type_.tag_field, type_.tagged, type_.untagged, path, failure, type_.other)
         if isinstance(type_, type) and issubclass(type_, msgspec.Struct):
             if isinstance(value, dict):
                 return self._struct(value, type_, path)
@@ -439,12 +444,16 @@ class _Lenient:
         untagged: Tuple[Any, ...],
         path: str,
         failure: Exception,
+        other: Any = None,
     ) -> Any:
-        """Pick the member of a union: by tag, else (no tag) the first untagged one that fits."""
+        """Pick the member of a union: by tag (a tag no member names: ``other`` when it fits), else
+        (no tag) the first untagged one that fits."""
         has_tag = tag_field is not None and isinstance(value, dict) and tag_field in value
         tag = value[tag_field] if has_tag else None
         if isinstance(tag, str) and tag in tagged:
             return self._walk(value, tagged[tag], path)
+        if isinstance(tag, str) and other is not None and _accepts(other, value):
+            return self._walk(value, other, path)
         if isinstance(tag, str):
             accepted_by = next((variant for variant in untagged if _accepts(variant, value)), None)
             if accepted_by is not None:

@@ -984,7 +984,7 @@ else:
 if TYPE_CHECKING:
     MultiSelectItems = Union[StringMultiSelectItems, TitledMultiSelectItems, UnknownVariant]
 else:
-    MultiSelectItems = untagged_union("MultiSelectItems", StringMultiSelectItems, TitledMultiSelectItems, implied={"titled": TitledMultiSelectItems})
+    MultiSelectItems = untagged_union("MultiSelectItems", StringMultiSelectItems, TitledMultiSelectItems, implied={"titled": TitledMultiSelectItems}, other=TitledMultiSelectItems)
 if TYPE_CHECKING:
     _AgentResponseResultResult = Union[InitializeResponse, AuthenticateResponse, LogoutResponse, NewSessionResponse, LoadSessionResponse, ListSessionsResponse, DeleteSessionResponse, ResumeSessionResponse, CloseSessionResponse, SetSessionModeResponse, SetSessionConfigOptionResponse, PromptResponse, ExtResponse]
 else:
@@ -996,7 +996,7 @@ else:
 if TYPE_CHECKING:
     AuthMethod = Union[AuthMethodTerminal, AuthMethodAgent, UnknownVariant]
 else:
-    AuthMethod = untagged_union("AuthMethod", AuthMethodTerminal, AuthMethodAgent, implied={"agent": AuthMethodAgent})
+    AuthMethod = untagged_union("AuthMethod", AuthMethodTerminal, AuthMethodAgent, implied={"agent": AuthMethodAgent}, other=AuthMethodAgent)
 if TYPE_CHECKING:
     SessionConfigOption = Union[SessionConfigSelect, SessionConfigBoolean, UnknownVariant]
 else:
@@ -1017,11 +1017,11 @@ AvailableCommandInput = UnstructuredCommandInput
 if TYPE_CHECKING:
     McpServer = Union[McpServerHttp, McpServerSse, McpServerStdio, UnknownVariant]
 else:
-    McpServer = untagged_union("McpServer", McpServerHttp, McpServerSse, McpServerStdio, implied={"stdio": McpServerStdio})
+    McpServer = untagged_union("McpServer", McpServerHttp, McpServerSse, McpServerStdio, implied={"stdio": McpServerStdio}, other=McpServerStdio)
 if TYPE_CHECKING:
     SetSessionConfigOptionRequest = Union[SetSessionConfigOptionRequestBoolean, SetSessionConfigOptionRequestValueId, UnknownVariant]
 else:
-    SetSessionConfigOptionRequest = untagged_union("SetSessionConfigOptionRequest", SetSessionConfigOptionRequestBoolean, SetSessionConfigOptionRequestValueId, implied={"value_id": SetSessionConfigOptionRequestValueId})
+    SetSessionConfigOptionRequest = untagged_union("SetSessionConfigOptionRequest", SetSessionConfigOptionRequestBoolean, SetSessionConfigOptionRequestValueId, implied={"value_id": SetSessionConfigOptionRequestValueId}, other=SetSessionConfigOptionRequestValueId)
 if TYPE_CHECKING:
     ClientResponse = Union[ClientResponseResult, ClientResponseError]
 else:

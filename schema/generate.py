@@ -32,7 +32,10 @@ reader meets them in the output:
 * Unions msgspec can decode natively stay ``typing.Union``. The others (an alternative without a
   tag beside tagged ones, two untagged objects, two arrays) become ``untagged_union(...)`` stand-ins
   that the codec resolves. An alternative without a tag beside tagged ones is chosen when the tag
-  is absent or equals the alternative's title (``stdio``, ``agent``). Every union with a
+  is absent or equals the alternative's title (``stdio``, ``agent``); when its def does not
+  declare the tag property, the schema accepts any value there, so it is also chosen (``other``)
+  for a tag no sibling names if the object fits it (``{"type": "env_var", "id": ..., "name": ...}``
+  is a valid ``agent`` auth method). Every union with a
   discriminator is open: type checkers see ``UnknownVariant`` among its members, since a newer
   peer may send a tag we do not know.
 * ``x-method``/``x-side`` build the method tables; a def referred to under a JSON-RPC ``result``
@@ -454,8 +457,18 @@ class Generator:
         else:
             # Beside tagged siblings, an untagged alternative's title is the tag it may also carry.
             implied = ", ".join(f'"{title}": {member}' for title, member in titles) if tagged else ""
-            runtime = f'untagged_union("{name}", {", ".join(members)}' + (
-                f", implied={{{implied}}})" if implied else ")"
+            tag_fields = {tag[0] for tag in map(_tag_of, alts) if tag}
+            # The schema puts no constraint on the tag of an untagged member whose def lacks it.
+            other = [
+                member
+                for _, member in titles
+                if tagged and not tag_fields & set(self.defs.get(member, {}).get("properties", {}))
+            ]
+            runtime = (
+                f'untagged_union("{name}", {", ".join(members)}'
+                + (f", implied={{{implied}}}" if implied else "")
+                + (f", other={other[0]}" if len(other) == 1 else "")
+                + ")"
             )
         typed_members = members + (["UnknownVariant"] if tagged else [])
         typed = f"Union[{', '.join(typed_members)}]" if len(typed_members) > 1 else typed_members[0]

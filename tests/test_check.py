@@ -20,7 +20,7 @@ from conftest import REPO
 from json_schema_judge import disagreements
 
 from acp_lite.codec import set_diagnostics_hook
-from acp_lite.tools.check_probe import AUTH_SKIP, FAIL, PASS, REQUIREMENT_LEVELS, SKIP, CheckOptions
+from acp_lite.tools.check_probe import AUTH_SKIP, FAIL, NOTE, PASS, REQUIREMENT_LEVELS, SKIP, CheckOptions
 from acp_lite.tools.check_report import format_summary
 from acp_lite.tools.check_runner import run_checks, selected_checks
 from acp_lite.tools.wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT
@@ -114,7 +114,7 @@ def test_an_agent_advertising_everything_has_every_capability_exercised():
     }
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(120)
 @pytest.mark.slow
 def test_an_agent_that_wants_authentication_skips_session_checks_until_given_a_method():
     report = check([*RAW_AGENT, "--require-auth"], pattern="prompt")
@@ -122,6 +122,14 @@ def test_an_agent_that_wants_authentication_skips_session_checks_until_given_a_m
     assert {finding.status for finding in prompt} == {SKIP}
     assert {finding.detail for finding in prompt} == {AUTH_SKIP}
     assert report.blocked_by_auth() == [result.name for result in report.checks if result.name != "initialize"]
+    # What the wire decides is judged although session/new is refused; the checks that look at a
+    # session say that authentication blocked them, not that session/new returned no modes.
+    report = check([*RAW_AGENT, "--require-auth"])
+    for name in ("notifications", "errors"):
+        assert AUTH_SKIP not in {f.detail for f in findings_of(report, name)}, name
+        assert SKIP not in {f.status for f in findings_of(report, name)}, name
+    for name in ("modes", "config-options"):
+        assert {f.detail for f in findings_of(report, name)} == {AUTH_SKIP}, name
     summary = format_summary(report)
     assert summary.count("--auth-method") == 1  # said once, with the methods the agent advertises
     assert "pass --auth-method ID to run them (the agent advertises: token)" in summary
@@ -166,6 +174,7 @@ CAUGHT_BY = {
     "wrong-id": ("ids", "ACP-V1-JSONRPC-RESPONSE-SAME-ID"),
     "result-and-error": ("new-session", "ACP-V1-JSONRPC-RESULT-XOR-ERROR"),
     "replies-to-notifications": ("notifications", "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION"),
+    "empty-id-replies": ("notifications", "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION"),
     "echoes-version": ("version", "ACP-V1-INIT-AGENT-LATEST-VERSION"),
     "terminal-auth": ("initialize", "ACP-V1-AUTH-AGENT-TERMINAL-METHOD-ONLY-WITH-CAPABILITY"),
     "boolean-config": ("new-session", "ACP-V1-CONFIG-NO-BOOLEAN-WITHOUT-CAPABILITY"),
@@ -187,18 +196,22 @@ CAUGHT_BY = {
 }
 
 
-# The defects that break only a SHOULD (-32601 for unknown methods; an agent that outlives its
-# stdin, which the transports page does not forbid): reported, exit status 0.
+# The defects that break only a SHOULD (-32601 for unknown methods) or the probe's advice (an agent
+# that outlives its stdin, which the transports page does not forbid): reported, exit status 0.
 SHOULD_DEFECT = "null-for-unknown-methods"
 SHOULD_DEFECTS = {
     SHOULD_DEFECT: ("errors", "ACP-V1-EXT-UNKNOWN-METHOD-NOT-FOUND"),
     "ignores-stdin-eof": ("stdin-eof", "probe:exits-on-stdin-eof"),
 }
+# Behaviour v1 allows, which the probe must not fail (tested one by one below).
+ALLOWED = ("refuses-set-mode", "slow-initialize")
 
 
 def test_every_defect_of_the_raw_agent_has_a_case():
     listed = subprocess.run([*RAW_AGENT, "--help"], capture_output=True, text=True, timeout=WAIT).stdout
-    assert {*CAUGHT_BY, *SHOULD_DEFECTS} == {name for name in listed.split("{", 1)[1].split("}", 1)[0].split(",")}
+    assert {*CAUGHT_BY, *SHOULD_DEFECTS, *ALLOWED} == {
+        name for name in listed.split("{", 1)[1].split("}", 1)[0].split(",")
+    }
 
 
 # Defects that are silences (no answer, no exit): the probe waits them out, so their runs get a
@@ -273,8 +286,48 @@ def test_the_probes_schema_verdicts_on_every_defect_agree_with_an_independent_js
 @pytest.mark.timeout(120)
 def test_an_agent_that_outlives_its_stdin_fails_a_should_and_the_run_still_passes(defect_reports):
     report = defect_reports["ignores-stdin-eof"]
-    assert statuses(findings_of(report, "stdin-eof"), "probe:exits-on-stdin-eof") == {FAIL}
-    assert REQUIREMENT_LEVELS["probe:exits-on-stdin-eof"] == "SHOULD"
+    # v1 has no such rule: the probe's advice, a NOTE and never a FAIL.
+    assert statuses(findings_of(report, "stdin-eof"), "probe:exits-on-stdin-eof") == {NOTE}
+    assert REQUIREMENT_LEVELS["probe:exits-on-stdin-eof"] == "ADVICE"
+    assert report.requirement_status()["probe:exits-on-stdin-eof"] == NOTE
+    assert "1 note(s) of advice" in format_summary(report)
+    assert report.exit_status == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_reply_to_a_notification_with_an_empty_id_is_charged_once(defect_reports):
+    report = defect_reports["empty-id-replies"]
+    failed = [finding.requirement for finding in report.findings() if finding.status == FAIL]
+    assert "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION" in failed
+    assert "ACP-V1-JSONRPC-RESPONSE-SAME-ID" not in failed
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("defect", ["replies-to-notifications", "empty-id-replies"])
+def test_a_reply_to_an_unknown_notification_does_not_pass_the_unknown_notification_check(defect, defect_reports):
+    found = findings_of(defect_reports[defect], "notifications")
+    assert statuses(found, "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS") == {FAIL}
+    (ignored,) = [f for f in found if f.requirement == "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS"]
+    assert "replied to the unknown notification _acp_lite_check/notice: [{" in ignored.detail
+
+
+@pytest.mark.timeout(60)
+def test_a_well_formed_refusal_of_set_mode_is_no_schema_violation():
+    report = check([*RAW_AGENT, "--defect", "refuses-set-mode"], pattern="modes")
+    (finding,) = findings_of(report, "modes")
+    assert finding.status == SKIP
+    assert "refused session/set_mode 'code' with error" in finding.detail and "a refusal is allowed" in finding.detail
+    assert report.exit_status == 0
+
+
+@pytest.mark.timeout(60)
+def test_an_answer_later_than_the_timeout_is_noted_as_slow_not_failed_as_missing():
+    report = check([*RAW_AGENT, "--defect", "slow-initialize"], pattern="initialize", timeout=2.0)
+    assert statuses(findings_of(report, "initialize"), "ACP-V1-INIT-AGENT-RESPONSE") == {PASS}
+    assert report.requirement_status().get("ACP-V1-JSONRPC-RESPONSE-REQUIRED") != FAIL
+    (slow,) = [f for f in findings_of(report, "initialize") if f.requirement == "probe:answers-within-timeout"]
+    assert slow.status == NOTE and "initialize answered after " in slow.detail
+    assert "more than --timeout 2:" in slow.detail
     assert report.exit_status == 0
 
 

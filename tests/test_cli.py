@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from xml.etree import ElementTree
 
 import pytest
 from conftest import REPO
@@ -112,7 +113,7 @@ def test_run_without_a_tty_prints_agent_text_to_stdout_and_rejects_permission():
         "Analyzing request: hello\nDid not read pyproject.toml (permission: reject_once).\n"
         "Analyzing request: second prompt\nDid not read pyproject.toml (permission: reject_once).\n"
     )
-    assert "[agent] ready on stdio" in err  # the agent's own stderr is passed on
+    assert "[stderr] [agent] ready on stdio" in err  # the agent's own stderr is passed on, marked
     assert "[tool] Reading configuration file (read): pending" in err
     assert "[permission] Reading configuration file: reject_once" in err
     assert "[tool] Reading configuration file (read): failed" in err  # the agent honours the reject
@@ -361,9 +362,9 @@ def test_run_with_an_agent_that_exits_at_once_shows_its_stderr_tail():
 @pytest.mark.slow
 def test_run_with_an_agent_that_never_answers_initialize_times_out():
     mute = inline_agent("import sys, time; sys.stderr.write('loading model...\\n'); sys.stderr.flush(); time.sleep(60)")
-    status, _out, err = cli("run", "--timeout", "1", "--", *mute, stdin=b"hello\n")
+    status, _out, err = cli("run", "--timeout", "5", "--", *mute, stdin=b"hello\n")
     assert status == 1
-    assert "did not answer initialize within 1 s" in err
+    assert "did not answer initialize within 5 s" in err
     assert "loading model..." in err
 
 
@@ -737,11 +738,26 @@ def test_bench_measures_an_agents_startup_round_trips_and_turns(tmp_path, allow)
         *(["--yes"] if allow else []),
         "--json",
         str(report_path),
+        "--plot",
+        str(tmp_path / "chart.svg"),
         "--",
         *BENCH_TARGET,
     )
     assert status == 0, err
     report = json.loads(report_path.read_text())
+    # Round trips and, over the rounds, each prompt's turns: median, p90, p99, min, max.
+    rtt = report["round_trip_ms"]
+    assert rtt["min"] <= rtt["p50"] <= rtt["p90"] <= rtt["p99"] <= rtt["max"] and len(rtt["samples"]) == 5
+    assert [summary["prompt"] for summary in report["per_prompt"]] == ["one", "two"]
+    for summary in report["per_prompt"]:
+        durations = summary["duration_ms"]
+        assert durations["count"] == 2 and durations["min"] <= durations["p50"] <= durations["p99"] <= durations["max"]
+    assert "prompt 'one' over 2 rounds:\n  duration ms       median " in out and ", p90 " in out and ", p99 " in out
+    # The chart: one bar per turn, a latency curve for the turns and one for the round trips.
+    chart = ElementTree.parse(tmp_path / "chart.svg").getroot()
+    svg = "{http://www.w3.org/2000/svg}"
+    assert len([bar for bar in chart.iter(svg + "rect") if bar.find(svg + "title") is not None]) == 4
+    assert len(list(chart.iter(svg + "polyline"))) == 2
     assert report["agent"] == {"name": "bench-target", "version": "9"} and report["protocol_version"] == 1
     assert report["initialize_ms"] > 0 and report["new_session_ms"] > 0
     assert (
@@ -758,7 +774,7 @@ def test_bench_measures_an_agents_startup_round_trips_and_turns(tmp_path, allow)
         assert 0 <= turn["first_update_ms"] <= turn["duration_ms"]
         assert turn["updates_per_s"] > 0 and turn["bytes_per_s"] > 0
     # The table, on stdout.
-    assert "bench-target 9, protocol v1" in out and "round trip          p50" in out
+    assert "bench-target 9, protocol v1" in out and "round trip          median " in out
     assert out.count("agent_message_chunk 31, tool_call 1") == 4
 
 
@@ -766,7 +782,9 @@ def test_bench_json_on_stdout_replaces_the_table():
     status, out, err = cli("bench", "--pings", "0", "--json", "-", "--", *MOCK_AGENT)
     assert status == 0, err
     report = json.loads(out)
-    assert report["round_trip_ms"] == {"count": 0, "p50": None, "min": None, "max": None, "unanswered": False}
+    assert report["round_trip_ms"] == {
+        "count": 0, "p50": None, "p90": None, "p99": None, "min": None, "max": None, "unanswered": False, "samples": []
+    }  # fmt: skip
     assert [turn["prompt"] for turn in report["turns"]] == ["Hello"]
 
 

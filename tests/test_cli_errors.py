@@ -55,6 +55,10 @@ def test_version():
             "argument --json: cannot write /nonexistent/report.json: no directory /nonexistent (it is not created)",
         ),
         (["check", "--json", "/tmp"], "argument --json: /tmp is a directory, not a file"),
+        # A directory that exists, yet a file there cannot be created (even by root).
+        (["check", "--json", "/proc/report.json"], "argument --json: cannot write /proc/report.json: "),
+        (["bench", "--json", "/proc/report.json"], "argument --json: cannot write /proc/report.json: "),
+        (["bench", "--plot", "/proc/chart.svg"], "argument --plot: cannot write /proc/chart.svg: "),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else "",
 )
@@ -63,7 +67,7 @@ def test_a_bad_option_value_is_a_usage_error_before_the_agent_starts(tmp_path, a
     agent = inline_agent(f"open({str(marker)!r}, 'w')")
     status, out, err = cli(*args, "--", *agent)
     assert (status, out) == (2, "")
-    assert err.splitlines()[-1].endswith(f"error: {message}"), err
+    assert f"error: {message}" in err.splitlines()[-1], err
     assert not marker.exists()  # the agent was never started
 
 
@@ -317,3 +321,58 @@ def test_run_without_a_tty_or_yes_offers_and_serves_no_writes_and_no_terminals(t
     assert os.listdir(tmp_path) == []
     assert f"[fs] write {tmp_path}/x: refused (not served without a terminal; --yes serves it)\n" in err
     assert "[terminal] touch " in err and err.count("refused (not served without a terminal; --yes serves it)") == 2
+
+
+# -- no traceback, ever ------------------------------------------------------------------------------
+
+
+def test_a_read_error_after_the_open_is_one_line_and_a_usage_status():
+    status, out, err = cli("validate", "/proc/self/mem")
+    assert (status, out) == (2, "")
+    assert err == "acp-lite: cannot read /proc/self/mem: Input/output error\n"
+
+
+# `python -m acp_lite validate`, with a Ctrl-C landing while the tools import (the package itself
+# is imported first: Python imports it before any of its code can run).
+IMPORT_INTERRUPTED = """
+import os, runpy, signal, sys, threading
+import acp_lite
+threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+sys.argv = ["acp-lite", "validate"]
+runpy.run_module("acp_lite", run_name="__main__")
+"""
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_the_tools_import_is_one_line_and_status_130():
+    done = test_cli.subprocess.run(
+        [test_cli.sys.executable, "-c", IMPORT_INTERRUPTED], capture_output=True, timeout=WAIT, env=test_cli.ENV
+    )
+    assert (done.returncode, done.stderr.decode()) == (130, "acp-lite: interrupted\n")
+
+
+@pytest.mark.timeout(60)
+def test_tap_says_what_the_agent_writes_on_stdout_that_is_not_json_in_the_style_of_the_others(tmp_path):
+    banner = inline_agent(
+        "import sys\nfor n in range(5): print(f'Welcome to EditBot, line {n}', flush=True)\nsys.stdin.read()"
+    )
+    status, _out, err = cli("tap", "--log", str(tmp_path / "log.jsonl"), "--", *banner)
+    assert status == 0
+    assert err.splitlines() == [
+        "acp-lite: tap: the agent wrote a line that is not JSON-RPC on its stdout: 'Welcome to EditBot, line 0'",
+        "acp-lite: tap: the agent wrote a line that is not JSON-RPC on its stdout: 'Welcome to EditBot, line 1'",
+        "acp-lite: tap: the agent wrote a line that is not JSON-RPC on its stdout: 'Welcome to EditBot, line 2'",
+        "acp-lite: tap: the agent wrote more such lines; the log has them all",
+    ]
+    status, _out, err = cli("tap", "--log", str(tmp_path / "no" / "log.jsonl"), "--", *banner)
+    assert status == 2 and err.startswith("acp-lite: tap: cannot open the log ") and err.count("\n") == 1
+    status, _out, err = cli("tap", "--log", str(tmp_path / "log.jsonl"), "--", str(tmp_path / "missing"))
+    assert status == 127 and err.startswith("acp-lite: ") and err.count("\n") == 1
+
+
+@pytest.mark.timeout(60)
+def test_bench_tells_an_agent_that_prints_a_banner_on_stdout():
+    banner = inline_agent("import sys, time; print('EditBot 2.0 ready', flush=True); time.sleep(60)")
+    status, _out, err = cli("bench", "--timeout", "5", "--", *banner)
+    assert status == 1
+    assert "not JSON-RPC on its stdout" in err and "  EditBot 2.0 ready" in err

@@ -300,7 +300,7 @@ def test_unknown_variants_inside_arrays_and_maps_are_kept_in_place():
         ("ContentBlock", {"type": "video", "url": "https://x"}),
         ("ToolCallContent", {"type": "patch", "diff": "@@"}),
         ("McpServer", {"type": "websocket", "name": "w", "url": "wss://x"}),
-        ("AuthMethod", {"type": "oauth", "id": "o", "name": "O"}),
+        ("AuthMethod", {"type": "oauth", "url": "https://x"}),
         ("RequestPermissionOutcome", {"outcome": "deferred"}),
         ("CreateElicitationResponse", {"action": "snooze"}),
     ],
@@ -574,11 +574,12 @@ def test_a_kept_type_returns_what_does_not_decode_as_undecodable(entry, fallback
         codec.convert(USAGE_NULL, s.SessionNotification)  # without keeping, still an error
 
 
-def test_an_unknown_tag_that_the_untagged_member_accepts_is_kept_unknown_and_noted_as_valid(fallbacks):
+def test_an_unknown_tag_on_a_member_whose_schema_leaves_the_tag_free_decodes_as_that_member(fallbacks):
+    # The v1 schema's `agent` auth method declares no `type`: an `env_var` method with an id and a
+    # name is a valid `agent` method, and is handed over as one (it once came as UnknownVariant).
     methods = codec.convert(
         [{"type": "env_var", "id": "key", "name": "Key", "vars": []}, {"type": "env_var"}], list[s.AuthMethod]
     )
-    assert [type(method) for method in methods] == [UnknownVariant, UnknownVariant]
-    # The first is a valid agent method under the schema; the second (no id, no name) is not.
-    assert [(f.path, f.kind) for f in fallbacks] == [("$[0]", "unknown-tag"), ("$[1]", "unknown-variant")]
-    assert "valid as `AuthMethodAgent`" in fallbacks[0].detail
+    assert methods[0] == s.AuthMethodAgent(id="key", name="Key")
+    assert type(methods[1]) is UnknownVariant  # no id, no name: not an agent method
+    assert [(f.path, f.kind) for f in fallbacks] == [("$[1]", "unknown-variant")]

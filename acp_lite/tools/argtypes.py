@@ -33,15 +33,23 @@ def existing_directory(text: str) -> str:
 
 
 def writable_file(text: str) -> str:
-    """A file that can be created or overwritten: its directory exists (none is created) and is
-    writable, and it is not itself a directory."""
+    """A file that can be created or overwritten: its directory exists (none is created), and
+    the file can be opened for writing there, which is tried (a file that did not exist is
+    removed again; one that did is left as it was): permissions alone do not tell, for root or
+    on a special file system such as /proc."""
     directory = os.path.dirname(os.path.abspath(text))
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text} is a directory, not a file")
     if not os.path.isdir(directory):
         raise argparse.ArgumentTypeError(f"cannot write {text}: no directory {directory} (it is not created)")
-    if not os.access(text if os.path.exists(text) else directory, os.W_OK):
-        raise argparse.ArgumentTypeError(f"cannot write {text}: permission denied")
+    existed = os.path.exists(text)
+    try:
+        fd = os.open(text, os.O_WRONLY | os.O_APPEND if existed else os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {exc.strerror or exc}") from None
+    os.close(fd)
+    if not existed:
+        os.unlink(text)
     return text
 
 

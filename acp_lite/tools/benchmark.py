@@ -20,12 +20,15 @@ Threads: ``measure_agent`` blocks its caller (not a callback thread). A ``Replay
 connection; its report callback runs on the thread that ran the turn.
 """
 
+import functools
 import itertools
 import json
+import math
 import statistics
+import threading
 import time
 from collections import Counter
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, cast
+from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import msgspec
 
@@ -33,8 +36,6 @@ from ..agent import Agent, PromptTurn, serve
 from ..client import RemoteAgent
 from ..codec import Undecodable, convert
 from ..errors import AcpError, CallTimeout
-from ..process import AgentProcess
-from ..rpc import Connection
 from ..schema import (
     Implementation,
     NewSessionRequest,
@@ -45,44 +46,19 @@ from ..schema import (
     StopReason,
 )
 from ..updates import cancelled_permission, select_permission, variant_tag
-from ..wire import OversizedFrame, Transport, process_transport
+from ..wire import Transport
 from ..workspace import WorkspaceClient
-from .remote_url import agent_url
+from .spawn import WatchedTransport, spawn_agent
 from .workload import PING_METHOD, mix_update
 
 # The extension method that asks a client whether it read a replayed stream (the one that times a
 # round trip is shared with bench/, in workload.py).
 DRAINED_METHOD = "_acp_lite/bench/drained"
+# How often a turn's progress is reported, at most (seconds).
+_PROGRESS_EVERY = 0.2
 
 
 # -- measuring an agent -------------------------------------------------------------------------------
-class _CountingTransport:
-    """A transport (an agent process's stdio, or a remote agent's channel) that counts, on the
-    reader thread, the bytes that arrive and the longest line; the rest is the transport's."""
-
-    def __init__(self, inner: Any):
-        self._inner = inner
-        self.max_message_size = inner.max_message_size
-        self.bytes_in = 0
-        self.longest_line = b""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def read_blocks(self) -> Any:
-        blocks = self._inner.read_blocks()
-        for block in blocks or ():
-            if isinstance(block, OversizedFrame):  # dropped, but it did arrive
-                self.bytes_in += block.size + 1
-                continue
-            self.bytes_in += len(block) + 1
-            if len(block) > len(self.longest_line):  # a block is never shorter than its lines
-                longest = max(block.split(b"\n"), key=len)
-                if len(longest) > len(self.longest_line):
-                    self.longest_line = longest
-        return blocks
-
-
 class _MeasuringClient(WorkspaceClient):
     """Counts the updates of the running turn by kind and notes when the first one came."""
 
@@ -94,11 +70,18 @@ class _MeasuringClient(WorkspaceClient):
         self.kinds: Counter = Counter()
         self.first_update_at: Optional[float] = None
         self.permissions = 0
+        self.turn_started = 0.0
+        self.on_progress: Optional[Callable[[int, float], None]] = None  # (updates so far, seconds)
+        self._progress_due = 0.0
 
     def session_update(self, params: Any) -> None:
+        now = time.perf_counter()
         if self.first_update_at is None:
-            self.first_update_at = time.perf_counter()
+            self.first_update_at = now
         self.kinds["undecodable" if isinstance(params, Undecodable) else variant_tag(params.update)] += 1
+        if self.on_progress is not None and now >= self._progress_due:
+            self._progress_due = now + _PROGRESS_EVERY
+            self.on_progress(sum(self.kinds.values()), now - self.turn_started)
 
     def request_permission(self, params: Any) -> Any:
         self.permissions += 1
@@ -129,6 +112,16 @@ def _milliseconds(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
+class AgentFailed(Exception):
+    """The agent failed during a measurement: ``error`` says how, ``noise`` what it wrote on its
+    stdout that is not JSON-RPC ("" when nothing)."""
+
+    def __init__(self, error: AcpError, noise: str):
+        super().__init__(str(error))
+        self.error = error
+        self.noise = noise
+
+
 def measure_agent(
     argv: Sequence[str],
     prompts: Sequence[str],
@@ -140,78 +133,143 @@ def measure_agent(
     init_timeout: float = 30.0,
     auth_method: Optional[str] = None,
     on_stderr_line: Optional[Callable[[str], None]] = None,
+    report: Optional[Dict[str, Any]] = None,
+    on_progress: Optional[Callable[[int, int, int, float], None]] = None,
 ) -> Dict[str, Any]:
     """Start ``argv``, authenticate with ``auth_method`` if given, run each prompt ``rounds``
     times in one session, and return the figures (see ``format_agent_report`` for what they
-    are). Raises ``ConnectionClosed`` when the agent cannot be started, ``AcpError`` when it
-    fails."""
+    are), filled into ``report`` as they are measured: a caller interrupted (Ctrl-C) keeps the
+    turns measured so far. ``on_progress(turn, turns, updates so far, seconds so far)`` is called
+    a few times a second during a turn, on the thread that delivers updates. Raises
+    ``AgentStartError`` when the agent cannot be started, ``AgentFailed`` when it fails."""
+    report = {} if report is None else report
+    report.update(_empty_report())
     client = _MeasuringClient(allow)
     started = time.perf_counter()
-    url = agent_url(argv)
-    if url is not None:
-        from ..remote.client import open_url
-        from ..remote.dial import Endpoint
+    agent, transport = spawn_agent(argv, client, on_stderr_line)
+    try:
+        with agent:
+            _measure(
+                agent,
+                client,
+                transport,
+                report,
+                started,
+                prompts,
+                rounds,
+                cwd,
+                pings,
+                init_timeout,
+                auth_method,
+                on_progress,
+            )
+    except AcpError as exc:
+        raise AgentFailed(exc, transport.noise_note()) from exc
+    return report
 
-        transport = _CountingTransport(open_url(Endpoint(url)))
-        # (Any until rpc types its transport as the seam's Protocol rather than wire.Transport.)
-        agent = RemoteAgent(Connection(cast(Any, transport), name="agent"), client)
-    else:
-        process = AgentProcess(argv, on_stderr_line=on_stderr_line)
-        transport = _CountingTransport(process_transport(process))
-        try:
-            agent = RemoteAgent(Connection(cast(Any, transport), name="agent"), client, process)
-        except BaseException:
-            process.stop()
-            raise
-    with agent:
-        init = agent.initialize(timeout=init_timeout)
-        if auth_method is not None:
-            agent.authenticate(auth_method)
-        initialized = time.perf_counter()
-        session_id = agent.new_session(cwd).session_id
-        session_ready = time.perf_counter()
-        round_trips = []
-        unanswered = False
-        for _ in range(pings):
-            sent = time.perf_counter()
-            try:
-                agent.ext_method(PING_METHOD, {}, timeout=init_timeout)
-            except CallTimeout:
-                unanswered = True  # an agent that ignores unknown requests: no round trip to time
-                break
-            except AcpError:
-                pass  # -32601 is the expected answer
-            round_trips.append(time.perf_counter() - sent)
-        turns = []
-        for text in itertools.chain.from_iterable(itertools.repeat(prompts, rounds)):
-            turns.append(_measure_turn(agent, client, transport, session_id, text))
-        info = init.agent_info
+
+def _empty_report() -> Dict[str, Any]:
     return {
-        "agent": {"name": info.name, "version": info.version} if info else None,
-        "protocol_version": init.protocol_version,
-        "initialize_ms": _milliseconds(initialized - started),
-        "new_session_ms": _milliseconds(session_ready - initialized),
-        "round_trip_ms": {
-            "count": len(round_trips),
-            "p50": _milliseconds(statistics.median(round_trips)) if round_trips else None,
-            "min": _milliseconds(min(round_trips)) if round_trips else None,
-            "max": _milliseconds(max(round_trips)) if round_trips else None,
-            "unanswered": unanswered,
-        },
-        "largest_message": {"bytes": len(transport.longest_line), "kind": _message_kind(transport.longest_line)}
-        if transport.longest_line
-        else None,
-        "turns": turns,
+        "agent": None,
+        "protocol_version": None,
+        "initialize_ms": None,
+        "new_session_ms": None,
+        "round_trip_ms": {"count": 0, "unanswered": False},
+        "largest_message": None,
+        "turns": [],
     }
 
 
+def _measure(
+    agent: RemoteAgent,
+    client: "_MeasuringClient",
+    transport: WatchedTransport,
+    report: Dict[str, Any],
+    started: float,
+    prompts: Sequence[str],
+    rounds: int,
+    cwd: str,
+    pings: int,
+    init_timeout: float,
+    auth_method: Optional[str],
+    on_progress: Optional[Callable[[int, int, int, float], None]],
+) -> None:
+    init = agent.initialize(timeout=init_timeout)
+    info = init.agent_info
+    report["agent"] = {"name": info.name, "version": info.version} if info else None
+    report["protocol_version"] = init.protocol_version
+    if auth_method is not None:
+        agent.authenticate(auth_method)
+    initialized = time.perf_counter()
+    report["initialize_ms"] = _milliseconds(initialized - started)
+    session_id = agent.new_session(cwd).session_id
+    report["new_session_ms"] = _milliseconds(time.perf_counter() - initialized)
+    round_trips = []
+    unanswered = False
+    for _ in range(pings):
+        sent = time.perf_counter()
+        try:
+            agent.ext_method(PING_METHOD, {}, timeout=init_timeout)
+        except CallTimeout:
+            unanswered = True  # an agent that ignores unknown requests: no round trip to time
+            break
+        except AcpError:
+            pass  # -32601 is the expected answer
+        round_trips.append(time.perf_counter() - sent)
+    samples = [_milliseconds(rt) for rt in round_trips]
+    report["round_trip_ms"] = dict(distribution(samples), unanswered=unanswered, samples=samples)
+    texts = list(itertools.chain.from_iterable(itertools.repeat(prompts, rounds)))
+    for number, text in enumerate(texts, 1):
+        if on_progress is not None:
+            client.on_progress = functools.partial(on_progress, number, len(texts))
+        report["turns"].append(_measure_turn(agent, client, transport, session_id, text))
+        longest = transport.longest_line
+        report["largest_message"] = {"bytes": len(longest), "kind": _message_kind(longest)} if longest else None
+    report["per_prompt"] = per_prompt_summary(report["turns"]) if rounds > 1 else []
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """The nearest-rank percentile: the smallest value at or above ``share`` (0..1) of them."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
+def distribution(values: Sequence[float]) -> Dict[str, Any]:
+    """Count, median, p90, p99, min and max of ``values`` (None each when there is none)."""
+    if not values:
+        return {"count": 0, "p50": None, "p90": None, "p99": None, "min": None, "max": None}
+    return {
+        "count": len(values),
+        "p50": round(statistics.median(values), 3),
+        "p90": percentile(values, 0.9),
+        "p99": percentile(values, 0.99),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def per_prompt_summary(turns: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per prompt, the distribution of its turns' durations (ms) and update rates over the rounds."""
+    by_prompt: Dict[str, List[Dict[str, Any]]] = {}
+    for turn in turns:
+        by_prompt.setdefault(turn["prompt"], []).append(turn)
+    return [
+        {
+            "prompt": prompt,
+            "duration_ms": distribution([turn["duration_ms"] for turn in measured]),
+            "updates_per_s": distribution([turn["updates_per_s"] for turn in measured if turn["updates_per_s"]]),
+        }
+        for prompt, measured in by_prompt.items()
+    ]
+
+
 def _measure_turn(
-    agent: RemoteAgent, client: _MeasuringClient, transport: _CountingTransport, session_id: str, text: str
+    agent: RemoteAgent, client: _MeasuringClient, transport: WatchedTransport, session_id: str, text: str
 ) -> Dict[str, Any]:
     client.kinds = Counter()
     client.first_update_at = None
     bytes_before = transport.bytes_in
-    sent = time.perf_counter()
+    sent = client.turn_started = time.perf_counter()
     response = agent.prompt(session_id, text)
     ended = time.perf_counter()
     seconds = ended - sent
@@ -231,23 +289,21 @@ def _measure_turn(
 
 
 def format_agent_report(report: Dict[str, Any]) -> str:
-    """The figures of ``measure_agent`` as a text table."""
+    """The figures of ``measure_agent`` as a text table (those measured so far, when it was
+    interrupted)."""
     agent = report["agent"]
     rtt = report["round_trip_ms"]
     largest = report["largest_message"]
     name = f"{agent['name']} {agent['version']}" if agent else "(no agentInfo)"
-    lines = [
-        f"agent               {name}, protocol v{report['protocol_version']}",
-        f"initialize          {report['initialize_ms']:.1f} ms (from the start of the process)",
-        f"session/new         {report['new_session_ms']:.1f} ms",
-    ]
+    lines = [f"agent               {name}, protocol v{report['protocol_version']}"]
+    if report["initialize_ms"] is not None:
+        lines.append(f"initialize          {report['initialize_ms']:.1f} ms (from the start of the process)")
+    if report["new_session_ms"] is not None:
+        lines.append(f"session/new         {report['new_session_ms']:.1f} ms")
     if rtt["unanswered"]:
         lines.append("round trip          none: the agent did not answer an unknown extension request")
     elif rtt["count"]:
-        lines.append(
-            f"round trip          p50 {rtt['p50']:.3f} ms, min {rtt['min']:.3f}, max {rtt['max']:.3f}"
-            f" ({rtt['count']} requests)"
-        )
+        lines.append(f"round trip          {_spread(rtt, '.3f')} ms ({rtt['count']} requests)")
     if largest:
         lines.append(f"largest message     {largest['bytes']:,} bytes ({largest['kind']})")
     lines.append("")
@@ -264,7 +320,61 @@ def format_agent_report(report: Dict[str, Any]) -> str:
             f"{number:>4}  {turn['stop_reason']:<16} {turn['duration_ms']:>12.1f} {first:>16} {turn['updates']:>8}"
             f" {rate:>11} {megabytes:>8}  {kinds}"
         )
+    for summary in report.get("per_prompt") or ():
+        rounds = summary["duration_ms"]["count"]
+        lines.append("")
+        lines.append(f"prompt {summary['prompt'][:60]!r} over {rounds} rounds:")
+        lines.append(f"  duration ms       {_spread(summary['duration_ms'], '.1f')}")
+        if summary["updates_per_s"]["count"]:
+            lines.append(f"  updates/s         {_spread(summary['updates_per_s'], ',.0f')}")
     return "\n".join(lines)
+
+
+class BenchProgress:
+    """The progress line of a measurement on a terminal (``turn 3 of 10: 1,234 updates, 5,600/s``),
+    rewritten in place, and the agent's stderr lines above it; off a terminal, only those lines.
+    Any thread: a lock keeps the writes whole."""
+
+    def __init__(self, stream: IO[str]):
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._shown = False
+        try:
+            self._live = stream.isatty()
+        except (ValueError, OSError):
+            self._live = False
+
+    def turn(self, number: int, total: int, updates: int, seconds: float) -> None:
+        if not self._live:
+            return
+        rate = f", {updates / seconds:,.0f}/s" if seconds > 0 else ""
+        with self._lock:
+            self._stream.write(f"\r\033[Kturn {number} of {total}: {updates:,} updates{rate}")
+            self._stream.flush()
+            self._shown = True
+
+    def line(self, text: str) -> None:
+        with self._lock:
+            self._clear()
+            self._stream.write(text + "\n")
+            self._stream.flush()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._clear()
+
+    def _clear(self) -> None:
+        if self._shown:
+            self._stream.write("\r\033[K")
+            self._stream.flush()
+            self._shown = False
+
+
+def _spread(figures: Dict[str, Any], form: str) -> str:
+    return ", ".join(f"{name} {figures[key]:{form}}" for name, key in _SPREAD)
+
+
+_SPREAD = (("median", "p50"), ("p90", "p90"), ("p99", "p99"), ("min", "min"), ("max", "max"))
 
 
 # -- measuring a client ---------------------------------------------------------------------------------

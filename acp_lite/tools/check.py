@@ -23,10 +23,14 @@ any other agent request with -32601. It never authenticates or logs out unless g
 ``--auth-method``, since that can change the user's real account state.
 
 Exit status: 0 when no MUST-level requirement failed, 1 otherwise, 2 for a usage error, 127 when the
-agent cannot be started. A requirement's level is its manifest keyword; the one check without a
-manifest id (the agent exits when its stdin closes) is the probe's advice, graded SHOULD: an agent
-that outlives its client leaks a process in every editor that does not stop it, but the transports
-page does not require the agent to exit.
+agent cannot be started. A requirement's level is its manifest keyword. The ``probe:`` findings are
+the probe's advice (level ADVICE), where v1 has no rule; one not followed is a NOTE, never a FAIL:
+the agent exits when its stdin closes (one that outlives its client leaks a process in every editor
+that does not stop it, but the transports page does not require it), and it answers within
+``--timeout``. An answer is awaited ``NO_RESPONSE_FACTOR`` times that long before "no response"
+fails a MUST: on a loaded machine the machine, not the agent, may be slow. An agent may refuse a
+request with a well-formed error (``session/set_mode``, say): the check of that answer's shape is
+then skipped, saying so.
 
 With ``--protocol 2`` the checks are those of ``checks_v2``: the agent's ACP v2 (draft) surface,
 judged by the draft manifest's rules; the wire findings are the same.
@@ -38,13 +42,13 @@ tables), ``checks`` (the checks), ``checks_v2`` (those of ``--protocol 2``), ``c
 
 import argparse
 import json
-import sys
 
 from ..errors import AgentStartError
 from .argtypes import positive_seconds, writable_file
 from .check_probe import DEFAULT_CANCEL_PROMPT, CheckOptions
 from .check_report import format_check_result, format_summary, report_json
 from .check_runner import run_checks, selected_checks
+from .exits import CANNOT_START, cli_error
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -54,7 +58,7 @@ def configure_check_command(parser: argparse.ArgumentParser) -> None:
         type=positive_seconds,
         default=10.0,
         metavar="S",
-        help="how long to wait for each answer of the agent (default: 10)",
+        help="an answer later than this is noted as slow; none within 3 times this fails (default: 10)",
     )
     parser.add_argument(
         "--cancel-prompt",
@@ -96,14 +100,14 @@ def check_command(args: argparse.Namespace) -> int:
         list(args.agent_command), args.timeout, args.cancel_prompt, args.auth_method, args.pattern, args.protocol
     )
     if not selected_checks(options.pattern, options.protocol):
-        print(f"acp-lite: no check matches -k {options.pattern!r}", file=sys.stderr, flush=True)
+        cli_error(f"no check matches -k {options.pattern!r}")
         return 2
     print(f"acp-lite check: {' '.join(options.agent_command)}", flush=True)
     try:
         report = run_checks(options, lambda result: print(format_check_result(result), flush=True))
     except AgentStartError as exc:
-        print(f"acp-lite: {exc}", file=sys.stderr, flush=True)
-        return 127
+        cli_error(str(exc))
+        return CANNOT_START
     print(format_summary(report), flush=True)
     if args.json:  # checked before the run (argtypes), yet the disk may have filled up since
         try:
@@ -111,6 +115,6 @@ def check_command(args: argparse.Namespace) -> int:
                 json.dump(report_json(report), out, indent=1, ensure_ascii=False)
                 out.write("\n")
         except OSError as exc:
-            print(f"acp-lite: cannot write {args.json}: {exc}", file=sys.stderr, flush=True)
+            cli_error(f"cannot write {args.json}: {exc.strerror or exc}")
             return 1
     return report.exit_status

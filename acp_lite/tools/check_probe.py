@@ -23,9 +23,16 @@ from ..errors import AUTH_REQUIRED, METHOD_NOT_FOUND
 from ..process import AgentProcess
 from .check_remote import RemoteAgentProcess
 from .remote_url import agent_url
-from .wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker
+from .wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker, WireVerdict
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+# What a finding on advice (a ``probe:`` id, no rule of the protocol) shows instead of FAIL.
+NOTE = "NOTE"
+ADVICE = "ADVICE"
+# An answer later than ``--timeout`` is reported as slow (``probe:answers-within-timeout``); only
+# none within this many times it fails ACP-V1-JSONRPC-RESPONSE-REQUIRED: on a loaded machine an
+# agent's answer may take several times what it takes on an idle one.
+NO_RESPONSE_FACTOR = 3
 
 # The manifest keyword of every requirement the probe judges (a test compares them with the
 # manifest). ``probe:`` ids are the probe's own, for behaviour no manifest entry names.
@@ -93,9 +100,11 @@ REQUIREMENT_LEVELS: Dict[str, str] = {
     "ACP-V1-SCHEMA-TERMINAL-KILL-SHAPE": "MUST",
     "ACP-V1-SCHEMA-ELICITATION-CREATE-SHAPE": "MUST",
     "ACP-V1-SCHEMA-ELICITATION-COMPLETE-SHAPE": "MUST",
-    # The transports page says nothing of an agent's stdin closing (the client that launched the
-    # agent owns its lifetime): advice of the probe, graded SHOULD so that it never fails a run.
-    "probe:exits-on-stdin-eof": "SHOULD",
+    # The probe's own advice, for what v1 has no rule about: the transports page says nothing of
+    # an agent's stdin closing (the client that launched the agent owns its lifetime), and a slow
+    # answer may be the machine's doing as much as the agent's. Never a failure: a NOTE.
+    "probe:exits-on-stdin-eof": ADVICE,
+    "probe:answers-within-timeout": ADVICE,
 }
 MUST_LEVELS = ("MUST", "MUST NOT")
 # The same for the rules of the ACP v2 draft that ``check --protocol 2`` judges (a test compares
@@ -160,7 +169,11 @@ WIRE_REQUIREMENTS = (
     "ACP-V1-TERM-AGENT-NO-CALL-WITHOUT-CAPABILITY",
     "ACP-V1-ELIC-AGENT-NO-UNADVERTISED-MODE",
     "ACP-V1-OVERVIEW-ABSOLUTE-PATHS",
+    "probe:answers-within-timeout",
 )
+# Methods whose answer may take long for good reasons (a prompt turn is the model's work): not
+# judged for slowness.
+_LONG_METHODS = ("session/prompt",)
 
 _CLIENT_INFO = {"name": "acp-lite-check", "title": "acp-lite check", "version": "0.1.0"}
 # How long a stopped agent gets between each rung of the stop ladder (stdin closed, SIGTERM, SIGKILL).
@@ -226,6 +239,7 @@ class ProbedAgent:
         self.held: List[Any] = []
         # Our pending requests (by id key) -> their response once it has arrived.
         self._responses: Dict[Tuple[str, Any], Optional[Dict[str, Any]]] = {}
+        self._sent: Dict[Tuple[str, Any], Tuple[str, float]] = {}  # our pending requests: method, when sent
         self._next_id = 0
         self._started = time.monotonic()
         self._lines: queue.Queue[Optional[bytes]] = queue.Queue()
@@ -285,6 +299,7 @@ class ProbedAgent:
             request_id = self._next_id
         self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         self._responses[id_key(request_id)] = None
+        self._sent[id_key(request_id)] = (method, time.monotonic())
         return request_id
 
     def notify(self, method: str, params: Any) -> None:
@@ -309,6 +324,7 @@ class ProbedAgent:
                 self._handle(message)
                 if "method" not in message and self._responses.get(id_key(message.get("id")), False) is None:
                     self._responses[id_key(message.get("id"))] = message
+                    self._judge_delay(*self._sent.pop(id_key(message.get("id"))))
                 return message
 
     def wait_response(self, request_id: Any, auth_blocks: bool = True) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
@@ -316,11 +332,14 @@ class ProbedAgent:
 
         A response to no request of ours fails the check (wrong id echo) at once; one to another
         pending request of ours is kept for its own ``wait_response``. Unless ``auth_blocks`` is
-        false, an ``auth_required`` error skips the check (see ``skip_if_auth_required``).
+        false, an ``auth_required`` error skips the check (see ``skip_if_auth_required``). No
+        response within ``NO_RESPONSE_FACTOR`` times the timeout fails the check; one after the
+        timeout is noted as slow.
         """
         key = id_key(request_id)
         before: List[Dict[str, Any]] = []
-        deadline = time.monotonic() + self.timeout
+        bound = self.timeout * NO_RESPONSE_FACTOR
+        deadline = time.monotonic() + bound
         while True:
             if self._responses.get(key) is not None:
                 response: Dict[str, Any] = self._responses.pop(key)  # type: ignore[assignment]
@@ -332,7 +351,8 @@ class ProbedAgent:
             except TimeoutError:
                 raise CheckFailed(
                     "ACP-V1-JSONRPC-RESPONSE-REQUIRED",
-                    f"no response to request {request_id!r} within {self.timeout:g} s",
+                    f"no response to request {request_id!r} within {bound:g} s "
+                    f"({NO_RESPONSE_FACTOR} times --timeout {self.timeout:g})",
                 ) from None
             if message is None:
                 raise CheckFailed(
@@ -342,10 +362,11 @@ class ProbedAgent:
             if "method" in message or "id" not in message:
                 before.append(message)
                 continue
-            if message["id"] is None and self.notified:
+            if message["id"] in (None, "") and self.notified:
                 self._wire_fail(
                     "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION", f"a reply to a notification: {json.dumps(message)}"
                 )
+                before.append(message)
                 continue
             if id_key(message["id"]) in self._responses:
                 continue  # ours: kept by receive()
@@ -396,7 +417,7 @@ class ProbedAgent:
         message, verdict = self.checker.check_line(line, AGENT_TO_CLIENT)
         problems = verdict.problems + [note for note in verdict.notes if note.startswith("tolerated")]
         for problem in problems:
-            self._wire_fail(self._problem_requirement(problem, verdict.method, self.notified), problem)
+            self._wire_fail(self._problem_requirement(problem, verdict, self.notified), problem)
         if verdict.kind == "garbage":
             return None
         for requirement in (
@@ -423,8 +444,9 @@ class ProbedAgent:
         return message
 
     @staticmethod
-    def _problem_requirement(problem: str, method: Optional[str], notified: bool) -> str:
+    def _problem_requirement(problem: str, verdict: WireVerdict, notified: bool) -> str:
         code, _, detail = problem.partition(": ")
+        method = verdict.method
         if code == "not-json-rpc":
             if '"jsonrpc"' in detail:
                 return "ACP-V1-JSONRPC-VERSION-MEMBER"
@@ -439,7 +461,9 @@ class ProbedAgent:
         if code == "no-id":
             return "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION" if notified else "ACP-V1-JSONRPC-RESPONSE-SAME-ID"
         if code == "unknown-id":
-            return "ACP-V1-JSONRPC-RESPONSE-SAME-ID"
+            # An empty id answers no request of ours: it is how some agents reply to a notification.
+            empty = verdict.request_id == "" and notified
+            return "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION" if empty else "ACP-V1-JSONRPC-RESPONSE-SAME-ID"
         if code == "unknown-method":
             return "ACP-V1-SCHEMA-EXTENSION-METHOD-NAMES"
         if code == "not-advertised" and method:
@@ -470,6 +494,21 @@ class ProbedAgent:
             self._wire_pass("ACP-V1-OVERVIEW-ABSOLUTE-PATHS")
             if not (posixpath.isabs(path) or ntpath.isabs(path)):
                 self._wire_fail("ACP-V1-OVERVIEW-ABSOLUTE-PATHS", f"a relative path: {path!r}")
+
+    def _judge_delay(self, method: str, sent: float) -> None:
+        """An answer later than the timeout is worth knowing, but not the agent's failure."""
+        if method in _LONG_METHODS:
+            return
+        delay = time.monotonic() - sent
+        if delay <= self.timeout:
+            self._wire_pass("probe:answers-within-timeout")
+            return
+        # Rounded to the second, so that the same slowness is reported once.
+        self._wire_fail(
+            "probe:answers-within-timeout",
+            f"{method} answered after {delay:.0f} s, more than --timeout {self.timeout:g}: "
+            "a slow agent, or a loaded machine",
+        )
 
     def _wire_pass(self, requirement: str) -> None:
         self.wire_seen[requirement] = self.wire_seen.get(requirement, 0) + 1
@@ -551,8 +590,9 @@ def id_key(request_id: Any) -> Tuple[str, Any]:
 
 
 def finding_for(requirement: str, status: str, detail: str) -> Finding:
+    """The finding; a failed piece of advice is a NOTE."""
     level = REQUIREMENT_LEVELS.get(requirement) or V2_REQUIREMENT_LEVELS[requirement]
-    return Finding(requirement, level, status, detail)
+    return Finding(requirement, level, NOTE if status == FAIL and level == ADVICE else status, detail)
 
 
 def _reject_outcome(params: Any) -> Dict[str, Any]:

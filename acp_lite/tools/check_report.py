@@ -2,9 +2,11 @@
 
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
-from .check_probe import AUTH_SKIP, FAIL, MUST_LEVELS, PASS, REQUIREMENT_LEVELS, SKIP, Finding
+from .check_probe import AUTH_SKIP, FAIL, MUST_LEVELS, NOTE, PASS, REQUIREMENT_LEVELS, SKIP, Finding
 
 _TRANSCRIPT_LIMIT = 400  # characters of one transcript line in the text report
+# Which status a requirement takes when its findings differ: the highest.
+_PRECEDENCE = {SKIP: 0, PASS: 1, NOTE: 2, FAIL: 3}
 
 
 class CheckResult(NamedTuple):
@@ -20,7 +22,8 @@ class CheckResult(NamedTuple):
 
 class CheckReport(NamedTuple):
     """A whole run: each check's result, the wire findings over all of them, and per
-    requirement the overall status (FAIL if any finding failed, else PASS if any passed)."""
+    requirement the overall status (FAIL if any finding failed, else NOTE for advice not followed,
+    else PASS if any passed)."""
 
     agent_command: List[str]
     agent_info: Optional[Dict[str, Any]]
@@ -36,7 +39,7 @@ class CheckReport(NamedTuple):
         status: Dict[str, str] = {}
         for finding in self.findings():
             known = status.get(finding.requirement)
-            if known != FAIL and (finding.status == FAIL or known is None or finding.status == PASS):
+            if known is None or _PRECEDENCE[finding.status] > _PRECEDENCE[known]:
                 status[finding.requirement] = finding.status
         return status
 
@@ -98,7 +101,9 @@ def format_summary(report: CheckReport) -> str:
     lines.append("")
     lines.append(
         f"{len(statuses)} requirements: {statuses.count(PASS)} passed, {statuses.count(FAIL)} failed, "
-        f"{statuses.count(SKIP)} skipped; "
+        f"{statuses.count(SKIP)} skipped"
+        + (f", {statuses.count(NOTE)} note(s) of advice" if NOTE in statuses else "")
+        + "; "
         + (f"MUST-level failures: {', '.join(failures)}" if failures else "no MUST-level failure")
     )
     return "\n".join(lines)

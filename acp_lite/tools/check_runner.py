@@ -8,7 +8,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .check_probe import (
+    AUTH_SKIP,
     FAIL,
+    NOTE,
     PASS,
     SHAPE_REQUIREMENTS,
     SKIP,
@@ -69,7 +71,7 @@ def run_checks(options: CheckOptions, on_result: Optional[Callable[[CheckResult]
                 # An agent that cannot complete initialize fails every check the same way.
                 result = _skipped_check(check, "the agent did not complete initialize (see the initialize check)")
             else:
-                result = _run_check(check, options, os.path.realpath(workdir), discovered, wire_seen)
+                result = _run_check(check, options, os.path.realpath(workdir), discovered, wire_seen, results)
             results.append(result)
             if on_result is not None:
                 on_result(result)
@@ -88,8 +90,15 @@ def run_checks(options: CheckOptions, on_result: Optional[Callable[[CheckResult]
 
 
 def _run_check(
-    check: Check, options: CheckOptions, workdir: str, discovered: Dict[str, Any], wire_seen: Dict[str, int]
+    check: Check,
+    options: CheckOptions,
+    workdir: str,
+    discovered: Dict[str, Any],
+    wire_seen: Dict[str, int],
+    earlier: List[CheckResult],
 ) -> CheckResult:
+    if check.needs and check.needs[0] == "session" and "session" not in discovered:
+        return _skipped_check(check, _why_no_session(earlier))
     if check.needs and not advertised(discovered, *check.needs):
         where = "session/new returned no" if check.needs[0] == "session" else "the agent does not advertise"
         return _skipped_check(check, f"{where} {'.'.join(check.needs[1:])}")
@@ -115,17 +124,26 @@ def _run_check(
     return CheckResult(check.name, check.summary, run.findings, run.transcript, stderr, time.monotonic() - started)
 
 
+def _why_no_session(earlier: List[CheckResult]) -> str:
+    """Why no session/new result is known to the checks that look at one."""
+    new_session = next((result for result in earlier if result.name == "new-session"), None)
+    if new_session is not None and any(finding.detail == AUTH_SKIP for finding in new_session.findings):
+        return AUTH_SKIP  # counted among the checks authentication blocked
+    return "no session/new succeeded (see the new-session check)"
+
+
 def _skipped_check(check: Check, why: str) -> CheckResult:
     findings = [finding_for(requirement, SKIP, why) for requirement in check.requirements]
     return CheckResult(check.name, check.summary, findings, [], "", 0.0)
 
 
 def _wire_findings(results: List[CheckResult], wire_seen: Dict[str, int]) -> List[Finding]:
-    """One finding per wire requirement over all checks (failures are reported by their check)."""
+    """One finding per wire requirement over all checks (failures and notes are reported by their
+    check)."""
     failed_in: Dict[str, List[str]] = {}
     for result in results:
         for finding in result.findings:
-            if finding.status == FAIL and (
+            if finding.status in (FAIL, NOTE) and (
                 finding.requirement in WIRE_REQUIREMENTS or finding.requirement in SHAPE_REQUIREMENTS.values()
             ):
                 failed_in.setdefault(finding.requirement, []).append(result.name)
@@ -138,7 +156,8 @@ def _wire_findings(results: List[CheckResult], wire_seen: Dict[str, int]) -> Lis
     for requirement in (*WIRE_REQUIREMENTS, *dict.fromkeys(shapes)):
         if requirement in failed_in:
             checks = ", ".join(dict.fromkeys(failed_in[requirement]))
-            findings.append(finding_for(requirement, FAIL, f"failed in: {checks}"))
+            finding = finding_for(requirement, FAIL, "")
+            findings.append(finding._replace(detail=f"{'noted' if finding.status == NOTE else 'failed'} in: {checks}"))
         elif requirement in wire_seen:
             findings.append(finding_for(requirement, PASS, f"{wire_seen[requirement]} message(s) judged"))
         elif requirement == "ACP-V1-CONFIG-NO-BOOLEAN-WITHOUT-CAPABILITY":

@@ -25,8 +25,10 @@ how fast each turn's stream was drained.
 ``run`` is a terminal client (``acp_lite.tools.run``).
 
 Exit statuses: 0 success, 1 the agent failed (a turn failed, or ``validate`` found an invalid
-message or none at all), 2 usage error, 127 the agent could not be started, 130 interrupted, 128 + N
-ended by signal N (SIGTERM, SIGHUP); ``tap`` exits with the agent's status.
+message or none at all), 2 usage error (a file that cannot be read, or written: tried before the
+work starts), 127 the agent could not be started, 130 interrupted, 128 + N ended by signal N
+(SIGTERM, SIGHUP); ``tap`` exits with the agent's status. Anything else that goes wrong (an error of
+the machine, a closed stdout, a bug) is one line and status 1, never a traceback.
 """
 
 import argparse
@@ -39,11 +41,14 @@ from typing import Any, BinaryIO, Callable, Dict, Iterator, List, NamedTuple, Op
 
 from .. import __version__
 from ..agent import serve_stdio
-from ..errors import AcpError, AgentStartError, ConnectionClosed
+from ..errors import AgentStartError, ConnectionClosed
 from ..process import AgentProcess
 from ..wire import process_transport
-from .argtypes import existing_directory, positive_seconds, writable_file_or_stdout
+from .argtypes import existing_directory, positive_seconds, writable_file, writable_file_or_stdout
+from .bench_plot import agent_report_svg
 from .benchmark import (
+    AgentFailed,
+    BenchProgress,
     ReplayAgent,
     format_agent_report,
     format_client_turn,
@@ -112,9 +117,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except _Terminated as exc:
         cli_error(f"ended by {signal.Signals(exc.signum).name}")
         return 128 + exc.signum
+    except BrokenPipeError:  # our reader went away (`acp-lite validate ... | head`): nothing to say it to
+        _close_our_stdout()
+        return 1
+    except OSError as exc:  # the machine's, not ours: said in one line
+        cli_error(f"{args.command}: {exc}")
+        return 1
+    except Exception as exc:  # a bug: still one line, never a traceback
+        cli_error(f"{args.command}: internal error ({type(exc).__name__}: {exc}); please report it")
+        return 1
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _close_our_stdout() -> None:
+    # So that the interpreter's final flush of stdout does not fail again at exit.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class _Terminated(BaseException):
@@ -173,30 +194,39 @@ def _validate_command(args: argparse.Namespace) -> int:
         source = sys.stdin.buffer
         if sys.stdin.isatty():
             cli_error("validate: reading messages from stdin, one per line; Ctrl-D ends the input")
+    try:
+        with source:
+            return _validate_lines(source)
+    except OSError as exc:  # a read error after the open: /proc/self/mem, a device gone, ...
+        cli_error(f"cannot read {args.file or 'stdin'}: {exc.strerror or exc}")
+        return 2
+
+
+def _validate_lines(source: BinaryIO) -> int:
+    """One verdict per message line of ``source``; the exit status."""
     checker = WireChecker()
     total = invalid = 0
-    with source:
-        lines: Iterator[Tuple[int, bytes]] = ((number, line) for number, line in enumerate(source, 1) if line.strip())
-        first = next(lines, None)
-        if first is None:
-            cli_error("validate: the input holds no message (it is empty or blank)")
+    lines: Iterator[Tuple[int, bytes]] = ((number, line) for number, line in enumerate(source, 1) if line.strip())
+    first = next(lines, None)
+    if first is None:
+        cli_error("validate: the input holds no message (it is empty or blank)")
+        return 1
+    if first[1].lstrip()[:1] in (b"{", b"[") and not _is_json(first[1]):
+        rest = list(lines)  # a value that spans lines: is the whole input pretty-printed JSON?
+        if _json_values(first[1] + b"".join(line for _, line in rest)):
+            cli_error(
+                "validate: the input is pretty-printed JSON, but messages are read one per line "
+                "(NDJSON): compact it first, e.g. with `jq -c .`"
+            )
             return 1
-        if first[1].lstrip()[:1] in (b"{", b"[") and not _is_json(first[1]):
-            rest = list(lines)  # a value that spans lines: is the whole input pretty-printed JSON?
-            if _json_values(first[1] + b"".join(line for _, line in rest)):
-                cli_error(
-                    "validate: the input is pretty-printed JSON, but messages are read one per line "
-                    "(NDJSON): compact it first, e.g. with `jq -c .`"
-                )
-                return 1
-            lines = iter(rest)
-        for number, line in itertools.chain([first], lines):
-            verdict = _validate_line(checker, line.rstrip(b"\n"))
-            total += 1
-            invalid += not verdict.valid
-            findings = "; ".join(verdict.problems + verdict.notes)
-            status = "ok" if verdict.valid else "INVALID"
-            print(f"line {number}: {status} {_verdict_summary(verdict)}" + (f": {findings}" if findings else ""))
+        lines = iter(rest)
+    for number, line in itertools.chain([first], lines):
+        verdict = _validate_line(checker, line.rstrip(b"\n"))
+        total += 1
+        invalid += not verdict.valid
+        findings = "; ".join(verdict.problems + verdict.notes)
+        status = "ok" if verdict.valid else "INVALID"
+        print(f"line {number}: {status} {_verdict_summary(verdict)}" + (f": {findings}" if findings else ""))
     print(f"{total} messages, {invalid} invalid")
     return 1 if invalid else 0
 
@@ -269,6 +299,12 @@ def _configure_bench(parser: argparse.ArgumentParser) -> None:
         help="seconds to wait for initialize, and for each round trip's answer (default 30)",
     )
     agent.add_argument("--auth-method", metavar="ID", help="authenticate with this method after initialize")
+    agent.add_argument(
+        "--plot",
+        type=writable_file,
+        metavar="FILE",
+        help="also draw the turns' update rates and the latency distribution, as SVG, to FILE",
+    )
     client = parser.add_argument_group("measuring a client (--client)")
     client.add_argument(
         "--client", action="store_true", help="play an agent that replays an update stream in each turn"
@@ -305,8 +341,10 @@ def _bench_command(args: argparse.Namespace) -> int:
     if args.rounds < 1 or args.pings < 0:
         cli_error("bench: --rounds must be at least 1 and --pings at least 0")
         return 2
+    report: Dict[str, Any] = {}
+    progress = BenchProgress(sys.stderr)
     try:
-        report = measure_agent(
+        measure_agent(
             args.agent_command,
             prompts or ["Hello"],
             rounds=args.rounds,
@@ -315,32 +353,48 @@ def _bench_command(args: argparse.Namespace) -> int:
             allow=args.yes,
             init_timeout=args.timeout,
             auth_method=args.auth_method,
-            on_stderr_line=lambda line: print(line, file=sys.stderr, flush=True),
+            on_stderr_line=progress.line,
+            report=report,
+            on_progress=progress.turn,
         )
     except AgentStartError as exc:
         cli_error(str(exc))
         return CANNOT_START
-    except ConnectionClosed as exc:  # its stderr went to ours as it came: not repeated here
-        exit_code = "" if exc.exit_code is None else f" (exit code {exc.exit_code})"
-        cli_error(f"bench: the agent failed: it closed the connection{exit_code}")
+    except AgentFailed as exc:
+        progress.clear()
+        if isinstance(exc.error, ConnectionClosed):  # its stderr went to ours as it came: not repeated here
+            code = "" if exc.error.exit_code is None else f" (exit code {exc.error.exit_code})"
+            cli_error(f"bench: the agent failed: it closed the connection{code}")
+        else:
+            cli_error(f"bench: the agent failed: {exc.error}")
+        if exc.noise:
+            cli_error(exc.noise)
         return 1
-    except AcpError as exc:
-        cli_error(f"bench: the agent failed: {exc}")
-        return 1
+    except KeyboardInterrupt:
+        progress.clear()
+        if not report.get("turns"):
+            raise
+        cli_error(f"interrupted: the {len(report['turns'])} turn(s) measured so far")
+        _bench_output(args, report, format_agent_report(report))
+        return INTERRUPTED
+    progress.clear()
     return _bench_output(args, report, format_agent_report(report))
 
 
 def _bench_output(args: argparse.Namespace, report: Dict[str, Any], table: str) -> int:
     if args.json == "-":
         print(json.dumps(report))  # one line, for pipes
-        return 0
-    print(table, file=sys.stderr if args.client else sys.stdout, flush=True)
-    if args.json:
-        try:
-            with open(args.json, "w", encoding="utf-8") as f:
-                f.write(json.dumps(report, indent=2) + "\n")
+    else:
+        print(table, file=sys.stderr if args.client else sys.stdout, flush=True)
+    files = [(args.json, lambda: json.dumps(report, indent=2) + "\n")] if args.json and args.json != "-" else []
+    if getattr(args, "plot", None) and not args.client:
+        files.append((args.plot, lambda: agent_report_svg(report)))
+    for path, text in files:
+        try:  # checked before the run (argtypes), yet the disk may have filled up since
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text())
         except OSError as exc:
-            cli_error(f"cannot write {args.json}: {exc}")
+            cli_error(f"cannot write {path}: {exc.strerror or exc}")
             return 1
     return 0
 

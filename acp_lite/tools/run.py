@@ -28,6 +28,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -45,7 +46,6 @@ from ..schema import (
     ReadTextFileRequest,
     RequestPermissionRequest,
     SessionUpdateToolCallUpdate,
-    TextContent,
     ToolCall,
     WriteTextFileRequest,
 )
@@ -53,13 +53,17 @@ from ..updates import select_permission
 from ..workspace import WorkspaceClient
 from .argtypes import existing_directory, positive_seconds
 from .exits import CANNOT_START, INTERRUPTED, cli_error
-from .remote_url import agent_url
+from .run_history import PromptHistory
+from .run_view import Style, block_text, failure_reason, tool_call_details
+from .spawn import WatchedTransport, spawn_agent
 
 _RUN_CLIENT_INFO = Implementation(name="acp-lite-run", title="acp-lite run", version="0.1.0")
 # A signal that arrives just before the main thread blocks on a lock (or on another thread) does
 # not wake it: Python runs handlers only between bytecodes. Waits on the main thread are cut into
 # slices this long, so that a Ctrl-C is handled within one.
 _SIGNAL_POLL_SECONDS = 0.1
+# On a terminal, a wait for the agent longer than this is said, with what it waits for.
+_SAY_WAITING_AFTER = 1.0
 
 
 def configure_run(parser: argparse.ArgumentParser) -> None:
@@ -84,6 +88,11 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
         help="how long to wait for the agent to answer initialize (default: 30)",
     )
     parser.add_argument("--auth-method", metavar="ID", help="authenticate with this method after initialize")
+    parser.add_argument(
+        "--no-history",
+        action="store_true",
+        help="keep no prompt history (on a terminal it is kept in the user's state directory)",
+    )
 
 
 class _Screen:
@@ -97,6 +106,7 @@ class _Screen:
         self._lock = threading.Lock()
         self._mid_line = False  # stdout's last text did not end with a newline
         self._shared = sys.stdout.isatty() and sys.stderr.isatty()
+        self.style = Style(sys.stderr)
 
     def text(self, text: str) -> None:
         with self._lock:
@@ -105,11 +115,12 @@ class _Screen:
             if text:
                 self._mid_line = not text.endswith("\n")
 
-    def note(self, line: str) -> None:
+    def note(self, line: str, *styles: str) -> None:
+        """Write ``line`` to stderr, in ``styles`` (``Style`` names) when colour is on."""
         with self._lock:
             if self._mid_line and self._shared:
                 self._end_text_line()
-            sys.stderr.write(line + "\n")
+            sys.stderr.write(self.style.paint(line, *styles) + "\n")
             sys.stderr.flush()
 
     def break_line(self) -> None:
@@ -124,9 +135,10 @@ class _Screen:
 
 
 class _StderrRelay:
-    """Passes the agent's stderr lines on to the screen, but only once the agent is up: until
-    then they are kept, and an agent that fails to start shows them in its error instead.
-    ``line`` runs on the agent's stderr thread; the rest on the main thread."""
+    """Passes the agent's stderr lines on to the screen, marked (``[stderr]``, dimmed) so that they
+    are never taken for the agent's answer, but only once the agent is up: until then they are
+    kept, and an agent that fails to start shows them in its error instead. ``line`` runs on the
+    agent's stderr thread; the rest on the main thread."""
 
     def __init__(self, screen: _Screen):
         self._screen = screen
@@ -138,24 +150,20 @@ class _StderrRelay:
             if self._held is not None:
                 self._held.append(text)
                 return
-        self._screen.note(text)
+        self._show(text)
+
+    def _show(self, text: str) -> None:
+        self._screen.note(f"[stderr] {text}", "dim")
 
     def go_live(self) -> None:
         with self._lock:
             held, self._held = self._held or [], None
         for text in held:
-            self._screen.note(text)
+            self._show(text)
 
     def held(self) -> str:
         with self._lock:
             return "\n".join(self._held or ())
-
-
-def _content_text(block: Any) -> str:
-    if isinstance(block, TextContent):
-        return block.text
-    uri = getattr(block, "uri", None)
-    return f"[{getattr(block, 'type', 'content')}{' ' + uri if uri else ''}]"
 
 
 class _TerminalClient(WorkspaceClient):
@@ -175,7 +183,8 @@ class _TerminalClient(WorkspaceClient):
         self.screen = screen
         self.questions = questions
         self.serve_changes = serve_changes
-        self.tool_calls: Dict[str, Dict[str, Any]] = {}  # id -> title, kind, status
+        # id -> what the agent said of it so far: title, kind, status, locations, content, ...
+        self.tool_calls: Dict[str, Dict[str, Any]] = {}
         self.message_id: Optional[str] = None  # of the agent message being shown
 
     def session_update(self, params: Any) -> None:
@@ -187,13 +196,13 @@ class _TerminalClient(WorkspaceClient):
             if update.message_id != self.message_id:  # a new message starts on a new line
                 self.screen.break_line()
                 self.message_id = update.message_id
-            self.screen.text(_content_text(update.content))
+            self.screen.text(block_text(update.content))
         elif isinstance(update, AgentThoughtChunk):
-            self.screen.note(f"[thought] {_content_text(update.content)}")
+            self.screen.note(f"[thought] {block_text(update.content)}", "dim")
         elif isinstance(update, (ToolCall, SessionUpdateToolCallUpdate)):
             self._show_tool_call(update)
         elif isinstance(update, Plan):
-            self.screen.note("[plan]" + "".join(f"\n  [{e.status}] {e.content}" for e in update.entries))
+            self.screen.note("[plan]" + "".join(f"\n  [{e.status}] {e.content}" for e in update.entries), "magenta")
         elif isinstance(update, CurrentModeUpdate):
             self.screen.note(f"[mode] {update.current_mode_id}")
 
@@ -201,13 +210,18 @@ class _TerminalClient(WorkspaceClient):
         known = self.tool_calls.setdefault(
             update.tool_call_id, {"title": update.tool_call_id, "kind": None, "status": "pending"}
         )
+        remember(known, update)
         changes = {
             name: getattr(update, name) for name in ("title", "kind", "status") if getattr(update, name) is not None
         }
-        known.update(changes)
         if changes or isinstance(update, ToolCall):
             kind = f" ({known['kind']})" if known["kind"] else ""
-            self.screen.note(f"[tool] {known['title']}{kind}: {known['status']}")
+            failed = known["status"] == "failed"
+            reason = failure_reason(known) if failed and "status" in changes else []
+            self.screen.note(
+                f"[tool] {known['title']}{kind}: {known['status']}" + "".join(f"\n  {line}" for line in reason),
+                "red" if failed else "cyan",
+            )
 
     def read_text_file(self, params: ReadTextFileRequest) -> Any:
         self.screen.note(f"[fs] read {params.path}")
@@ -248,6 +262,22 @@ class _TerminalClient(WorkspaceClient):
         known = self.tool_calls.get(tool.tool_call_id, {})
         return tool.title or known.get("title") or tool.tool_call_id
 
+    def tool_call(self, params: RequestPermissionRequest) -> Dict[str, Any]:
+        """What is known of the tool call a permission request is about: what its updates said,
+        and what the request itself says of it (which wins)."""
+        known = dict(self.tool_calls.get(params.tool_call.tool_call_id, {}))
+        remember(known, params.tool_call)
+        return known
+
+
+def remember(known: Dict[str, Any], update: Any) -> None:
+    """Fold what a tool call update (or the tool call of a permission request) says into
+    ``known``: only the fields it carries."""
+    for name in ("title", "kind", "status", "locations", "content", "raw_input", "raw_output"):
+        value = getattr(update, name, None)
+        if value is not None:
+            known[name] = value
+
 
 # Events the main thread waits for during a turn, besides permission questions.
 _TURN_DONE = object()
@@ -272,6 +302,9 @@ class _RunSession:
     def __init__(self, args: argparse.Namespace, screen: _Screen):
         self.auto_allow = args.yes
         self.interactive = sys.stdin.isatty()
+        self.history = (
+            PromptHistory(None if args.no_history else PromptHistory.default_path()) if self.interactive else None
+        )
         self.screen = screen
         self.questions: queue.SimpleQueue[Any] = queue.SimpleQueue()  # put() is safe in a signal handler
         self.client = _TerminalClient(screen, self.questions, serve_changes=self.interactive or args.yes)
@@ -280,6 +313,10 @@ class _RunSession:
     def prompts(self) -> Any:
         """Yield prompt lines until end of input; a Ctrl-C at the prompt asks for a second one."""
         interrupted = False
+        if self.history is not None:
+            problem = self.history.load()
+            if problem:
+                self.screen.note(problem, "dim")
         while True:
             try:
                 line = input("> ") if self.interactive else sys.stdin.readline()
@@ -295,6 +332,9 @@ class _RunSession:
                 return
             interrupted = False
             if line.strip():
+                problem = self.history.add() if self.history is not None else ""
+                if problem:
+                    self.screen.note(problem, "dim")
                 yield line.rstrip("\r\n")
 
     def turn(self, agent: RemoteAgent, session_id: str, text: str) -> str:
@@ -371,13 +411,21 @@ class _RunSession:
         return None
 
     def ask(self, title: str, params: RequestPermissionRequest) -> Optional[str]:
+        """Show the question, with what the tool call is about, and read the answer until it is
+        one of the options (or Enter, which cancels the turn)."""
         options = params.options
+        call = self.client.tool_call(params)
+        kind = f" ({call['kind']})" if call.get("kind") else ""
+        self.screen.note(f"[permission] {title}{kind}", "yellow", "bold")
+        details = tool_call_details(call)
+        if details:
+            self.screen.note("\n".join(f"  {line}" for line in details))
         self.screen.note(
-            f"[permission] {title}"
-            + "".join(f"\n  {number}) {option.name} ({option.kind})" for number, option in enumerate(options, 1))
+            "\n".join(f"  {number}) {option.name} ({option.kind})" for number, option in enumerate(options, 1)),
+            "yellow",
         )
         while True:
-            self.screen.note(f"choose 1-{len(options)}, or Enter to cancel the turn:")
+            self.screen.note(f"choose 1-{len(options)}, or Enter to cancel the turn:", "yellow")
             self._asking = True
             try:
                 answer = sys.stdin.readline()
@@ -385,27 +433,26 @@ class _RunSession:
                 self._asking = False
             if not answer:
                 raise _Quit("end of input at a permission question")
-            if not answer.strip():
+            choice = answer.strip()
+            if not choice:
                 return None
-            if answer.strip().isdigit() and 1 <= int(answer) <= len(options):
-                return options[int(answer) - 1].option_id
+            if choice.isdigit() and 1 <= int(choice) <= len(options):
+                return options[int(choice) - 1].option_id
+            self.screen.note(f"{choice!r} is not one of the options: type a number from 1 to {len(options)}", "red")
 
 
 def _start_agent(args: argparse.Namespace, run: _RunSession, relay: _StderrRelay) -> Tuple[Optional[RemoteAgent], int]:
     """Spawn and initialize the agent, and authenticate if asked; (agent, 0), or (None, exit
     status) after saying why. The agent is closed on every way out but success, a Ctrl-C too."""
-    url = agent_url(args.agent_command)
     try:
-        if url is not None:
-            agent = RemoteAgent.connect_url(url, run.client)
-        else:
-            agent = RemoteAgent.spawn(args.agent_command, run.client, on_stderr_line=relay.line)
+        agent, transport = spawn_agent(args.agent_command, run.client, on_stderr_line=relay.line)
     except (AgentStartError, ConnectionClosed, ImportError) as exc:
         cli_error(str(exc))
         return None, CANNOT_START
     status = None
     try:
-        status = _handshake(agent, args, relay)
+        with _WaitNotice(run, "the agent to answer initialize", args.timeout):
+            status = _handshake(agent, args, relay, transport)
     finally:
         if status != 0:
             agent.close()
@@ -415,19 +462,22 @@ def _start_agent(args: argparse.Namespace, run: _RunSession, relay: _StderrRelay
     return agent, 0
 
 
-def _handshake(agent: RemoteAgent, args: argparse.Namespace, relay: _StderrRelay) -> int:
+def _handshake(agent: RemoteAgent, args: argparse.Namespace, relay: _StderrRelay, transport: WatchedTransport) -> int:
     """``initialize``, then ``authenticate`` with ``--auth-method``; the exit status so far."""
     try:
         agent.initialize(timeout=args.timeout)
     except CallTimeout:
         held = relay.held()
+        noise = transport.noise_note()
         cli_error(
             f"the agent did not answer initialize within {args.timeout:g} s"
-            + (f"; its stderr so far:\n{held}" if held else " (and wrote nothing to stderr)")
+            + (f"; {noise}" if noise else "")
+            + (f"\nits stderr so far:\n{held}" if held else "" if noise else " (and wrote nothing to stderr)")
         )
         return 1
     except AcpError as exc:  # it exited, answered with an error, or chose a version we lack
-        cli_error(f"the agent failed to initialize: {exc}")
+        noise = transport.noise_note()
+        cli_error(f"the agent failed to initialize: {exc}" + (f"\n{noise}" if noise else ""))
         return 1
     if args.auth_method is None:
         return 0
@@ -469,6 +519,38 @@ def _auth_help(agent: RemoteAgent, agent_command: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+class _WaitNotice:
+    """On a terminal, a wait longer than ``_SAY_WAITING_AFTER`` is said once, with what it waits
+    for and for how long at most; and when it ends, how long it took. A timer thread says it;
+    it is gone when the block ends."""
+
+    def __init__(self, run: "_RunSession", what: str, limit: Optional[float]):
+        self._screen = run.screen
+        self._what = what
+        self._limit = limit
+        self._timer = threading.Timer(_SAY_WAITING_AFTER, self._say) if run.interactive else None
+        self._said = threading.Event()
+        self._started = time.monotonic()
+
+    def _say(self) -> None:
+        self._said.set()
+        limit = f" (up to {self._limit:g} s; Ctrl-C gives up)" if self._limit else " (Ctrl-C gives up)"
+        self._screen.note(f"[waiting] for {self._what}{limit}...", "dim")
+
+    def __enter__(self) -> None:
+        if self._timer is not None:
+            self._timer.daemon = True
+            self._timer.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._timer is None:
+            return
+        self._timer.cancel()
+        self._timer.join()
+        if self._said.is_set() and exc[0] is None:
+            self._screen.note(f"[waiting] done after {time.monotonic() - self._started:.1f} s", "dim")
+
+
 def run_command(args: argparse.Namespace) -> int:
     screen = _Screen()
     run = _RunSession(args, screen)
@@ -477,7 +559,8 @@ def run_command(args: argparse.Namespace) -> int:
     if agent is None:
         return status
     try:
-        session_id = agent.new_session(args.cwd).session_id
+        with _WaitNotice(run, "the agent to open a session (session/new)", None):
+            session_id = agent.new_session(args.cwd).session_id
         info = agent.info
         name = f"{info.title or info.name} {info.version}" if info else "the agent"
         screen.note(f"[session] {session_id} with {name} (protocol v{agent.protocol_version}) in {args.cwd}")

@@ -15,6 +15,8 @@ The editor launches ``acp-lite tap --log FILE -- AGENT_CMD...`` instead of the a
   "flags": [...]}``, with ``"raw": <text>`` instead of ``"msg"`` for a line that is not JSON.
   ``flags`` are the problems and notes of ``wirecheck.WireChecker`` (an empty list when the
   message is fine).
+- An agent's line on stdout that is not JSON (a banner, a log line) is also said on stderr, the
+  first few of them, in the same one-line style as every ``acp-lite`` error.
 """
 
 import collections
@@ -29,6 +31,7 @@ from typing import BinaryIO, Deque, Dict, List, Sequence, Set, Tuple
 import msgspec
 
 from ..errors import ConnectionClosed
+from .exits import CANNOT_START, cli_error
 from .remote_url import agent_url
 from .wirecheck import AGENT_TO_CLIENT, CLIENT_TO_AGENT, WireChecker
 
@@ -37,6 +40,9 @@ _TAP_READ_SIZE = 64 * 1024
 # After the agent exited, how long we wait for the rest of its stdout (a grandchild may still
 # hold the pipe open) before giving up on it.
 _TAP_DRAIN_SECONDS = 2.0
+
+# How many of the agent's stray stdout lines are said on stderr (the log keeps them all).
+_TAP_NOISE_LINES = 3
 
 # How long the main thread waits for the agent's exit before it looks at signals again.
 _TAP_SIGNAL_POLL_SECONDS = 0.1
@@ -60,6 +66,7 @@ class _TapLog:
         self._closing = False
         self._checker = WireChecker()
         self._encoder = msgspec.json.Encoder()
+        self._noise = 0  # lines from the agent that are not JSON
         self._thread = threading.Thread(target=self._write_entries, name="tap-log", daemon=True)
         self._thread.start()
 
@@ -89,6 +96,14 @@ class _TapLog:
             self._ready.notify()
         self._thread.join()
 
+    def _say_noise(self, text: str) -> None:
+        """Tell the user (on stderr, the editor's log) of the agent's first stray stdout lines."""
+        self._noise += 1
+        if self._noise <= _TAP_NOISE_LINES:
+            cli_error(f"tap: the agent wrote a line that is not JSON-RPC on its stdout: {text[:200]!r}")
+        elif self._noise == _TAP_NOISE_LINES + 1:
+            cli_error("tap: the agent wrote more such lines; the log has them all")
+
     def _write_entries(self) -> None:
         """Body of the logging thread."""
         while True:
@@ -105,7 +120,9 @@ class _TapLog:
         message, verdict = self._checker.check_line(line, direction)
         entry: Dict[str, object] = {"dir": direction, "t": seen_at}
         if verdict.kind == "garbage" and message is None:
-            entry["raw"] = line.decode("utf-8", errors="replace")
+            entry["raw"] = raw = line.decode("utf-8", errors="replace")
+            if direction == AGENT_TO_CLIENT:
+                self._say_noise(raw)
         else:
             entry["msg"] = message
         entry["flags"] = verdict.problems + verdict.notes + flags
@@ -158,7 +175,7 @@ def run_tap(agent_argv: Sequence[str], log_path: str) -> int:
     try:
         log_file = open(log_path, "wb")
     except OSError as exc:
-        print(f"acp-lite tap: cannot open the log: {exc}", file=sys.stderr)
+        cli_error(f"tap: cannot open the log {log_path}: {exc.strerror or exc}")
         return 2
     with log_file:
         url = agent_url(agent_argv)
@@ -167,8 +184,8 @@ def run_tap(agent_argv: Sequence[str], log_path: str) -> int:
         try:
             agent = subprocess.Popen(list(agent_argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         except OSError as exc:
-            print(f"acp-lite tap: cannot start the agent {agent_argv[0]!r}: {exc}", file=sys.stderr)
-            return 127
+            cli_error(f"tap: cannot start the agent {agent_argv[0]!r}: {exc.strerror or exc}")
+            return CANNOT_START
         assert agent.stdin is not None and agent.stdout is not None
         log = _TapLog(log_file)
         for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):

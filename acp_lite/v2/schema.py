@@ -12,7 +12,6 @@ also honours the leniency markers carried in ``msgspec.Meta(extra=...)``.
 ``PROTOCOL_METHODS`` those both sides handle; a ``MethodSpec`` whose ``result_type`` is ``None``
 is a notification.
 """
-
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Dict, List, Literal, Optional, Union
@@ -26,9 +25,7 @@ PROTOCOL_VERSION = 2
 # Leniency markers read by acp_lite.codec: a malformed value falls back to the field's default,
 # and a malformed item of an array is dropped.
 _DEFAULT_ON_ERROR = msgspec.Meta(extra={"x-deserialize-default-on-error": True})
-_SKIP_INVALID_ITEMS = msgspec.Meta(
-    extra={"x-deserialize-default-on-error": True, "x-deserialize-skip-invalid-items": True}
-)
+_SKIP_INVALID_ITEMS = msgspec.Meta(extra={"x-deserialize-default-on-error": True, "x-deserialize-skip-invalid-items": True})
 
 
 class _SchemaStruct(msgspec.Struct, omit_defaults=True, repr_omit_defaults=True, gc=False):
@@ -119,7 +116,6 @@ class Annotations(_SchemaStruct, kw_only=True):
 
 class TextContent(_SchemaStruct, kw_only=True, tag_field="type", tag="text"):
     """The ``text`` variant of ``ContentBlock``."""
-
     text: str
     annotations: Annotated[Optional[Annotations], _DEFAULT_ON_ERROR] = None
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -127,7 +123,6 @@ class TextContent(_SchemaStruct, kw_only=True, tag_field="type", tag="text"):
 
 class ImageContent(_SchemaStruct, kw_only=True, tag_field="type", tag="image"):
     """The ``image`` variant of ``ContentBlock``."""
-
     data: str
     mime_type: MediaType = msgspec.field(name="mimeType")
     uri: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
@@ -137,7 +132,6 @@ class ImageContent(_SchemaStruct, kw_only=True, tag_field="type", tag="image"):
 
 class AudioContent(_SchemaStruct, kw_only=True, tag_field="type", tag="audio"):
     """The ``audio`` variant of ``ContentBlock``."""
-
     data: str
     mime_type: MediaType = msgspec.field(name="mimeType")
     annotations: Annotated[Optional[Annotations], _DEFAULT_ON_ERROR] = None
@@ -154,7 +148,6 @@ class Icon(_SchemaStruct, kw_only=True):
 
 class ResourceLink(_SchemaStruct, kw_only=True, tag_field="type", tag="resource_link"):
     """The ``resource_link`` variant of ``ContentBlock``."""
-
     name: str
     uri: str
     title: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
@@ -182,7 +175,6 @@ class BlobResourceContents(_SchemaStruct, kw_only=True):
 
 class EmbeddedResource(_SchemaStruct, kw_only=True, tag_field="type", tag="resource"):
     """The ``resource`` variant of ``ContentBlock``."""
-
     resource: EmbeddedResourceResource
     annotations: Annotated[Optional[Annotations], _DEFAULT_ON_ERROR] = None
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -190,7 +182,6 @@ class EmbeddedResource(_SchemaStruct, kw_only=True, tag_field="type", tag="resou
 
 class Content(_SchemaStruct, kw_only=True, tag_field="type", tag="content"):
     """The ``content`` variant of ``ToolCallContent``."""
-
     content: ContentBlock
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
@@ -212,7 +203,6 @@ class DiffPatch(_SchemaStruct, kw_only=True):
 
 class Diff(_SchemaStruct, kw_only=True, tag_field="type", tag="diff"):
     """The ``diff`` variant of ``ToolCallContent``."""
-
     changes: Annotated[List[DiffChange], _SKIP_INVALID_ITEMS]
     patch: Annotated[Optional[DiffPatch], _DEFAULT_ON_ERROR] = None
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -220,7 +210,6 @@ class Diff(_SchemaStruct, kw_only=True, tag_field="type", tag="diff"):
 
 class Terminal(_SchemaStruct, kw_only=True, tag_field="type", tag="terminal"):
     """The ``terminal`` variant of ``ToolCallContent``."""
-
     terminal_id: TerminalId = msgspec.field(name="terminalId")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
@@ -242,14 +231,12 @@ class ToolCallCancelCapabilities(_SchemaStruct, kw_only=True):
 
 class ToolCallPermissionSubject(_SchemaStruct, kw_only=True, tag_field="type", tag="tool_call"):
     """The ``tool_call`` variant of ``RequestPermissionSubject``."""
-
     tool_call: ToolCallUpdate = msgspec.field(name="toolCall")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class CommandPermissionSubject(_SchemaStruct, kw_only=True, tag_field="type", tag="command"):
     """The ``command`` variant of ``RequestPermissionSubject``."""
-
     command: str
     cwd: AbsolutePath
     tool_call_id: Annotated[Optional[ToolCallId], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="toolCallId")
@@ -291,7 +278,6 @@ class EnumOption(_SchemaStruct, kw_only=True):
 
 class StringPropertySchema(_SchemaStruct, kw_only=True, tag_field="type", tag="string"):
     """The ``string`` variant of ``ElicitationPropertySchema``."""
-
     title: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     description: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     min_length: Optional[_Uint32] = msgspec.field(default=None, name="minLength")
@@ -306,7 +292,6 @@ class StringPropertySchema(_SchemaStruct, kw_only=True, tag_field="type", tag="s
 
 class NumberPropertySchema(_SchemaStruct, kw_only=True, tag_field="type", tag="number"):
     """The ``number`` variant of ``ElicitationPropertySchema``."""
-
     title: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     description: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     minimum: Optional[float] = None
@@ -317,7 +302,6 @@ class NumberPropertySchema(_SchemaStruct, kw_only=True, tag_field="type", tag="n
 
 class IntegerPropertySchema(_SchemaStruct, kw_only=True, tag_field="type", tag="integer"):
     """The ``integer`` variant of ``ElicitationPropertySchema``."""
-
     title: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     description: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     minimum: Optional[int] = None
@@ -328,7 +312,6 @@ class IntegerPropertySchema(_SchemaStruct, kw_only=True, tag_field="type", tag="
 
 class BooleanPropertySchema(_SchemaStruct, kw_only=True, tag_field="type", tag="boolean"):
     """The ``boolean`` variant of ``ElicitationPropertySchema``."""
-
     title: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     description: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     default: Annotated[Optional[bool], _DEFAULT_ON_ERROR] = None
@@ -337,7 +320,6 @@ class BooleanPropertySchema(_SchemaStruct, kw_only=True, tag_field="type", tag="
 
 class StringMultiSelectItems(_SchemaStruct, kw_only=True, tag_field="type", tag="string"):
     """The ``string`` variant of ``MultiSelectItems``."""
-
     enum: List[str]
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
@@ -349,7 +331,6 @@ class TitledMultiSelectItems(_SchemaStruct, kw_only=True):
 
 class MultiSelectPropertySchema(_SchemaStruct, kw_only=True, tag_field="type", tag="array"):
     """The ``array`` variant of ``ElicitationPropertySchema``."""
-
     title: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     description: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     min_items: Optional[_Uint64] = msgspec.field(default=None, name="minItems")
@@ -361,7 +342,6 @@ class MultiSelectPropertySchema(_SchemaStruct, kw_only=True, tag_field="type", t
 
 class ElicitationFormMode(_SchemaStruct, kw_only=True, tag_field="mode", tag="form"):
     """The ``form`` variant of ``CreateElicitationRequest``."""
-
     message: str
     requested_schema: ElicitationSchema = msgspec.field(name="requestedSchema")
     session_id: Optional[SessionId] = msgspec.field(default=None, name="sessionId")
@@ -372,7 +352,6 @@ class ElicitationFormMode(_SchemaStruct, kw_only=True, tag_field="mode", tag="fo
 
 class ElicitationUrlMode(_SchemaStruct, kw_only=True, tag_field="mode", tag="url"):
     """The ``url`` variant of ``CreateElicitationRequest``."""
-
     message: str
     elicitation_id: ElicitationId = msgspec.field(name="elicitationId")
     url: str
@@ -386,9 +365,7 @@ class InitializeResponse(_SchemaStruct, kw_only=True):
     protocol_version: ProtocolVersion = msgspec.field(name="protocolVersion")
     info: Implementation
     capabilities: Annotated[Optional[AgentCapabilities], _DEFAULT_ON_ERROR] = None
-    auth_methods: Annotated[Optional[List[AuthMethod]], _SKIP_INVALID_ITEMS] = msgspec.field(
-        default=None, name="authMethods"
-    )
+    auth_methods: Annotated[Optional[List[AuthMethod]], _SKIP_INVALID_ITEMS] = msgspec.field(default=None, name="authMethods")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
@@ -409,18 +386,14 @@ class SessionCapabilities(_SchemaStruct, kw_only=True):
     prompt: Annotated[Optional[PromptCapabilities], _DEFAULT_ON_ERROR] = None
     mcp: Annotated[Optional[McpCapabilities], _DEFAULT_ON_ERROR] = None
     delete: Annotated[Optional[SessionDeleteCapabilities], _DEFAULT_ON_ERROR] = None
-    additional_directories: Annotated[Optional[SessionAdditionalDirectoriesCapabilities], _DEFAULT_ON_ERROR] = (
-        msgspec.field(default=None, name="additionalDirectories")
-    )
+    additional_directories: Annotated[Optional[SessionAdditionalDirectoriesCapabilities], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="additionalDirectories")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class PromptCapabilities(_SchemaStruct, kw_only=True):
     image: Annotated[Optional[PromptImageCapabilities], _DEFAULT_ON_ERROR] = None
     audio: Annotated[Optional[PromptAudioCapabilities], _DEFAULT_ON_ERROR] = None
-    embedded_context: Annotated[Optional[PromptEmbeddedContextCapabilities], _DEFAULT_ON_ERROR] = msgspec.field(
-        default=None, name="embeddedContext"
-    )
+    embedded_context: Annotated[Optional[PromptEmbeddedContextCapabilities], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="embeddedContext")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
@@ -470,7 +443,6 @@ class EnvVariable(_SchemaStruct, kw_only=True):
 
 class AuthMethodTerminal(_SchemaStruct, kw_only=True, tag_field="type", tag="terminal"):
     """The ``terminal`` variant of ``AuthMethod``."""
-
     method_id: AuthMethodId = msgspec.field(name="methodId")
     name: str
     description: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
@@ -481,7 +453,6 @@ class AuthMethodTerminal(_SchemaStruct, kw_only=True, tag_field="type", tag="ter
 
 class AuthMethodAgent(_SchemaStruct, kw_only=True, tag_field="type", tag="agent"):
     """The ``agent`` variant of ``AuthMethod``."""
-
     method_id: AuthMethodId = msgspec.field(name="methodId")
     name: str
     description: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
@@ -498,12 +469,8 @@ class LogoutAuthResponse(_SchemaStruct, kw_only=True):
 
 class NewSessionResponse(_SchemaStruct, kw_only=True):
     session_id: SessionId = msgspec.field(name="sessionId")
-    config_options: Annotated[Optional[List[SessionConfigOption]], _SKIP_INVALID_ITEMS] = msgspec.field(
-        default=None, name="configOptions"
-    )
-    available_commands: Annotated[Optional[List[AvailableCommand]], _SKIP_INVALID_ITEMS] = msgspec.field(
-        default=None, name="availableCommands"
-    )
+    config_options: Annotated[Optional[List[SessionConfigOption]], _SKIP_INVALID_ITEMS] = msgspec.field(default=None, name="configOptions")
+    available_commands: Annotated[Optional[List[AvailableCommand]], _SKIP_INVALID_ITEMS] = msgspec.field(default=None, name="availableCommands")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
@@ -523,7 +490,6 @@ class SessionConfigSelectGroup(_SchemaStruct, kw_only=True):
 
 class SessionConfigSelect(_SchemaStruct, kw_only=True, tag_field="type", tag="select"):
     """The ``select`` variant of ``SessionConfigOption``."""
-
     config_id: SessionConfigId = msgspec.field(name="configId")
     name: str
     description: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
@@ -535,7 +501,6 @@ class SessionConfigSelect(_SchemaStruct, kw_only=True, tag_field="type", tag="se
 
 class SessionConfigBoolean(_SchemaStruct, kw_only=True, tag_field="type", tag="boolean"):
     """The ``boolean`` variant of ``SessionConfigOption``."""
-
     config_id: SessionConfigId = msgspec.field(name="configId")
     name: str
     description: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
@@ -546,14 +511,12 @@ class SessionConfigBoolean(_SchemaStruct, kw_only=True, tag_field="type", tag="b
 
 class TextCommandInput(_SchemaStruct, kw_only=True, tag_field="type", tag="text"):
     """The ``text`` variant of ``AvailableCommandInput``."""
-
     hint: str
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class Command(_SchemaStruct, kw_only=True, tag_field="type", tag="command"):
     """The ``command`` variant of ``AvailableCommand``."""
-
     name: str
     description: str
     input: Annotated[Optional[AvailableCommandInput], _DEFAULT_ON_ERROR] = None
@@ -580,12 +543,8 @@ class DeleteSessionResponse(_SchemaStruct, kw_only=True):
 
 
 class ResumeSessionResponse(_SchemaStruct, kw_only=True):
-    config_options: Annotated[Optional[List[SessionConfigOption]], _SKIP_INVALID_ITEMS] = msgspec.field(
-        default=None, name="configOptions"
-    )
-    available_commands: Annotated[Optional[List[AvailableCommand]], _SKIP_INVALID_ITEMS] = msgspec.field(
-        default=None, name="availableCommands"
-    )
+    config_options: Annotated[Optional[List[SessionConfigOption]], _SKIP_INVALID_ITEMS] = msgspec.field(default=None, name="configOptions")
+    available_commands: Annotated[Optional[List[AvailableCommand]], _SKIP_INVALID_ITEMS] = msgspec.field(default=None, name="availableCommands")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
@@ -647,7 +606,6 @@ class ContentChunk(_SchemaStruct, kw_only=True):
 
 class UserMessage(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="user_message"):
     """The ``user_message`` variant of ``SessionUpdate``."""
-
     message_id: MessageId = msgspec.field(name="messageId")
     content: Annotated[Optional[List[ContentBlock]], _SKIP_INVALID_ITEMS] = None
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -655,7 +613,6 @@ class UserMessage(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="u
 
 class AgentMessage(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="agent_message"):
     """The ``agent_message`` variant of ``SessionUpdate``."""
-
     message_id: MessageId = msgspec.field(name="messageId")
     content: Annotated[Optional[List[ContentBlock]], _SKIP_INVALID_ITEMS] = None
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -663,7 +620,6 @@ class AgentMessage(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="
 
 class AgentThought(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="agent_thought"):
     """The ``agent_thought`` variant of ``SessionUpdate``."""
-
     message_id: MessageId = msgspec.field(name="messageId")
     content: Annotated[Optional[List[ContentBlock]], _SKIP_INVALID_ITEMS] = None
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -671,28 +627,24 @@ class AgentThought(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="
 
 class BackgroundTerminal(_SchemaStruct, kw_only=True, tag_field="type", tag="terminal"):
     """The ``terminal`` variant of ``BackgroundWork``."""
-
     terminal_id: TerminalId = msgspec.field(name="terminalId")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class BackgroundToolCall(_SchemaStruct, kw_only=True, tag_field="type", tag="tool_call"):
     """The ``tool_call`` variant of ``BackgroundWork``."""
-
     tool_call_id: ToolCallId = msgspec.field(name="toolCallId")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class RunningStateUpdate(_SchemaStruct, kw_only=True, tag_field="state", tag="running"):
     """The ``running`` variant of ``StateUpdate``."""
-
     background: Annotated[Optional[List[BackgroundWork]], _DEFAULT_ON_ERROR] = None
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class ErrorStopReason(_SchemaStruct, kw_only=True, tag_field="stopReason", tag="error"):
     """The ``error`` variant of ``IdleStateUpdate``."""
-
     background: Annotated[Optional[List[BackgroundWork]], _DEFAULT_ON_ERROR] = None
     error: Annotated[Optional[Error], _DEFAULT_ON_ERROR] = None
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -700,7 +652,6 @@ class ErrorStopReason(_SchemaStruct, kw_only=True, tag_field="stopReason", tag="
 
 class IdleStateUpdate(_SchemaStruct, kw_only=True, tag_field="state", tag="idle"):
     """The ``idle`` variant of ``StateUpdate``."""
-
     background: Annotated[Optional[List[BackgroundWork]], _DEFAULT_ON_ERROR] = None
     stop_reason: Annotated[Optional[str], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="stopReason")
     error: Annotated[Optional[Error], _DEFAULT_ON_ERROR] = None
@@ -709,14 +660,12 @@ class IdleStateUpdate(_SchemaStruct, kw_only=True, tag_field="state", tag="idle"
 
 class RequiresActionStateUpdate(_SchemaStruct, kw_only=True, tag_field="state", tag="requires_action"):
     """The ``requires_action`` variant of ``StateUpdate``."""
-
     background: Annotated[Optional[List[BackgroundWork]], _DEFAULT_ON_ERROR] = None
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class ToolCallContentChunk(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="tool_call_content_chunk"):
     """The ``tool_call_content_chunk`` variant of ``SessionUpdate``."""
-
     tool_call_id: ToolCallId = msgspec.field(name="toolCallId")
     content: ToolCallContent
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -750,14 +699,11 @@ class TerminalCancelCapabilities(_SchemaStruct, kw_only=True):
 
 class TerminalUpdate(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="terminal_update"):
     """The ``terminal_update`` variant of ``SessionUpdate``."""
-
     terminal_id: TerminalId = msgspec.field(name="terminalId")
     command: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     cwd: Annotated[Optional[AbsolutePath], _DEFAULT_ON_ERROR] = None
     output: Annotated[Optional[TerminalOutput], _DEFAULT_ON_ERROR] = None
-    exit_status: Annotated[Optional[TerminalExitStatus], _DEFAULT_ON_ERROR] = msgspec.field(
-        default=None, name="exitStatus"
-    )
+    exit_status: Annotated[Optional[TerminalExitStatus], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="exitStatus")
     size: Annotated[Optional[TerminalSize], _DEFAULT_ON_ERROR] = None
     capabilities: Annotated[Optional[TerminalCapabilities], _DEFAULT_ON_ERROR] = None
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -765,7 +711,6 @@ class TerminalUpdate(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag
 
 class TerminalOutputChunk(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="terminal_output_chunk"):
     """The ``terminal_output_chunk`` variant of ``SessionUpdate``."""
-
     terminal_id: TerminalId = msgspec.field(name="terminalId")
     data: str
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -780,7 +725,6 @@ class PlanEntry(_SchemaStruct, kw_only=True):
 
 class PlanItems(_SchemaStruct, kw_only=True, tag_field="type", tag="items"):
     """The ``items`` variant of ``PlanUpdateContent``."""
-
     plan_id: PlanId = msgspec.field(name="planId")
     entries: Annotated[List[PlanEntry], _SKIP_INVALID_ITEMS]
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -788,28 +732,24 @@ class PlanItems(_SchemaStruct, kw_only=True, tag_field="type", tag="items"):
 
 class PlanUpdate(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="plan_update"):
     """The ``plan_update`` variant of ``SessionUpdate``."""
-
     plan: PlanUpdateContent
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class AvailableCommandsUpdate(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="available_commands_update"):
     """The ``available_commands_update`` variant of ``SessionUpdate``."""
-
     available_commands: Annotated[List[AvailableCommand], _SKIP_INVALID_ITEMS] = msgspec.field(name="availableCommands")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class ConfigOptionUpdate(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="config_option_update"):
     """The ``config_option_update`` variant of ``SessionUpdate``."""
-
     config_options: Annotated[List[SessionConfigOption], _SKIP_INVALID_ITEMS] = msgspec.field(name="configOptions")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class SessionInfoUpdate(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="session_info_update"):
     """The ``session_info_update`` variant of ``SessionUpdate``."""
-
     title: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
     updated_at: Annotated[Optional[str], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="updatedAt")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -823,7 +763,6 @@ class Cost(_SchemaStruct, kw_only=True):
 
 class UsageUpdate(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="usage_update"):
     """The ``usage_update`` variant of ``SessionUpdate``."""
-
     used: _Uint64
     size: _Uint64
     cost: Annotated[Optional[Cost], _DEFAULT_ON_ERROR] = None
@@ -832,7 +771,6 @@ class UsageUpdate(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="u
 
 class Notice(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="notice"):
     """The ``notice`` variant of ``SessionUpdate``."""
-
     severity: NoticeSeverity
     title: str
     description: Annotated[Optional[str], _DEFAULT_ON_ERROR] = None
@@ -841,7 +779,6 @@ class Notice(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="notice
 
 class CompactionUpdate(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="compaction_update"):
     """The ``compaction_update`` variant of ``SessionUpdate``."""
-
     compaction_id: CompactionId = msgspec.field(name="compactionId")
     status: CompactionStatus
     summary: Annotated[Optional[List[ContentBlock]], _SKIP_INVALID_ITEMS] = None
@@ -851,7 +788,6 @@ class CompactionUpdate(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", t
 
 class CompactionSummaryChunk(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="compaction_summary_chunk"):
     """The ``compaction_summary_chunk`` variant of ``SessionUpdate``."""
-
     compaction_id: CompactionId = msgspec.field(name="compactionId")
     content: ContentBlock
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
@@ -928,7 +864,6 @@ class HttpHeader(_SchemaStruct, kw_only=True):
 
 class McpServerHttp(_SchemaStruct, kw_only=True, tag_field="type", tag="http"):
     """The ``http`` variant of ``McpServer``."""
-
     name: str
     url: str
     headers: Optional[List[HttpHeader]] = None
@@ -937,7 +872,6 @@ class McpServerHttp(_SchemaStruct, kw_only=True, tag_field="type", tag="http"):
 
 class McpServerStdio(_SchemaStruct, kw_only=True, tag_field="type", tag="stdio"):
     """The ``stdio`` variant of ``McpServer``."""
-
     name: str
     command: AbsolutePath
     args: Optional[List[str]] = None
@@ -967,7 +901,6 @@ class ResumeSessionRequest(_SchemaStruct, kw_only=True):
 
 class ReplayFromStart(_SchemaStruct, kw_only=True, tag_field="type", tag="start"):
     """The ``start`` variant of ``ReplayFrom``."""
-
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
@@ -1001,20 +934,17 @@ class RequestPermissionResponse(_SchemaStruct, kw_only=True):
 
 class CancelledPermissionOutcome(_SchemaStruct, kw_only=True, tag_field="outcome", tag="cancelled"):
     """The ``cancelled`` variant of ``RequestPermissionOutcome``."""
-
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class SelectedPermissionOutcome(_SchemaStruct, kw_only=True, tag_field="outcome", tag="selected"):
     """The ``selected`` variant of ``RequestPermissionOutcome``."""
-
     option_id: PermissionOptionId = msgspec.field(name="optionId")
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class ElicitationAcceptAction(_SchemaStruct, kw_only=True, tag_field="action", tag="accept"):
     """The ``accept`` variant of ``CreateElicitationResponse``."""
-
     content: Optional[Dict[str, ElicitationContentValue]] = None
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
@@ -1036,7 +966,6 @@ class CancelRequestNotification(_SchemaStruct, kw_only=True):
 
 class DiffChangeAdd(_SchemaStruct, kw_only=True, tag_field="operation", tag="add"):
     """The ``add`` variant of ``DiffChange``."""
-
     file_type: Annotated[Optional[DiffFileType], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="fileType")
     mime_type: Annotated[Optional[MediaType], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="mimeType")
     path: AbsolutePath
@@ -1045,7 +974,6 @@ class DiffChangeAdd(_SchemaStruct, kw_only=True, tag_field="operation", tag="add
 
 class DiffChangeDelete(_SchemaStruct, kw_only=True, tag_field="operation", tag="delete"):
     """The ``delete`` variant of ``DiffChange``."""
-
     file_type: Annotated[Optional[DiffFileType], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="fileType")
     mime_type: Annotated[Optional[MediaType], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="mimeType")
     path: AbsolutePath
@@ -1054,7 +982,6 @@ class DiffChangeDelete(_SchemaStruct, kw_only=True, tag_field="operation", tag="
 
 class DiffChangeModify(_SchemaStruct, kw_only=True, tag_field="operation", tag="modify"):
     """The ``modify`` variant of ``DiffChange``."""
-
     file_type: Annotated[Optional[DiffFileType], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="fileType")
     mime_type: Annotated[Optional[MediaType], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="mimeType")
     path: AbsolutePath
@@ -1063,7 +990,6 @@ class DiffChangeModify(_SchemaStruct, kw_only=True, tag_field="operation", tag="
 
 class DiffChangeMove(_SchemaStruct, kw_only=True, tag_field="operation", tag="move"):
     """The ``move`` variant of ``DiffChange``."""
-
     file_type: Annotated[Optional[DiffFileType], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="fileType")
     mime_type: Annotated[Optional[MediaType], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="mimeType")
     old_path: AbsolutePath = msgspec.field(name="oldPath")
@@ -1073,7 +999,6 @@ class DiffChangeMove(_SchemaStruct, kw_only=True, tag_field="operation", tag="mo
 
 class DiffChangeCopy(_SchemaStruct, kw_only=True, tag_field="operation", tag="copy"):
     """The ``copy`` variant of ``DiffChange``."""
-
     file_type: Annotated[Optional[DiffFileType], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="fileType")
     mime_type: Annotated[Optional[MediaType], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="mimeType")
     old_path: AbsolutePath = msgspec.field(name="oldPath")
@@ -1083,14 +1008,12 @@ class DiffChangeCopy(_SchemaStruct, kw_only=True, tag_field="operation", tag="co
 
 class AgentResponseResult(_SchemaStruct, kw_only=True):
     """The ``Result`` form of ``AgentResponse`` (no tag)."""
-
     id: RequestId
     result: _AgentResponseResultResult
 
 
 class AgentResponseError(_SchemaStruct, kw_only=True):
     """The ``Error`` form of ``AgentResponse`` (no tag)."""
-
     id: Optional[_AgentResponseErrorId]
     error: Error
 
@@ -1109,7 +1032,6 @@ class AgentThoughtChunk(ContentChunk, kw_only=True, tag_field="sessionUpdate", t
 
 class SessionUpdateStateUpdate(_SchemaStruct, kw_only=True, tag_field="sessionUpdate", tag="state_update"):
     """The ``state_update`` variant of ``SessionUpdate``: the variants of ``StateUpdate`` (told apart by ``state``) in one class."""
-
     state: str
     background: Annotated[Optional[List[BackgroundWork]], _DEFAULT_ON_ERROR] = None
     stop_reason: Annotated[Optional[str], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="stopReason")
@@ -1123,7 +1045,6 @@ class SessionUpdateToolCallUpdate(ToolCallUpdate, kw_only=True, tag_field="sessi
 
 class SetSessionConfigOptionRequestId(_SchemaStruct, kw_only=True, tag_field="type", tag="id"):
     """The ``id`` variant of ``SetSessionConfigOptionRequest``."""
-
     session_id: SessionId = msgspec.field(name="sessionId")
     config_id: SessionConfigId = msgspec.field(name="configId")
     value: SessionConfigValueId
@@ -1132,7 +1053,6 @@ class SetSessionConfigOptionRequestId(_SchemaStruct, kw_only=True, tag_field="ty
 
 class SetSessionConfigOptionRequestBoolean(_SchemaStruct, kw_only=True, tag_field="type", tag="boolean"):
     """The ``boolean`` variant of ``SetSessionConfigOptionRequest``."""
-
     session_id: SessionId = msgspec.field(name="sessionId")
     config_id: SessionConfigId = msgspec.field(name="configId")
     value: bool
@@ -1141,27 +1061,23 @@ class SetSessionConfigOptionRequestBoolean(_SchemaStruct, kw_only=True, tag_fiel
 
 class ClientResponseResult(_SchemaStruct, kw_only=True):
     """The ``Result`` form of ``ClientResponse`` (no tag)."""
-
     id: RequestId
     result: _ClientResponseResultResult
 
 
 class ClientResponseError(_SchemaStruct, kw_only=True):
     """The ``Error`` form of ``ClientResponse`` (no tag)."""
-
     id: Optional[_ClientResponseErrorId]
     error: Error
 
 
 class CreateElicitationResponseDecline(_SchemaStruct, kw_only=True, tag_field="action", tag="decline"):
     """The ``decline`` variant of ``CreateElicitationResponse``."""
-
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
 class CreateElicitationResponseCancel(_SchemaStruct, kw_only=True, tag_field="action", tag="cancel"):
     """The ``cancel`` variant of ``CreateElicitationResponse``."""
-
     meta: Annotated[Optional[Dict[str, Any]], _DEFAULT_ON_ERROR] = msgspec.field(default=None, name="_meta")
 
 
@@ -1183,9 +1099,7 @@ if TYPE_CHECKING:
 else:
     EmbeddedResourceResource = untagged_union("EmbeddedResourceResource", TextResourceContents, BlobResourceContents)
 if TYPE_CHECKING:
-    DiffChange = Union[
-        DiffChangeAdd, DiffChangeDelete, DiffChangeModify, DiffChangeMove, DiffChangeCopy, UnknownVariant
-    ]
+    DiffChange = Union[DiffChangeAdd, DiffChangeDelete, DiffChangeModify, DiffChangeMove, DiffChangeCopy, UnknownVariant]
 else:
     DiffChange = Union[DiffChangeAdd, DiffChangeDelete, DiffChangeModify, DiffChangeMove, DiffChangeCopy]
 if TYPE_CHECKING:
@@ -1193,61 +1107,17 @@ if TYPE_CHECKING:
 else:
     CreateElicitationRequest = Union[ElicitationFormMode, ElicitationUrlMode]
 if TYPE_CHECKING:
-    ElicitationPropertySchema = Union[
-        StringPropertySchema,
-        NumberPropertySchema,
-        IntegerPropertySchema,
-        BooleanPropertySchema,
-        MultiSelectPropertySchema,
-        UnknownVariant,
-    ]
+    ElicitationPropertySchema = Union[StringPropertySchema, NumberPropertySchema, IntegerPropertySchema, BooleanPropertySchema, MultiSelectPropertySchema, UnknownVariant]
 else:
-    ElicitationPropertySchema = Union[
-        StringPropertySchema,
-        NumberPropertySchema,
-        IntegerPropertySchema,
-        BooleanPropertySchema,
-        MultiSelectPropertySchema,
-    ]
+    ElicitationPropertySchema = Union[StringPropertySchema, NumberPropertySchema, IntegerPropertySchema, BooleanPropertySchema, MultiSelectPropertySchema]
 if TYPE_CHECKING:
     MultiSelectItems = Union[StringMultiSelectItems, TitledMultiSelectItems, UnknownVariant]
 else:
-    MultiSelectItems = untagged_union(
-        "MultiSelectItems", StringMultiSelectItems, TitledMultiSelectItems, implied={"titled": TitledMultiSelectItems}
-    )
+    MultiSelectItems = untagged_union("MultiSelectItems", StringMultiSelectItems, TitledMultiSelectItems, implied={"titled": TitledMultiSelectItems}, other=TitledMultiSelectItems)
 if TYPE_CHECKING:
-    _AgentResponseResultResult = Union[
-        InitializeResponse,
-        LoginAuthResponse,
-        LogoutAuthResponse,
-        NewSessionResponse,
-        ListSessionsResponse,
-        DeleteSessionResponse,
-        ResumeSessionResponse,
-        CloseSessionResponse,
-        CancelToolCallResponse,
-        CancelTerminalResponse,
-        SetSessionConfigOptionResponse,
-        PromptResponse,
-        ExtResponse,
-    ]
+    _AgentResponseResultResult = Union[InitializeResponse, LoginAuthResponse, LogoutAuthResponse, NewSessionResponse, ListSessionsResponse, DeleteSessionResponse, ResumeSessionResponse, CloseSessionResponse, CancelToolCallResponse, CancelTerminalResponse, SetSessionConfigOptionResponse, PromptResponse, ExtResponse]
 else:
-    _AgentResponseResultResult = untagged_union(
-        "_AgentResponseResultResult",
-        InitializeResponse,
-        LoginAuthResponse,
-        LogoutAuthResponse,
-        NewSessionResponse,
-        ListSessionsResponse,
-        DeleteSessionResponse,
-        ResumeSessionResponse,
-        CloseSessionResponse,
-        CancelToolCallResponse,
-        CancelTerminalResponse,
-        SetSessionConfigOptionResponse,
-        PromptResponse,
-        ExtResponse,
-    )
+    _AgentResponseResultResult = untagged_union("_AgentResponseResultResult", InitializeResponse, LoginAuthResponse, LogoutAuthResponse, NewSessionResponse, ListSessionsResponse, DeleteSessionResponse, ResumeSessionResponse, CloseSessionResponse, CancelToolCallResponse, CancelTerminalResponse, SetSessionConfigOptionResponse, PromptResponse, ExtResponse)
 _AgentResponseErrorId = Union[int, str]
 if TYPE_CHECKING:
     AgentResponse = Union[AgentResponseResult, AgentResponseError]
@@ -1264,9 +1134,7 @@ else:
 if TYPE_CHECKING:
     SessionConfigSelectOptions = Union[List[SessionConfigSelectOption], List[SessionConfigSelectGroup]]
 else:
-    SessionConfigSelectOptions = untagged_union(
-        "SessionConfigSelectOptions", List[SessionConfigSelectOption], List[SessionConfigSelectGroup]
-    )
+    SessionConfigSelectOptions = untagged_union("SessionConfigSelectOptions", List[SessionConfigSelectOption], List[SessionConfigSelectGroup])
 if TYPE_CHECKING:
     AvailableCommand = Union[Command, UnknownVariant]
 else:
@@ -1282,54 +1150,11 @@ else:
 if TYPE_CHECKING:
     _AgentNotificationParams = Union[UpdateSessionNotification, CompleteElicitationNotification, ExtNotification]
 else:
-    _AgentNotificationParams = untagged_union(
-        "_AgentNotificationParams", UpdateSessionNotification, CompleteElicitationNotification, ExtNotification
-    )
+    _AgentNotificationParams = untagged_union("_AgentNotificationParams", UpdateSessionNotification, CompleteElicitationNotification, ExtNotification)
 if TYPE_CHECKING:
-    SessionUpdate = Union[
-        UserMessageChunk,
-        UserMessage,
-        AgentMessageChunk,
-        AgentMessage,
-        AgentThoughtChunk,
-        AgentThought,
-        SessionUpdateStateUpdate,
-        ToolCallContentChunk,
-        SessionUpdateToolCallUpdate,
-        TerminalUpdate,
-        TerminalOutputChunk,
-        PlanUpdate,
-        AvailableCommandsUpdate,
-        ConfigOptionUpdate,
-        SessionInfoUpdate,
-        UsageUpdate,
-        Notice,
-        CompactionUpdate,
-        CompactionSummaryChunk,
-        UnknownVariant,
-    ]
+    SessionUpdate = Union[UserMessageChunk, UserMessage, AgentMessageChunk, AgentMessage, AgentThoughtChunk, AgentThought, SessionUpdateStateUpdate, ToolCallContentChunk, SessionUpdateToolCallUpdate, TerminalUpdate, TerminalOutputChunk, PlanUpdate, AvailableCommandsUpdate, ConfigOptionUpdate, SessionInfoUpdate, UsageUpdate, Notice, CompactionUpdate, CompactionSummaryChunk, UnknownVariant]
 else:
-    SessionUpdate = Union[
-        UserMessageChunk,
-        UserMessage,
-        AgentMessageChunk,
-        AgentMessage,
-        AgentThoughtChunk,
-        AgentThought,
-        SessionUpdateStateUpdate,
-        ToolCallContentChunk,
-        SessionUpdateToolCallUpdate,
-        TerminalUpdate,
-        TerminalOutputChunk,
-        PlanUpdate,
-        AvailableCommandsUpdate,
-        ConfigOptionUpdate,
-        SessionInfoUpdate,
-        UsageUpdate,
-        Notice,
-        CompactionUpdate,
-        CompactionSummaryChunk,
-    ]
+    SessionUpdate = Union[UserMessageChunk, UserMessage, AgentMessageChunk, AgentMessage, AgentThoughtChunk, AgentThought, SessionUpdateStateUpdate, ToolCallContentChunk, SessionUpdateToolCallUpdate, TerminalUpdate, TerminalOutputChunk, PlanUpdate, AvailableCommandsUpdate, ConfigOptionUpdate, SessionInfoUpdate, UsageUpdate, Notice, CompactionUpdate, CompactionSummaryChunk]
 if TYPE_CHECKING:
     BackgroundWork = Union[BackgroundTerminal, BackgroundToolCall, UnknownVariant]
 else:
@@ -1351,9 +1176,7 @@ if TYPE_CHECKING:
 else:
     ReplayFrom = Union[ReplayFromStart]
 if TYPE_CHECKING:
-    SetSessionConfigOptionRequest = Union[
-        SetSessionConfigOptionRequestId, SetSessionConfigOptionRequestBoolean, UnknownVariant
-    ]
+    SetSessionConfigOptionRequest = Union[SetSessionConfigOptionRequestId, SetSessionConfigOptionRequestBoolean, UnknownVariant]
 else:
     SetSessionConfigOptionRequest = Union[SetSessionConfigOptionRequestId, SetSessionConfigOptionRequestBoolean]
 _ClientResponseErrorId = Union[int, str]
@@ -1366,49 +1189,16 @@ if TYPE_CHECKING:
 else:
     RequestPermissionOutcome = Union[CancelledPermissionOutcome, SelectedPermissionOutcome]
 if TYPE_CHECKING:
-    CreateElicitationResponse = Union[
-        ElicitationAcceptAction, CreateElicitationResponseDecline, CreateElicitationResponseCancel, UnknownVariant
-    ]
+    CreateElicitationResponse = Union[ElicitationAcceptAction, CreateElicitationResponseDecline, CreateElicitationResponseCancel, UnknownVariant]
 else:
-    CreateElicitationResponse = Union[
-        ElicitationAcceptAction, CreateElicitationResponseDecline, CreateElicitationResponseCancel
-    ]
+    CreateElicitationResponse = Union[ElicitationAcceptAction, CreateElicitationResponseDecline, CreateElicitationResponseCancel]
 ElicitationContentValue = Union[str, int, float, bool, List[str], Any]
 _ClientNotificationParams = Union[CancelSessionNotification, ExtNotification]
 _AgentRequestParams = Union[RequestPermissionRequest, CreateElicitationRequest, ExtRequest]
 if TYPE_CHECKING:
-    _ClientRequestParams = Union[
-        InitializeRequest,
-        LoginAuthRequest,
-        LogoutAuthRequest,
-        NewSessionRequest,
-        ListSessionsRequest,
-        DeleteSessionRequest,
-        ResumeSessionRequest,
-        CloseSessionRequest,
-        CancelToolCallRequest,
-        CancelTerminalRequest,
-        SetSessionConfigOptionRequest,
-        PromptRequest,
-        ExtRequest,
-    ]
+    _ClientRequestParams = Union[InitializeRequest, LoginAuthRequest, LogoutAuthRequest, NewSessionRequest, ListSessionsRequest, DeleteSessionRequest, ResumeSessionRequest, CloseSessionRequest, CancelToolCallRequest, CancelTerminalRequest, SetSessionConfigOptionRequest, PromptRequest, ExtRequest]
 else:
-    _ClientRequestParams = untagged_union(
-        "_ClientRequestParams",
-        InitializeRequest,
-        LoginAuthRequest,
-        LogoutAuthRequest,
-        NewSessionRequest,
-        ListSessionsRequest,
-        DeleteSessionRequest,
-        ResumeSessionRequest,
-        CloseSessionRequest,
-        CancelToolCallRequest,
-        CancelTerminalRequest,
-        SetSessionConfigOptionRequest,
-        PromptRequest,
-        ExtRequest,
-    )
+    _ClientRequestParams = untagged_union("_ClientRequestParams", InitializeRequest, LoginAuthRequest, LogoutAuthRequest, NewSessionRequest, ListSessionsRequest, DeleteSessionRequest, ResumeSessionRequest, CloseSessionRequest, CancelToolCallRequest, CancelTerminalRequest, SetSessionConfigOptionRequest, PromptRequest, ExtRequest)
 _ClientResponseResultResult = Union[RequestPermissionResponse, CreateElicitationResponse, ExtResponse]
 
 AGENT_METHODS: Dict[str, MethodSpec] = {
@@ -1422,17 +1212,13 @@ AGENT_METHODS: Dict[str, MethodSpec] = {
     "session/close": MethodSpec("session/close", CloseSessionRequest, CloseSessionResponse),
     "tool_call/cancel": MethodSpec("tool_call/cancel", CancelToolCallRequest, CancelToolCallResponse),
     "terminal/cancel": MethodSpec("terminal/cancel", CancelTerminalRequest, CancelTerminalResponse),
-    "session/set_config_option": MethodSpec(
-        "session/set_config_option", SetSessionConfigOptionRequest, SetSessionConfigOptionResponse
-    ),
+    "session/set_config_option": MethodSpec("session/set_config_option", SetSessionConfigOptionRequest, SetSessionConfigOptionResponse),
     "session/prompt": MethodSpec("session/prompt", PromptRequest, PromptResponse),
     "session/cancel": MethodSpec("session/cancel", CancelSessionNotification, None),
 }
 
 CLIENT_METHODS: Dict[str, MethodSpec] = {
-    "session/request_permission": MethodSpec(
-        "session/request_permission", RequestPermissionRequest, RequestPermissionResponse
-    ),
+    "session/request_permission": MethodSpec("session/request_permission", RequestPermissionRequest, RequestPermissionResponse),
     "elicitation/create": MethodSpec("elicitation/create", CreateElicitationRequest, CreateElicitationResponse),
     "session/update": MethodSpec("session/update", UpdateSessionNotification, None),
     "elicitation/complete": MethodSpec("elicitation/complete", CompleteElicitationNotification, None),

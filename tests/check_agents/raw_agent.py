@@ -27,6 +27,9 @@ DEFECTS = {
     "wrong-id": "echoes integer ids as strings",
     "result-and-error": "answers session/new with both result and error",
     "replies-to-notifications": "answers notifications with a null-id error",
+    "empty-id-replies": 'answers notifications with an error whose id is ""',
+    "refuses-set-mode": "refuses session/set_mode with a well-formed error (allowed)",
+    "slow-initialize": "answers initialize after 3 s (allowed, but slow)",
     "echoes-version": "answers initialize with whatever version was asked for",
     "terminal-auth": "offers a terminal auth method to a client that cannot run one",
     "boolean-config": "offers a boolean config option to a client that did not advertise them",
@@ -113,8 +116,9 @@ class RawAgent:
         handler(request_id, params)
 
     def notification(self, method, params):
-        if self.defect == "replies-to-notifications":
-            self.write({"jsonrpc": "2.0", "id": None, "error": {"code": -32601, "message": f"unknown {method}"}})
+        if self.defect in ("replies-to-notifications", "empty-id-replies"):
+            reply_id = "" if self.defect == "empty-id-replies" else None
+            self.write({"jsonrpc": "2.0", "id": reply_id, "error": {"code": -32601, "message": f"unknown {method}"}})
         if method == "session/cancel" and self.defect != "ignores-cancel":
             self.finish_turn(params.get("sessionId"), cancelled=True)
 
@@ -141,6 +145,8 @@ class RawAgent:
 
     # -- methods ----------------------------------------------------------------------------
     def on_initialize(self, request_id, params):
+        if self.defect == "slow-initialize":
+            time.sleep(3.0)
         requested = params.get("protocolVersion")
         methods = [{"id": "token", "name": "Token from the environment"}]
         if self.defect == "terminal-auth":
@@ -260,6 +266,9 @@ class RawAgent:
         self.result(request_id, {})
 
     def on_session_set_mode(self, request_id, params):
+        if self.defect == "refuses-set-mode":
+            self.error(request_id, -32603, "Internal error: modes cannot be switched now")
+            return
         self.result(request_id, {})
 
     def on_session_set_config_option(self, request_id, params):

@@ -37,6 +37,7 @@ from acp_lite.rpc import Connection
 from acp_lite.schema import (
     PROTOCOL_VERSION,
     AuthMethod,
+    AuthMethodAgent,
     ContentBlock,
     CreateElicitationRequest,
     CreateElicitationResponse,
@@ -324,8 +325,11 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
         init = agent.initialize(timeout=WAIT_SECONDS)
         assert init.protocol_version == PROTOCOL_VERSION
         assert init.agent_info.name == peer.agent_name
-        assert [as_json(m) for m in agent.auth_methods] == SCENARIO["auth_methods"] + peer.unknown_auth_methods
-        assert [type(m) for m in agent.auth_methods[1:]] == [UnknownVariant] * len(peer.unknown_auth_methods)
+        assert [as_json(m) for m in agent.auth_methods[:1]] == SCENARIO["auth_methods"]
+        # An env_var method is a valid `agent` method under the v1 schema (which leaves `type` free).
+        assert [(type(m), m.id) for m in agent.auth_methods[1:]] == [
+            (AuthMethodAgent, m["id"]) for m in peer.unknown_auth_methods
+        ]
         assert as_json(agent.authenticate("token")) == {}
 
         session = agent.new_session(cwd, convert(SCENARIO["mcp_servers"], List[McpServer]))
@@ -443,10 +447,8 @@ def test_our_client_drives_the_peer_agent(peer: Peer, workspace: Path):
 
     notes = check_wire(transport, CLIENT_TO_AGENT)
     # Unknown update kinds are merely tolerated; an unknown auth method type is valid (the schema
-    # reads it as the untagged agent variant) and only noted.
-    assert sorted(note.split(" at ")[0] for note in notes) == sorted(
-        ["tolerated: unknown-variant"] * len(peer.unknown_updates) + ["unknown-tag"] * len(peer.unknown_auth_methods)
-    )
+    # reads it as the untagged agent variant) and not even noted.
+    assert sorted(note.split(" at ")[0] for note in notes) == ["tolerated: unknown-variant"] * len(peer.unknown_updates)
     assert_quiet(stderr, peer)
 
 
