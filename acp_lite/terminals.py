@@ -399,6 +399,12 @@ class TerminalManager:
         terminal.close()  # close() ran while this one was starting
         raise InternalError("the workspace is closed")
 
+    def live(self, session_id: str) -> Tuple[int, int]:
+        """How many terminals run or are being started: on the connection, and of ``session_id``."""
+        with self._lock:
+            owners = [t.session_id for t in self._terminals.values()] + [owner for owner, _ in self._starting]
+        return len(owners), owners.count(session_id)
+
     def output(self, session_id: str, terminal_id: str) -> TerminalOutputResponse:
         return self._get(session_id, terminal_id).output()
 

@@ -34,16 +34,18 @@ what they add up to):
 """
 
 import atexit
+import itertools
 import logging
 import os
 import threading
+import time
 import weakref
 from concurrent.futures import Future
-from typing import Any, Callable, Dict, Optional, Sequence, Set, TypeVar, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, TypeVar, Union
 
 from .beneath import O_DIRECTORY
 from .client import Client
-from .errors import InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound, UsageError
+from .errors import InternalError, InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound, UsageError
 from .files import _O_NONBLOCK, RootSet, _protected, _read_text, _WriteTarget
 from .schema import (
     ClientCapabilities,
@@ -160,6 +162,9 @@ class WorkspaceClient(Client):
     refuse_hard_links: bool = False
     # How long an approval hook's Future may take before it counts as a refusal, in seconds.
     approval_timeout: float = 300.0
+    # Approvals awaiting the user at once on the connection; beyond it a request that needs one
+    # is refused at once (-32001) instead of piling up questions (and what each holds).
+    max_pending_approvals: int = 64
     # The editor's environment variables a terminal inherits.
     terminal_environment: Sequence[str] = TERMINAL_ENVIRONMENT
     # Output one terminal keeps at most, and all live terminals together.
@@ -176,7 +181,13 @@ class WorkspaceClient(Client):
         self._sessions: Dict[str, RootSet] = {}
         self._sessions_lock = threading.Lock()
         self._attached = False
-        self._pending: Set[Callable[[], None]] = set()  # refuses an approval still awaited
+        # Approvals by ticket: being asked (the hook runs) and awaited (its Future is pending),
+        # each with the session of the terminal it is for (None for a write); the latter with
+        # what refuses it when the connection closes.
+        self._tickets = itertools.count(1)
+        self._asking: Dict[int, Optional[str]] = {}
+        self._pending: Dict[int, Tuple[Optional[str], Callable[[], None]]] = {}
+        self._deadlines = _Deadlines()
         self._terminal_manager: Optional[TerminalManager] = None
         self._closed = False
         _open_workspaces.add(self)
@@ -264,25 +275,27 @@ class WorkspaceClient(Client):
         if not self.serves_writes:
             raise MethodNotFound("Method not found: fs/write_text_file (this editor serves no writes)")
         data = params.content.encode("utf-8")
-        with self.root_set(params.session_id) as roots:
-            target = _WriteTarget(roots, params.path, self.refuse_hard_links)
+        target = self._write_target(params)
         protected = _protected(target.location, self.protected_paths)
+        if protected is None:
+            return _write(target, data)
+        target.close()  # nothing stays open while the user decides
+        approved = target.location
 
         def write() -> WriteTextFileResponse:
-            try:
-                target.write(data)
-            finally:
-                target.close()
-            return WriteTextFileResponse()
+            again = self._write_target(params)
+            if again.location != approved:  # the path leads elsewhere now (a symlink changed)
+                again.close()
+                raise _refused(f"writing {params.path}: it changed while the editor was asked")
+            return _write(again, data)
 
-        if protected is None:
-            return write()
         return self._when_approved(
-            f"writing {params.path} (under {protected})",
-            lambda: self.approve_write(params, protected),
-            write,
-            target.close,
+            f"writing {params.path} (under {protected})", None, lambda: self.approve_write(params, protected), write
         )
+
+    def _write_target(self, params: WriteTextFileRequest) -> _WriteTarget:
+        with self.root_set(params.session_id) as roots:
+            return _WriteTarget(roots, params.path, self.refuse_hard_links)
 
     # -- terminals --------------------------------------------------------------------------------
     def create_terminal(
@@ -290,11 +303,7 @@ class WorkspaceClient(Client):
     ) -> Union[CreateTerminalResponse, "Future[CreateTerminalResponse]"]:
         if not self.serves_terminals:
             raise MethodNotFound("Method not found: terminal/create (this editor serves no terminals)")
-        with self.root_set(params.session_id) as roots:
-            if params.cwd is None:
-                cwd = os.open(".", os.O_RDONLY | O_DIRECTORY, dir_fd=roots.cwd_root().fd)
-            else:
-                cwd, _, _ = roots.open(params.cwd, os.O_RDONLY | O_DIRECTORY)
+        os.close(self._terminal_cwd(params))  # refuse a bad cwd before asking; reopened once allowed
         env = {
             name: value
             for name, value in os.environ.items()
@@ -307,6 +316,7 @@ class WorkspaceClient(Client):
         argv = [params.command, *(params.args or ())]
 
         def start() -> CreateTerminalResponse:
+            cwd = self._terminal_cwd(params)
             try:
                 if not _find_command(params.command, env, cwd):
                     raise ResourceNotFound(f"cannot start {params.command!r}: no such executable")
@@ -316,8 +326,16 @@ class WorkspaceClient(Client):
             return CreateTerminalResponse(terminal_id=terminal_id)
 
         return self._when_approved(
-            f"the terminal {' '.join(argv)!r}", lambda: self.approve_terminal(params), start, lambda: os.close(cwd)
+            f"the terminal {' '.join(argv)!r}", params.session_id, lambda: self.approve_terminal(params), start
         )
+
+    def _terminal_cwd(self, params: CreateTerminalRequest) -> int:
+        """A handle on the directory the terminal runs in (the session's cwd by default)."""
+        with self.root_set(params.session_id) as roots:
+            if params.cwd is None:
+                return os.open(".", os.O_RDONLY | O_DIRECTORY, dir_fd=roots.cwd_root().fd)
+            cwd, _, _ = roots.open(params.cwd, os.O_RDONLY | O_DIRECTORY)
+            return cwd
 
     def terminal_output(self, params: TerminalOutputRequest) -> TerminalOutputResponse:
         return self.terminals.output(params.session_id, params.terminal_id)
@@ -346,7 +364,7 @@ class WorkspaceClient(Client):
         refuse new terminals. Any thread; idempotent."""
         with self._sessions_lock:
             self._closed = True
-            pending, self._pending = list(self._pending), set()
+            pending = [refuse for _, refuse in self._pending.values()]
             sessions, self._sessions = list(self._sessions.values()), {}
             manager = self._terminal_manager
         for refuse in pending:
@@ -360,20 +378,23 @@ class WorkspaceClient(Client):
 
     # -- internals --------------------------------------------------------------------------------
     def _when_approved(
-        self, what: str, ask: Callable[[], Approval], serve: Callable[[], T], drop: Callable[[], None]
+        self, what: str, terminal_of: Optional[str], ask: Callable[[], Approval], serve: Callable[[], T]
     ) -> Union[T, "Future[T]"]:
         """``serve()`` if ``ask()`` allows, at once or once its Future settles; else (and if the
-        connection closes first) ``drop()`` and refuse. ``drop`` releases what ``serve`` would."""
+        connection closes first) refuse. ``serve`` opens what it needs itself, so nothing is held
+        while the user decides. ``terminal_of`` is the session of a terminal being asked for: it
+        counts against the terminal limits meanwhile."""
+        ticket = self._reserve_approval(what, terminal_of)
         try:
             answer = ask()
         except Exception:
+            self._release_approval(ticket)
             _workspace_log.exception("the approval hook for %s raised: refused", what)
-            drop()
             raise _refused(what) from None
         if not isinstance(answer, Future):
+            self._release_approval(ticket)
             if answer is True:
                 return serve()
-            drop()
             raise _refused(what)
         result: Future[T] = Future()
         settled = threading.Lock()
@@ -381,16 +402,12 @@ class WorkspaceClient(Client):
         def settle(verdict: Optional[bool], reason: Optional[str]) -> None:
             if not settled.acquire(blocking=False):
                 return  # settled already (the answer, the timeout or close() came first)
-            timer.cancel()
-            with self._sessions_lock:
-                self._pending.discard(refuse_now)
+            self._release_approval(ticket)
             if reason is not None:
                 _workspace_log.warning("the approval hook for %s %s: refused", what, reason)
             if not result.set_running_or_notify_cancel():  # the agent cancelled its request
-                drop()
                 return
             if verdict is not True:
-                drop()
                 result.set_exception(_refused(what))
                 return
             try:
@@ -409,22 +426,121 @@ class WorkspaceClient(Client):
         def refuse_now() -> None:
             settle(None, "got no answer before the connection closed")
 
-        timer = threading.Timer(
-            self.approval_timeout, lambda: settle(None, f"did not answer within {self.approval_timeout} s")
-        )
-        timer.name = "acp-approval-timeout"
-        timer.daemon = True
         with self._sessions_lock:
             closed = self._closed
             if not closed:
-                self._pending.add(refuse_now)
+                del self._asking[ticket]
+                self._pending[ticket] = (terminal_of, refuse_now)
         if closed:
-            drop()
+            self._release_approval(ticket)
             raise _refused(what)
+        timeout = self.approval_timeout
+        try:
+            self._deadlines.add(ticket, timeout, lambda: settle(None, f"did not answer within {timeout} s"))
+        except BaseException:
+            self._release_approval(ticket)
+            answer.cancel()
+            raise
+        if settled.locked():  # close() refused it before its deadline was set
+            self._deadlines.cancel(ticket)
         result.add_done_callback(lambda _: answer.cancel() if result.cancelled() else None)
-        timer.start()
         answer.add_done_callback(answered)
         return result
+
+    def _reserve_approval(self, what: str, terminal_of: Optional[str]) -> int:
+        """A ticket for one approval about to be asked, or a refusal at once when the connection
+        has ``max_pending_approvals`` waiting (or, for a terminal, when the terminals running and
+        awaiting approval reach a terminal limit)."""
+        with self._sessions_lock:
+            if self._closed:
+                raise _refused(what)
+            if len(self._pending) + len(self._asking) >= self.max_pending_approvals:
+                raise ProtocolError(
+                    f"refused {what}: {self.max_pending_approvals} approvals are awaiting the user's answer already",
+                    code=REFUSED,
+                )
+            if terminal_of is not None:
+                asked = [owner for owner, _ in self._pending.values()] + list(self._asking.values())
+                asked = [owner for owner in asked if owner is not None]
+                live, live_here = (0, 0) if self._terminal_manager is None else self._terminal_manager.live(terminal_of)
+                if live + len(asked) >= self.max_terminals:
+                    raise ProtocolError(
+                        f"too many terminals: at most {self.max_terminals} may run at once (counting those "
+                        "awaiting approval)",
+                        code=REFUSED,
+                    )
+                if live_here + asked.count(terminal_of) >= self.max_terminals_per_session:
+                    raise ProtocolError(
+                        f"too many terminals: at most {self.max_terminals_per_session} per session (counting "
+                        "those awaiting approval)",
+                        code=REFUSED,
+                    )
+            ticket = next(self._tickets)
+            self._asking[ticket] = terminal_of
+            return ticket
+
+    def _release_approval(self, ticket: int) -> None:
+        self._deadlines.cancel(ticket)
+        with self._sessions_lock:
+            self._asking.pop(ticket, None)
+            self._pending.pop(ticket, None)
+
+
+class _Deadlines:
+    """Runs an action when its deadline passes, unless cancelled first: the approvals' timeouts.
+
+    One thread (``acp-approval-timeout``) serves all of them; it starts with the first deadline
+    and ends when none is left, so an idle workspace holds no thread. The actions are few (at
+    most ``max_pending_approvals``), so the next one is found by a scan. Any thread."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._actions: Dict[int, Tuple[float, Callable[[], None]]] = {}
+        self._running = False
+
+    def add(self, key: int, delay: float, action: Callable[[], None]) -> None:
+        """Run ``action`` after ``delay`` seconds unless ``cancel(key)`` comes first. A thread
+        that cannot be started is an ``InternalError`` here, and nothing is scheduled."""
+        with self._cond:
+            self._actions[key] = (time.monotonic() + delay, action)
+            if self._running:
+                self._cond.notify()
+                return
+            thread = threading.Thread(target=self._run, name="acp-approval-timeout", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # "can't start new thread": out of threads or memory
+                del self._actions[key]
+                raise InternalError(f"cannot time an approval out: {exc}") from exc
+            self._running = True
+
+    def cancel(self, key: int) -> None:
+        with self._cond:
+            if self._actions.pop(key, None) is not None:
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if not self._actions:
+                        self._running = False
+                        return
+                    key, (deadline, action) = min(self._actions.items(), key=lambda item: item[1][0])
+                    wait = deadline - time.monotonic()
+                    if wait <= 0:
+                        del self._actions[key]
+                        break
+                    self._cond.wait(wait)
+            action()  # outside the lock: it may serve the request or cancel other deadlines
+
+
+def _write(target: _WriteTarget, data: bytes) -> WriteTextFileResponse:
+    try:
+        target.write(data)
+    finally:
+        target.close()
+    return WriteTextFileResponse()
 
 
 @atexit.register
