@@ -555,7 +555,12 @@ class Transport:
         if self._flusher is None:
             self._flusher = threading.Thread(target=self._flush_loop, name=f"acp-flusher-{self.name}", daemon=True)
             _TRANSPORTS_WITH_FLUSHERS.add(self)
-            self._flusher.start()
+            try:
+                self._flusher.start()
+            except RuntimeError as exc:  # out of threads: nothing can write the backlog, ever
+                self._flusher = None
+                self._end_write(failed=True)
+                raise ConnectionClosed(f"{self.name}: cannot start the thread that writes ({exc})") from exc
         else:
             self._flusher_cond.notify()
 
@@ -672,7 +677,7 @@ class Transport:
                 sock.shutdown(socket.SHUT_RDWR)  # fails a write blocked on a peer that does not read
             except OSError:
                 pass
-        if flusher is not None and flusher is not threading.current_thread():
+        if flusher is not None and flusher.ident is not None and flusher is not threading.current_thread():
             flusher.join(max(0.0, deadline - time.monotonic()))
 
     def _leave_io(self) -> None:

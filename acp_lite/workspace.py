@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, TypeVar, Unio
 
 from .beneath import O_DIRECTORY
 from .client import Client
+from .closing import CloseSteps
 from .errors import InternalError, InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound, UsageError
 from .files import _O_NONBLOCK, RootSet, _protected, _read_text, _WriteTarget
 from .schema import (
@@ -278,7 +279,7 @@ class WorkspaceClient(Client):
         target = self._write_target(params)
         protected = _protected(target.location, self.protected_paths)
         if protected is None:
-            return _write(target, data)
+            return _write_and_close(target, data)
         target.close()  # nothing stays open while the user decides
         approved = target.location
 
@@ -287,7 +288,7 @@ class WorkspaceClient(Client):
             if again.location != approved:  # the path leads elsewhere now (a symlink changed)
                 again.close()
                 raise _refused(f"writing {params.path}: it changed while the editor was asked")
-            return _write(again, data)
+            return _write_and_close(again, data)
 
         return self._when_approved(
             f"writing {params.path} (under {protected})", None, lambda: self.approve_write(params, protected), write
@@ -367,14 +368,15 @@ class WorkspaceClient(Client):
             pending = [refuse for _, refuse in self._pending.values()]
             sessions, self._sessions = list(self._sessions.values()), {}
             manager = self._terminal_manager
-        for refuse in pending:
-            refuse()
-        for roots in sessions:
-            roots.close()
-        if manager is not None:
-            for session_id, terminal_id, final in manager.close():
-                self.on_terminal_released(session_id, terminal_id, final)
-        _open_workspaces.discard(self)
+        with CloseSteps() as steps:  # every step runs, whatever the one before did
+            for refuse in pending:
+                steps.run(refuse)
+            for roots in sessions:
+                steps.run(roots.close)
+            released = steps.run(manager.close) if manager is not None else []
+            for session_id, terminal_id, final in released or ():
+                steps.run(self.on_terminal_released, session_id, terminal_id, final)
+            _open_workspaces.discard(self)
 
     # -- internals --------------------------------------------------------------------------------
     def _when_approved(
@@ -535,7 +537,7 @@ class _Deadlines:
             action()  # outside the lock: it may serve the request or cancel other deadlines
 
 
-def _write(target: _WriteTarget, data: bytes) -> WriteTextFileResponse:
+def _write_and_close(target: _WriteTarget, data: bytes) -> WriteTextFileResponse:
     try:
         target.write(data)
     finally:

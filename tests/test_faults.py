@@ -513,3 +513,33 @@ def test_ten_thousand_calls_pending_at_once_from_sixteen_threads_each_get_their_
     finally:
         remote.close()
         served.connection.close()
+
+
+class ClosedRecorder(Recorder):
+    def __init__(self):
+        super().__init__()
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
+
+
+def test_close_runs_every_step_when_the_flusher_thread_could_not_be_started(monkeypatch):
+    # Out of threads (issue 33: after a flood of approvals): the flusher's start() fails.
+    start = threading.Thread.start
+
+    def start_unless_flusher(thread: threading.Thread) -> None:
+        if thread.name.startswith("acp-flusher-"):
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    client = ClosedRecorder()
+    remote = spawn("stop-reading", client)
+    monkeypatch.setattr(threading.Thread, "start", start_unless_flusher)
+    try:
+        with pytest.raises((RuntimeError, CallTimeout, ConnectionClosed)):
+            remote.ext_method("_acme/echo", {"data": "x" * (1 << 20)}, timeout=1.0)  # needs the flusher
+    finally:
+        remote.close(timeout=1.0)  # never joins the flusher that did not start; stops the agent
+    assert remote.process.returncode() is not None
+    assert client.closed == 1

@@ -77,3 +77,36 @@ def test_a_flood_of_requests_awaiting_approval_is_capped_and_the_session_keeps_b
         workspace.questions[0].set_result(False)
         assert editor.raw.recv(PATIENCE)["error"]["code"] == REFUSED
     assert (root / ".git" / "config").exists() is False
+
+
+# -- close() always finishes -------------------------------------------------------------------------
+class FailingRelease(RecordingWorkspace):
+    def on_terminal_released(self, session_id, terminal_id, final):
+        super().on_terminal_released(session_id, terminal_id, final)
+        raise RuntimeError("the UI broke")
+
+
+def test_close_runs_every_step_and_raises_the_first_failure_afterwards(root):
+    workspace = FailingRelease()
+    with editor_for(root, workspace=workspace) as editor:
+        for _ in range(2):
+            editor.run("import time; time.sleep(60)")
+        with pytest.raises(RuntimeError, match="the UI broke"):
+            workspace.close()
+        assert len(workspace.released) == 2
+        workspace.close()  # a second close has nothing left to do
+
+
+def test_a_terminal_whose_threads_cannot_start_is_refused_and_leaves_no_process(root, monkeypatch):
+    start = threading.Thread.start
+
+    def start_unless_terminal(thread: threading.Thread) -> None:
+        if thread.name.endswith("-exit"):  # the output thread starts, its sibling cannot
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    with editor_for(root) as editor:
+        monkeypatch.setattr(threading.Thread, "start", start_unless_terminal)
+        error = editor.error("terminal/create", command="sleep", args=["60"])
+        monkeypatch.undo()
+        assert error["code"] == -32603 and "no thread to watch it" in error["message"]
