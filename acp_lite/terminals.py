@@ -34,7 +34,7 @@ from typing import Deque, Dict, List, Optional, Tuple, Union
 from .closing import CloseSteps
 from .errors import InternalError, InvalidParams, ProtocolError, ResourceNotFound
 from .files import _IO_CHUNK
-from .proctree import SUPERVISOR, Cgroup, ProcessId, identify, kill_tree
+from .proctree import SUPERVISOR, Cgroup, ProcessId, identify, kill_tree, stop_supervisor
 from .schema import (
     TerminalExitStatus,
     TerminalOutputResponse,
@@ -240,8 +240,11 @@ class _Terminal:
 
     def kill(self) -> None:
         """SIGKILL the command's whole tree; returns once the command's exit is known."""
-        # The supervisor is not reaped before close(), so its id is still ours.
-        kill_tree(self._identity)
+        # The supervisor is not reaped before close(), so its id is still ours. It kills its tree
+        # itself, until it has no child left (see proctree.SUPERVISOR), and then nothing of its
+        # tree is left; if it does not (stopped by the command, say), the tree is killed from here.
+        if not stop_supervisor(self._identity, _KILL_WAIT_SECONDS):
+            kill_tree(self._identity)
         if self._cgroup is not None:
             self._cgroup.kill()  # what escaped the supervisor (it killed it, say)
         try:

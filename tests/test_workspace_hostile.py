@@ -4,15 +4,23 @@ environment runs the agent's code, roots swapped between sessions, protected pat
 through odd routes, and the exact refusals of odd input. Each attack is played over a real
 connection by a raw agent, bounded in count and time, and cleans up what it starts."""
 
+import contextlib
 import os
+import shutil
+import subprocess
+import sys
+import textwrap
 import threading
+import time
+import uuid
 from concurrent.futures import Future
-from typing import Any, List
+from typing import Any, Iterator, List
 
 import pytest
 from acp_harness import background
 from workspace_editor import PATIENCE, SESSION, RecordingWorkspace, editor_for
 
+from acp_lite import proctree
 from acp_lite.delivery import HANDLER_LIMIT
 from acp_lite.workspace import REFUSED
 
@@ -110,3 +118,151 @@ def test_a_terminal_whose_threads_cannot_start_is_refused_and_leaves_no_process(
         error = editor.error("terminal/create", command="sleep", args=["60"])
         monkeypatch.undo()
         assert error["code"] == -32603 and "no thread to watch it" in error["message"]
+
+
+# -- no process escapes a terminal ------------------------------------------------------------------
+# Each generation forks and exits at once, in a session of its own: its pid changes all the time,
+# and between a parent's exit and the child's re-parenting a /proc scan sees neither. Eight chains
+# hop at once, so that a kill that misses one in a while misses one in most tries.
+HOPPER_C = """#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    puts("ready");
+    fflush(stdout);
+    for (int chain = 0; chain < 7; chain++)
+        if (fork() == 0)
+            break;
+    setsid();
+    for (;;)
+        if (fork())
+            _exit(0);
+}
+"""
+HOPPER_PY = """import os
+print("ready", flush=True)
+for chain in range(7):
+    if os.fork() == 0:
+        break
+os.setsid()
+while True:
+    if os.fork():
+        os._exit(0)
+"""
+
+
+@pytest.fixture(params=["c", "python"])
+def hopper(request, tmp_path) -> List[str]:
+    if request.param == "python":
+        return [sys.executable, "-c", HOPPER_PY]
+    compiler = shutil.which("cc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "hopper.c").write_text(HOPPER_C)
+    subprocess.run([compiler, "-o", str(tmp_path / "hopper"), str(tmp_path / "hopper.c")], check=True, timeout=60)
+    return [str(tmp_path / "hopper")]
+
+
+@pytest.fixture
+def without_cgroups(monkeypatch):
+    """The subreaper supervisor alone: a cgroup would catch every hop."""
+    monkeypatch.setattr(proctree.Cgroup, "create", classmethod(lambda cls: None))
+
+
+def _marked(token: str) -> List[int]:
+    """Processes whose environment holds ``token``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as environ:
+                    if token.encode() in environ.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+@contextlib.contextmanager
+def hunted(token: str) -> Iterator[None]:
+    """Whatever the test finds, kill what carries ``token`` (stopped first, so it cannot fork on)."""
+    try:
+        yield
+    finally:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            escaped = _marked(token)
+            if not escaped:
+                break
+            for sig in (19, 9):  # SIGSTOP, SIGKILL
+                for pid in escaped:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, sig)
+
+
+def _survivors_of(token: str) -> List[int]:
+    deadline = time.monotonic() + 2  # zombies being reaped, a kill landing
+    while _marked(token) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [pid for pid in _marked(token) if _gone_or_zombie(pid) is False]
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except OSError:
+        return True
+
+
+HOPS = 3  # tries per case: the old supervisor let the C hopper escape in 3-4 of 5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_a_hopper_does_not_survive_its_terminals_release(root, hopper, without_cgroups):
+    with editor_for(root) as editor:
+        for _ in range(HOPS):
+            token = f"ACP_HOPPER_{uuid.uuid4().hex}"
+            with hunted(token):
+                terminal = editor.result(
+                    "terminal/create",
+                    command=hopper[0],
+                    args=hopper[1:],
+                    env=[{"name": "HOPPER", "value": token}],
+                )["terminalId"]
+                editor.output_containing(terminal, "ready")
+                time.sleep(0.2)  # let it hop
+                assert _marked(token)
+                editor.result("terminal/release", terminalId=terminal)
+                assert _survivors_of(token) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_a_hopper_does_not_survive_the_editors_exit(root, hopper):
+    token = f"ACP_HOPPER_{uuid.uuid4().hex}"
+    script = textwrap.dedent(
+        f"""
+        import time
+        from acp_lite import proctree
+        from acp_lite.schema import CreateTerminalRequest, EnvVariable
+        from acp_lite.workspace import WorkspaceClient
+        proctree.Cgroup.create = classmethod(lambda cls: None)
+        workspace = WorkspaceClient(terminals=True)
+        workspace.on_session("s", {str(root)!r}, [])
+        request = CreateTerminalRequest(
+            session_id="s", command={hopper[0]!r}, args={hopper[1:]!r},
+            env=[EnvVariable(name="HOPPER", value={token!r})],
+        )
+        terminal = workspace.create_terminal(request)
+        output_request = type("R", (), {{"session_id": "s", "terminal_id": terminal.terminal_id}})
+        while "ready" not in workspace.terminal_output(output_request).output:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        """
+    )
+    with hunted(token):
+        for _ in range(HOPS):
+            done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PATIENCE)
+            assert done.returncode == 0, done.stderr
+            assert _survivors_of(token) == []
