@@ -37,11 +37,13 @@ import atexit
 import itertools
 import logging
 import os
+import re
+import shlex
 import threading
 import time
 import weakref
 from concurrent.futures import Future
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from .beneath import O_DIRECTORY
 from .client import Client
@@ -52,6 +54,7 @@ from .schema import (
     ClientCapabilities,
     CreateTerminalRequest,
     CreateTerminalResponse,
+    EnvVariable,
     KillTerminalRequest,
     KillTerminalResponse,
     ReadTextFileRequest,
@@ -70,6 +73,7 @@ from .terminals import MAX_TERMINAL_OUTPUT, REFUSED, TerminalManager, _find_comm
 # RootSet, TerminalManager and the limits are defined in files.py and terminals.py; they stay
 # importable from here, as before the split.
 __all__ = [
+    "CODE_INJECTING_ENVIRONMENT",
     "MAX_TERMINAL_OUTPUT",
     "PROTECTED_PATHS",
     "REFUSED",
@@ -108,6 +112,51 @@ TERMINAL_ENVIRONMENT = (
     "COLORTERM",
     "TZ",
     "TMPDIR",
+)
+
+# Variables a terminal request may not set unless the application allows them
+# (``WorkspaceClient.dropped_environment``): each makes a harmless-looking command line run code
+# the agent chose (``BASH_ENV`` for ``bash -c``, ``GIT_CONFIG_*`` for ``git status`` through
+# ``core.fsmonitor``, ``LD_PRELOAD`` for anything) or read configuration the agent wrote. A name
+# ending in ``*`` stands for every name it starts.
+CODE_INJECTING_ENVIRONMENT = (
+    "LD_*",
+    "DYLD_*",
+    "BASH_ENV",
+    "ENV",
+    "BASH_FUNC_*",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "ZDOTDIR",
+    "HOME",
+    "XDG_CONFIG_HOME",
+    "GIT_*",
+    "SSH_ASKPASS",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "MANPAGER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "GCONV_PATH",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PYTHONBREAKPOINT",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "PERL5DB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
 )
 
 # Paths whose content makes tools run code later (git hooks and config, direnv, editor tasks,
@@ -168,6 +217,8 @@ class WorkspaceClient(Client):
     max_pending_approvals: int = 64
     # The editor's environment variables a terminal inherits.
     terminal_environment: Sequence[str] = TERMINAL_ENVIRONMENT
+    # Variables dropped from a terminal request's env (logged): remove a name to allow it.
+    dropped_environment: Sequence[str] = CODE_INJECTING_ENVIRONMENT
     # Output one terminal keeps at most, and all live terminals together.
     max_terminal_output: int = MAX_TERMINAL_OUTPUT
     max_total_terminal_output: int = 4 * MAX_TERMINAL_OUTPUT
@@ -224,8 +275,30 @@ class WorkspaceClient(Client):
     # -- the hooks --------------------------------------------------------------------------------
     def approve_terminal(self, params: CreateTerminalRequest) -> Approval:
         """Whether to run this command (only asked when terminals are enabled): True, False, or
-        a Future of either. Default: True, since the application enabled terminals."""
+        a Future of either. Show the user ``describe_terminal(params)``: it names the directory
+        and the variables the command gets too (``params`` is the request as the agent sent it,
+        ``dropped_environment`` not applied yet), not the command line alone. Default: True,
+        since the application enabled terminals."""
         return True
+
+    def describe_terminal(self, params: CreateTerminalRequest) -> str:
+        """What a ``terminal/create`` will run, for the user to judge: the directory, the
+        variables it sets (those dropped are named apart) and the command line, shell-quoted,
+        e.g. ``in /home/me/project: GIT_PAGER=cat git log  (dropped: BASH_ENV)``."""
+        kept, dropped = self._split_environment(params)
+        where = params.cwd
+        if where is None:
+            with self._sessions_lock:
+                roots = self._sessions.get(params.session_id)
+            where = roots.cwd if roots is not None else "the session's directory"
+        assignments = [
+            f"{variable.name}={shlex.quote(variable.value)}"
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", variable.name)
+            else shlex.quote(f"{variable.name}={variable.value}")
+            for variable in kept
+        ]
+        shown = f"in {where}: {' '.join([*assignments, shlex.join([params.command, *(params.args or ())])])}"
+        return shown + (f"  (dropped: {', '.join(dropped)})" if dropped else "")
 
     def approve_write(self, params: WriteTextFileRequest, protected: str) -> Approval:
         """Whether to write a file under the protected path ``protected`` (an entry of
@@ -305,15 +378,11 @@ class WorkspaceClient(Client):
         if not self.serves_terminals:
             raise MethodNotFound("Method not found: terminal/create (this editor serves no terminals)")
         os.close(self._terminal_cwd(params))  # refuse a bad cwd before asking; reopened once allowed
-        env = {
-            name: value
-            for name, value in os.environ.items()
-            if any(
-                name == wanted or (wanted.endswith("*") and name.startswith(wanted[:-1]))
-                for wanted in self.terminal_environment
-            )
-        }
-        env.update((variable.name, variable.value) for variable in params.env or ())
+        kept, dropped = self._split_environment(params)
+        if dropped:
+            _workspace_log.warning("terminal/create: dropped %s from the agent's env", ", ".join(dropped))
+        env = {name: value for name, value in os.environ.items() if _matches(name, self.terminal_environment)}
+        env.update((variable.name, variable.value) for variable in kept)
         argv = [params.command, *(params.args or ())]
 
         def start() -> CreateTerminalResponse:
@@ -329,6 +398,17 @@ class WorkspaceClient(Client):
         return self._when_approved(
             f"the terminal {' '.join(argv)!r}", params.session_id, lambda: self.approve_terminal(params), start
         )
+
+    def _split_environment(self, params: CreateTerminalRequest) -> Tuple[List[EnvVariable], List[str]]:
+        """The request's variables to keep, and the names of those dropped."""
+        kept: List[EnvVariable] = []
+        dropped: List[str] = []
+        for variable in params.env or ():
+            if _matches(variable.name, self.dropped_environment):
+                dropped.append(variable.name)
+            else:
+                kept.append(variable)
+        return kept, dropped
 
     def _terminal_cwd(self, params: CreateTerminalRequest) -> int:
         """A handle on the directory the terminal runs in (the session's cwd by default)."""
@@ -535,6 +615,11 @@ class _Deadlines:
                         break
                     self._cond.wait(wait)
             action()  # outside the lock: it may serve the request or cancel other deadlines
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    """Whether ``name`` is one of ``patterns`` (a pattern ending in ``*`` matches what it starts)."""
+    return any(name == wanted or (wanted.endswith("*") and name.startswith(wanted[:-1])) for wanted in patterns)
 
 
 def _write_and_close(target: _WriteTarget, data: bytes) -> WriteTextFileResponse:

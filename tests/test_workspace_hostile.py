@@ -266,3 +266,58 @@ def test_a_hopper_does_not_survive_the_editors_exit(root, hopper):
             done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PATIENCE)
             assert done.returncode == 0, done.stderr
             assert _survivors_of(token) == []
+
+
+# -- consent shows what will run ---------------------------------------------------------------------
+class AskingWorkspace(RecordingWorkspace):
+    """Allows exactly the command lines ``bash -c "echo hello"`` and ``git status``, as an editor
+    that shows the command line alone would; records what it was shown."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: List[str] = []
+
+    def approve_terminal(self, params):
+        self.shown.append(self.describe_terminal(params))
+        return [params.command, *(params.args or ())] in (["bash", "-c", "echo hello"], ["git", "status"])
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("allowed", [False, True], ids=["dropped", "allowed-by-the-application"])
+def test_variables_that_inject_code_are_dropped_unless_allowed_and_the_question_shows_them(root, allowed):
+    (root / "payload.sh").write_text(f"echo pwned > {root / 'ran'}\n")
+    workspace = AskingWorkspace()
+    if allowed:
+        workspace.dropped_environment = ()
+    with editor_for(root, workspace=workspace) as editor:
+        env = [{"name": "BASH_ENV", "value": str(root / "payload.sh")}, {"name": "GREETING", "value": "hi there"}]
+        terminal = editor.result("terminal/create", command="bash", args=["-c", "echo hello"], env=env)["terminalId"]
+        assert editor.finished_output(terminal)["output"] == "hello\n"
+        editor.result("terminal/release", terminalId=terminal)
+    assert (root / "ran").exists() is allowed
+    [shown] = workspace.shown
+    assert shown.startswith(f"in {root}: ") and "GREETING='hi there'" in shown and "bash -c 'echo hello'" in shown
+    if allowed:
+        assert f"BASH_ENV={root / 'payload.sh'}" in shown
+    else:
+        assert shown.endswith("(dropped: BASH_ENV)") and "BASH_ENV=" not in shown
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_config_from_the_environment_never_reaches_an_approved_git_status(root):
+    subprocess.run(["git", "init", "-q", str(root)], check=True, timeout=PATIENCE)
+    hook = root / "fsmonitor.sh"
+    hook.write_text(f"#!/bin/sh\necho pwned > {root / 'ran'}\n")
+    hook.chmod(0o755)
+    workspace = AskingWorkspace()
+    with editor_for(root, workspace=workspace) as editor:
+        env = [
+            {"name": "GIT_CONFIG_COUNT", "value": "1"},
+            {"name": "GIT_CONFIG_KEY_0", "value": "core.fsmonitor"},
+            {"name": "GIT_CONFIG_VALUE_0", "value": str(hook)},
+        ]
+        terminal = editor.result("terminal/create", command="git", args=["status"], env=env)["terminalId"]
+        editor.finished_output(terminal)
+        editor.result("terminal/release", terminalId=terminal)
+    assert not (root / "ran").exists()
+    assert "GIT_CONFIG_COUNT" in workspace.shown[0]  # named as dropped
