@@ -9,7 +9,9 @@ Rules this module keeps (the README's "Security model" says what they add up to)
   *beneath that handle* (``beneath.open_beneath``), never looked up by name again: ``..`` above a
   root, absolute symlinks, symlinks leading out and ``/proc`` magic links are all outside. A root
   whose name no longer leads to the directory opened (moved, replaced by a symlink) contains
-  nothing from then on; so does one that did not exist when the session started.
+  nothing from then on; so does one that did not exist when the session started, one whose
+  last component is a symlink (unless the editor allows it), and, for a session loaded or
+  resumed, one that is not the directory it was before.
 - A path must be absolute (else -32602 invalid params, the request is malformed) and inside one
   of the session's roots (else -32002 resource not found). Outside counts as "not found" because,
   for this session, nothing exists there: the answer is the same whether or not something exists
@@ -30,7 +32,7 @@ import os
 import secrets
 import stat
 import threading
-from typing import Any, BinaryIO, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Dict, Optional, Sequence, Tuple
 
 from .beneath import MAX_SYMLINKS, O_DIRECTORY, O_NOFOLLOW, Escape, Root, open_beneath, path_beneath
 from .errors import AcpError, InternalError, InvalidParams, ResourceNotFound
@@ -56,9 +58,20 @@ class RootSet:
     them is done.
     """
 
-    def __init__(self, cwd: str, additional_directories: Sequence[str] = ()):
+    def __init__(
+        self,
+        cwd: str,
+        additional_directories: Sequence[str] = (),
+        follow_symlinks: bool = False,
+        identities: Optional[Dict[str, Tuple[int, int]]] = None,
+    ):
+        """``follow_symlinks``: accept a root whose last component is a symlink. ``identities``:
+        what each root path named before (a loaded or resumed session), which it must still name
+        to contain anything."""
         self.cwd = cwd
-        self.roots: Tuple[Root, ...] = tuple(Root(path) for path in (cwd, *additional_directories))
+        self.roots: Tuple[Root, ...] = tuple(
+            Root(path, follow_symlinks, (identities or {}).get(path)) for path in (cwd, *additional_directories)
+        )
         self._lock = threading.Lock()
         self._users = 0
         self._closing = False

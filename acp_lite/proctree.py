@@ -53,13 +53,15 @@ _GONE_WAIT = 2.0
 # to the command alone, so end-of-output still means the command's tree closed it. Signal
 # dispositions Python changed at start-up are restored before the command runs.
 #
-# SIGTERM is the kill request (``stop_supervisor``): the supervisor then SIGKILLs its children
+# SIGURG is the kill request (``stop_supervisor``): ignored by default, so one that arrives
+# before the supervisor is ready is lost rather than fatal, and the request is sent again until
+# the supervisor is gone. The supervisor then SIGKILLs its children
 # (and their process groups), reaps, and goes round again until its own wait() reports no child
 # at all, and only then exits. Deeper descendants become its children as their parents die. A
 # process that forks and exits over and over (a "hopper") cannot slip past: while one
 # generation lives, it is the supervisor's descendant, and an orphan is the supervisor's child
 # until reaped, so no child means no descendant. The
-# supervisor waits for SIGCHLD and SIGTERM with both blocked (sigtimedwait), so a request never
+# supervisor waits for SIGCHLD and SIGURG with both blocked (sigwaitinfo), so a request never
 # lands between a reap and the status report; the command starts with them unblocked.
 SUPERVISOR = """
 import ctypes, os, signal, sys
@@ -77,7 +79,7 @@ except AttributeError:  # not Linux: no subreaper, the process group is all kill
     pass
 os.fchdir(cwd)
 os.close(cwd)
-watched = {signal.SIGCHLD, signal.SIGTERM}
+watched = {signal.SIGCHLD, signal.SIGURG}
 waits = hasattr(signal, "sigtimedwait")
 if waits:
     signal.pthread_sigmask(signal.SIG_BLOCK, watched)
@@ -155,15 +157,15 @@ while reap():
     if stopping:
         kill_children()
         signal.sigtimedwait([signal.SIGCHLD], 0.01)
-    elif signal.sigwaitinfo(watched).si_signo == signal.SIGTERM:
+    elif signal.sigwaitinfo(watched).si_signo == signal.SIGURG:
         stopping = True
 """
 
 
 def stop_supervisor(supervisor: ProcessId, timeout: float) -> bool:
     """Ask a ``SUPERVISOR`` (our child, not reaped yet) to kill its whole tree and exit, and wait
-    up to ``timeout`` seconds for it to have done so; True if it did. Not reaped here."""
-    _signal(supervisor[0], supervisor[1], signal.SIGTERM)
+    up to ``timeout`` seconds for it to have done so; True if it did. Not reaped here. The
+    request goes again every few milliseconds: one sent while the supervisor starts is lost."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -173,7 +175,8 @@ def stop_supervisor(supervisor: ProcessId, timeout: float) -> bool:
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.005)
+        _signal(supervisor[0], supervisor[1], signal.SIGURG)
+        time.sleep(0.01)
 
 
 _cgroup_numbers = itertools.count(1)

@@ -222,6 +222,9 @@ class WorkspaceClient(Client):
     # Output one terminal keeps at most, and all live terminals together.
     max_terminal_output: int = MAX_TERMINAL_OUTPUT
     max_total_terminal_output: int = 4 * MAX_TERMINAL_OUTPUT
+    # Accept a session root whose last component is a symlink (off: a project directory replaced
+    # by a symlink to / between sessions must not open /).
+    follow_symlinked_roots: bool = False
     # Live terminals at most, on the connection and per session.
     max_terminals: int = 16
     max_terminals_per_session: int = 8
@@ -232,6 +235,9 @@ class WorkspaceClient(Client):
         self.serves_writes = writes
         self._sessions: Dict[str, RootSet] = {}
         self._sessions_lock = threading.Lock()
+        # What each session's root paths named when first opened, kept after the session ends,
+        # so that a load or resume of it gets the same directories or none.
+        self._root_identities: Dict[str, Dict[str, Tuple[int, int]]] = {}
         self._attached = False
         # Approvals by ticket: being asked (the hook runs) and awaited (its Future is pending),
         # each with the session of the terminal it is for (None for a write); the latter with
@@ -307,9 +313,20 @@ class WorkspaceClient(Client):
 
     # -- sessions ---------------------------------------------------------------------------------
     def on_session(self, session_id: str, cwd: str, additional_directories: Sequence[str]) -> None:
-        """Open (or, on load and resume, replace) the session's root set."""
-        roots = RootSet(cwd, additional_directories)
+        """Open (or, on load and resume, replace) the session's root set. A root path this
+        session had before must still name the same directory, else it contains nothing."""
         with self._sessions_lock:
+            known = dict(self._root_identities.get(session_id, {}))
+        roots = RootSet(cwd, additional_directories, self.follow_symlinked_roots, known)
+        for root in roots.roots:
+            if root.fd is None:
+                _workspace_log.warning(
+                    "session %s: the root %s is refused (missing, a symlink or replaced)", session_id, root.path
+                )
+            elif root.identity is not None:
+                known.setdefault(root.path, root.identity)
+        with self._sessions_lock:
+            self._root_identities[session_id] = known
             previous = self._sessions.get(session_id)
             self._sessions[session_id] = roots
         if previous is not None:

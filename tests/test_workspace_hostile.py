@@ -321,3 +321,34 @@ def test_git_config_from_the_environment_never_reaches_an_approved_git_status(ro
         editor.result("terminal/release", terminalId=terminal)
     assert not (root / "ran").exists()
     assert "GIT_CONFIG_COUNT" in workspace.shown[0]  # named as dropped
+
+
+# -- roots keep their identity across sessions --------------------------------------------------------
+@pytest.mark.req("ACP-V1-SETUP-ROOT-SET-BOUNDARY")
+@pytest.mark.parametrize("method", ["new", "resume"])
+def test_a_project_replaced_by_a_symlink_between_sessions_is_not_a_root(root, tmp_path, method):
+    with editor_for(root, {"sessionCapabilities": {"resume": {}}}) as editor:
+        # What a terminal can do: cd .. && mv project project.moved && ln -s outside project
+        root.rename(tmp_path / "project.moved")
+        root.symlink_to(tmp_path / "outside")
+        session = "sess_2" if method == "new" else SESSION
+        editor.open_session(session, root, method=method)
+        error = editor.error("fs/read_text_file", sessionId=session, path=str(root / "secret.txt"))
+        assert error["code"] == -32002
+
+
+def test_a_resumed_session_keeps_its_roots_identity(root, tmp_path):
+    with editor_for(root, {"sessionCapabilities": {"resume": {}}}) as editor:
+        root.rename(tmp_path / "project.moved")
+        (tmp_path / "outside").rename(root)  # another directory now has the project's name
+        editor.open_session(SESSION, root, method="resume")
+        assert editor.error("fs/read_text_file", path=str(root / "secret.txt"))["code"] == -32002
+
+
+def test_an_editor_may_allow_a_symlinked_root(root, tmp_path):
+    (root / "notes.txt").write_text("mine")
+    (tmp_path / "link").symlink_to(root)
+    workspace = RecordingWorkspace()
+    workspace.follow_symlinked_roots = True
+    with editor_for(tmp_path / "link", workspace=workspace) as editor:
+        assert editor.result("fs/read_text_file", path=str(tmp_path / "link" / "notes.txt"))["content"] == "mine"
