@@ -141,18 +141,14 @@ def open_beneath(dir_fd: int, relative: str, flags: int) -> int:
     return _walk(dir_fd, relative, flags)
 
 
-def path_beneath(root_fd: int, fd: int) -> Optional[str]:
-    """Where ``fd`` is now, relative to the directory ``root_fd`` ("" for itself), or None when
-    the system cannot say (no ``/proc``) or it is not beneath it any more."""
+def real_path(fd: int) -> Optional[str]:
+    """Where the directory ``fd`` is now, an absolute path, or None when the system cannot say
+    (no ``/proc``, a path longer than it can name, a directory removed meanwhile)."""
     try:
-        top = os.readlink(f"/proc/self/fd/{root_fd}")
         here = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
         return None
-    if here == top:
-        return ""
-    prefix = top.rstrip("/") + "/"
-    return here[len(prefix) :] if here.startswith(prefix) else None
+    return here if here.startswith("/") and not here.endswith(" (deleted)") else None
 
 
 def _walk(dir_fd: int, relative: str, flags: int) -> int:

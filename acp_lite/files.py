@@ -28,13 +28,14 @@ Rules this module keeps (the README's "Security model" says what they add up to)
 """
 
 import errno
+import fnmatch
 import os
 import secrets
 import stat
 import threading
 from typing import Any, BinaryIO, Dict, Optional, Sequence, Tuple
 
-from .beneath import MAX_SYMLINKS, O_DIRECTORY, O_NOFOLLOW, Escape, Root, open_beneath, path_beneath
+from .beneath import MAX_SYMLINKS, O_DIRECTORY, O_NOFOLLOW, Escape, Root, open_beneath, real_path
 from .errors import AcpError, InternalError, InvalidParams, ResourceNotFound
 
 # Bytes moved per read, from files and from terminal pipes.
@@ -141,19 +142,26 @@ class RootSet:
             root.close()
 
 
-def _protected(relative: str, patterns: Sequence[str]) -> Optional[str]:
-    """The pattern of ``patterns`` that ``relative`` (a path beneath a root) falls under, if any.
-    A pattern without a slash matches that name at any depth (``.git`` anywhere); one with a
-    slash matches from the root. Both match what lies below them; case is ignored, since
-    case-insensitive file systems make ``.GIT`` the same directory."""
-    parts = [part.casefold() for part in relative.split("/") if part not in ("", ".")]
+# What ``_protected`` answers for a write whose real location the system cannot name.
+UNNAMED_LOCATION = "(a location the system cannot name)"
+
+
+def _protected(location: Optional[str], patterns: Sequence[str]) -> Optional[str]:
+    """The pattern of ``patterns`` that ``location`` (the real, absolute path a write lands on)
+    falls under, if any: a pattern's components (each a shell pattern: ``*.code-workspace``)
+    matching consecutive components of the path anywhere in it, and what lies below them. So
+    ``.github/workflows`` is protected in a session whose root is ``.github`` itself, and
+    ``.git`` inside an additional directory that is a ``.git``. Case is ignored, since
+    case-insensitive file systems make ``.GIT`` the same directory. A location that cannot be
+    named (None) is protected: ``UNNAMED_LOCATION``."""
+    if location is None:
+        return UNNAMED_LOCATION
+    parts = [part.casefold() for part in location.split("/") if part not in ("", ".")]
     for pattern in patterns:
         wanted = [part.casefold() for part in pattern.strip("/").split("/")]
-        if len(wanted) == 1:
-            if wanted[0] in parts:
+        for start in range(len(parts) - len(wanted) + 1):
+            if all(fnmatch.fnmatchcase(part, want) for part, want in zip(parts[start:], wanted)):
                 return pattern
-        elif parts[: len(wanted)] == wanted:
-            return pattern
     return None
 
 
@@ -233,8 +241,9 @@ def _select_lines(file: BinaryIO, first: int, count: Optional[int], max_bytes: i
 
 class _WriteTarget:
     """Where a write lands: an open handle on the directory and the name in it, found by
-    following symlinks beneath the root; ``location`` is that name's path beneath the root (or
-    the path asked for, where the system cannot tell). Closed by ``close()``."""
+    following symlinks beneath the root; ``location`` is that name's real absolute path, or None
+    where the system cannot tell (no ``/proc``, a path longer than it can name). Closed by
+    ``close()``."""
 
     def __init__(self, roots: RootSet, path: str, refuse_hard_links: bool):
         root, relative = roots.locate(path)
@@ -279,8 +288,8 @@ class _WriteTarget:
             except BaseException:
                 self.close()
                 raise
-        where = path_beneath(root.fd, self.directory)  # type: ignore[arg-type]
-        self.location = f"{where}/{self.name}".lstrip("/") if where is not None else relative
+        where = real_path(self.directory)
+        self.location = None if where is None else f"{where.rstrip('/')}/{self.name}"
 
     def write(self, data: bytes) -> None:
         # Fixed length, whatever the target's name: a legal name must never make it too long.

@@ -172,6 +172,18 @@ PROTECTED_PATHS = (
     ".pre-commit-config.yaml",
     ".github/workflows",
     ".gitmodules",
+    ".gitattributes",
+    ".zed/tasks.json",
+    ".zed/settings.json",
+    "*.code-workspace",
+    ".devcontainer",
+    ".cargo/config.toml",
+    ".cargo/config",
+    ".yarnrc.yml",
+    ".npmrc",
+    ".nvim.lua",
+    ".exrc",
+    ".mise.toml",
 )
 
 # Every WorkspaceClient not closed yet, for the interpreter's exit (see _close_all).

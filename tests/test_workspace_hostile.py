@@ -352,3 +352,66 @@ def test_an_editor_may_allow_a_symlinked_root(root, tmp_path):
     workspace.follow_symlinked_roots = True
     with editor_for(tmp_path / "link", workspace=workspace) as editor:
         assert editor.result("fs/read_text_file", path=str(tmp_path / "link" / "notes.txt"))["content"] == "mine"
+
+
+# -- protected paths fail closed, wherever the root is -----------------------------------------------
+@pytest.mark.parametrize(
+    "relative",
+    [
+        ".zed/tasks.json",
+        ".zed/settings.json",
+        "app.code-workspace",
+        ".devcontainer/devcontainer.json",
+        ".cargo/config.toml",
+        ".yarnrc.yml",
+        ".npmrc",
+        ".nvim.lua",
+        ".exrc",
+        ".mise.toml",
+        ".gitattributes",
+        "sub/.gitattributes",
+    ],
+)
+def test_the_task_and_settings_files_of_other_tools_are_protected(editor, root, relative):
+    (root / relative).parent.mkdir(parents=True, exist_ok=True)
+    error = editor.error("fs/write_text_file", path=str(root / relative), content="x")
+    assert error["code"] == REFUSED
+    assert not (root / relative).exists()
+
+
+@pytest.mark.parametrize("where", ["cwd", "additional"])
+def test_protection_is_matched_on_the_real_location_not_relative_to_the_root(root, where):
+    (root / ".github" / "workflows").mkdir(parents=True)
+    (root / ".git").mkdir()
+    if where == "cwd":
+        context = editor_for(root / ".github")
+        target = root / ".github" / "workflows" / "ci.yml"
+    else:
+        context = editor_for(root, {"sessionCapabilities": {"additionalDirectories": {}}}, [str(root / ".git")])
+        target = root / ".git" / "config"
+    with context as editor:
+        assert editor.error("fs/write_text_file", path=str(target), content="x")["code"] == REFUSED
+    assert not target.exists()
+
+
+def test_a_write_whose_real_location_cannot_be_named_needs_consent(tmp_path):
+    # Deep enough that the real path of the nested .git is longer than the system can name,
+    # reached through a symlink g -> .git whose spelling protects nothing.
+    root = tmp_path / ("d" * 250) / ("e" * 250) / "project"
+    root.mkdir(parents=True)
+    names = ["n" * 200] * 18
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for name in names:
+            os.mkdir(name, dir_fd=fd)
+            deeper = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        os.mkdir(".git", dir_fd=fd)
+        os.symlink(".git", "g", dir_fd=fd)
+    finally:
+        os.close(fd)
+    path = f"{root}/{'/'.join(names)}/g/config"
+    assert len(f"{root}/{'/'.join(names)}/.git") > 4096 > len(path) - len(str(root))
+    with editor_for(root) as editor:
+        assert editor.error("fs/write_text_file", path=path, content="[core]\n")["code"] == REFUSED
