@@ -38,6 +38,9 @@ from typing import Any, BinaryIO, Dict, Optional, Sequence, Tuple
 from .beneath import MAX_SYMLINKS, O_DIRECTORY, O_NOFOLLOW, Escape, Root, open_beneath, real_path
 from .errors import AcpError, InternalError, InvalidParams, ResourceNotFound
 
+# Linux's limit on a path's length, with its NUL.
+_PATH_MAX = 4096
+
 # Bytes moved per read, from files and from terminal pipes.
 _IO_CHUNK = 64 * 1024
 
@@ -174,7 +177,12 @@ def _file_error(exc: OSError, path: str) -> AcpError:
         return ResourceNotFound(f"{path}: no such file")
     if isinstance(exc, IsADirectoryError):
         return InvalidParams(f"{path} is a directory, not a file")
-    if exc.errno in (errno.ENAMETOOLONG, errno.EINVAL):
+    if exc.errno == errno.ENAMETOOLONG:
+        return InvalidParams(
+            f"{path[:200]}...: the path is too long for the file system ({len(os.fsencode(path))} bytes; "
+            f"at most {_PATH_MAX - 1} in all and 255 per name)"
+        )
+    if exc.errno == errno.EINVAL:
         return InvalidParams(f"{path}: {exc.strerror}")
     return InternalError(f"{path}: {exc.strerror or exc}")
 

@@ -19,6 +19,7 @@ Rules this module keeps:
   process id is never reused while we may still signal it.
 """
 
+import errno
 import itertools
 import os
 import select
@@ -407,7 +408,13 @@ class TerminalManager:
         except ValueError as exc:
             raise InvalidParams(f"cannot start {argv[0]!r}: {exc}") from exc
         except OSError as exc:
-            raise InternalError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+            if exc.errno == errno.E2BIG:  # the request's arguments and env, not our failure
+                size = sum(len(word) for word in argv) + sum(len(k) + len(v) for k, v in env.items())
+                raise InvalidParams(
+                    f"cannot start {argv[0][:200]!r}: its arguments and environment ({size} characters) are more "
+                    "than the system passes to a program"
+                ) from exc
+            raise InternalError(f"cannot start {argv[0][:200]!r}: {exc.strerror or exc}") from exc
         finally:
             with self._lock:
                 self._starting.remove(reservation)

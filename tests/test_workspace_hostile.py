@@ -415,3 +415,16 @@ def test_a_write_whose_real_location_cannot_be_named_needs_consent(tmp_path):
     assert len(f"{root}/{'/'.join(names)}/.git") > 4096 > len(path) - len(str(root))
     with editor_for(root) as editor:
         assert editor.error("fs/write_text_file", path=path, content="[core]\n")["code"] == REFUSED
+
+
+# -- odd refusals made precise ------------------------------------------------------------------------
+def test_an_environment_too_large_to_pass_is_invalid_params(editor):
+    error = editor.error("terminal/create", command="true", env=[{"name": "BIG", "value": "x" * (4 << 20)}])
+    assert error["code"] == -32602 and "more than the system passes to a program" in error["message"]
+
+
+@pytest.mark.parametrize("method", ["fs/read_text_file", "fs/write_text_file"])
+def test_a_path_too_long_for_the_file_system_is_invalid_params_with_a_short_message(editor, root, method):
+    params = {"content": "x"} if method == "fs/write_text_file" else {}
+    error = editor.error(method, path=f"{root}/{'a' * 5000}", **params)
+    assert error["code"] == -32602 and "the path is too long" in error["message"] and len(error["message"]) < 400
