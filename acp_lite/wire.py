@@ -490,6 +490,10 @@ class Transport:
             with self._lock:
                 self._end_write(failed=True)
             raise self.closed_error() from exc
+        except BaseException:  # a Ctrl-C in the write: part of the frame may be out, the stream is broken
+            with self._lock:
+                self._end_write(failed=True)
+            raise
         with self._lock:
             self._batches_written += 1
             if self._backlog:  # other threads' frames arrived during the write
