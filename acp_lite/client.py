@@ -20,6 +20,7 @@ delivery thread (or its reader, delivering in its stead when nothing else waits)
 thread when it pumps.
 """
 
+import logging
 import threading
 import time
 from concurrent.futures import Future
@@ -193,7 +194,7 @@ class RemoteAgent:
         # it), the rest for the process: its stop waits in up to four steps (exit after stdin
         # closes, after TERM, after KILL, the stderr reader), each given a quarter.
         # Each step runs whatever the one before did (failed, or was interrupted by Ctrl-C).
-        with CloseSteps() as steps:
+        with CloseSteps(logging.getLogger("acp_lite.client")) as steps:
             steps.run(self.connection.close, timeout / 2 if self.process is not None else timeout)
             if self.process is not None:
                 steps.run(self.process.stop, max(0.0, deadline - time.monotonic()) / 4)

@@ -64,7 +64,7 @@ _CLOSED_ERROR_WAIT = 1.0
 _GROUP_POLL_INTERVAL = 0.01
 
 # How long stop() waits for an agent killed after its escalation was interrupted (Ctrl-C).
-_GONE_WAIT = 2.0
+_KILLED_WAIT = 2.0
 
 # Between SIGTERM and SIGKILL for the agents still running when this process exits or is signalled.
 _EXIT_GRACE = 1.0
@@ -212,7 +212,7 @@ class AgentProcess:
             self._stopped = True
             # Every step runs, whatever the one before did: a Ctrl-C while waiting for the agent
             # to exit still ends it (SIGKILL) and releases everything, then is raised.
-            with CloseSteps() as steps:
+            with CloseSteps(self._logger) as steps:
                 # Children that left the agent's group (setsid, daemons) are beyond killpg: note
                 # the agent's tree while its parent links hold, and end what is left of it last.
                 tree = [] if sys.platform == "win32" else steps.run(descendants, self.pid)
@@ -221,7 +221,7 @@ class AgentProcess:
                     steps.run(self._end_gently, timeout)
                 if self._proc.returncode is None:  # no time for it, or the escalation was cut short
                     steps.run(self._signal_group, True)
-                    steps.run(self._wait_for_group, _GONE_WAIT)
+                    steps.run(self._wait_for_group, _KILLED_WAIT)
                 steps.run(signal_processes, tree or [], signal.SIGKILL)
                 _running.pop(self.pid, None)
                 steps.run(self._proc.stdout.close)

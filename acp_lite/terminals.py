@@ -21,6 +21,7 @@ Rules this module keeps:
 
 import errno
 import itertools
+import logging
 import os
 import select
 import shutil
@@ -258,7 +259,7 @@ class _Terminal:
     def close(self) -> TerminalOutputResponse:
         """Kill, reap, stop both threads, release the pipes; returns the final output. Every
         step runs, whatever the one before did (see ``closing``)."""
-        with CloseSteps() as steps:
+        with CloseSteps(logging.getLogger("acp_lite.workspace")) as steps:
             steps.run(self.kill)
             steps.run(os.write, self._wake_write, b"x")
             for thread in self._threads:
@@ -458,7 +459,7 @@ class TerminalManager:
             terminals = [t for t in self._terminals.values() if t.session_id == session_id]
             for terminal in terminals:
                 del self._terminals[terminal.terminal_id]
-        return [(terminal_id, final) for _, terminal_id, final in _close_all(terminals)]
+        return [(terminal_id, final) for _, terminal_id, final in _close_terminals(terminals)]
 
     def close(self) -> List[Tuple[str, str, TerminalOutputResponse]]:
         """Release every terminal and refuse new ones; returns ``(session id, terminal id, final
@@ -466,7 +467,7 @@ class TerminalManager:
         with self._lock:
             self._closed = True
             terminals, self._terminals = list(self._terminals.values()), {}
-        return _close_all(terminals)
+        return _close_terminals(terminals)
 
     def _get(self, session_id: str, terminal_id: str) -> _Terminal:
         with self._lock:
@@ -479,10 +480,10 @@ class TerminalManager:
         return terminal
 
 
-def _close_all(terminals: List[_Terminal]) -> List[Tuple[str, str, TerminalOutputResponse]]:
+def _close_terminals(terminals: List[_Terminal]) -> List[Tuple[str, str, TerminalOutputResponse]]:
     """Close every terminal, even when one fails to; ``(session id, terminal id, final output)``
     of each closed."""
-    with CloseSteps() as steps:
+    with CloseSteps(logging.getLogger("acp_lite.workspace")) as steps:
         finals = [(t.session_id, t.terminal_id, steps.run(t.close)) for t in terminals]
     return [(session_id, terminal_id, final) for session_id, terminal_id, final in finals if final is not None]
 

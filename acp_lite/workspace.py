@@ -477,7 +477,7 @@ class WorkspaceClient(Client):
             pending = [refuse for _, refuse in self._pending.values()]
             sessions, self._sessions = list(self._sessions.values()), {}
             manager = self._terminal_manager
-        with CloseSteps() as steps:  # every step runs, whatever the one before did
+        with CloseSteps(_workspace_log) as steps:  # every step runs, whatever the one before did
             for refuse in pending:
                 steps.run(refuse)
             for roots in sessions:
