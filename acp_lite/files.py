@@ -179,8 +179,8 @@ def _file_error(exc: OSError, path: str) -> AcpError:
         return InvalidParams(f"{path} is a directory, not a file")
     if exc.errno == errno.ENAMETOOLONG:
         return InvalidParams(
-            f"{path[:200]}...: the path is too long for the file system ({len(os.fsencode(path))} bytes; "
-            f"at most {_PATH_MAX - 1} in all and 255 per name)"
+            f"{path[:200]}...: {exc.strerror}: the path is too long for the file system "
+            f"({len(os.fsencode(path))} bytes; at most {_PATH_MAX - 1} in all and 255 per name)"
         )
     if exc.errno == errno.EINVAL:
         return InvalidParams(f"{path}: {exc.strerror}")
