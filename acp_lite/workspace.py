@@ -40,7 +40,6 @@ import os
 import re
 import shlex
 import threading
-import time
 import weakref
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
@@ -48,7 +47,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 from .beneath import O_DIRECTORY
 from .client import Client
 from .closing import CloseSteps
-from .errors import InternalError, InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound, UsageError
+from .deadlines import Deadlines
+from .errors import InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound, UsageError
 from .files import _O_NONBLOCK, RootSet, _protected, _read_text, _WriteTarget
 from .schema import (
     ClientCapabilities,
@@ -257,7 +257,7 @@ class WorkspaceClient(Client):
         self._tickets = itertools.count(1)
         self._asking: Dict[int, Optional[str]] = {}
         self._pending: Dict[int, Tuple[Optional[str], Callable[[], None]]] = {}
-        self._deadlines = _Deadlines()
+        self._deadlines = Deadlines()
         self._terminal_manager: Optional[TerminalManager] = None
         self._closed = False
         _open_workspaces.add(self)
@@ -595,55 +595,6 @@ class WorkspaceClient(Client):
         with self._sessions_lock:
             self._asking.pop(ticket, None)
             self._pending.pop(ticket, None)
-
-
-class _Deadlines:
-    """Runs an action when its deadline passes, unless cancelled first: the approvals' timeouts.
-
-    One thread (``acp-approval-timeout``) serves all of them; it starts with the first deadline
-    and ends when none is left, so an idle workspace holds no thread. The actions are few (at
-    most ``max_pending_approvals``), so the next one is found by a scan. Any thread."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._actions: Dict[int, Tuple[float, Callable[[], None]]] = {}
-        self._running = False
-
-    def add(self, key: int, delay: float, action: Callable[[], None]) -> None:
-        """Run ``action`` after ``delay`` seconds unless ``cancel(key)`` comes first. A thread
-        that cannot be started is an ``InternalError`` here, and nothing is scheduled."""
-        with self._cond:
-            self._actions[key] = (time.monotonic() + delay, action)
-            if self._running:
-                self._cond.notify()
-                return
-            thread = threading.Thread(target=self._run, name="acp-approval-timeout", daemon=True)
-            try:
-                thread.start()
-            except RuntimeError as exc:  # "can't start new thread": out of threads or memory
-                del self._actions[key]
-                raise InternalError(f"cannot time an approval out: {exc}") from exc
-            self._running = True
-
-    def cancel(self, key: int) -> None:
-        with self._cond:
-            if self._actions.pop(key, None) is not None:
-                self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    if not self._actions:
-                        self._running = False
-                        return
-                    key, (deadline, action) = min(self._actions.items(), key=lambda item: item[1][0])
-                    wait = deadline - time.monotonic()
-                    if wait <= 0:
-                        del self._actions[key]
-                        break
-                    self._cond.wait(wait)
-            action()  # outside the lock: it may serve the request or cancel other deadlines
 
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:
