@@ -14,7 +14,10 @@ served cannot lead the request outside. Rules this module keeps:
   came from. Either way the answer to an escape is ``Escape``.
 - Symlinks that stay beneath the directory are followed (at most 40, as the kernel does).
 - ``Root`` also remembers the directory's identity (device, inode): once the name no longer leads
-  to it (moved away, replaced), the root counts as gone for good.
+  to it (moved away, replaced), the root counts as gone for good. A root whose last component is
+  a symlink is refused unless the caller says to follow it (a project replaced by a symlink to
+  ``/`` must not become ``/``), and one opened again for the same session must be the same
+  directory as before.
 """
 
 import ctypes
@@ -71,20 +74,24 @@ _syscall = _load_syscall()
 
 class Root:
     """One directory held open for the life of a session. ``fd`` is None when it could not be
-    opened (it did not exist, or was not a directory): such a root contains nothing, even if a
-    directory of that name appears later. Any thread; ``close`` only once no request uses ``fd``."""
+    opened (it did not exist, was not a directory, its last component is a symlink and
+    ``follow_symlink`` is False, or it is not the directory ``expected`` names): such a root
+    contains nothing, even if a directory of that name appears later. Any thread; ``close`` only
+    once no request uses ``fd``."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, follow_symlink: bool = False, expected: Optional[Tuple[int, int]] = None):
         self.path = path
         self.fd: Optional[int] = None
         self.identity: Optional[Tuple[int, int]] = None
         self._gone = False
+        # A trailing slash would make the kernel follow a symlink in the last component.
+        name = path.rstrip("/") or "/"
         try:
-            fd = os.open(path, os.O_RDONLY | O_DIRECTORY | _O_CLOEXEC)
+            fd = os.open(name, os.O_RDONLY | O_DIRECTORY | _O_CLOEXEC | (0 if follow_symlink else O_NOFOLLOW))
         except (OSError, ValueError):
             return
         info = os.fstat(fd)
-        if not stat.S_ISDIR(info.st_mode):  # systems without O_DIRECTORY
+        if not stat.S_ISDIR(info.st_mode) or expected not in (None, (info.st_dev, info.st_ino)):
             os.close(fd)
             return
         self.fd = fd
@@ -134,18 +141,14 @@ def open_beneath(dir_fd: int, relative: str, flags: int) -> int:
     return _walk(dir_fd, relative, flags)
 
 
-def path_beneath(root_fd: int, fd: int) -> Optional[str]:
-    """Where ``fd`` is now, relative to the directory ``root_fd`` ("" for itself), or None when
-    the system cannot say (no ``/proc``) or it is not beneath it any more."""
+def real_path(fd: int) -> Optional[str]:
+    """Where the directory ``fd`` is now, an absolute path, or None when the system cannot say
+    (no ``/proc``, a path longer than it can name, a directory removed meanwhile)."""
     try:
-        top = os.readlink(f"/proc/self/fd/{root_fd}")
         here = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
         return None
-    if here == top:
-        return ""
-    prefix = top.rstrip("/") + "/"
-    return here[len(prefix) :] if here.startswith(prefix) else None
+    return here if here.startswith("/") and not here.endswith(" (deleted)") else None
 
 
 def _walk(dir_fd: int, relative: str, flags: int) -> int:

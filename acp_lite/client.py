@@ -27,6 +27,7 @@ any ``Client`` callback may be ``async def``: it runs on the loop given to ``spa
 """
 
 import importlib
+import logging
 import threading
 import time
 from concurrent.futures import Future
@@ -35,6 +36,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 from .aio import EventLoop, awaitable, result_of
 from .answering import RequestContext
 from .client_base import _CLIENT_HANDLERS, Client
+from .closing import CloseSteps
 from .codec import Undecodable, UnknownVariant, keep_undecodable
 from .errors import CapabilityError, InvalidParams, UsageError, VersionMismatch
 from .peer import (
@@ -265,10 +267,12 @@ class RemoteAgent:
         # Half for the connection (flushing to an agent that stopped reading may take all of
         # it), the rest for the process: its stop waits in up to four steps (exit after stdin
         # closes, after TERM, after KILL, the stderr reader), each given a quarter.
-        self.connection.close(timeout / 2 if self.process is not None else timeout)
-        if self.process is not None:
-            self.process.stop(max(0.0, deadline - time.monotonic()) / 4)
-        self.client.close()
+        # Each step runs whatever the one before did (failed, or was interrupted by Ctrl-C).
+        with CloseSteps(logging.getLogger("acp_lite.client")) as steps:
+            steps.run(self.connection.close, timeout / 2 if self.process is not None else timeout)
+            if self.process is not None:
+                steps.run(self.process.stop, max(0.0, deadline - time.monotonic()) / 4)
+            steps.run(self.client.close)
 
     def __enter__(self) -> "RemoteAgent":
         return self

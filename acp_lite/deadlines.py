@@ -9,6 +9,8 @@ Rules this module keeps:
 - The function runs on that thread, outside the lock, once: it must be quick and must not block
   (it hands the real work on, to a connection's delivery). One that raises is logged.
 - ``Deadline.cancel()`` before the time drops it; after it, it does nothing.
+- A thread that cannot be started is an ``InternalError`` at the ``call_after`` that needed it,
+  and nothing is scheduled.
 """
 
 import heapq
@@ -18,6 +20,8 @@ import os
 import threading
 import time
 from typing import Callable, List, Optional, Tuple
+
+from .errors import InternalError
 
 _deadline_log = logging.getLogger("acp_lite.deadlines")
 
@@ -57,8 +61,14 @@ class _DeadlineTimer:
             heapq.heappush(self.heap, (when, next(self.order), deadline))
             self.live += 1
             if self.thread is None:
-                self.thread = threading.Thread(target=self.run, name="acp-deadlines", daemon=True)
-                self.thread.start()
+                thread = threading.Thread(target=self.run, name="acp-deadlines", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # "can't start new thread": out of threads or memory
+                    deadline._fn = None
+                    self.live -= 1
+                    raise InternalError(f"cannot start the deadline thread: {exc}") from exc
+                self.thread = thread
             else:
                 self.state.notify()  # it may be sleeping until a later deadline
 

@@ -9,7 +9,9 @@ Rules this module keeps (docs/robustness.md's "Security model" says what they ad
   *beneath that handle* (``beneath.open_beneath``), never looked up by name again: ``..`` above a
   root, absolute symlinks, symlinks leading out and ``/proc`` magic links are all outside. A root
   whose name no longer leads to the directory opened (moved, replaced by a symlink) contains
-  nothing from then on; so does one that did not exist when the session started.
+  nothing from then on; so does one that did not exist when the session started, one whose
+  last component is a symlink (unless the editor allows it), and, for a session loaded or
+  resumed, one that is not the directory it was before.
 - A path must be absolute (else -32602 invalid params, the request is malformed) and inside one
   of the session's roots (else -32002 resource not found). Outside counts as "not found" because,
   for this session, nothing exists there: the answer is the same whether or not something exists
@@ -26,14 +28,18 @@ Rules this module keeps (docs/robustness.md's "Security model" says what they ad
 """
 
 import errno
+import fnmatch
 import os
 import secrets
 import stat
 import threading
-from typing import Any, BinaryIO, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Dict, Optional, Sequence, Tuple
 
-from .beneath import MAX_SYMLINKS, O_DIRECTORY, O_NOFOLLOW, Escape, Root, open_beneath, path_beneath
+from .beneath import MAX_SYMLINKS, O_DIRECTORY, O_NOFOLLOW, Escape, Root, open_beneath, real_path
 from .errors import AcpError, InternalError, InvalidParams, ResourceNotFound
+
+# Linux's limit on a path's length, with its NUL.
+_PATH_MAX = 4096
 
 # Bytes moved per read, from files and from terminal pipes.
 _IO_CHUNK = 64 * 1024
@@ -56,9 +62,20 @@ class RootSet:
     them is done.
     """
 
-    def __init__(self, cwd: str, additional_directories: Sequence[str] = ()):
+    def __init__(
+        self,
+        cwd: str,
+        additional_directories: Sequence[str] = (),
+        follow_symlinks: bool = False,
+        identities: Optional[Dict[str, Tuple[int, int]]] = None,
+    ):
+        """``follow_symlinks``: accept a root whose last component is a symlink. ``identities``:
+        what each root path named before (a loaded or resumed session), which it must still name
+        to contain anything."""
         self.cwd = cwd
-        self.roots: Tuple[Root, ...] = tuple(Root(path) for path in (cwd, *additional_directories))
+        self.roots: Tuple[Root, ...] = tuple(
+            Root(path, follow_symlinks, (identities or {}).get(path)) for path in (cwd, *additional_directories)
+        )
         self._lock = threading.Lock()
         self._users = 0
         self._closing = False
@@ -128,19 +145,26 @@ class RootSet:
             root.close()
 
 
-def _protected(relative: str, patterns: Sequence[str]) -> Optional[str]:
-    """The pattern of ``patterns`` that ``relative`` (a path beneath a root) falls under, if any.
-    A pattern without a slash matches that name at any depth (``.git`` anywhere); one with a
-    slash matches from the root. Both match what lies below them; case is ignored, since
-    case-insensitive file systems make ``.GIT`` the same directory."""
-    parts = [part.casefold() for part in relative.split("/") if part not in ("", ".")]
+# What ``_protected`` answers for a write whose real location the system cannot name.
+UNNAMED_LOCATION = "(a location the system cannot name)"
+
+
+def _protected(location: Optional[str], patterns: Sequence[str]) -> Optional[str]:
+    """The pattern of ``patterns`` that ``location`` (the real, absolute path a write lands on)
+    falls under, if any: a pattern's components (each a shell pattern: ``*.code-workspace``)
+    matching consecutive components of the path anywhere in it, and what lies below them. So
+    ``.github/workflows`` is protected in a session whose root is ``.github`` itself, and
+    ``.git`` inside an additional directory that is a ``.git``. Case is ignored, since
+    case-insensitive file systems make ``.GIT`` the same directory. A location that cannot be
+    named (None) is protected: ``UNNAMED_LOCATION``."""
+    if location is None:
+        return UNNAMED_LOCATION
+    parts = [part.casefold() for part in location.split("/") if part not in ("", ".")]
     for pattern in patterns:
         wanted = [part.casefold() for part in pattern.strip("/").split("/")]
-        if len(wanted) == 1:
-            if wanted[0] in parts:
+        for start in range(len(parts) - len(wanted) + 1):
+            if all(fnmatch.fnmatchcase(part, want) for part, want in zip(parts[start:], wanted)):
                 return pattern
-        elif parts[: len(wanted)] == wanted:
-            return pattern
     return None
 
 
@@ -153,7 +177,12 @@ def _file_error(exc: OSError, path: str) -> AcpError:
         return ResourceNotFound(f"{path}: no such file")
     if isinstance(exc, IsADirectoryError):
         return InvalidParams(f"{path} is a directory, not a file")
-    if exc.errno in (errno.ENAMETOOLONG, errno.EINVAL):
+    if exc.errno == errno.ENAMETOOLONG:
+        return InvalidParams(
+            f"{path[:200]}...: {exc.strerror}: the path is too long for the file system "
+            f"({len(os.fsencode(path))} bytes; at most {_PATH_MAX - 1} in all and 255 per name)"
+        )
+    if exc.errno == errno.EINVAL:
         return InvalidParams(f"{path}: {exc.strerror}")
     return InternalError(f"{path}: {exc.strerror or exc}")
 
@@ -220,8 +249,9 @@ def _select_lines(file: BinaryIO, first: int, count: Optional[int], max_bytes: i
 
 class _WriteTarget:
     """Where a write lands: an open handle on the directory and the name in it, found by
-    following symlinks beneath the root; ``location`` is that name's path beneath the root (or
-    the path asked for, where the system cannot tell). Closed by ``close()``."""
+    following symlinks beneath the root; ``location`` is that name's real absolute path, or None
+    where the system cannot tell (no ``/proc``, a path longer than it can name). Closed by
+    ``close()``."""
 
     def __init__(self, roots: RootSet, path: str, refuse_hard_links: bool):
         root, relative = roots.locate(path)
@@ -266,8 +296,8 @@ class _WriteTarget:
             except BaseException:
                 self.close()
                 raise
-        where = path_beneath(root.fd, self.directory)  # type: ignore[arg-type]
-        self.location = f"{where}/{self.name}".lstrip("/") if where is not None else relative
+        where = real_path(self.directory)
+        self.location = None if where is None else f"{where.rstrip('/')}/{self.name}"
 
     def write(self, data: bytes) -> None:
         # Fixed length, whatever the target's name: a legal name must never make it too long.

@@ -35,6 +35,7 @@ tree only while the process we started is alive.
 
 import atexit
 import collections
+import contextlib
 import io
 import logging
 import os
@@ -44,8 +45,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import BinaryIO, Callable, Deque, Dict, Mapping, Optional, Sequence, Union, cast
+from typing import BinaryIO, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Union, cast
 
+from .closing import CloseSteps
 from .errors import AgentStartError, ConnectionClosed, UsageError
 from .proctree import descendants, signal_processes
 
@@ -60,6 +62,9 @@ _CLOSED_ERROR_WAIT = 1.0
 # Poll interval while waiting for the members of the agent's process group (not our children, so
 # there is nothing to wait() on) to go away.
 _GROUP_POLL_INTERVAL = 0.01
+
+# How long stop() waits for an agent killed after its escalation was interrupted (Ctrl-C).
+_KILLED_WAIT = 2.0
 
 # Between SIGTERM and SIGKILL for the agents still running when this process exits or is signalled.
 _EXIT_GRACE = 1.0
@@ -126,26 +131,41 @@ class AgentProcess:
             args = list(argv)
             options["executable"] = program
             options["start_new_session"] = True  # its own session and process group, see stop()
+        self._stderr_thread = threading.Thread(target=self._drain_stderr, name="acp-stderr", daemon=True)
         try:
-            self._proc = subprocess.Popen(
-                args,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                bufsize=0,
-                **options,  # type: ignore[call-overload]
-            )
+            # A Ctrl-C in here would lose the process (Popen forgets a child it has not returned
+            # yet) or leave it running unregistered: it takes effect once the agent is ours.
+            with _interrupts_deferred():
+                self._proc = subprocess.Popen(
+                    args,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    bufsize=0,
+                    **options,  # type: ignore[call-overload]
+                )
+                self.pid = self._proc.pid
+                _running[self.pid] = self
         except OSError as exc:
             raise AgentStartError(f"cannot start agent {argv[0]}: {exc}") from exc
-        self.pid = self._proc.pid
-        _running[self.pid] = self
-        _install_exit_hooks()
+        except BaseException:
+            if hasattr(self, "pid"):
+                self.stop(0)
+            raise
         self.stdin = cast(BinaryIO, self._proc.stdin)
         self.stdout = cast(BinaryIO, self._proc.stdout)
-        self._stderr_thread = threading.Thread(target=self._drain_stderr, name=f"acp-stderr-{self.pid}", daemon=True)
-        self._stderr_thread.start()
+        try:
+            _install_exit_hooks()
+            self._stderr_thread.name = f"acp-stderr-{self.pid}"
+            try:
+                self._stderr_thread.start()
+            except RuntimeError as exc:  # out of threads: nothing would drain its stderr
+                raise AgentStartError(f"cannot start agent {argv[0]}: no thread to read its stderr ({exc})") from exc
+        except BaseException:
+            self.stop(0)
+            raise
 
     def stderr_tail(self) -> str:
         """The last lines the agent wrote to stderr, joined with newlines. Any thread."""
@@ -178,8 +198,10 @@ class AgentProcess:
         Closing stdin asks a well-behaved agent to exit. Whatever is still alive in the agent's
         process group after ``timeout`` seconds gets SIGTERM, and after another ``timeout``
         SIGKILL. The child is reaped, the stderr thread joined and all three pipes closed, so the
-        call takes at most about four times ``timeout``. Returns None only if the agent survived
-        SIGKILL (stuck in the kernel), which is logged.
+        call takes at most about four times ``timeout``; ``timeout`` 0 kills at once. Returns None
+        only if the agent survived SIGKILL (stuck in the kernel), which is logged. Each step runs
+        whatever the one before did; a Ctrl-C meanwhile kills the agent at once, finishes, and is
+        raised then.
 
         The transport should have finished reading ``stdout`` (it sees end-of-file once the agent
         is gone) or expect its next read to fail, since the pipe is closed here.
@@ -188,26 +210,39 @@ class AgentProcess:
             if self._stopped:
                 return self._proc.returncode
             self._stopped = True
-            # Children that left the agent's group (setsid, daemons) are beyond killpg: note the
-            # agent's tree while its parent links hold, and end what is left of it at the end.
-            tree = [] if sys.platform == "win32" else descendants(self.pid)
-            self.stdin.close()
-            if not self._wait_for_group(timeout):
-                self._signal_group(force=False)
-                if not self._wait_for_group(timeout):
-                    self._signal_group(force=True)
-                    if not self._wait_for_group(timeout):
-                        self._logger.error("agent %d survived SIGKILL for %.1f s", self.pid, timeout)
-            signal_processes(tree, signal.SIGKILL)
-            _running.pop(self.pid, None)
-            self.stdout.close()
-            # The stderr thread owns its pipe and closes it at end-of-file, which comes once the
-            # whole group is gone. A stop() from inside the stderr callback cannot wait for that.
-            if threading.current_thread() is not self._stderr_thread:
-                self._stderr_thread.join(timeout)
-                if self._stderr_thread.is_alive():
-                    self._logger.warning("agent %d: a process outside its group still holds its stderr open", self.pid)
+            # Every step runs, whatever the one before did: a Ctrl-C while waiting for the agent
+            # to exit still ends it (SIGKILL) and releases everything, then is raised.
+            with CloseSteps(self._logger) as steps:
+                # Children that left the agent's group (setsid, daemons) are beyond killpg: note
+                # the agent's tree while its parent links hold, and end what is left of it last.
+                tree = [] if sys.platform == "win32" else steps.run(descendants, self.pid)
+                steps.run(self._proc.stdin.close)
+                if timeout > 0:
+                    steps.run(self._end_gently, timeout)
+                if self._proc.returncode is None:  # no time for it, or the escalation was cut short
+                    steps.run(self._signal_group, True)
+                    steps.run(self._wait_for_group, _KILLED_WAIT)
+                steps.run(signal_processes, tree or [], signal.SIGKILL)
+                _running.pop(self.pid, None)
+                steps.run(self._proc.stdout.close)
+                if self._stderr_thread.ident is None:  # never started: the pipe is ours to close
+                    steps.run(self._proc.stderr.close)
+                # The stderr thread owns its pipe and closes it at end-of-file, which comes once
+                # the whole group is gone. A stop() from inside the stderr callback cannot wait.
+                elif threading.current_thread() is not self._stderr_thread:
+                    steps.run(self._stderr_thread.join, timeout)
+                    if self._stderr_thread.is_alive():
+                        self._logger.warning("agent %d: a process outside its group holds its stderr open", self.pid)
             return self._proc.returncode
+
+    def _end_gently(self, timeout: float) -> None:
+        """Close-stdin is done: wait, then SIGTERM, wait, then SIGKILL, wait."""
+        if not self._wait_for_group(timeout):
+            self._signal_group(force=False)
+            if not self._wait_for_group(timeout):
+                self._signal_group(force=True)
+                if not self._wait_for_group(timeout):
+                    self._logger.error("agent %d survived SIGKILL for %.1f s", self.pid, timeout)
 
     def _wait_for_group(self, timeout: float) -> bool:
         """Wait until the agent is reaped and no other member of its group runs; True if so."""
@@ -345,6 +380,27 @@ def _install_exit_hooks() -> None:
             signum = getattr(signal, name, None)
             if signum is not None and signal.getsignal(signum) == signal.SIG_DFL:
                 signal.signal(signum, _end_agents_then_die)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C back until the block is done, then raise it (``KeyboardInterrupt``). Only on
+    the main thread, where the signal's handler runs, and only while it is Python's own handler
+    (an application's handler is left alone)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    interrupted: List[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _end_running_agents() -> None:

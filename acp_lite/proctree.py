@@ -8,6 +8,10 @@ Rules this module keeps:
   parent exits is re-parented to the nearest *subreaper* ancestor, or to init; ``SUPERVISOR``
   (below) is a subreaper, so everything a supervised command starts stays in the supervisor's
   tree for as long as the supervisor lives, whatever it does with groups and sessions.
+- A tree is ended by its supervisor itself first (``stop_supervisor``): it kills its children
+  and reaps until its own ``wait()`` reports no child, then exits, so nothing it ever adopted can
+  outlive it, not even a process that forks and exits without pause. Only a supervisor that does
+  not do so in time (the command stopped it, say) is killed from outside (``kill_tree``).
 - ``kill_tree`` kills descendants before their ancestor, round after round, so that a process
   killed in the middle hands its children to the (still living) root rather than to init; then
   the root. A process is signalled only if its start time still matches the one the tree was
@@ -48,6 +52,17 @@ _GONE_WAIT = 2.0
 # re-parented to it; it exits once the command and all of them are gone. It gives the output pipe
 # to the command alone, so end-of-output still means the command's tree closed it. Signal
 # dispositions Python changed at start-up are restored before the command runs.
+#
+# SIGURG is the kill request (``stop_supervisor``): ignored by default, so one that arrives
+# before the supervisor is ready is lost rather than fatal, and the request is sent again until
+# the supervisor is gone. The supervisor then SIGKILLs its children
+# (and their process groups), reaps, and goes round again until its own wait() reports no child
+# at all, and only then exits. Deeper descendants become its children as their parents die. A
+# process that forks and exits over and over (a "hopper") cannot slip past: while one
+# generation lives, it is the supervisor's descendant, and an orphan is the supervisor's child
+# until reaped, so no child means no descendant. The
+# supervisor waits for SIGCHLD and SIGURG with both blocked (sigwaitinfo), so a request never
+# lands between a reap and the status report; the command starts with them unblocked.
 SUPERVISOR = """
 import ctypes, os, signal, sys
 if sys.argv[1] != "-":
@@ -64,9 +79,15 @@ except AttributeError:  # not Linux: no subreaper, the process group is all kill
     pass
 os.fchdir(cwd)
 os.close(cwd)
+watched = {signal.SIGCHLD, signal.SIGURG}
+waits = hasattr(signal, "sigtimedwait")
+if waits:
+    signal.pthread_sigmask(signal.SIG_BLOCK, watched)
 command = os.fork()
 if command == 0:
     os.close(status)
+    if waits:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, watched)
     for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
@@ -78,15 +99,84 @@ if command == 0:
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 1)
 os.dup2(null, 2)
-while True:
+
+def reap():
+    # Reap every child that has exited; False once there is no child at all.
+    global status
+    while True:
+        try:
+            pid, code = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+        if pid == command:
+            os.write(status, str(code).encode())
+            os.close(status)
+
+def children():
     try:
-        pid, code = os.wait()
-    except ChildProcessError:
-        break
-    if pid == command:
-        os.write(status, str(code).encode())
-        os.close(status)
+        with open("/proc/self/task/%d/children" % os.getpid()) as listed:
+            return [int(pid) for pid in listed.read().split()]
+    except OSError:  # a kernel without the list: the parent links of every process
+        pass
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as stat:
+                if int(stat.read().rsplit(b")", 1)[1].split()[1]) == os.getpid():
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
+
+def kill_children():
+    # A child's own group is killed at once: the kernel delivers a group signal to a child being
+    # forked too, so a group that forks on cannot outrun it. Our own group holds us: not that one.
+    for pid in children():
+        try:
+            group = os.getpgid(pid)
+            if group != os.getpgrp():
+                os.killpg(group, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+if not waits:  # no sigtimedwait (macOS): reap until no child is left
+    while True:
+        try:
+            pid, code = os.wait()
+        except ChildProcessError:
+            break
+        if pid == command:
+            os.write(status, str(code).encode())
+            os.close(status)
+    sys.exit(0)
+stopping = False
+while reap():
+    if stopping:
+        kill_children()
+        signal.sigtimedwait([signal.SIGCHLD], 0.01)
+    elif signal.sigwaitinfo(watched).si_signo == signal.SIGURG:
+        stopping = True
 """
+
+
+def stop_supervisor(supervisor: ProcessId, timeout: float) -> bool:
+    """Ask a ``SUPERVISOR`` (our child, not reaped yet) to kill its whole tree and exit, and wait
+    up to ``timeout`` seconds for it to have done so; True if it did. Not reaped here. The
+    request goes again every few milliseconds: one sent while the supervisor starts is lost."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if os.waitid(os.P_PID, supervisor[0], os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:  # reaped already
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        _signal(supervisor[0], supervisor[1], signal.SIGURG)
+        time.sleep(0.01)
 
 
 _cgroup_numbers = itertools.count(1)

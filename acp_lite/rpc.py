@@ -416,7 +416,7 @@ class Connection:
         except CallTimeout:  # no room to send: the request never went out
             self._core.forget(request_id)
             raise CallTimeout(f"{method}: could not be sent within {timeout} s (the peer is not reading)") from None
-        except ConnectionClosed:
+        except BaseException:  # closed, or a Ctrl-C in the write: the request is not pending
             self._core.forget(request_id)
             raise
         return request_id

@@ -19,7 +19,9 @@ Rules this module keeps:
   process id is never reused while we may still signal it.
 """
 
+import errno
 import itertools
+import logging
 import os
 import select
 import shutil
@@ -31,9 +33,10 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Deque, Dict, List, Optional, Tuple, Union
 
+from .closing import CloseSteps
 from .errors import InternalError, InvalidParams, ProtocolError, ResourceNotFound
 from .files import _IO_CHUNK
-from .proctree import SUPERVISOR, Cgroup, ProcessId, identify, kill_tree
+from .proctree import SUPERVISOR, Cgroup, ProcessId, identify, kill_tree, stop_supervisor
 from .schema import (
     TerminalExitStatus,
     TerminalOutputResponse,
@@ -214,8 +217,12 @@ class _Terminal:
             threading.Thread(target=self._copy_output, name=f"acp-terminal-{terminal_id}-output", daemon=True),
             threading.Thread(target=self._await_exit, name=f"acp-terminal-{terminal_id}-exit", daemon=True),
         ]
-        for thread in self._threads:
-            thread.start()
+        try:
+            for thread in self._threads:
+                thread.start()
+        except RuntimeError as exc:  # out of threads: nothing would watch the command
+            self.close()
+            raise InternalError(f"cannot start {argv[0]!r}: no thread to watch it ({exc})") from exc
 
     def output(self) -> TerminalOutputResponse:
         with self._lock:
@@ -235,37 +242,51 @@ class _Terminal:
 
     def kill(self) -> None:
         """SIGKILL the command's whole tree; returns once the command's exit is known."""
-        # The supervisor is not reaped before close(), so its id is still ours.
-        kill_tree(self._identity)
+        # The supervisor is not reaped before close(), so its id is still ours. It kills its tree
+        # itself, until it has no child left (see proctree.SUPERVISOR), and then nothing of its
+        # tree is left; if it does not (stopped by the command, say), the tree is killed from here.
+        if not stop_supervisor(self._identity, _KILL_WAIT_SECONDS):
+            kill_tree(self._identity)
         if self._cgroup is not None:
             self._cgroup.kill()  # what escaped the supervisor (it killed it, say)
         try:
             os.killpg(self._process.pid, signal.SIGKILL)  # systems without /proc: the group at least
         except (ProcessLookupError, PermissionError):
             pass
-        self._exited.wait(_KILL_WAIT_SECONDS)
+        if self._threads[1].ident is not None:  # else nothing would ever report the exit
+            self._exited.wait(_KILL_WAIT_SECONDS)
 
     def close(self) -> TerminalOutputResponse:
-        """Kill, reap, stop both threads, release the pipes; returns the final output."""
-        self.kill()
-        os.write(self._wake_write, b"x")
-        for thread in self._threads:
-            thread.join(_KILL_WAIT_SECONDS)
-        final = self.output()
+        """Kill, reap, stop both threads, release the pipes; returns the final output. Every
+        step runs, whatever the one before did (see ``closing``)."""
+        with CloseSteps(logging.getLogger("acp_lite.workspace")) as steps:
+            steps.run(self.kill)
+            steps.run(os.write, self._wake_write, b"x")
+            for thread in self._threads:
+                if thread.ident is not None:  # started
+                    steps.run(thread.join, _KILL_WAIT_SECONDS)
+            final = steps.run(self.output)
+            exited = steps.run(self._stop_reading)
+            if exited or self._threads[1].ident is None:  # else the exit thread reaps it
+                steps.run(self._process.wait)
+            if self._cgroup is not None:
+                steps.run(self._cgroup.remove)
+            steps.run(os.close, self._wake_read)
+            steps.run(os.close, self._wake_write)
+            if self._threads[1].ident is None:  # the exit thread owns the status pipe once started
+                steps.run(os.close, self._status_read)
+        assert final is not None  # output() did not raise, or the block did
+        return final
+
+    def _stop_reading(self) -> bool:
+        """Close the output pipe; whether the exit status is known."""
         with self._lock:
             # If the kill has not taken yet (a starved or stuck process), the exit thread lives
             # on: it then reaps the supervisor itself, and _pump never reads the pipe closed here.
             self._closed = True
-            exited = self._status is not None
             self._pipe.close()
             self._output = _OutputBuffer(0)  # the final output is the caller's now
-        if exited:
-            self._process.wait()  # reaps it
-        if self._cgroup is not None:
-            self._cgroup.remove()
-        os.close(self._wake_read)
-        os.close(self._wake_write)
-        return final
+            return self._status is not None
 
     def _copy_output(self) -> None:
         poller = select.poll()
@@ -388,7 +409,13 @@ class TerminalManager:
         except ValueError as exc:
             raise InvalidParams(f"cannot start {argv[0]!r}: {exc}") from exc
         except OSError as exc:
-            raise InternalError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+            if exc.errno == errno.E2BIG:  # the request's arguments and env, not our failure
+                size = sum(len(word) for word in argv) + sum(len(k) + len(v) for k, v in env.items())
+                raise InvalidParams(
+                    f"cannot start {argv[0][:200]!r}: its arguments and environment ({size} characters) are more "
+                    "than the system passes to a program"
+                ) from exc
+            raise InternalError(f"cannot start {argv[0][:200]!r}: {exc.strerror or exc}") from exc
         finally:
             with self._lock:
                 self._starting.remove(reservation)
@@ -398,6 +425,12 @@ class TerminalManager:
                 return terminal_id
         terminal.close()  # close() ran while this one was starting
         raise InternalError("the workspace is closed")
+
+    def live(self, session_id: str) -> Tuple[int, int]:
+        """How many terminals run or are being started: on the connection, and of ``session_id``."""
+        with self._lock:
+            owners = [t.session_id for t in self._terminals.values()] + [owner for owner, _ in self._starting]
+        return len(owners), owners.count(session_id)
 
     def output(self, session_id: str, terminal_id: str) -> TerminalOutputResponse:
         return self._get(session_id, terminal_id).output()
@@ -426,7 +459,7 @@ class TerminalManager:
             terminals = [t for t in self._terminals.values() if t.session_id == session_id]
             for terminal in terminals:
                 del self._terminals[terminal.terminal_id]
-        return [(t.terminal_id, t.close()) for t in terminals]
+        return [(terminal_id, final) for _, terminal_id, final in _close_terminals(terminals)]
 
     def close(self) -> List[Tuple[str, str, TerminalOutputResponse]]:
         """Release every terminal and refuse new ones; returns ``(session id, terminal id, final
@@ -434,7 +467,7 @@ class TerminalManager:
         with self._lock:
             self._closed = True
             terminals, self._terminals = list(self._terminals.values()), {}
-        return [(t.session_id, t.terminal_id, t.close()) for t in terminals]
+        return _close_terminals(terminals)
 
     def _get(self, session_id: str, terminal_id: str) -> _Terminal:
         with self._lock:
@@ -445,6 +478,14 @@ class TerminalManager:
         if terminal is None or terminal.session_id != session_id:
             raise ResourceNotFound(f"unknown terminal {terminal_id!r}")
         return terminal
+
+
+def _close_terminals(terminals: List[_Terminal]) -> List[Tuple[str, str, TerminalOutputResponse]]:
+    """Close every terminal, even when one fails to; ``(session id, terminal id, final output)``
+    of each closed."""
+    with CloseSteps(logging.getLogger("acp_lite.workspace")) as steps:
+        finals = [(t.session_id, t.terminal_id, steps.run(t.close)) for t in terminals]
+    return [(session_id, terminal_id, final) for session_id, terminal_id, final in finals if final is not None]
 
 
 def _find_command(command: str, env: Dict[str, str], cwd: int) -> bool:

@@ -490,6 +490,10 @@ class Transport:
             with self._lock:
                 self._end_write(failed=True)
             raise self.closed_error() from exc
+        except BaseException:  # a Ctrl-C in the write: part of the frame may be out, the stream is broken
+            with self._lock:
+                self._end_write(failed=True)
+            raise
         with self._lock:
             self._batches_written += 1
             if self._backlog:  # other threads' frames arrived during the write
@@ -555,7 +559,12 @@ class Transport:
         if self._flusher is None:
             self._flusher = threading.Thread(target=self._flush_loop, name=f"acp-flusher-{self.name}", daemon=True)
             _TRANSPORTS_WITH_FLUSHERS.add(self)
-            self._flusher.start()
+            try:
+                self._flusher.start()
+            except RuntimeError as exc:  # out of threads: nothing can write the backlog, ever
+                self._flusher = None
+                self._end_write(failed=True)
+                raise ConnectionClosed(f"{self.name}: cannot start the thread that writes ({exc})") from exc
         else:
             self._flusher_cond.notify()
 
@@ -672,7 +681,7 @@ class Transport:
                 sock.shutdown(socket.SHUT_RDWR)  # fails a write blocked on a peer that does not read
             except OSError:
                 pass
-        if flusher is not None and flusher is not threading.current_thread():
+        if flusher is not None and flusher.ident is not None and flusher is not threading.current_thread():
             flusher.join(max(0.0, deadline - time.monotonic()))
 
     def _leave_io(self) -> None:

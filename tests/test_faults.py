@@ -8,7 +8,10 @@ calls settle with a precise error, the reader and writer never wait for each oth
 """
 
 import logging
+import os
 import random
+import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -522,3 +525,87 @@ def test_ten_thousand_calls_pending_at_once_from_sixteen_threads_each_get_their_
     finally:
         remote.close()
         served.connection.close()
+
+
+class ClosedRecorder(Recorder):
+    def __init__(self):
+        super().__init__()
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
+
+
+def test_close_runs_every_step_when_the_flusher_thread_could_not_be_started(monkeypatch):
+    # Out of threads (issue 33: after a flood of approvals): the flusher's start() fails.
+    start = threading.Thread.start
+
+    def start_unless_flusher(thread: threading.Thread) -> None:
+        if thread.name.startswith("acp-flusher-"):
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    client = ClosedRecorder()
+    remote = spawn("stop-reading", client)
+    monkeypatch.setattr(threading.Thread, "start", start_unless_flusher)
+    try:
+        with pytest.raises((RuntimeError, CallTimeout, ConnectionClosed)):
+            remote.ext_method("_acme/echo", {"data": "x" * (1 << 20)}, timeout=1.0)  # needs the flusher
+    finally:
+        remote.close(timeout=1.0)  # never joins the flusher that did not start; stops the agent
+    assert remote.process.returncode() is not None
+    assert client.closed == 1
+
+
+# -- Ctrl-C at any point ------------------------------------------------------------------------------
+def _interrupt_after(seconds: float) -> threading.Timer:
+    """SIGINT to this process after ``seconds``: a KeyboardInterrupt on the main thread."""
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_during_spawn_leaves_no_agent(monkeypatch):
+    execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+    started: List[int] = []
+
+    def interrupted(self, *args, **kwargs):
+        execute_child(self, *args, **kwargs)
+        started.append(self.pid)
+        signal.raise_signal(signal.SIGINT)  # the child runs; Popen has not returned it yet
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        RemoteAgent.spawn([sys.executable, "-c", RAW_AGENT, "stop-reading"], Recorder())
+    assert len(started) == 1
+    with pytest.raises(ChildProcessError):
+        os.waitpid(started[0], os.WNOHANG)  # reaped: stopped, not left running
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_during_a_blocked_send_fails_that_send_and_the_next_call_at_once():
+    remote = spawn("stop-reading")
+    try:
+        timer = _interrupt_after(0.5)
+        with pytest.raises(KeyboardInterrupt):
+            remote.ext_method("_acme/echo", {"data": "x" * (8 << 20)})  # blocks: the agent reads nothing
+        timer.join()
+        # The stream may hold half a message: it is not written to again, and says so at once.
+        with pytest.raises(ConnectionClosed):
+            remote.ext_method("_acme/echo", {}, timeout=WAIT)
+        assert not remote.connection._core.pending  # the interrupted call's id is not left behind
+    finally:
+        remote.close(timeout=1.0)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_inside_close_still_stops_the_agent_and_releases_everything():
+    client = ClosedRecorder()
+    remote = spawn("stop-reading", client)  # deaf to its stdin closing: stop() waits, then signals
+    timer = _interrupt_after(0.3)
+    with pytest.raises(KeyboardInterrupt):
+        remote.close(timeout=4.0)
+    timer.join()
+    assert remote.process.returncode() is not None
+    assert client.closed == 1

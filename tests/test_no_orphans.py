@@ -25,9 +25,9 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="si
 CLI = [sys.executable, "-m", "acp_lite"]
 WAIT = 30  # seconds before a wait counts as a hang
 
-# Answers initialize and session/new. At the method named by argv[2] it writes its pid to
-# argv[1], answers it if argv[3] is "answer" (a session/prompt never), then sleeps, reading
-# nothing more. With a fifth argument "stubborn" it also ignores SIGTERM.
+# Answers initialize and session/new. At the method named by argv[2] it answers it if argv[3] is
+# "answer" (a session/prompt never), then writes its pid to argv[1] and sleeps, reading nothing
+# more. With a fifth argument "stubborn" it also ignores SIGTERM.
 DEAF_AGENT = textwrap.dedent("""
     import json, os, signal, sys, time
     pid_file, deaf_at, answer = sys.argv[1:4]
@@ -37,13 +37,12 @@ DEAF_AGENT = textwrap.dedent("""
     for line in sys.stdin:
         message = json.loads(line)
         method = message.get("method")
-        if method == deaf_at:
+        if method in results and (method != deaf_at or answer == "answer"):
+            print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": results[method]}), flush=True)
+        if method == deaf_at:  # ready only once its answer is out: a signal now breaks no write
             with open(pid_file + ".tmp", "w") as f:
                 f.write(str(os.getpid()))
             os.rename(pid_file + ".tmp", pid_file)
-        if method in results and (method != deaf_at or answer == "answer"):
-            print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": results[method]}), flush=True)
-        if method == deaf_at:
             time.sleep(60)
 """)
 

@@ -167,9 +167,13 @@ def test_roots_are_compared_by_identity_so_any_spelling_of_a_root_is_inside(tree
     root, _ = tree
     alias = tmp_path / "alias"
     alias.symlink_to(root)
-    # The root reported through a symlink; the path spelled with the real directory, and back.
-    with root_set(str(alias)) as roots:
+    # The root reported through a symlink (which the editor allows); the path spelled with the
+    # real directory, and back.
+    with root_set(str(alias), (), True) as roots:
         assert _opened(roots, f"{root}/a.txt") == _identity(root / "a.txt")
+    with root_set(str(alias)) as roots:  # by default a symlinked root is no root (issue 33)
+        with pytest.raises(ResourceNotFound):
+            roots.open(f"{root}/a.txt", os.O_RDONLY)
     with root_set(str(root)) as roots:
         assert _opened(roots, f"{alias}/a.txt") == _identity(root / "a.txt")
 
