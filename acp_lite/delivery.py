@@ -13,6 +13,13 @@
   peer): it grows when every worker is busy, up to ``HANDLER_LIMIT`` handlers at once (the next
   ones wait their turn), and shrinks when a worker has been idle for a while.
 
+One exception rule for every path (the delivery thread, the reading thread delivering in its
+place, a burst's blocks, the host's pumps): whatever a callback raises, the callbacks after it
+still run, so nothing read after it is lost. On the connection's own threads anything raised is
+logged, ``SystemExit`` and ``KeyboardInterrupt`` included (the thread must go on; ``run_callbacks``);
+on the host thread an ``Exception`` goes to ``on_error`` and any other ``BaseException`` (the
+host's Ctrl-C) ends that pump, what it had not run waiting, in order, for the next one.
+
 Nothing here knows JSON-RPC; a callback is a ``(fn, arg)`` pair.
 """
 
@@ -156,8 +163,8 @@ def call_wakeup(wakeup: Callable[[], Any]) -> None:
 
 
 def run_callbacks(items: List[Callback], log: logging.Logger) -> None:
-    """Run each callback in order; one that raises is logged and the next still run (a
-    SystemExit in one too: the thread running them must go on)."""
+    """Run each callback in order; one that raises anything is logged and the next still runs
+    (the module's exception rule, on the connection's own threads)."""
     for fn, arg in items:
         try:
             fn(arg)

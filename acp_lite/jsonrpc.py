@@ -262,9 +262,7 @@ class RpcCore:
     ``make_context(request_id, route, params, batch)`` builds the object that stands for an
     incoming request (a ``RequestContext``); ``start_request`` is the callback that starts one
     (appended to ``items`` in its turn); ``cancel_request(ctx)`` cancels one (for
-    ``$/cancel_request``, also in its turn). ``send_late(frame)`` writes the rare answer that
-    routing produces inside a callback (a block decoded in one call, delivered later) rather
-    than into ``replies``.
+    ``$/cancel_request``, also in its turn).
     """
 
     def __init__(
@@ -275,7 +273,6 @@ class RpcCore:
         start_request: Callable[[Any], Any],
         cancel_request: Callable[[Any], Any],
         batch_lock: Callable[[], Any],
-        send_late: Callable[[bytes], None],
         max_message_size: int,
     ):
         self.name = name
@@ -290,7 +287,6 @@ class RpcCore:
         self._make_context = make_context
         self._start_request = start_request
         self._batch_lock = batch_lock
-        self._send_late = send_late
         self._max_message_size = max_message_size
         self._ids = itertools.count(1)
         self._complained_at: Dict[str, float] = {}
@@ -370,18 +366,9 @@ class RpcCore:
 
     # -- incoming -----------------------------------------------------------------------------
     def route_block(self, block: Any, items: List[Callback], replies: List[bytes]) -> None:
-        """Route a block's lines: append what they ask for to ``items``, answers to ``replies``.
-        A block decoded in one call becomes one callback, which delivers its messages in order."""
-        fast = self._fast
-        assert fast is not None
-        envelopes = self._decode_block(block, fast)
-        if envelopes is None:
-            self.route_lines(lines_of(block), items, replies)
-        else:
-            items.append((self._deliver_envelopes, (fast, envelopes)))
-
-    def expand_block(self, block: Any, items: List[Callback], replies: List[bytes]) -> None:
-        """Like ``route_block``, but one callback per message (for pumps that count messages)."""
+        """Route a block's lines: append one callback per message to ``items`` (answers to bad
+        input to ``replies``). A block made only of registered methods' messages is decoded in
+        one call."""
         fast = self._fast
         assert fast is not None
         envelopes = self._decode_block(block, fast)
@@ -390,7 +377,7 @@ class RpcCore:
             return
         handlers = fast.handlers
         try:
-            # Notifications only, as a stream of updates is: one pass, nothing done until it ends.
+            # Notifications only, as a stream of updates is: one pass.
             items.extend([(handlers[type(envelope)], envelope.params) for envelope in envelopes])
             return
         except KeyError:  # a request among them: each message in its turn
@@ -401,33 +388,6 @@ class RpcCore:
                 items.append((handler, envelope.params))
             else:
                 self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, replies, None)
-
-    def _deliver_envelopes(self, decoded: Tuple[_FastPath, List[Any]]) -> None:
-        # Each notification's handler at once; a request is accepted and started in its turn.
-        fast, envelopes = decoded
-        items: List[Callback] = []
-        replies: List[bytes] = []
-        handler_of = fast.handlers.get
-        kind: Any = None
-        handler: Optional[Callable[[Any], Any]] = None
-        for envelope in envelopes:
-            if type(envelope) is not kind:
-                # A block is runs of one method (a stream of updates): the handler is looked up
-                # once per run, which shows in a client's CPU per update.
-                kind = type(envelope)
-                handler = handler_of(kind)
-            if handler is None:
-                self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, replies, None)
-                for fn, arg in items:
-                    fn(arg)
-                items.clear()
-                continue
-            try:
-                handler(envelope.params)
-            except Exception:
-                self._log.exception("%s: notification handler %r failed", self.name, handler)
-        for frame in replies:  # a request refused (a duplicate id)
-            self._send_late(frame)
 
     def _decode_block(self, block: Any, fast: _FastPath) -> Optional[List[Any]]:
         """The envelopes of a block's lines, or None when it must be read line by line.

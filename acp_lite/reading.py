@@ -343,7 +343,7 @@ class Reading:
         in the queue (so that a pump counts, and stops between, messages)."""
         items: List[Callback] = []
         replies: List[bytes] = []
-        self._core.expand_block(block, items, replies)
+        self._core.route_block(block, items, replies)
         for frame in replies:
             self._send_frame(frame)
         return items

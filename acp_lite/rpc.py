@@ -116,7 +116,6 @@ class Connection:
             self._start_request,
             cancel_incoming,
             threading.Lock,
-            self._send_frame,
             transport.max_message_size,
         )
         self._answering.core = self._core
