@@ -32,7 +32,7 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 from .answering import RequestContext
 from .delivery import Callback, CallbackQueue, Expand, HostLane, WorkerPool, run_callbacks
 from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
-from .wire import Transport
+from .transport import MessageTransport
 
 # The reader stops reading while this many bytes it read wait for the delivery thread. About 2,000
 # updates, milliseconds of work for the delivery thread: enough to keep it busy while the reader
@@ -71,7 +71,7 @@ class Reading:
         core: RpcCore,
         queue: Union[CallbackQueue, HostLane],
         pool: Optional[WorkerPool],
-        transport: Transport,
+        transport: MessageTransport,
         lock: threading.Lock,
         *,
         closing: Callable[[], bool],

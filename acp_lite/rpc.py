@@ -71,7 +71,7 @@ from .outgoing import (
     notification_head,
 )
 from .reading import Reading
-from .wire import Transport
+from .transport import MessageTransport
 
 __all__ = ["CANCEL_REQUEST_METHOD", "CancelToken", "Connection", "ConnectionStats", "HostDelivery", "RequestContext"]
 
@@ -95,7 +95,7 @@ class Connection:
 
     def __init__(
         self,
-        transport: Transport,
+        transport: MessageTransport,
         *,
         delivery: Optional[HostDelivery] = None,
         name: str = "peer",
