@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 from .answering import RequestContext
 from .errors import MethodNotFound, UsageError
-from .jsonrpc import settle
+from .outcomes import settle
 from .rpc import Connection
 from .schema import PROTOCOL_VERSION
 

@@ -54,13 +54,14 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
 from .codec import ENCODER
 from .delivery import Callback, CallbackQueue, HostDelivery, HostLane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
-from .jsonrpc import CANCEL_REQUEST_METHOD, ConnectionStats, PendingCall, Route, RpcCore, settle, settle_item
+from .jsonrpc import CANCEL_REQUEST_METHOD, ConnectionStats, PendingCall, Route, RpcCore, settle_item
+from .outcomes import Answer, settle
 from .outgoing import (
     ENCODE_FAILURES,
     OutNotification,
@@ -235,14 +236,14 @@ class Connection:
                 self._closed = True
                 if self._close_error is None:
                     self._close_error = ConnectionClosed(f"{self.name}: connection closed by close()")
-                pending, self._core.pending = self._core.pending, {}
+                pending = self._core.take_pending()
         me = threading.current_thread()
         # A callback calling close(): on the delivery thread, or on the reading thread holding the
         # delivery role (the delivery thread then waits for it, and ends once it returns).
         delivering = me.ident == self._queue.owner
         if first:
             self._reading.stop()
-            for call in pending.values():
+            for call in pending:
                 settle(call.future, None, self._close_error)
             if isinstance(self._queue, HostLane):
                 self._queue.close()  # (what waited goes to _drop_host_items)
@@ -283,7 +284,7 @@ class Connection:
             if self._closing_ran:
                 return
             self._closing_ran = True
-            contexts = list(self._core.incoming.values())
+            contexts = self._core.running()
         for fn in self._closing_callbacks:
             run_logged(fn)
         for ctx in contexts:
@@ -301,7 +302,7 @@ class Connection:
         ``UsageError`` (use ``call_future``). On the main thread a Ctrl-C ends the
         wait (``KeyboardInterrupt``; the peer is sent ``$/cancel_request``)."""
         self.refuse_blocking_here(method)
-        answer = _Answer()
+        answer = Answer()
         deadline = None if timeout is None else time.monotonic() + timeout
         request_id = self._send_request(method, params, result_type, answer, True, timeout)
         try:
@@ -402,7 +403,7 @@ class Connection:
         with self._lock:
             if self._closed:
                 raise self._closed_error()
-            self._core.pending[request_id] = PendingCall(method, future, result_type, direct)
+            self._core.add_pending(request_id, PendingCall(method, future, result_type, direct))
         try:
             self._transport.send(frame, timeout=timeout)
         except CallTimeout:  # no room to send: the request never went out
@@ -495,8 +496,8 @@ class Connection:
     def _fail_pending_at_end(self, _: Any) -> None:
         # Delivery (or host) thread, after every callback of the lines before the end.
         with self._lock:
-            pending, self._core.pending = self._core.pending, {}
-        for call in pending.values():
+            pending = self._core.take_pending()
+        for call in pending:
             settle(call.future, None, self._close_error)
         self._run_closing(None)
 
@@ -515,40 +516,3 @@ class _CallFuture(Future):
         if cancelled and self._connection is not None and self._request_id is not None:
             self._connection._cancel_pending(self._request_id)
         return cancelled
-
-
-class _Answer:
-    """The outcome of one blocking ``call``, for the one thread that waits for it: a lock taken at
-    creation and released once the outcome is set. Lighter than a ``Future`` (no ``Condition``, no
-    done-callbacks, no states), which shows when many threads call at once. One party settles it
-    (whoever pops the call from the pending table); should a close racing the reader settle it
-    too, the first outcome stays (appending to a list is atomic)."""
-
-    __slots__ = ("_outcomes", "_ready")
-
-    def __init__(self) -> None:
-        self._ready = threading.Lock()
-        self._ready.acquire()
-        self._outcomes: List[Tuple[Any, Optional[BaseException]]] = []
-
-    def set_result(self, value: Any) -> None:
-        self._set((value, None))
-
-    def set_exception(self, error: BaseException) -> None:
-        self._set((None, error))
-
-    def _set(self, outcome: Tuple[Any, Optional[BaseException]]) -> None:
-        self._outcomes.append(outcome)
-        if self._outcomes[0] is outcome:
-            self._ready.release()
-
-    def wait(self, timeout: Optional[float]) -> bool:
-        """Wait until settled (``timeout`` None: without end); True if it is. On the main thread
-        the wait ends for a signal whose handler raises (Ctrl-C). The waiting thread only."""
-        return self._ready.acquire(True, -1 if timeout is None else timeout)
-
-    def result(self) -> Any:
-        value, error = self._outcomes[0]
-        if error is not None:
-            raise error
-        return value

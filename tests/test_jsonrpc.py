@@ -18,8 +18,8 @@ from acp_lite.codec import Undecodable, keep_undecodable
 from acp_lite.delivery import run_callbacks
 from acp_lite.error_rules import error_for
 from acp_lite.errors import InternalError, InvalidParams, MethodNotFound, RequestCancelled
+from acp_lite.framing import OversizedFrame
 from acp_lite.jsonrpc import PendingCall, Route, RpcCore, settle_item
-from acp_lite.wire import OversizedFrame
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -78,7 +78,7 @@ def test_notifications_and_requests_come_out_in_order_typed_or_not():
     assert items[0] == (seen.append, Item(text="a"))
     assert isinstance(items[1][1], Ctx) and items[1][1].id == 1 and items[1][1].params == Item(text="b")
     assert items[2] == (seen.append, {"text": "c"})
-    assert core.incoming == {1: items[1][1]}
+    assert core.running() == [items[1][1]]
 
 
 def test_a_block_decoded_in_one_call_delivers_its_messages_in_order():
@@ -124,7 +124,7 @@ def test_a_block_of_runs_of_several_methods_reaches_each_handler_in_order_past_a
     assert seen == [
         ("a", "0"), ("a", "1"), ("b", "2"), ("b", "3"), ("a", "4"), ("req", "5"), ("req", "6"), ("a", "7"), ("b", "8")
     ]  # fmt: skip
-    assert sorted(core.incoming) == [5, 6]
+    assert sorted(ctx.id for ctx in core.running()) == [5, 6]
 
 
 def test_answers_settle_pending_calls_once_and_unknown_ids_are_dropped():
@@ -133,9 +133,9 @@ def test_answers_settle_pending_calls_once_and_unknown_ids_are_dropped():
     future: Future = Future()
     request_id, frame = core.request("x/call", {"a": 1})
     assert json.loads(frame) == {"jsonrpc": "2.0", "id": request_id, "method": "x/call", "params": {"a": 1}}
-    core.pending[request_id] = PendingCall("x/call", future, Item, True)
+    core.add_pending(request_id, PendingCall("x/call", future, Item, True))
     items, replies = feed(core, {"jsonrpc": "2.0", "id": request_id, "result": {"text": "ok"}})
-    assert replies == [] and core.pending == {}
+    assert replies == [] and core.pending_ids() == []
     for fn, arg in items:
         fn(arg)
     assert future.result(0) == Item(text="ok")
@@ -217,7 +217,7 @@ def test_an_oversized_request_is_answered_and_an_oversized_answer_fails_its_call
     core = make_core()
     core.rebuild()
     future: Future = Future()
-    core.pending[7] = PendingCall("x/call", future, Any, True)
+    core.add_pending(7, PendingCall("x/call", future, Any, True))
     items, replies = feed(
         core,
         OversizedFrame(5000, b'{"jsonrpc":"2.0","id":3,"method":"x/big","params":'),
@@ -239,7 +239,7 @@ def test_error_rules_for_what_a_handler_raised():
     core = make_core()
     core.rebuild()
     future: Future = Future()
-    core.pending[1] = PendingCall("y/inner", future, Any, True)
+    core.add_pending(1, PendingCall("y/inner", future, Any, True))
     items, _ = feed(core, {"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "bad"}})
     items[0][0](items[0][1])
     received = future.exception(0)

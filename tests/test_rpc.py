@@ -27,8 +27,8 @@ from acp_lite.errors import (
     ResourceNotFound,
     UsageError,
 )
-from acp_lite.jsonrpc import settle
-from acp_lite.rpc import CancelToken, Connection, HostDelivery, RequestContext, _Answer
+from acp_lite.outcomes import Answer, settle
+from acp_lite.rpc import CancelToken, Connection, HostDelivery, RequestContext
 from acp_lite.wire import memory_pair
 
 pytestmark = pytest.mark.timeout(20)
@@ -866,7 +866,7 @@ def test_a_call_timeout_holds_when_its_answer_waits_behind_a_running_callback(pa
 def test_a_blocking_calls_answer_keeps_its_first_outcome():
     # Settle-once for call(): should a close racing the reader settle an answer a second time,
     # the waiting thread still gets the first outcome.
-    answer = _Answer()
+    answer = Answer()
     settle(answer, "first", None)
     settle(answer, None, ConnectionClosed("closed meanwhile"))
     assert answer.wait(0) is True
@@ -979,7 +979,7 @@ def test_close_while_calls_are_pending_fails_them_all_once(linked):
     for thread in callers:
         thread.start()
     futures = [a.call_future("x/never") for _ in range(8)]
-    wait_for(lambda: len(a._core.pending) == 16)
+    wait_for(lambda: len(a._core.pending_ids()) == 16)
     a.close()
     for thread in callers:
         thread.join(WAIT)
