@@ -36,8 +36,9 @@ Callback = Tuple[Callable[[Any], Any], Any]
 # What a host lane holds: a callback, or an ``Expand`` that turns into callbacks when pumped.
 HostItem = Tuple[Union[Callable[[Any], Any], "Expand"], Any]
 
-# Idle worker threads wait this long for another request before they exit.
-_WORKER_IDLE_SECONDS = 30.0
+# The threads started on demand (the delivery thread, workers) exit once idle this long: an idle
+# connection holds its reader alone. Starting one again costs about what a request costs.
+IDLE_SECONDS = 2.0
 
 # At most this many request handlers of a connection run at once. Each holds a thread (it may
 # block for minutes), so this bounds the threads a burst of requests starts before the first
@@ -55,22 +56,27 @@ _delivery_log = logging.getLogger("acp_lite.delivery")
 class CallbackQueue:
     """The ordered queue of ``(fn, arg)`` callbacks between the reader and the delivery thread.
 
-    ``owner`` is the identity of the thread that delivers now (the delivery thread, or the reader
-    holding the delivery role): a blocking call there would wait for itself. One thread takes (the
-    delivery thread); when it finds nothing it may run, it sleeps on a lock that the next ``put``
-    (or ``release``) releases: lighter than a ``Condition``, whose wait makes a lock and runs
-    Python code each time, and the delivery thread sleeps about once per read in request and
-    answer traffic.
+    The delivery thread (``acp-delivery-<name>``) starts when a callback is put and none runs,
+    and exits once it has found nothing to run for ``IDLE_SECONDS`` (or the queue is finished and
+    empty): an idle connection holds no delivery thread. ``owner`` is the identity of the thread
+    that delivers now (the delivery thread, or the reader holding the delivery role): a blocking
+    call there would wait for itself. When it finds nothing it may run, the delivery thread sleeps
+    on a lock that the next ``put`` (or ``release``) releases: lighter than a ``Condition``, whose
+    wait makes a lock and runs Python code each time, and the delivery thread sleeps about once
+    per read in request and answer traffic.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str, log: logging.Logger) -> None:
+        self._name = name
+        self._log = log
         self._lock = threading.Lock()
         self._items: List[Callback] = []
         self.unfinished = 0
         self._finished = False
         self._held = False  # another thread delivers in the delivery thread's place (see hold)
-        self._thread: Optional[int] = None  # the delivery thread's identity, while it runs
-        self._sleeping = False  # the taking thread waits for _wakeup (under _lock)
+        self._thread: Optional[threading.Thread] = None  # the delivery thread, while it runs
+        self._started: List[threading.Thread] = []  # those started and maybe not ended (for join)
+        self._sleeping = False  # the delivery thread waits for _wakeup (under _lock)
         self._wakeup = threading.Lock()
         self._wakeup.acquire()
         self.owner: Optional[int] = None
@@ -79,24 +85,51 @@ class CallbackQueue:
         with self._lock:
             self._items.extend(items)
             self.unfinished += len(items)
-            wake = self._sleeping and not self._held
-            if wake:
-                self._sleeping = False
+            wake = self._wake_or_start()
         if wake:
             self._wakeup.release()
 
-    def take(self) -> Optional[List[Callback]]:
+    def _wake_or_start(self) -> bool:
+        # Under the lock: when callbacks wait and the role is not held, start the delivery thread
+        # if none runs, or return True if it sleeps (marked awake: the caller releases _wakeup).
+        if not (self._items or self._finished) or self._held:
+            return False
+        if self._thread is None:
+            if not self._items:
+                return False
+            self._thread = threading.Thread(target=self._run, name=f"acp-delivery-{self._name}", daemon=True)
+            self._started = [t for t in self._started if t.is_alive()] + [self._thread]
+            self._thread.start()  # (it waits for the lock before anything else)
+            return False
+        wake, self._sleeping = self._sleeping, False
+        return wake
+
+    def _take(self) -> Optional[List[Callback]]:
         """Every callback waiting (blocks while none does, or while the role is held); None once
-        finished and empty. The delivery thread only."""
+        finished and empty, or idle for ``IDLE_SECONDS``: the thread then ends. The delivery
+        thread only."""
         while True:
             with self._lock:
                 if self._items and not self._held:
                     items, self._items = self._items, []
                     return items
                 if self._finished and not self._items:
+                    self._end()
                     return None
                 self._sleeping = True
-            self._wakeup.acquire()
+            if not self._wakeup.acquire(True, IDLE_SECONDS):
+                with self._lock:
+                    if self._sleeping:  # nobody is about to wake it: idle
+                        self._sleeping = False
+                        self._end()
+                        return None
+                # (else a put marked it awake and releases _wakeup now: taken next round)
+
+    def _end(self) -> None:
+        # Under the lock: the delivery thread ends; the next put starts another.
+        self._thread = None
+        if not self._held:
+            self.owner = None
 
     def done(self, count: int) -> None:
         with self._lock:
@@ -118,41 +151,40 @@ class CallbackQueue:
         with self._lock:
             self.unfinished -= count
             self._held = False
-            self.owner = self._thread
-            wake = self._sleeping and bool(self._items or self._finished)
-            if wake:
-                self._sleeping = False
+            self.owner = None if self._thread is None else self._thread.ident
+            wake = self._wake_or_start()
         if wake:
             self._wakeup.release()
 
     def finish(self) -> None:
-        """No more callbacks will come; ``take`` returns None once the rest is taken."""
+        """No more callbacks will come; the delivery thread ends once the rest has run."""
         with self._lock:
             self._finished = True
-            wake, self._sleeping = self._sleeping, False
+            wake = self._wake_or_start()
         if wake:
             self._wakeup.release()
 
-    def run(self, log: logging.Logger) -> None:
-        """The delivery thread's loop: run what is put, in order, until finished."""
+    def join(self, deadline: float) -> None:
+        """Wait, until ``deadline`` (``time.monotonic()``), for the delivery threads started so
+        far to end (not for the calling thread itself)."""
         with self._lock:
-            self._thread = threading.get_ident()
+            threads = [t for t in self._started if t is not threading.current_thread()]
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _run(self) -> None:
+        """The delivery thread's loop: run what is put, in order, until idle or finished."""
+        with self._lock:
             if not self._held:
-                self.owner = self._thread
-        try:
-            while True:
-                items = self.take()
-                if items is None:
-                    return
-                try:
-                    run_callbacks(items, log)
-                finally:
-                    self.done(len(items))
-        finally:
-            with self._lock:
-                self._thread = None  # a later thread may get the same identity
-                if not self._held:
-                    self.owner = None
+                self.owner = threading.get_ident()
+        while True:
+            items = self._take()
+            if items is None:
+                return
+            try:
+                run_callbacks(items, self._log)
+            finally:
+                self.done(len(items))
 
 
 def call_wakeup(wakeup: Callable[[], Any]) -> None:
@@ -528,7 +560,7 @@ class WorkerPool:
                     self._running -= 1
                 while not self._runnable() and not self._shut:
                     self._idle += 1
-                    woken = self._cond.wait(_WORKER_IDLE_SECONDS)
+                    woken = self._cond.wait(IDLE_SECONDS)
                     self._idle -= 1
                     if not woken and not self._runnable():
                         break

@@ -106,7 +106,9 @@ class Connection:
         self._transport = transport
         self._log = logger or logging.getLogger("acp_lite.rpc")
         self._host = delivery
-        self._queue: Any = delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue()
+        self._queue: Any = (
+            delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue(name, self._log)
+        )
         self._pool = None if delivery is not None else WorkerPool(name, self._log)
         self._lock = threading.Lock()
         self._answering = Answering(name, self._log, self._lock, self._send_frame)
@@ -139,7 +141,6 @@ class Connection:
             end_of_stream=self._on_end_of_stream,
         )
         self._reader: Optional[threading.Thread] = None
-        self._deliverer: Optional[threading.Thread] = None
         self._closed = False
         self._close_error: Optional[ConnectionClosed] = None
         self._close_called = False
@@ -200,11 +201,6 @@ class Connection:
             raise UsageError("the connection is already started")
         self._core.rebuild()
         self._reader = threading.Thread(target=self._reading.read_loop, name=f"acp-reader-{self.name}", daemon=True)
-        if isinstance(self._queue, CallbackQueue):
-            self._deliverer = threading.Thread(
-                target=self._queue.run, args=(self._log,), name=f"acp-delivery-{self.name}", daemon=True
-            )
-            self._deliverer.start()
         self._reader.start()
 
     @property
@@ -264,9 +260,10 @@ class Connection:
             self._transport.close(max(0.0, deadline - time.monotonic()))
             if isinstance(self._queue, CallbackQueue):
                 self._queue.finish()
-        for thread in (self._reader, None if delivering else self._deliverer):
-            if thread is not None and thread is not me:
-                thread.join(max(0.0, deadline - time.monotonic()))
+        if self._reader is not None and self._reader is not me:
+            self._reader.join(max(0.0, deadline - time.monotonic()))
+        if isinstance(self._queue, CallbackQueue) and not delivering:
+            self._queue.join(deadline)
         if self._pool is not None:
             self._pool.join(deadline)
 

@@ -6,8 +6,9 @@ objects and sockets. Rules this module keeps:
 - Lines are cut as ``framing`` says (one message per line, split on the byte ``0x0A`` only; a
   line over ``max_message_size``, 64 MiB unless configured, reported as an ``OversizedFrame``
   without being buffered). The encoder above never puts a raw newline inside a message.
-- Reads take large chunks into a buffer the transport keeps (one system call hands over many
-  messages, and no large allocation is made and freed per read). On Linux a pipe the
+- Reads take chunks into a buffer the transport keeps (one system call hands over many
+  messages, and no allocation is made and freed per read), sized on demand: small while the
+  connection is idle or quiet, up to 1 MiB while a burst lasts. On Linux a pipe the
   transport reads from is enlarged to 1 MiB (where the OS allows), so a streaming peer hands
   over up to that much per read instead of 64 KiB.
 - Writes from any number of threads never interleave and are never reordered: one thread at a time
@@ -52,9 +53,13 @@ from .errors import CallTimeout, ConnectionClosed, UsageError
 from .framing import DEFAULT_MAX_MESSAGE_SIZE, Block, Frame, LineSplitter, OversizedFrame
 from .transport import MessageTransport
 
-# Bytes asked of the OS per read, and the size of each transport's read buffer: a burst of small
-# messages costs one system call per few thousand of them.
+# The read buffer is sized on demand: it starts at _READ_FIRST (what an idle connection keeps),
+# grows fourfold each time a read fills it, up to _READ_CHUNK (a burst of small messages then
+# costs one system call per few thousand of them), and shrinks back after _SHRINK_AFTER reads in
+# a row that _READ_FIRST would have held (the burst is over).
+_READ_FIRST = 16 * 1024
 _READ_CHUNK = 1024 * 1024
+_SHRINK_AFTER = 64
 
 # The size asked for a pipe the transport reads from (Linux ``F_SETPIPE_SZ``; 1031 where the
 # fcntl module predates the name). The default 64 KiB makes a fast writer and its reader take
@@ -78,6 +83,10 @@ _WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
 # at once by their sender.
 _STREAM_GAP = 30e-6
 _STREAM_RUN = 64
+
+# The flusher exits once it has had nothing to write for this long: an idle connection holds no
+# flusher thread (a stream starts one again at its 64th frame).
+_FLUSHER_IDLE_SECONDS = 2.0
 
 # The flusher is a daemon thread, which the interpreter stops dead at exit: a program that ends
 # without closing its connection would lose the frames still waiting for it. An exit hook
@@ -201,8 +210,8 @@ class Transport(MessageTransport):
     Thread affinity: ``read_blocks``/``read_frames`` are for one reader thread at a time (the
     caller hands the reading from one thread to another under a lock of its own); ``send``,
     ``flush``, ``close`` and ``closed_error`` may be called from any thread. The transport starts
-    one thread of its own, the flusher (``acp-flusher-<name>``), the first time a backlog is left
-    to it; ``close`` stops it.
+    one thread of its own, the flusher (``acp-flusher-<name>``), when a backlog is left to it and
+    none runs; it ends once idle for ``_FLUSHER_IDLE_SECONDS``, or at ``close``.
     """
 
     def __init__(
@@ -237,6 +246,7 @@ class Transport(MessageTransport):
         self._nowait = _nowait_socket(writer)
         # Reader state (reader thread only). The buffer is allocated at the first read.
         self._buffer: Optional[bytearray] = None
+        self._small_reads = 0  # reads in a row that a _READ_FIRST buffer would have held
         self._lines = LineSplitter(max_message_size)
         self._eof = False
         # Shared state, under one lock: the write backlog, the writer role and the close protocol.
@@ -283,6 +293,7 @@ class Transport(MessageTransport):
                 return self._lines.at_end()
             assert self._buffer is not None
             blocks = self._lines.feed(self._buffer, size)
+            self._size_buffer(size)
             if blocks:
                 return blocks
         return None
@@ -310,6 +321,19 @@ class Transport(MessageTransport):
             if self._wake is not None and not self._released:
                 os.write(self._wake[1], b"x")
 
+    def _size_buffer(self, read: int) -> None:
+        # Reader thread, once what the last read brought has left the buffer (see _READ_FIRST).
+        assert self._buffer is not None
+        size = len(self._buffer)
+        if read == size and size < _READ_CHUNK:
+            self._buffer = bytearray(min(4 * size, _READ_CHUNK))
+            self._small_reads = 0
+        elif size > _READ_FIRST:
+            self._small_reads = self._small_reads + 1 if read <= _READ_FIRST else 0
+            if self._small_reads >= _SHRINK_AFTER:
+                self._buffer = bytearray(_READ_FIRST)
+                self._small_reads = 0
+
     def _read_chunk(self) -> Optional[int]:
         """Read into the buffer; the byte count, 0 at end of stream, None once ``close()`` (or
         ``stop_reading()``) has begun."""
@@ -319,7 +343,7 @@ class Transport(MessageTransport):
             self._active += 1
         try:
             if self._buffer is None:
-                self._buffer = bytearray(_READ_CHUNK)
+                self._buffer = bytearray(_READ_FIRST)
             if self._poll is not None:
                 assert self._wake is not None
                 wake = self._wake[0]
@@ -499,7 +523,9 @@ class Transport(MessageTransport):
             if not self._flusher_has_role:
                 if self._closing:
                     return None
-                self._flusher_cond.wait()
+                if not self._flusher_cond.wait(_FLUSHER_IDLE_SECONDS) and not self._flusher_has_role:
+                    self._flusher = None  # idle: it ends, and the next hand-over starts another
+                    return None
             elif self._backlog:
                 batch = self._backlog
                 self._backlog = []

@@ -991,14 +991,15 @@ def test_close_while_calls_are_pending_fails_them_all_once(linked):
 def test_threads_are_named_daemons_and_close_joins_them(linked):
     a, b = linked
     b.on_request("x/work", lambda params, ctx: threading.current_thread().name)
+    b.on_notification("x/note", lambda params: None)
     start(a, b)
     worker_name = a.call("x/work", timeout=WAIT)
-    names = {t.name: t for t in threading.enumerate()}
-    for name in ("acp-reader-a", "acp-delivery-a", "acp-delivery-b"):
-        assert names[name].daemon
-    # A lone request runs on the thread that read it (the reader, here), a worker reading on.
+    for _ in range(500):  # a stream: the flusher writes it, the delivery thread delivers it
+        a.notify("x/note", {"text": "x" * 100})
+    # A lone request runs on the thread that read it (the reader, here).
     assert worker_name == "acp-reader-b"
-    assert [t for t in threading.enumerate() if t.name.startswith("acp-worker-b-")]
+    names = {t.name for t in threading.enumerate() if t.name.startswith("acp-")}
+    assert {"acp-reader-a", "acp-reader-b"} <= names
     assert all(t.daemon for t in threading.enumerate() if t.name.startswith("acp-"))
     a.close()
     b.close()

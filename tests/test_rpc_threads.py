@@ -15,6 +15,7 @@ import msgspec
 import pytest
 from raw_peer import RawPeer
 
+from acp_lite.delivery import IDLE_SECONDS
 from acp_lite.errors import ConnectionClosed, UsageError
 from acp_lite.rpc import Connection
 from acp_lite.wire import memory_pair
@@ -360,3 +361,39 @@ def test_a_handler_raising_anything_mid_burst_loses_nothing_read_after_it(pair, 
     assert sorted(seen) == list(range(100))
     if kind == "requests":
         assert answers[3]["error"]["code"] == -32603
+
+
+def test_an_idle_connection_holds_its_reader_alone_before_and_after_traffic():
+    """What a server holding many connections relies on: an idle connection holds one thread (its
+    reader); the threads traffic starts (delivery, flusher, workers, the watcher) end once idle,
+    within about ``delivery.IDLE_SECONDS``."""
+    before = threading.active_count()
+    ours, theirs = memory_pair()
+    a, b = Connection(ours, name="a"), Connection(theirs, name="b")
+    release = threading.Event()
+    b.on_request("x/echo", lambda params, ctx: params)
+    b.on_request("x/blocks", lambda params, ctx: release.wait(WAIT) and "released")
+    b.on_notification("x/note", lambda params: None)
+    a.on_notification("x/note", lambda params: None)
+    try:
+        a.start()
+        b.start()
+        assert threading.active_count() == before + 2  # the two readers
+        blocked = a.call_future("x/blocks")
+        assert [a.call("x/echo", {"i": i}, timeout=WAIT) for i in range(20)] == [{"i": i} for i in range(20)]
+        for i in range(2_000):  # streams both ways: flushers, delivery threads, bursts
+            a.notify("x/note", {"i": i, "pad": "p" * 100})
+            b.notify("x/note", {"i": i, "pad": "p" * 100})
+        futures = [a.call_future("x/echo", {"i": i}) for i in range(100)]
+        assert [f.result(WAIT) for f in futures] == [{"i": i} for i in range(100)]
+        assert threading.active_count() > before + 2
+        release.set()
+        assert blocked.result(WAIT) == "released"
+        deadline = time.monotonic() + 3 * IDLE_SECONDS + WAIT
+        while threading.active_count() > before + 2:
+            assert time.monotonic() < deadline, sorted(t.name for t in threading.enumerate())
+            time.sleep(0.05)
+        assert a.call("x/echo", {"again": True}, timeout=WAIT) == {"again": True}  # and it still works
+    finally:
+        a.close()
+        b.close()
