@@ -3,18 +3,32 @@
 ``jsonrpc.RpcCore`` decides what every line means; ``delivery`` runs callbacks in order;
 ``answering`` runs a request's handler and answers it; ``reading`` is what the reading thread
 does (the read loop, routing a read, running the requests it read, the watcher, read-ahead).
-This module starts and stops the threads, sends, closes, and holds the rules between them. Every
-thread a connection may have (its code: the module that holds what it runs):
+This module starts and stops the threads, sends, closes, and holds the rules between them.
 
-| thread | code | started by | stopped by | may run |
-| --- | --- | --- | --- | --- |
-| the reading: reader ``acp-reader-<name>`` first | ``reading.Reading`` | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping) and runs their handlers itself, one after another, until the watcher takes the reading over (a handler in it for a whole tick) or a handler sends a request (a worker reads on at once); then the rest of them start on workers and this thread leaves the reading after its handler; runs the callbacks of a small read (no burst, not only requests) itself when nothing is queued or running, holding the delivery role (the delivery thread runs nothing meanwhile), under the same watcher, which reads on in its place when one of them blocks (what it reads queues behind them); no other application code |
-| delivery ``acp-delivery-<name>`` (default mode) | ``delivery.CallbackQueue``; bursts: ``reading``; starting requests: here | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order (those the reading thread does not run): notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
-| host thread (host mode, ``HostDelivery``) | ``delivery.HostDelivery``, as the delivery thread | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
-| workers ``acp-worker-<name>-<n>`` (default mode) | ``delivery.WorkerPool``; handlers: ``answering`` | a request that may start, the reading or the watcher finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes), at most ``HANDLER_LIMIT`` (64) at once, those the reading thread runs included; the reading, handed on |
-| the watcher (a worker) | ``reading.Reading`` | the reading thread running a handler or a read's callbacks, when no watcher runs | 50 ticks (2 ms each) without a run by the reading thread, ``close()``, or taking the reading over | looks every tick whether the reading thread is still in the run it was in at the last look; if so, starts the rest of that read's requests on workers and becomes the reading |
-| flusher ``acp-flusher-<name>`` (the transport's) | ``wire`` | the first frame left to it: one sent while another thread writes, one sent with a timeout (a ``call``'s) when its write could block (a large frame or a full pipe; to a socket, the part it did not take at once), or the 64th quick send in a row of one thread (a stream) | ``close()`` | writing the backlog of frames |
-| any caller | here; answering: ``answering`` | the application | | ``call`` (blocks; not where callbacks run: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
+Every thread a connection may have. An idle connection holds its reader alone: the others start
+when there is work for them and end once idle (``delivery.IDLE_SECONDS``, 2 s) or at ``close()``.
+
+| thread | code | runs |
+| --- | --- | --- |
+| reader ``acp-reader-<name>`` | ``reading`` | reading, decoding, routing; some application code in its turn (below) |
+| delivery ``acp-delivery-<name>`` | ``delivery.CallbackQueue`` | callbacks in arrival order (handlers, done-callbacks) |
+| workers ``acp-worker-<name>-<n>`` | ``delivery.WorkerPool`` | request handlers (64 at most); the reading, handed on |
+| the watcher (a worker) | ``reading`` | takes the reading over from a reader stuck in application code |
+| flusher ``acp-flusher-<name>`` | ``wire`` | writes the backlog: a stream's frames, frames sent during a write |
+| the host's thread | ``delivery.HostDelivery`` | what delivery and workers run, inside ``pump()`` |
+| any caller | here, ``answering`` | ``call`` (not in a callback), ``call_future``, ``notify``, ``close`` |
+
+What the reader runs besides reading, and why (the figures: ``bench/results``, from a loaded
+machine; item 6 of issue 30 re-measures them on a quiet one):
+
+- the answer of a blocking ``call`` when nothing is queued before it (no thread hop);
+- the handlers of a read made only of requests, when nothing is queued, one after another,
+  until one sends a request (a worker reads on at once) or the watcher finds it in one handler
+  for a whole tick (2 ms): C sequential 1.34x, CPU per request 0.78x
+  (``ablation-reading-runs-requests.md``);
+- a small read's callbacks when nothing is queued or running, holding the delivery role
+  (``CallbackQueue.hold``), under the same watcher: C with futures 1.61x, CPU per request 0.78x
+  (``ablation-reading-delivers-3.md``).
 
 Invariants:
 
