@@ -28,7 +28,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 from .errors import UsageError
 
@@ -53,6 +53,47 @@ HANDLER_LIMIT = 64
 _delivery_log = logging.getLogger("acp_lite.delivery")
 
 
+class Lane(Protocol):
+    """Where a connection's callbacks wait for their turn: a ``CallbackQueue`` (its own delivery
+    thread) or a ``HostLane`` (the host's pumps). Both run what is put in order, one at a time,
+    ``Expand`` items included."""
+
+    #: Items put and not yet run to completion (zero only when nothing waits or runs).
+    unfinished: int
+
+    @property
+    def owner(self) -> Optional[int]:
+        """The identity of the thread that delivers now (a blocking call there would wait for
+        itself)."""
+        ...
+
+    def put(self, items: Sequence[HostItem]) -> None:
+        """Queue ``items`` behind what waits. Any thread."""
+        ...
+
+    def hold(self, count: int) -> bool:
+        """Take the delivery role for ``count`` callbacks the calling thread runs itself (False:
+        not now, or never for this lane); then ``release(count)``."""
+        ...
+
+    def release(self, count: int) -> None:
+        """Give back the role taken by ``hold``."""
+        ...
+
+    def closing(self) -> None:
+        """The connection closes: a host lane drops what waits (it never runs); a callback queue
+        runs it still."""
+        ...
+
+    def finish(self) -> None:
+        """Nothing more will be put: a delivery thread ends once the rest has run."""
+        ...
+
+    def join(self, deadline: float) -> None:
+        """Wait, until ``deadline`` (``time.monotonic()``), for the lane's own threads to end."""
+        ...
+
+
 class CallbackQueue:
     """The ordered queue of ``(fn, arg)`` callbacks between the reader and the delivery thread.
 
@@ -70,7 +111,7 @@ class CallbackQueue:
         self._name = name
         self._log = log
         self._lock = threading.Lock()
-        self._items: List[Callback] = []
+        self._items: List[HostItem] = []
         self.unfinished = 0
         self._finished = False
         self._held = False  # another thread delivers in the delivery thread's place (see hold)
@@ -81,7 +122,7 @@ class CallbackQueue:
         self._wakeup.acquire()
         self.owner: Optional[int] = None
 
-    def put(self, items: List[Callback]) -> None:
+    def put(self, items: Sequence[HostItem]) -> None:
         with self._lock:
             self._items.extend(items)
             self.unfinished += len(items)
@@ -104,7 +145,7 @@ class CallbackQueue:
         wake, self._sleeping = self._sleeping, False
         return wake
 
-    def _take(self) -> Optional[List[Callback]]:
+    def _take(self) -> Optional[List[HostItem]]:
         """Every callback waiting (blocks while none does, or while the role is held); None once
         finished and empty, or idle for ``IDLE_SECONDS``: the thread then ends. The delivery
         thread only."""
@@ -156,6 +197,9 @@ class CallbackQueue:
         if wake:
             self._wakeup.release()
 
+    def closing(self) -> None:
+        """(What arrived before the close still runs.)"""
+
     def finish(self) -> None:
         """No more callbacks will come; the delivery thread ends once the rest has run."""
         with self._lock:
@@ -194,12 +238,16 @@ def call_wakeup(wakeup: Callable[[], Any]) -> None:
         _delivery_log.exception("host wakeup function failed")
 
 
-def run_callbacks(items: List[Callback], log: logging.Logger) -> None:
-    """Run each callback in order; one that raises anything is logged and the next still runs
-    (the module's exception rule, on the connection's own threads)."""
+def run_callbacks(items: Sequence[HostItem], log: logging.Logger) -> None:
+    """Run each callback in order (an ``Expand`` item: the callbacks it turns into); one that
+    raises anything is logged and the next still runs (the module's exception rule, on the
+    connection's own threads)."""
     for fn, arg in items:
         try:
-            fn(arg)
+            if type(fn) is Expand:
+                run_callbacks(fn.fn(arg), log)
+            else:
+                fn(arg)  # type: ignore[operator]  # (not an Expand)
         except BaseException:
             log.exception("callback %r failed", fn)
 
@@ -245,10 +293,22 @@ class HostLane:
     def put(self, items: Sequence[HostItem]) -> None:
         self._delivery._put(self, items)
 
-    def close(self) -> None:
+    def hold(self, count: int) -> bool:
+        return False  # (only the host thread delivers)
+
+    def release(self, count: int) -> None:
+        raise AssertionError("a host lane is never held")
+
+    def closing(self) -> None:
         """Nothing more of this lane runs; what it has waiting goes to ``on_drop``, on this
         thread (or, for what a running pump holds, on the host thread before that pump returns)."""
         self._delivery._close_lane(self)
+
+    def finish(self) -> None:
+        """(The host's pumps go on.)"""
+
+    def join(self, deadline: float) -> None:
+        """(The host thread is the host's.)"""
 
 
 class HostDelivery:

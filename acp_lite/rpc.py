@@ -72,7 +72,7 @@ from typing import Any, Callable, List, Optional
 
 from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
 from .codec import ENCODER
-from .delivery import Callback, CallbackQueue, HostDelivery, HostLane, WorkerPool
+from .delivery import Callback, CallbackQueue, HostDelivery, Lane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .jsonrpc import CANCEL_REQUEST_METHOD, ConnectionStats, PendingCall, Route, RpcCore, settle_item
 from .outcomes import Answer, settle
@@ -120,7 +120,9 @@ class Connection:
         self._transport = transport
         self._log = logger or logging.getLogger("acp_lite.rpc")
         self._host = delivery
-        self._queue: Any = (
+        # Where callbacks wait for their turn, and where handlers run: in default mode a queue with
+        # a delivery thread and a pool of workers; in host mode the host's pumps, for both.
+        self._queue: Lane = (
             delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue(name, self._log)
         )
         self._pool = None if delivery is not None else WorkerPool(name, self._log)
@@ -255,8 +257,7 @@ class Connection:
             self._reading.stop()
             for call in pending:
                 settle(call.future, None, self._close_error)
-            if isinstance(self._queue, HostLane):
-                self._queue.close()  # (what waited goes to _drop_host_items)
+            self._queue.closing()  # (in host mode what waited goes to _drop_host_items)
             self._run_closing(None)
             # Requests not started are refused at once: one queued behind a callback that blocks
             # (on the delivery thread, or on a worker reading and delivering in its place) would
@@ -272,11 +273,10 @@ class Connection:
                 self._pool.join(deadline)
             self._answering.refuse_unstarted()  # those routed meanwhile, while an answer can go out
             self._transport.close(max(0.0, deadline - time.monotonic()))
-            if isinstance(self._queue, CallbackQueue):
-                self._queue.finish()
+            self._queue.finish()
         if self._reader is not None and self._reader is not me:
             self._reader.join(max(0.0, deadline - time.monotonic()))
-        if isinstance(self._queue, CallbackQueue) and not delivering:
+        if not delivering:
             self._queue.join(deadline)
         if self._pool is not None:
             self._pool.join(deadline)
@@ -500,8 +500,7 @@ class Connection:
             # The calls still pending fail behind every line read before the end: a burst
             # waiting in the queue, not yet decoded, may hold their answers.
             self._queue.put([(self._fail_pending_at_end, None)])
-            if isinstance(self._queue, CallbackQueue):
-                self._queue.finish()
+            self._queue.finish()
         self._reader_done.set()
 
     def _fail_pending_at_end(self, _: Any) -> None:

@@ -125,7 +125,7 @@ def a_steps(stream: Path, passes: int) -> List[Tuple[str, float]]:
 
     def deliver_blocks() -> None:
         for block in blocks:
-            connection._reading._deliver_block(block)
+            run_callbacks(connection._reading._block_items(block), log)
 
     def pump_blocks() -> None:
         for block in blocks:
@@ -139,7 +139,10 @@ def a_steps(stream: Path, passes: int) -> List[Tuple[str, float]]:
         ("acp_lite: a block made one JSON array, lines counted", best_of(passes, n, framing)),
         ("acp_lite: the array decoded into the envelopes", best_of(passes, n, block_decode)),
         ("acp_lite: the decoded envelopes delivered to session_update", best_of(passes, n, delivery_loop)),
-        ("acp_lite: the delivery thread's whole work per block (_deliver_block)", best_of(passes, n, deliver_blocks)),
+        (
+            "acp_lite: the delivery thread's whole work per block (routed, run, released)",
+            best_of(passes, n, deliver_blocks),
+        ),
         ("acp_lite: the host thread's, a block expanded and pumped (HostDelivery)", best_of(passes, n, pump_blocks)),
     ]
     return rows
