@@ -72,8 +72,9 @@ from typing import Any, Callable, List, Optional
 
 from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
 from .codec import ENCODER
-from .delivery import Callback, CallbackQueue, HostDelivery, Lane, WorkerPool
+from .delivery import Callback, CallbackQueue, Lane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
+from .host_delivery import HostDelivery
 from .jsonrpc import CANCEL_REQUEST_METHOD, ConnectionStats, PendingCall, Route, RpcCore, settle_item
 from .outcomes import Answer, settle
 from .outgoing import (
