@@ -17,6 +17,7 @@ Modules, bottom up; each imports only the ones listed before it:
 - ``process``    agent subprocesses: start, stderr, stop (with their whole tree).
 - ``envelopes``, ``outgoing``, ``error_rules``  what ``jsonrpc`` decodes in one pass, what it
                  writes (checked and encoded), which error answers a failed handler.
+- ``records``    what the JSON-RPC core keeps: routes, pending calls, batch replies, counters.
 - ``jsonrpc``    JSON-RPC 2.0 without I/O: envelopes, routing, the call and request tables.
 - ``answering``  an incoming request (``RequestContext``, ``CancelToken``) and how it is answered.
 - ``reading``    a connection's reading: the read loop, routing a read, the requests the reader

@@ -33,7 +33,8 @@ from typing import Any, Callable, List, Optional
 
 from .error_rules import error_for
 from .errors import AcpError, RequestCancelled
-from .jsonrpc import BatchReply, Route, RpcCore
+from .jsonrpc import RpcCore
+from .records import BatchReply, Route
 
 
 class CancelToken:

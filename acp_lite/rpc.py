@@ -75,7 +75,7 @@ from .codec import ENCODER
 from .delivery import Callback, CallbackQueue, Lane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .host_delivery import HostDelivery
-from .jsonrpc import CANCEL_REQUEST_METHOD, ConnectionStats, PendingCall, Route, RpcCore, settle_item
+from .jsonrpc import CANCEL_REQUEST_METHOD, RpcCore, settle_item
 from .outcomes import Answer, settle
 from .outgoing import (
     ENCODE_FAILURES,
@@ -87,6 +87,7 @@ from .outgoing import (
     notification_head,
 )
 from .reading import Reading
+from .records import ConnectionStats, PendingCall, Route
 from .transport import MessageTransport
 
 __all__ = ["CANCEL_REQUEST_METHOD", "CancelToken", "Connection", "ConnectionStats", "HostDelivery", "RequestContext"]
