@@ -61,7 +61,7 @@ def agent_pass(requests: int) -> Callable[[], None]:
         for line in lines:
             os.write(write_fd, line)
             reading._wait_for_read_ahead_room()
-            here = reading._route_read(transport.read_blocks())
+            here, _ = reading._route_read(transport.read_blocks())
             if here:
                 reading._run_here(here)
 
@@ -88,10 +88,9 @@ def client_pass(requests: int) -> Callable[[], None]:
             (request_id,) = core.pending_ids()
             os.write(write_fd, b'{"jsonrpc":"2.0","id":%d,"result":{}}\n' % request_id)
             reading._wait_for_read_ahead_room()
-            reading._route_read(transport.read_blocks())
-            items = queue.take()
-            run_callbacks(items, log)
-            queue.done(len(items))
+            _, callbacks = reading._route_read(transport.read_blocks())  # the reader delivers them
+            run_callbacks(callbacks, log)
+            queue.release(len(callbacks))
         core.take_pending()
 
     return run
