@@ -7,13 +7,18 @@ Modules, bottom up; each imports only the ones listed before it:
 - ``schema``     generated msgspec types for every ACP v1 definition, and the method table.
 - ``beneath``    opening files beneath a directory handle, never outside it.
 - ``proctree``   finding and killing every descendant of a process.
-- ``wire``       newline-delimited framing over byte streams: pipes, stdio, sockets, in-memory.
-- ``delivery``   who runs callbacks, in which order, on which thread: the delivery queue,
-                 ``HostDelivery`` (the host's own thread), the worker pool.
+- ``outcomes``   settling futures once (``settle``), the outcome of a blocking call.
+- ``framing``    cutting newline-delimited messages out of bytes, without I/O.
+- ``transport``  the seam: ``MessageTransport``, what a connection needs of a transport.
+- ``wire``       stream transports over byte streams: pipes, stdio, sockets, in-memory.
+- ``delivery``   who runs callbacks, in which order, on which thread: the delivery queue (its
+                 ``Lane`` interface), the worker pool.
+- ``host_delivery``  ``HostDelivery``: callbacks on the host's own thread, inside ``pump()``.
 - ``process``    agent subprocesses: start, stderr, stop (with their whole tree).
 - ``deadlines``  one thread for the process that times out every future given a ``timeout``.
 - ``envelopes``, ``outgoing``, ``error_rules``  what ``jsonrpc`` decodes in one pass, what it
                  writes (checked and encoded), which error answers a failed handler.
+- ``records``    what the JSON-RPC core keeps: routes, pending calls, batch replies, counters.
 - ``jsonrpc``    JSON-RPC 2.0 without I/O: envelopes, routing, the call and request tables.
 - ``answering``  an incoming request (``RequestContext``, ``CancelToken``) and how it is answered.
 - ``reading``    a connection's reading: the read loop, routing a read, the requests the reader

@@ -33,7 +33,8 @@ from typing import Any, Callable, List, Optional
 
 from .error_rules import error_for
 from .errors import AcpError, RequestCancelled
-from .jsonrpc import BatchReply, Route, RpcCore
+from .jsonrpc import RpcCore
+from .records import BatchReply, Route
 
 
 class CancelToken:
@@ -167,8 +168,7 @@ class Answering:
             if ctx._answered:
                 return False
             ctx._answered = True
-            if self.core.incoming.get(ctx.id) is ctx:
-                del self.core.incoming[ctx.id]
+            self.core.finish(ctx.id, ctx)
         frame = self.core.answer_frame(ctx.id, ctx.method, result, error)
         # In a batch, the batch's answer goes out once its last request is answered.
         whole = frame if ctx._batch is None else ctx._batch.add(frame)
@@ -199,7 +199,7 @@ class Answering:
         """Refuse every request whose handler has not started (see ``refuse_to_start``): those
         still waiting for their turn, a handler place or a worker when the connection closes."""
         with self._lock:
-            waiting = [ctx for ctx in self.core.incoming.values() if ctx._route is not None]
+            waiting = [ctx for ctx in self.core.running() if ctx._route is not None]
         for ctx in waiting:
             self.refuse_to_start(ctx)
 

@@ -7,11 +7,19 @@
   When nothing waits, the reader may also ``hold`` the delivery role and run a read's callbacks
   itself; the delivery thread then runs nothing until it is ``release``d, and ``owner`` names
   the reader meanwhile.
-- ``HostDelivery``: the same order, but on the host application's own thread, inside ``pump()``;
-  one per application, shared by its connections (each has a lane in it, dropped at its close).
+- ``Lane``: what both ways of delivering provide, this queue and the host's lanes
+  (``host_delivery``: the same order, but on the host application's own thread, inside
+  ``pump()``).
 - ``WorkerPool``: the threads request handlers run on (they may block for minutes and call the
   peer): it grows when every worker is busy, up to ``HANDLER_LIMIT`` handlers at once (the next
   ones wait their turn), and shrinks when a worker has been idle for a while.
+
+One exception rule for every path (the delivery thread, the reading thread delivering in its
+place, a burst's blocks, the host's pumps): whatever a callback raises, the callbacks after it
+still run, so nothing read after it is lost. On the connection's own threads anything raised is
+logged, ``SystemExit`` and ``KeyboardInterrupt`` included (the thread must go on; ``run_callbacks``);
+on the host thread an ``Exception`` goes to ``on_error`` and any other ``BaseException`` (the
+host's Ctrl-C) ends that pump, what it had not run waiting, in order, for the next one.
 
 Nothing here knows JSON-RPC; a callback is a ``(fn, arg)`` pair.
 """
@@ -21,16 +29,15 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
-
-from .errors import UsageError
+from typing import Any, Callable, Deque, List, Optional, Protocol, Sequence, Tuple, Union
 
 Callback = Tuple[Callable[[Any], Any], Any]
 # What a host lane holds: a callback, or an ``Expand`` that turns into callbacks when pumped.
 HostItem = Tuple[Union[Callable[[Any], Any], "Expand"], Any]
 
-# Idle worker threads wait this long for another request before they exit.
-_WORKER_IDLE_SECONDS = 30.0
+# The threads started on demand (the delivery thread, workers) exit once idle this long: an idle
+# connection holds its reader alone. Starting one again costs about what a request costs.
+IDLE_SECONDS = 2.0
 
 # At most this many request handlers of a connection run at once. Each holds a thread (it may
 # block for minutes), so this bounds the threads a burst of requests starts before the first
@@ -42,54 +49,125 @@ _WORKER_IDLE_SECONDS = 30.0
 # once: the workspace's terminal/wait_for_exit does, so pending waits never hold back a kill.
 HANDLER_LIMIT = 64
 
-_delivery_log = logging.getLogger("acp_lite.delivery")
+
+class Lane(Protocol):
+    """Where a connection's callbacks wait for their turn: a ``CallbackQueue`` (its own delivery
+    thread) or a ``HostLane`` (the host's pumps). Both run what is put in order, one at a time,
+    ``Expand`` items included."""
+
+    #: Items put and not yet run to completion (zero only when nothing waits or runs).
+    unfinished: int
+
+    @property
+    def owner(self) -> Optional[int]:
+        """The identity of the thread that delivers now (a blocking call there would wait for
+        itself)."""
+        ...
+
+    def put(self, items: Sequence[HostItem]) -> None:
+        """Queue ``items`` behind what waits. Any thread."""
+        ...
+
+    def hold(self, count: int) -> bool:
+        """Take the delivery role for ``count`` callbacks the calling thread runs itself (False:
+        not now, or never for this lane); then ``release(count)``."""
+        ...
+
+    def release(self, count: int) -> None:
+        """Give back the role taken by ``hold``."""
+        ...
+
+    def closing(self) -> None:
+        """The connection closes: a host lane drops what waits (it never runs); a callback queue
+        runs it still."""
+        ...
+
+    def finish(self) -> None:
+        """Nothing more will be put: a delivery thread ends once the rest has run."""
+        ...
+
+    def join(self, deadline: float) -> None:
+        """Wait, until ``deadline`` (``time.monotonic()``), for the lane's own threads to end."""
+        ...
 
 
 class CallbackQueue:
     """The ordered queue of ``(fn, arg)`` callbacks between the reader and the delivery thread.
 
-    ``owner`` is the identity of the thread that delivers now (the delivery thread, or the reader
-    holding the delivery role): a blocking call there would wait for itself. One thread takes (the
-    delivery thread); when it finds nothing it may run, it sleeps on a lock that the next ``put``
-    (or ``release``) releases: lighter than a ``Condition``, whose wait makes a lock and runs
-    Python code each time, and the delivery thread sleeps about once per read in request and
-    answer traffic.
+    The delivery thread (``acp-delivery-<name>``) starts when a callback is put and none runs,
+    and exits once it has found nothing to run for ``IDLE_SECONDS`` (or the queue is finished and
+    empty): an idle connection holds no delivery thread. ``owner`` is the identity of the thread
+    that delivers now (the delivery thread, or the reader holding the delivery role): a blocking
+    call there would wait for itself. When it finds nothing it may run, the delivery thread sleeps
+    on a lock that the next ``put`` (or ``release``) releases: lighter than a ``Condition``, whose
+    wait makes a lock and runs Python code each time, and the delivery thread sleeps about once
+    per read in request and answer traffic.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str, log: logging.Logger) -> None:
+        self._name = name
+        self._log = log
         self._lock = threading.Lock()
-        self._items: List[Callback] = []
+        self._items: List[HostItem] = []
         self.unfinished = 0
         self._finished = False
         self._held = False  # another thread delivers in the delivery thread's place (see hold)
-        self._thread: Optional[int] = None  # the delivery thread's identity, while it runs
-        self._sleeping = False  # the taking thread waits for _wakeup (under _lock)
+        self._thread: Optional[threading.Thread] = None  # the delivery thread, while it runs
+        self._started: List[threading.Thread] = []  # those started and maybe not ended (for join)
+        self._sleeping = False  # the delivery thread waits for _wakeup (under _lock)
         self._wakeup = threading.Lock()
         self._wakeup.acquire()
         self.owner: Optional[int] = None
 
-    def put(self, items: List[Callback]) -> None:
+    def put(self, items: Sequence[HostItem]) -> None:
         with self._lock:
             self._items.extend(items)
             self.unfinished += len(items)
-            wake = self._sleeping and not self._held
-            if wake:
-                self._sleeping = False
+            wake = self._wake_or_start()
         if wake:
             self._wakeup.release()
 
-    def take(self) -> Optional[List[Callback]]:
+    def _wake_or_start(self) -> bool:
+        # Under the lock: when callbacks wait and the role is not held, start the delivery thread
+        # if none runs, or return True if it sleeps (marked awake: the caller releases _wakeup).
+        if not (self._items or self._finished) or self._held:
+            return False
+        if self._thread is None:
+            if not self._items:
+                return False
+            self._thread = threading.Thread(target=self._run, name=f"acp-delivery-{self._name}", daemon=True)
+            self._started = [t for t in self._started if t.is_alive()] + [self._thread]
+            self._thread.start()  # (it waits for the lock before anything else)
+            return False
+        wake, self._sleeping = self._sleeping, False
+        return wake
+
+    def _take(self) -> Optional[List[HostItem]]:
         """Every callback waiting (blocks while none does, or while the role is held); None once
-        finished and empty. The delivery thread only."""
+        finished and empty, or idle for ``IDLE_SECONDS``: the thread then ends. The delivery
+        thread only."""
         while True:
             with self._lock:
                 if self._items and not self._held:
                     items, self._items = self._items, []
                     return items
                 if self._finished and not self._items:
+                    self._end()
                     return None
                 self._sleeping = True
-            self._wakeup.acquire()
+            if not self._wakeup.acquire(True, IDLE_SECONDS):
+                with self._lock:
+                    if self._sleeping:  # nobody is about to wake it: idle
+                        self._sleeping = False
+                        self._end()
+                        return None
+                # (else a put marked it awake and releases _wakeup now: taken next round)
+
+    def _end(self) -> None:
+        # Under the lock: the delivery thread ends; the next put starts another.
+        self._thread = None
+        if not self._held:
+            self.owner = None
 
     def done(self, count: int) -> None:
         with self._lock:
@@ -111,56 +189,55 @@ class CallbackQueue:
         with self._lock:
             self.unfinished -= count
             self._held = False
-            self.owner = self._thread
-            wake = self._sleeping and bool(self._items or self._finished)
-            if wake:
-                self._sleeping = False
+            self.owner = None if self._thread is None else self._thread.ident
+            wake = self._wake_or_start()
         if wake:
             self._wakeup.release()
+
+    def closing(self) -> None:
+        """(What arrived before the close still runs.)"""
 
     def finish(self) -> None:
-        """No more callbacks will come; ``take`` returns None once the rest is taken."""
+        """No more callbacks will come; the delivery thread ends once the rest has run."""
         with self._lock:
             self._finished = True
-            wake, self._sleeping = self._sleeping, False
+            wake = self._wake_or_start()
         if wake:
             self._wakeup.release()
 
-    def run(self, log: logging.Logger) -> None:
-        """The delivery thread's loop: run what is put, in order, until finished."""
+    def join(self, deadline: float) -> None:
+        """Wait, until ``deadline`` (``time.monotonic()``), for the delivery threads started so
+        far to end (not for the calling thread itself)."""
         with self._lock:
-            self._thread = threading.get_ident()
+            threads = [t for t in self._started if t is not threading.current_thread()]
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _run(self) -> None:
+        """The delivery thread's loop: run what is put, in order, until idle or finished."""
+        with self._lock:
             if not self._held:
-                self.owner = self._thread
-        try:
-            while True:
-                items = self.take()
-                if items is None:
-                    return
-                try:
-                    run_callbacks(items, log)
-                finally:
-                    self.done(len(items))
-        finally:
-            with self._lock:
-                self._thread = None  # a later thread may get the same identity
-                if not self._held:
-                    self.owner = None
+                self.owner = threading.get_ident()
+        while True:
+            items = self._take()
+            if items is None:
+                return
+            try:
+                run_callbacks(items, self._log)
+            finally:
+                self.done(len(items))
 
 
-def call_wakeup(wakeup: Callable[[], Any]) -> None:
-    try:
-        wakeup()
-    except Exception:
-        _delivery_log.exception("host wakeup function failed")
-
-
-def run_callbacks(items: List[Callback], log: logging.Logger) -> None:
-    """Run each callback in order; one that raises is logged and the next still run (a
-    SystemExit in one too: the thread running them must go on)."""
+def run_callbacks(items: Sequence[HostItem], log: logging.Logger) -> None:
+    """Run each callback in order (an ``Expand`` item: the callbacks it turns into); one that
+    raises anything is logged and the next still runs (the module's exception rule, on the
+    connection's own threads)."""
     for fn, arg in items:
         try:
-            fn(arg)
+            if type(fn) is Expand:
+                run_callbacks(fn.fn(arg), log)
+            else:
+                fn(arg)  # type: ignore[operator]  # (not an Expand)
         except BaseException:
             log.exception("callback %r failed", fn)
 
@@ -174,261 +251,6 @@ class Expand:
 
     def __init__(self, fn: Callable[[Any], Sequence[Callback]]):
         self.fn = fn
-
-
-def _the_rest(callbacks: Sequence[Callback]) -> Sequence[Callback]:
-    return callbacks
-
-
-# What a pump puts back when it stops inside a block: the callbacks of it still to run, as one
-# queue item (one per message would cost the next pump a queue step per message).
-_REST = Expand(_the_rest)
-
-
-class HostLane:
-    """One connection's place in a ``HostDelivery``: what it puts there, whether anything of it
-    waits or runs (``unfinished``: zero only when nothing does; it counts queue items, and a block
-    being run counts as its one item until its last callback has run), and whether it is closed
-    (then nothing of it runs any more; what it had waiting goes to ``on_drop``)."""
-
-    __slots__ = ("_delivery", "closed", "on_drop", "unfinished")
-
-    def __init__(self, delivery: "HostDelivery", on_drop: Callable[[List[Callback]], Any]):
-        self._delivery = delivery
-        self.on_drop = on_drop
-        self.unfinished = 0
-        self.closed = False
-
-    @property
-    def owner(self) -> Optional[int]:
-        return self._delivery._owner
-
-    def put(self, items: Sequence[HostItem]) -> None:
-        self._delivery._put(self, items)
-
-    def close(self) -> None:
-        """Nothing more of this lane runs; what it has waiting goes to ``on_drop``, on this
-        thread (or, for what a running pump holds, on the host thread before that pump returns)."""
-        self._delivery._close_lane(self)
-
-
-class HostDelivery:
-    """Delivery on the host's own thread, for applications whose UI has a single thread.
-
-    Pass one to ``Connection(..., delivery=...)`` (several connections may share one). Then every
-    callback (notification handlers, request handlers, done-callbacks of futures from
-    ``call_future``) waits in this queue until the host thread calls ``pump()``. ``set_wakeup``
-    registers a function called, from any thread, whenever work starts waiting (and after a pump
-    that leaves some behind), so the host can schedule a pump on its loop, e.g.::
-
-        delivery = HostDelivery()
-        delivery.set_wakeup(lambda: sublime.set_timeout(delivery.pump, 0))
-
-    The host thread is the thread that creates the object (or ``host_thread``). A blocking
-    ``Connection.call`` on that thread raises ``UsageError`` (its answer would wait for a pump
-    that cannot happen); use ``call_future`` there.
-
-    A callback that raises is reported to ``on_error(exc)`` on the host thread (default: logged
-    with its traceback to the ``acp_lite.delivery`` logger); the callbacks after it still run.
-    Once a connection is closed, nothing more of it is delivered: its waiting callbacks are
-    dropped (the answers among them fail their futures with ``ConnectionClosed``).
-
-    How a pump runs (the rules its speed rests on): it takes what waits in one go under the
-    lock and runs it outside, item by item; an ``Expand`` item's callbacks run straight from the
-    list it returns. Whatever it took and does not run (``max_items`` or ``budget`` reached, a
-    callback raising ``BaseException``) goes back to the front of the queue, in order (the rest
-    of a block as one item), before it returns. Before each callback it looks whether the
-    callback's lane was closed meanwhile (by a callback, or by another thread), and drops the
-    rest of that lane's if so.
-    """
-
-    def __init__(
-        self,
-        host_thread: Optional[threading.Thread] = None,
-        *,
-        on_error: Optional[Callable[[BaseException], Any]] = None,
-    ):
-        self._owner = (host_thread or threading.current_thread()).ident
-        self._on_error = on_error
-        self._lock = threading.Lock()
-        self._items: Deque[Tuple[HostLane, Any, Any]] = collections.deque()
-        # True while a pump holds items it took from ``_items`` (they still wait).
-        self._holding = False
-        self._pumping = False
-        self._wakeup: Optional[Callable[[], Any]] = None
-
-    def set_wakeup(self, fn: Optional[Callable[[], Any]]) -> None:
-        """Call ``fn()`` (from any thread; keep it quick) whenever work starts waiting. Any thread."""
-        self._wakeup = fn
-        if fn is not None and self._items:
-            call_wakeup(fn)
-
-    @property
-    def has_work(self) -> bool:
-        """True while callbacks are waiting for a pump. Any thread."""
-        return bool(self._items) or self._holding
-
-    def pump(self, max_items: Optional[int] = None, budget: Optional[float] = None) -> int:
-        """Run waiting callbacks in order, on this (the host) thread; return how many ran.
-
-        One item is one callback: one notification's handler, one request's handler, or the
-        settling of one answered ``call_future`` (with its done-callbacks). ``max_items`` caps
-        how many run (all that wait if None); ``budget`` (seconds) stops the pump at the first
-        callback boundary once that much time has passed (at least one callback runs if any
-        waits), so a host loop can bound its pumps however fast the peer sends. A pump from
-        inside a callback returns 0 (running later callbacks there would overtake the rest of
-        the outer pump's). Host thread only.
-        """
-        if threading.get_ident() != self._owner:
-            raise UsageError("HostDelivery.pump() must be called on the host thread")
-        if max_items is not None and (type(max_items) is not int or max_items < 0):
-            raise UsageError(f"max_items must be None or an int >= 0, not {max_items!r}")
-        if budget is not None and not budget >= 0:  # (also refuses NaN)
-            raise UsageError(f"budget must be None or a number of seconds >= 0, not {budget!r}")
-        if self._pumping:
-            return 0
-        deadline = None if budget is None else time.monotonic() + budget
-        self._pumping = True
-        try:
-            ran = self._run(max_items, deadline)
-        finally:
-            self._pumping = False
-        wakeup = self._wakeup
-        if wakeup is not None and self._items:
-            call_wakeup(wakeup)
-        return ran
-
-    def _run(self, quota: Optional[int], deadline: Optional[float]) -> int:
-        """Run callbacks until ``quota`` have run, the deadline has passed or none waits."""
-        ran = 0
-        batch: Deque[Tuple[HostLane, Any, Any]] = collections.deque()
-        try:
-            while True:
-                if not batch:
-                    batch = self._take(None if quota is None else quota - ran)
-                    if not batch:
-                        return ran
-                lane, item, value = batch.popleft()
-                if lane.closed:
-                    self._settle_lane(lane, 0, [(item, value)])
-                    continue
-                callbacks: Sequence[Callback] = self._expand(item, value) if type(item) is Expand else ((item, value),)
-                started = 0  # (counted before each runs: one that raises BaseException is not run again)
-                room = -1 if quota is None else quota - ran
-                stop = False
-                try:
-                    for fn, arg in callbacks:
-                        if lane.closed:
-                            break
-                        started += 1
-                        try:
-                            fn(arg)
-                        except Exception as exc:
-                            self._report(exc)
-                        if started == room or (deadline is not None and time.monotonic() >= deadline):
-                            stop = True
-                            break
-                finally:
-                    # The item has left the queue; the callbacks of it that did not run take its
-                    # place as one item (or are dropped, the lane being closed).
-                    rest = callbacks[started:]
-                    if lane.closed:
-                        self._settle_lane(lane, 0, rest)
-                    else:
-                        if rest:
-                            batch.appendleft((lane, _REST, rest))
-                        self._settle_lane(lane, 1 if rest else 0, [])
-                ran += started
-                if stop:
-                    return ran
-        finally:
-            self._give_back(batch)
-
-    def _take(self, most: Optional[int]) -> Deque[Tuple[HostLane, Any, Any]]:
-        """What waits (at most ``most`` items), taken out of the queue in one go; the pump holds
-        it until it runs it or gives it back."""
-        with self._lock:
-            if most is None or most >= len(self._items):
-                batch, self._items = self._items, collections.deque()
-            else:
-                batch = collections.deque(self._items.popleft() for _ in range(most))
-            self._holding = bool(batch)
-        return batch
-
-    def _give_back(self, batch: Deque[Tuple[HostLane, Any, Any]]) -> None:
-        """What a pump took and did not run goes back to the front of the queue, in order;
-        what of it belongs to a lane closed meanwhile is dropped instead."""
-        dropped: Dict[HostLane, List[Any]] = {}
-        kept = []
-        with self._lock:
-            self._holding = False
-            for lane, fn, arg in batch:
-                if lane.closed:
-                    dropped.setdefault(lane, []).append((fn, arg))
-                    lane.unfinished -= 1
-                else:
-                    kept.append((lane, fn, arg))
-            self._items.extendleft(reversed(kept))
-        for lane, items in dropped.items():
-            self._drop(lane, items)
-
-    def _expand(self, marker: Expand, arg: Any) -> Sequence[Callback]:
-        try:
-            return marker.fn(arg)
-        except Exception:
-            _delivery_log.exception("routing a block of messages failed")
-            return ()
-
-    def _settle_lane(self, lane: HostLane, put_back: int, dropped: Sequence[Any]) -> None:
-        """One item of ``lane`` has left the queue: run, or ``put_back`` (0 or 1) items took its
-        place (``dropped``: will not run, the lane being closed)."""
-        with self._lock:
-            lane.unfinished += put_back - 1
-        if dropped:
-            self._drop(lane, dropped)
-
-    def _drop(self, lane: HostLane, items: Sequence[Any]) -> None:
-        """``items`` (queue items of ``lane``, without the lane) will not run: ``on_drop`` gets
-        the callbacks they stand for."""
-        callbacks = [pair for fn, arg in items for pair in (arg if fn is _REST else ((fn, arg),))]
-        try:
-            lane.on_drop(callbacks)
-        except Exception:
-            _delivery_log.exception("dropping the callbacks of a closed connection failed")
-
-    def _report(self, exc: Exception) -> None:
-        if self._on_error is None:
-            _delivery_log.error("callback failed", exc_info=exc)
-            return
-        try:
-            self._on_error(exc)
-        except Exception:
-            _delivery_log.exception("the on_error hook failed on %r", exc)
-
-    def lane(self, on_drop: Callable[[List[Callback]], Any]) -> HostLane:
-        """A new connection's place in this delivery; ``on_drop`` gets what of it never runs
-        because it was closed first."""
-        return HostLane(self, on_drop)
-
-    def _put(self, lane: HostLane, items: Sequence[HostItem]) -> None:
-        with self._lock:
-            if lane.closed:
-                return
-            was_empty = not self._items and not self._holding
-            lane.unfinished += len(items)
-            self._items.extend((lane, fn, arg) for fn, arg in items)
-        if was_empty and self._wakeup is not None:
-            call_wakeup(self._wakeup)
-
-    def _close_lane(self, lane: HostLane) -> None:
-        with self._lock:
-            lane.closed = True
-            dropped = [(fn, arg) for owner, fn, arg in self._items if owner is lane]
-            if dropped:
-                self._items = collections.deque(item for item in self._items if item[0] is not lane)
-                lane.unfinished -= len(dropped)
-        if dropped:
-            self._drop(lane, dropped)
 
 
 class WorkerPool:
@@ -521,7 +343,7 @@ class WorkerPool:
                     self._running -= 1
                 while not self._runnable() and not self._shut:
                     self._idle += 1
-                    woken = self._cond.wait(_WORKER_IDLE_SECONDS)
+                    woken = self._cond.wait(IDLE_SECONDS)
                     self._idle -= 1
                     if not woken and not self._runnable():
                         break

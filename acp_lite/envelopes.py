@@ -32,7 +32,7 @@ class _Unmatchable(Struct, tag_field="method", tag="\x00"):
 
 
 @functools.cache
-def _envelope_type(method: str, params_type: Any, is_request: bool) -> type:
+def envelope_type(method: str, params_type: Any, is_request: bool) -> type:
     """The envelope struct of ``method``, tagged by it for the union decoders.
 
     Envelopes forbid other fields and require params, so that a line they accept needs no
@@ -53,13 +53,13 @@ def _envelope_type(method: str, params_type: Any, is_request: bool) -> type:
 
 
 @functools.lru_cache(maxsize=64)
-def _union_decoders(envelopes: Tuple[type, ...]) -> Tuple[Any, Any]:
+def union_decoders(envelopes: Tuple[type, ...]) -> Tuple[Any, Any]:
     """Decoders of one message and of a JSON array of messages, into the envelopes."""
     union = Union[envelopes + (_Unmatchable,)]  # type: ignore[valid-type]  # noqa: RUF005 (a type, built)
     return strict_decoder(union), strict_decoder(List[union])  # type: ignore[valid-type]
 
 
-def _fast_decodable(frame: Any) -> bool:
+def fast_decodable(frame: Any) -> bool:
     """False for a line with invalid UTF-8, which the typed decoders must leave to the general
     path: msgspec checks the UTF-8 of the values it decodes, not of the fields it skips."""
     if type(frame) is not bytes or frame.isascii():
@@ -71,10 +71,10 @@ def _fast_decodable(frame: Any) -> bool:
     return True
 
 
-def _typed_decoder_may_read(frame: Any) -> bool:
+def typed_decoder_may_read(frame: Any) -> bool:
     """False for a line the typed decoders would reject, where that look is cheaper than their
     exception: an answer (no ``"method"`` key), an extension method (its name begins with ``_``;
-    the typed decoders know the protocol's methods only), invalid UTF-8 (see _fast_decodable),
+    the typed decoders know the protocol's methods only), invalid UTF-8 (see fast_decodable),
     an oversized frame. A wrong True costs only the failed attempt, a wrong False (a nested
     ``"method"`` key first) only the general path's slower decoding."""
     if type(frame) is not bytes:
@@ -82,7 +82,7 @@ def _typed_decoder_may_read(frame: Any) -> bool:
     at = frame.find(b'"method"')
     if at < 0 or b'"_' in frame[at + 8 : at + 13]:  # ':"_' with up to two spaces around the colon
         return False
-    return _fast_decodable(frame)
+    return fast_decodable(frame)
 
 
 def several_lines(block: Any) -> bool:

@@ -40,13 +40,13 @@ _DESCRIPTION = "_acp_failure_data"
 _ANSWER_TO = "_acp_answer_to"
 
 
-def _error_from_object(error: Any) -> ProtocolError:
+def error_from_object(error: Any) -> ProtocolError:
     if isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str):
         return error_from_wire(error["code"], error["message"], error.get("data"))
     return InvalidRequest(f"malformed error object from the peer: {error!r}")
 
 
-def _received(error: Optional[BaseException], method: str) -> Optional[BaseException]:
+def marked_as_answer(error: Optional[BaseException], method: str) -> Optional[BaseException]:
     if error is not None:
         setattr(error, _ANSWER_TO, method)
     return error

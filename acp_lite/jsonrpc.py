@@ -30,10 +30,14 @@ of every line, the table of our pending calls, the table of the peer's running r
   anything else is -32603, and an error the peer answered to a nested call stays the peer's).
 
 Beside it: ``envelopes`` (the typed envelopes and their one-pass decoders), ``outgoing`` (what we
-write, checked and encoded) and ``error_rules``.
+write, checked and encoded), ``error_rules``, ``framing`` (the lines, cut out of bytes) and
+``outcomes`` (settling futures once).
 
-Threads: the tables are plain dicts, and the reader alone inserts into ``incoming``; single dict
-operations are atomic, and ``Connection`` serializes the compound ones (closing) with its lock.
+The tables (our pending calls, the peer's requests not answered yet) are the core's alone:
+nothing outside this module touches them but through ``add_pending``, ``forget``,
+``take_pending``, ``finish`` and ``running``. Threads: they are plain dicts, and the reader alone
+inserts into the table of the peer's requests; single dict operations are atomic, and
+``Connection`` serializes the compound ones (closing) with its lock.
 """
 
 import functools
@@ -48,16 +52,15 @@ import msgspec
 from msgspec import UNSET, Raw, Struct
 
 from .codec import ENCODER, decode, strict_type
-from .delivery import Callback
 from .envelopes import (
-    _envelope_type,
-    _fast_decodable,
-    _typed_decoder_may_read,
-    _union_decoders,
+    envelope_type,
+    fast_decodable,
     lines_of,
     several_lines,
+    typed_decoder_may_read,
+    union_decoders,
 )
-from .error_rules import _error_from_object, _received
+from .error_rules import error_from_object, marked_as_answer
 from .errors import (
     AcpError,
     InternalError,
@@ -66,18 +69,23 @@ from .errors import (
     ParseError,
     UsageError,
 )
+from .framing import OversizedFrame
+from .outcomes import settle
 from .outgoing import (
     ENCODE_FAILURES,
+    OutError,
     OutRequest,
-    _OutError,
-    _OutResult,
+    OutResult,
     check_method_name,
     check_params,
     encode_outgoing,
 )
-from .wire import OversizedFrame
+from .records import BatchReply, ConnectionStats, FastPath, PendingCall, Route
 
 CANCEL_REQUEST_METHOD = "$/cancel_request"
+
+# What routing a line asks for, in arrival order: ``fn(arg)``, run by the caller in its turn.
+Routed = Tuple[Callable[[Any], Any], Any]
 
 # Repeated complaints about the peer's input (noise lines, parse errors, oversized frames) are
 # logged at most once per this many seconds, with a running count.
@@ -102,95 +110,6 @@ _ANY_MESSAGE = msgspec.json.Decoder(_AnyMessage)
 
 class _CancelRequestParams(Struct):
     requestId: Union[int, str]
-
-
-class Route:
-    """A registered method: its handler, the type of its params, and for a request its arrival hook."""
-
-    __slots__ = ("handler", "is_request", "method", "on_arrival", "params_type")
-
-    def __init__(
-        self,
-        method: str,
-        handler: Callable[..., Any],
-        params_type: Any,
-        is_request: bool,
-        on_arrival: Optional[Callable[[Any, Any], Any]] = None,
-    ):
-        self.method = method
-        self.handler = handler
-        self.params_type = params_type
-        self.is_request = is_request
-        self.on_arrival = on_arrival
-
-
-class PendingCall:
-    """One of our calls waiting for its answer. ``direct``: a future only ``call()`` waits on,
-    with no done-callbacks, which the reader may settle itself."""
-
-    __slots__ = ("direct", "future", "method", "result_type")
-
-    def __init__(self, method: str, future: Any, result_type: Any, direct: bool):
-        self.method = method
-        self.future = future
-        self.result_type = result_type
-        self.direct = direct
-
-
-class BatchReply:
-    """Collects the answers to one incoming batch; the last one completes the array to send."""
-
-    def __init__(self, lock: Any):
-        self._lock = lock
-        self._parts: List[bytes] = []
-        self._expected: Optional[int] = None
-
-    def add(self, response: bytes) -> Optional[bytes]:
-        with self._lock:
-            self._parts.append(response)
-            return self._complete()
-
-    def seal(self, expected: int) -> Optional[bytes]:
-        with self._lock:
-            self._expected = expected
-            return self._complete()
-
-    def _complete(self) -> Optional[bytes]:
-        if self._expected is None or len(self._parts) != self._expected or not self._parts:
-            return None
-        parts, self._parts = self._parts, []
-        return b"[" + b",".join(parts) + b"]"
-
-
-class ConnectionStats:
-    """Counters of what the reading dropped or complained about."""
-
-    __slots__ = ("dropped_responses", "invalid_messages", "noise_lines", "oversized_frames", "parse_errors")
-
-    def __init__(self) -> None:
-        self.noise_lines = 0
-        self.parse_errors = 0
-        self.invalid_messages = 0
-        self.dropped_responses = 0
-        self.oversized_frames = 0
-
-    def __repr__(self) -> str:
-        return "ConnectionStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__) + ")"
-
-
-class _FastPath:
-    """The one-pass decoders for registered methods with typed params (of a line, and of a block
-    of lines made into an array) and, for each envelope type they produce, the notification
-    handler or the request route."""
-
-    __slots__ = ("block_decoder", "decoder", "handlers", "requests")
-
-    def __init__(
-        self, decoders: Tuple[Any, Any], handlers: Dict[type, Callable[[Any], Any]], requests: Dict[type, Route]
-    ):
-        self.decoder, self.block_decoder = decoders
-        self.handlers = handlers
-        self.requests = requests
 
 
 # An oversized or unreadable frame is dropped; if its first bytes show a top-level id (after
@@ -240,17 +159,6 @@ def _decode_payload(data: Any, type_: Any) -> Any:
         raise InternalError(f"cannot decode a {getattr(type_, '__name__', type_)}: {exc}") from exc
 
 
-def settle(future: Any, value: Any, error: Optional[BaseException]) -> None:
-    """Settle ``future`` once: one already cancelled (or settled) keeps its first outcome."""
-    try:
-        if error is None:
-            future.set_result(value)
-        else:
-            future.set_exception(error)
-    except Exception:  # InvalidStateError (3.8+) or the older RuntimeError-like errors
-        pass
-
-
 def settle_item(outcome: Tuple[PendingCall, Any, Optional[BaseException]]) -> None:
     call, value, error = outcome
     settle(call.future, value, error)
@@ -262,9 +170,7 @@ class RpcCore:
     ``make_context(request_id, route, params, batch)`` builds the object that stands for an
     incoming request (a ``RequestContext``); ``start_request`` is the callback that starts one
     (appended to ``items`` in its turn); ``cancel_request(ctx)`` cancels one (for
-    ``$/cancel_request``, also in its turn). ``send_late(frame)`` writes the rare answer that
-    routing produces inside a callback (a block decoded in one call, delivered later) rather
-    than into ``replies``.
+    ``$/cancel_request``, also in its turn).
     """
 
     def __init__(
@@ -275,13 +181,12 @@ class RpcCore:
         start_request: Callable[[Any], Any],
         cancel_request: Callable[[Any], Any],
         batch_lock: Callable[[], Any],
-        send_late: Callable[[bytes], None],
         max_message_size: int,
     ):
         self.name = name
         self.stats = ConnectionStats()
-        self.pending: Dict[Any, PendingCall] = {}
-        self.incoming: Dict[Any, Any] = {}
+        self._pending: Dict[Any, PendingCall] = {}
+        self._incoming: Dict[Any, Any] = {}
         self.notifications: Dict[str, Route] = {}
         self.requests: Dict[str, Route] = {}
         self.unknown_request: Optional[Callable[[str, Any, Any], Any]] = None
@@ -290,18 +195,17 @@ class RpcCore:
         self._make_context = make_context
         self._start_request = start_request
         self._batch_lock = batch_lock
-        self._send_late = send_late
         self._max_message_size = max_message_size
         self._ids = itertools.count(1)
         self._complained_at: Dict[str, float] = {}
-        self._fast: Optional[_FastPath] = None
+        self._fast: Optional[FastPath] = None
         self.notifications[CANCEL_REQUEST_METHOD] = Route(
             CANCEL_REQUEST_METHOD, self._cancel_by_id(cancel_request), _CancelRequestParams, False
         )
 
     def _cancel_by_id(self, cancel_request: Callable[[Any], Any]) -> Callable[[_CancelRequestParams], None]:
         def on_cancel_request(params: _CancelRequestParams) -> None:
-            ctx = self.incoming.get(params.requestId)
+            ctx = self._incoming.get(params.requestId)
             if ctx is not None:
                 cancel_request(ctx)
 
@@ -330,14 +234,14 @@ class RpcCore:
             try:
                 # Strictly: a line that does not fit fails over to the general path, which
                 # decodes leniently (and keeps what does not fit, for keep_undecodable types).
-                envelope = _envelope_type(method, strict_type(route.params_type), route.is_request)
+                envelope = envelope_type(method, strict_type(route.params_type), route.is_request)
             except TypeError:  # an unhashable type annotation: the general path serves it
                 continue
             if route.is_request:
                 requests[envelope] = route
             else:
                 handlers[envelope] = route.handler
-        self._fast = _FastPath(_union_decoders(tuple(handlers) + tuple(requests)), handlers, requests)
+        self._fast = FastPath(union_decoders(tuple(handlers) + tuple(requests)), handlers, requests)
 
     # -- outgoing -----------------------------------------------------------------------------
     def request(self, method: str, params: Any) -> Tuple[int, bytes]:
@@ -347,15 +251,38 @@ class RpcCore:
         request_id = next(self._ids)
         return request_id, encode_outgoing(OutRequest("2.0", request_id, method, UNSET if params is None else params))
 
+    # -- the tables (the core's alone: nothing outside this module edits them) -----------------
+    def add_pending(self, request_id: Any, call: PendingCall) -> None:
+        """Our call ``request_id`` was sent (or is about to be): its answer settles ``call``."""
+        self._pending[request_id] = call
+
     def forget(self, request_id: Any) -> bool:
         """Drop a pending call (its answer, if it comes, is dropped); True if it was pending."""
-        return self.pending.pop(request_id, None) is not None
+        return self._pending.pop(request_id, None) is not None
+
+    def take_pending(self) -> List[PendingCall]:
+        """Every pending call, dropped from the table (the connection ends: they fail)."""
+        pending, self._pending = self._pending, {}
+        return list(pending.values())
+
+    def finish(self, request_id: Any, ctx: Any) -> None:
+        """The peer's request ``ctx`` was answered: its id may be used again."""
+        if self._incoming.get(request_id) is ctx:
+            del self._incoming[request_id]
+
+    def pending_ids(self) -> List[Any]:
+        """The ids of our calls still waiting for their answers."""
+        return list(self._pending)
+
+    def running(self) -> List[Any]:
+        """The contexts of the peer's requests not answered yet, started or not."""
+        return list(self._incoming.values())
 
     def answer_frame(self, request_id: Any, method: str, result: Any, error: Optional[AcpError]) -> bytes:
         """The frame answering a request with ``result`` or ``error``."""
         if error is None:
             try:
-                return ENCODER.encode(_OutResult("2.0", request_id, result))
+                return ENCODER.encode(OutResult("2.0", request_id, result))
             except ENCODE_FAILURES:
                 self._log.exception("%s: the result of %s could not be encoded", self.name, method)
                 error = InternalError()
@@ -363,25 +290,16 @@ class RpcCore:
 
     def error_frame(self, request_id: Any, error: AcpError) -> bytes:
         try:
-            return ENCODER.encode(_OutError("2.0", request_id, error.to_wire()))
+            return ENCODER.encode(OutError("2.0", request_id, error.to_wire()))
         except ENCODE_FAILURES:
             self._log.warning("%s: the data of error %r could not be encoded; sent without it", self.name, error)
-            return ENCODER.encode(_OutError("2.0", request_id, {"code": error.code, "message": error.message}))
+            return ENCODER.encode(OutError("2.0", request_id, {"code": error.code, "message": error.message}))
 
     # -- incoming -----------------------------------------------------------------------------
-    def route_block(self, block: Any, items: List[Callback], replies: List[bytes]) -> None:
-        """Route a block's lines: append what they ask for to ``items``, answers to ``replies``.
-        A block decoded in one call becomes one callback, which delivers its messages in order."""
-        fast = self._fast
-        assert fast is not None
-        envelopes = self._decode_block(block, fast)
-        if envelopes is None:
-            self.route_lines(lines_of(block), items, replies)
-        else:
-            items.append((self._deliver_envelopes, (fast, envelopes)))
-
-    def expand_block(self, block: Any, items: List[Callback], replies: List[bytes]) -> None:
-        """Like ``route_block``, but one callback per message (for pumps that count messages)."""
+    def route_block(self, block: Any, items: List[Routed], replies: List[bytes]) -> None:
+        """Route a block's lines: append one callback per message to ``items`` (answers to bad
+        input to ``replies``). A block made only of registered methods' messages is decoded in
+        one call."""
         fast = self._fast
         assert fast is not None
         envelopes = self._decode_block(block, fast)
@@ -390,7 +308,7 @@ class RpcCore:
             return
         handlers = fast.handlers
         try:
-            # Notifications only, as a stream of updates is: one pass, nothing done until it ends.
+            # Notifications only, as a stream of updates is: one pass.
             items.extend([(handlers[type(envelope)], envelope.params) for envelope in envelopes])
             return
         except KeyError:  # a request among them: each message in its turn
@@ -402,34 +320,7 @@ class RpcCore:
             else:
                 self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, replies, None)
 
-    def _deliver_envelopes(self, decoded: Tuple[_FastPath, List[Any]]) -> None:
-        # Each notification's handler at once; a request is accepted and started in its turn.
-        fast, envelopes = decoded
-        items: List[Callback] = []
-        replies: List[bytes] = []
-        handler_of = fast.handlers.get
-        kind: Any = None
-        handler: Optional[Callable[[Any], Any]] = None
-        for envelope in envelopes:
-            if type(envelope) is not kind:
-                # A block is runs of one method (a stream of updates): the handler is looked up
-                # once per run, which shows in a client's CPU per update.
-                kind = type(envelope)
-                handler = handler_of(kind)
-            if handler is None:
-                self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, replies, None)
-                for fn, arg in items:
-                    fn(arg)
-                items.clear()
-                continue
-            try:
-                handler(envelope.params)
-            except Exception:
-                self._log.exception("%s: notification handler %r failed", self.name, handler)
-        for frame in replies:  # a request refused (a duplicate id)
-            self._send_late(frame)
-
-    def _decode_block(self, block: Any, fast: _FastPath) -> Optional[List[Any]]:
+    def _decode_block(self, block: Any, fast: FastPath) -> Optional[List[Any]]:
         """The envelopes of a block's lines, or None when it must be read line by line.
 
         The lines become one JSON array: each newline a comma. A message that is valid JSON
@@ -437,7 +328,7 @@ class RpcCore:
         another comma), and the count check catches two messages on one line, so the array
         holds exactly one message per line, as line-by-line reading would have found them.
         """
-        if not several_lines(block) or not _fast_decodable(block):
+        if not several_lines(block) or not fast_decodable(block):
             return None
         try:
             envelopes = fast.block_decoder.decode(b"".join((b"[", block.replace(b"\n", b","), b"]")))
@@ -448,14 +339,14 @@ class RpcCore:
             return None
         return envelopes
 
-    def route_lines(self, frames: Sequence[Any], items: List[Callback], replies: List[bytes]) -> None:
+    def route_lines(self, frames: Sequence[Any], items: List[Routed], replies: List[bytes]) -> None:
         """Decode each line once, straight into the typed envelope of its method, and append
         what it asks for to ``items`` (answers to bad input to ``replies``)."""
         fast = self._fast
         assert fast is not None
         decode_envelope, handlers, requests = fast.decoder.decode, fast.handlers, fast.requests
         for frame in frames:
-            if not _typed_decoder_may_read(frame):
+            if not typed_decoder_may_read(frame):
                 self._route_slowly(frame, items, replies)
                 continue
             try:
@@ -473,7 +364,7 @@ class RpcCore:
             else:
                 self._route_slowly(frame, items, replies)
 
-    def _route_slowly(self, frame: Any, items: List[Callback], replies: List[bytes]) -> None:
+    def _route_slowly(self, frame: Any, items: List[Routed], replies: List[bytes]) -> None:
         try:
             self._route_generally(frame, items, replies)
         except Exception:
@@ -481,7 +372,7 @@ class RpcCore:
             # connection.
             self._log.exception("%s: could not route a message; dropped it", self.name)
 
-    def _route_generally(self, frame: Any, items: List[Callback], replies: List[bytes]) -> None:
+    def _route_generally(self, frame: Any, items: List[Routed], replies: List[bytes]) -> None:
         if isinstance(frame, OversizedFrame):
             self._on_oversized(frame, items, replies)
             return
@@ -505,7 +396,7 @@ class RpcCore:
         else:
             self._route_message(message, items, replies, None)
 
-    def _on_undecodable(self, frame: bytes, exc: Exception, items: List[Callback], replies: List[bytes]) -> None:
+    def _on_undecodable(self, frame: bytes, exc: Exception, items: List[Routed], replies: List[bytes]) -> None:
         text = frame.strip()
         if not text:
             return  # a blank line between messages
@@ -551,7 +442,7 @@ class RpcCore:
         )
         self._reply(self.error_frame(request_id, InvalidRequest(f"Invalid request: {reason}")), batch, replies)
 
-    def _route_batch(self, elements: List[Raw], items: List[Callback], replies: List[bytes]) -> None:
+    def _route_batch(self, elements: List[Raw], items: List[Routed], replies: List[bytes]) -> None:
         if not elements:
             self._reject(None, "empty batch", None, replies)
             return
@@ -570,7 +461,7 @@ class RpcCore:
             replies.append(done)
 
     def _route_message(
-        self, message: _AnyMessage, items: List[Callback], replies: List[bytes], batch: Optional[BatchReply]
+        self, message: _AnyMessage, items: List[Routed], replies: List[bytes], batch: Optional[BatchReply]
     ) -> int:
         """Route one decoded message; returns how many replies it will produce (0 or 1)."""
         if message.method is UNSET and (message.result is not UNSET or message.error is not UNSET):
@@ -614,7 +505,7 @@ class RpcCore:
             return 1
         return self._accept_request(route, request_id, params, items, replies, batch)
 
-    def _route_notification(self, method: str, params_raw: Any, items: List[Callback]) -> None:
+    def _route_notification(self, method: str, params_raw: Any, items: List[Routed]) -> None:
         route = self.notifications.get(method)
         if route is None:
             if self.unknown_notification is None:
@@ -633,20 +524,20 @@ class RpcCore:
         route: Route,
         request_id: Any,
         params: Any,
-        items: List[Callback],
+        items: List[Routed],
         replies: List[bytes],
         batch: Optional[BatchReply],
     ) -> int:
-        if request_id in self.incoming:
+        if request_id in self._incoming:
             self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch, replies)
             return 1
         ctx = self._make_context(request_id, route, params, batch)
-        self.incoming[request_id] = ctx
+        self._incoming[request_id] = ctx
         items.append((self._start_request, ctx))
         return 1
 
-    def _on_response(self, message: _AnyMessage, items: List[Callback]) -> None:
-        call = self.pending.pop(message.id, None) if _valid_id(message.id) else None
+    def _on_response(self, message: _AnyMessage, items: List[Routed]) -> None:
+        call = self._pending.pop(message.id, None) if _valid_id(message.id) else None
         if call is None:
             self.stats.dropped_responses += 1
             if message.error is not UNSET and message.id is None:
@@ -660,15 +551,15 @@ class RpcCore:
         if message.jsonrpc != "2.0" or (message.result is not UNSET and message.error is not UNSET):
             error = InvalidRequest("malformed response from the peer")
         elif message.error is not UNSET:
-            error = _error_from_object(message.error)
+            error = error_from_object(message.error)
         else:
             try:
                 value = _decode_payload(message.result, call.result_type)
             except AcpError as exc:
                 error = exc
-        items.append((settle_item, (call, value, _received(error, call.method))))
+        items.append((settle_item, (call, value, marked_as_answer(error, call.method))))
 
-    def _on_oversized(self, frame: OversizedFrame, items: List[Callback], replies: List[bytes]) -> None:
+    def _on_oversized(self, frame: OversizedFrame, items: List[Routed], replies: List[bytes]) -> None:
         self.stats.oversized_frames += 1
         limit = self._max_message_size
         self._complain(
@@ -688,7 +579,7 @@ class RpcCore:
         else:
             self._fail_call_answered_by(frame.head, InvalidRequest(f"response dropped: {reason}"), items)
 
-    def _fail_call_answered_by(self, head: bytes, error: AcpError, items: List[Callback]) -> None:
+    def _fail_call_answered_by(self, head: bytes, error: AcpError, items: List[Routed]) -> None:
         """Fail the pending call whose answer a dropped line was, if its first bytes show that."""
         match = _HEAD_ID.match(head)
         if match is None or match.group("next") not in (b"result", b"error") or b'"method"' in match.group("before"):
@@ -697,6 +588,6 @@ class RpcCore:
             request_id = msgspec.json.decode(match.group("id"))
         except msgspec.DecodeError:
             return
-        call = self.pending.pop(request_id, None)
+        call = self._pending.pop(request_id, None)
         if call is not None:
-            items.append((settle_item, (call, None, _received(error, call.method))))
+            items.append((settle_item, (call, None, marked_as_answer(error, call.method))))

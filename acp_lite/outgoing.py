@@ -46,13 +46,13 @@ class OutNotification(Struct):
     params: Any = UNSET
 
 
-class _OutResult(Struct):
+class OutResult(Struct):
     jsonrpc: str
     id: Any
     result: Any
 
 
-class _OutError(Struct):
+class OutError(Struct):
     jsonrpc: str
     id: Any
     error: Any

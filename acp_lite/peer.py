@@ -29,7 +29,7 @@ from .aio import EventLoop, run_to_end
 from .answering import CancelToken, RequestContext
 from .error_rules import describe_failure
 from .errors import MethodNotFound, UsageError
-from .jsonrpc import settle
+from .outcomes import settle
 from .rpc import Connection
 from .schema import PROTOCOL_VERSION
 

@@ -27,12 +27,12 @@ of every thread a connection may have. Rules this module keeps:
 
 import logging
 import threading
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple
 
 from .answering import RequestContext
-from .delivery import Callback, CallbackQueue, Expand, HostLane, WorkerPool, run_callbacks
+from .delivery import Callback, Expand, HostItem, Lane, WorkerPool, run_callbacks
 from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
-from .wire import Transport
+from .transport import MessageTransport
 
 # The reader stops reading while this many bytes it read wait for the delivery thread. About 2,000
 # updates, milliseconds of work for the delivery thread: enough to keep it busy while the reader
@@ -69,9 +69,9 @@ class Reading:
         name: str,
         log: logging.Logger,
         core: RpcCore,
-        queue: Union[CallbackQueue, HostLane],
+        queue: Lane,
         pool: Optional[WorkerPool],
-        transport: Transport,
+        transport: MessageTransport,
         lock: threading.Lock,
         *,
         closing: Callable[[], bool],
@@ -154,13 +154,10 @@ class Reading:
         read_loop), if any."""
         queue = self._queue
         if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
-            size = _burst_size(blocks)
-            self._add_read_ahead(size)
-            if isinstance(queue, HostLane):
-                # Expanded into one item per message as the host pumps (see HostDelivery.pump).
-                queue.put([(self._expand_item, block) for block in blocks] + [(self._release_item, size)])
-            else:
-                queue.put([(self._deliver_block, block) for block in blocks])
+            # Each block is routed in its turn by whoever delivers, its bytes released once its
+            # callbacks ran (a host's pump counts, and stops between, its messages).
+            self._add_read_ahead(_burst_size(blocks))
+            queue.put([item for block in blocks for item in self._block_items(block)])
             return [], []
         items: List[Callback] = []
         replies: List[bytes] = []
@@ -175,22 +172,20 @@ class Reading:
             for _, outcome in items:
                 settle_item(outcome)
             return [], []
-        if isinstance(queue, HostLane):
-            # The host pumps when it can: what this read brought counts against the read-ahead
-            # until a pump has run its last callback.
-            size = _burst_size(blocks)
-            self._add_read_ahead(size)
-            queue.put([*items, (self._release_item, size)])
-            return [], []
-        elif queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
-            # Requests only, with nothing before them to deliver: started here, in order (their
-            # arrival hooks are the runtime's bookkeeping), and run by this thread (see _run_here).
+        if self._pool is not None and queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
+            # Requests only, with nothing before them to deliver, and handlers that run on threads
+            # of ours: started here, in order (their arrival hooks are the runtime's bookkeeping),
+            # and run by this thread (see _run_here).
             return [ctx for _, ctx in items if self._arrive(ctx)], []
         if queue.hold(len(items)):
             # Nothing queued or running: the callbacks run on this thread, in order (see
             # _deliver_here), sparing the delivery thread's wake-up.
             return [], items
-        queue.put(items)
+        # Behind what waits: what this read brought counts against the read-ahead until its
+        # last callback has run.
+        size = _burst_size(blocks)
+        self._add_read_ahead(size)
+        queue.put([*items, (self._release_item, size)])
         return [], []
 
     # -- the reading thread running callbacks and requests itself, and the watcher --------------
@@ -199,7 +194,7 @@ class Reading:
         callbacks here, in order, while the watcher looks (see _watch): when one blocks or runs
         long, another thread reads on, and what it reads queues behind the rest of them. True if
         this thread still holds the reading afterwards."""
-        assert isinstance(self._queue, CallbackQueue) and self._pool is not None
+        assert self._pool is not None  # (a lane that lets the role be held has a pool beside it)
         me = threading.get_ident()
         with self._lock:
             self._here_thread = me
@@ -326,30 +321,23 @@ class Reading:
             if self._read_ahead <= _READ_AHEAD_LIMIT:
                 self._read_ahead_cond.notify()
 
-    def _deliver_block(self, block: Any) -> None:
-        """Delivery thread: route a block of a burst and run its callbacks."""
-        items: List[Callback] = []
-        replies: List[bytes] = []
-        try:
-            self._core.route_block(block, items, replies)
-            for frame in replies:
-                self._send_frame(frame)
-            run_callbacks(items, self._log)
-        finally:
-            self._release_read_ahead(_burst_size([block]))
+    def _block_items(self, block: Any) -> Tuple[HostItem, HostItem]:
+        # A block of a burst, as queued: routed in its turn, then its bytes released.
+        return (self._expand_item, block), (self._release_item, _burst_size([block]))
 
     def _expand_block(self, block: Any) -> List[Callback]:
-        """Host thread: a block of a burst becomes one callback per message, which take its place
-        in the queue (so that a pump counts, and stops between, messages)."""
+        """Delivery (or host) thread: a block of a burst becomes one callback per message, which
+        take its place in the queue (so that a host's pump counts, and stops between, messages)."""
         items: List[Callback] = []
         replies: List[bytes] = []
-        self._core.expand_block(block, items, replies)
+        self._core.route_block(block, items, replies)
         for frame in replies:
             self._send_frame(frame)
         return items
 
     def _release_expanded(self, size: int) -> List[Callback]:
-        # Host thread, as an item after the last callback of a read: that read's bytes are released.
+        # Delivery (or host) thread, as an item after the last callback of what ``size`` bytes
+        # brought: they are released.
         self._release_read_ahead(size)
         return []
 

@@ -3,18 +3,32 @@
 ``jsonrpc.RpcCore`` decides what every line means; ``delivery`` runs callbacks in order;
 ``answering`` runs a request's handler and answers it; ``reading`` is what the reading thread
 does (the read loop, routing a read, running the requests it read, the watcher, read-ahead).
-This module starts and stops the threads, sends, closes, and holds the rules between them. Every
-thread a connection may have (its code: the module that holds what it runs):
+This module starts and stops the threads, sends, closes, and holds the rules between them.
 
-| thread | code | started by | stopped by | may run |
-| --- | --- | --- | --- | --- |
-| the reading: reader ``acp-reader-<name>`` first | ``reading.Reading`` | ``start()`` | end of stream, ``close()`` (``Transport.stop_reading``) | reading, decoding and routing (``RpcCore``); settles the answer of a blocking ``call`` when nothing is queued before it; starts the requests of a read made only of requests when nothing is queued (their arrival hooks are the runtime's bookkeeping) and runs their handlers itself, one after another, until the watcher takes the reading over (a handler in it for a whole tick) or a handler sends a request (a worker reads on at once); then the rest of them start on workers and this thread leaves the reading after its handler; runs the callbacks of a small read (no burst, not only requests) itself when nothing is queued or running, holding the delivery role (the delivery thread runs nothing meanwhile), under the same watcher, which reads on in its place when one of them blocks (what it reads queues behind them); no other application code |
-| delivery ``acp-delivery-<name>`` (default mode) | ``delivery.CallbackQueue``; bursts: ``reading``; starting requests: here | ``start()`` | ``close()``, or end of stream once the queue is empty | callbacks one at a time in arrival order (those the reading thread does not run): notification handlers, done-callbacks of ``call_future`` futures, arrival hooks; decodes bursts (blocks of lines); starts the other requests in arrival order |
-| host thread (host mode, ``HostDelivery``) | ``delivery.HostDelivery``, as the delivery thread | the application | the application | what the delivery thread runs, inside ``pump()``, and the request handlers too |
-| workers ``acp-worker-<name>-<n>`` (default mode) | ``delivery.WorkerPool``; handlers: ``answering`` | a request that may start, the reading or the watcher finding no idle worker | 30 s idle, or ``close()`` | request handlers (they may block, call the peer, take minutes), at most ``HANDLER_LIMIT`` (64) at once, those the reading thread runs included; the reading, handed on |
-| the watcher (a worker) | ``reading.Reading`` | the reading thread running a handler or a read's callbacks, when no watcher runs | 50 ticks (2 ms each) without a run by the reading thread, ``close()``, or taking the reading over | looks every tick whether the reading thread is still in the run it was in at the last look; if so, starts the rest of that read's requests on workers and becomes the reading |
-| flusher ``acp-flusher-<name>`` (the transport's) | ``wire`` | the first frame left to it: one sent while another thread writes, one sent with a timeout (a ``call``'s) when its write could block (a large frame or a full pipe; to a socket, the part it did not take at once), or the 64th quick send in a row of one thread (a stream) | ``close()`` | writing the backlog of frames |
-| any caller | here; answering: ``answering`` | the application | | ``call`` (blocks; not where callbacks run: ``UsageError``), ``call_future``, ``notify``, ``close``, answering a ``RequestContext`` |
+Every thread a connection may have. An idle connection holds its reader alone: the others start
+when there is work for them and end once idle (``delivery.IDLE_SECONDS``, 2 s) or at ``close()``.
+
+| thread | code | runs |
+| --- | --- | --- |
+| reader ``acp-reader-<name>`` | ``reading`` | reading, decoding, routing; some application code in its turn (below) |
+| delivery ``acp-delivery-<name>`` | ``delivery.CallbackQueue`` | callbacks in arrival order (handlers, done-callbacks) |
+| workers ``acp-worker-<name>-<n>`` | ``delivery.WorkerPool`` | request handlers (64 at most); the reading, handed on |
+| the watcher (a worker) | ``reading`` | takes the reading over from a reader stuck in application code |
+| flusher ``acp-flusher-<name>`` | ``wire`` | writes the backlog: a stream's frames, frames sent during a write |
+| the host's thread | ``delivery.HostDelivery`` | what delivery and workers run, inside ``pump()`` |
+| any caller | here, ``answering`` | ``call`` (not in a callback), ``call_future``, ``notify``, ``close`` |
+
+What the reader runs besides reading, and why (the figures: ``bench/results``, from a loaded
+machine; item 6 of issue 30 re-measures them on a quiet one):
+
+- the answer of a blocking ``call`` when nothing is queued before it (no thread hop);
+- the handlers of a read made only of requests, when nothing is queued, one after another,
+  until one sends a request (a worker reads on at once) or the watcher finds it in one handler
+  for a whole tick (2 ms): C sequential 1.34x, CPU per request 0.78x
+  (``ablation-reading-runs-requests.md``);
+- a small read's callbacks when nothing is queued or running, holding the delivery role
+  (``CallbackQueue.hold``), under the same watcher: C with futures 1.61x, CPU per request 0.78x
+  (``ablation-reading-delivers-3.md``).
 
 Invariants:
 
@@ -54,14 +68,16 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
 from .codec import ENCODER
 from .deadlines import call_after
-from .delivery import Callback, CallbackQueue, HostDelivery, HostLane, WorkerPool
+from .delivery import Callback, CallbackQueue, Lane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
-from .jsonrpc import CANCEL_REQUEST_METHOD, ConnectionStats, PendingCall, Route, RpcCore, settle, settle_item
+from .host_delivery import HostDelivery
+from .jsonrpc import CANCEL_REQUEST_METHOD, RpcCore, settle_item
+from .outcomes import Answer, settle
 from .outgoing import (
     ENCODE_FAILURES,
     OutNotification,
@@ -72,7 +88,8 @@ from .outgoing import (
     notification_head,
 )
 from .reading import Reading
-from .wire import Transport
+from .records import ConnectionStats, PendingCall, Route
+from .transport import MessageTransport
 
 __all__ = ["CANCEL_REQUEST_METHOD", "CancelToken", "Connection", "ConnectionStats", "HostDelivery", "RequestContext"]
 
@@ -96,7 +113,7 @@ class Connection:
 
     def __init__(
         self,
-        transport: Transport,
+        transport: MessageTransport,
         *,
         delivery: Optional[HostDelivery] = None,
         name: str = "peer",
@@ -106,7 +123,11 @@ class Connection:
         self._transport = transport
         self._log = logger or logging.getLogger("acp_lite.rpc")
         self._host = delivery
-        self._queue: Any = delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue()
+        # Where callbacks wait for their turn, and where handlers run: in default mode a queue with
+        # a delivery thread and a pool of workers; in host mode the host's pumps, for both.
+        self._queue: Lane = (
+            delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue(name, self._log)
+        )
         self._pool = None if delivery is not None else WorkerPool(name, self._log)
         self._lock = threading.Lock()
         self._answering = Answering(name, self._log, self._lock, self._send_frame)
@@ -117,7 +138,6 @@ class Connection:
             self._start_request,
             cancel_incoming,
             threading.Lock,
-            self._send_frame,
             transport.max_message_size,
         )
         self._answering.core = self._core
@@ -140,7 +160,6 @@ class Connection:
             end_of_stream=self._on_end_of_stream,
         )
         self._reader: Optional[threading.Thread] = None
-        self._deliverer: Optional[threading.Thread] = None
         self._closed = False
         self._close_error: Optional[ConnectionClosed] = None
         self._close_called = False
@@ -201,11 +220,6 @@ class Connection:
             raise UsageError("the connection is already started")
         self._core.rebuild()
         self._reader = threading.Thread(target=self._reading.read_loop, name=f"acp-reader-{self.name}", daemon=True)
-        if isinstance(self._queue, CallbackQueue):
-            self._deliverer = threading.Thread(
-                target=self._queue.run, args=(self._log,), name=f"acp-delivery-{self.name}", daemon=True
-            )
-            self._deliverer.start()
         self._reader.start()
 
     @property
@@ -237,17 +251,16 @@ class Connection:
                 self._closed = True
                 if self._close_error is None:
                     self._close_error = ConnectionClosed(f"{self.name}: connection closed by close()")
-                pending, self._core.pending = self._core.pending, {}
+                pending = self._core.take_pending()
         me = threading.current_thread()
         # A callback calling close(): on the delivery thread, or on the reading thread holding the
         # delivery role (the delivery thread then waits for it, and ends once it returns).
         delivering = me.ident == self._queue.owner
         if first:
             self._reading.stop()
-            for call in pending.values():
+            for call in pending:
                 settle(call.future, None, self._close_error)
-            if isinstance(self._queue, HostLane):
-                self._queue.close()  # (what waited goes to _drop_host_items)
+            self._queue.closing()  # (in host mode what waited goes to _drop_host_items)
             self._run_closing(None)
             # Requests not started are refused at once: one queued behind a callback that blocks
             # (on the delivery thread, or on a worker reading and delivering in its place) would
@@ -263,11 +276,11 @@ class Connection:
                 self._pool.join(deadline)
             self._answering.refuse_unstarted()  # those routed meanwhile, while an answer can go out
             self._transport.close(max(0.0, deadline - time.monotonic()))
-            if isinstance(self._queue, CallbackQueue):
-                self._queue.finish()
-        for thread in (self._reader, None if delivering else self._deliverer):
-            if thread is not None and thread is not me:
-                thread.join(max(0.0, deadline - time.monotonic()))
+            self._queue.finish()
+        if self._reader is not None and self._reader is not me:
+            self._reader.join(max(0.0, deadline - time.monotonic()))
+        if not delivering:
+            self._queue.join(deadline)
         if self._pool is not None:
             self._pool.join(deadline)
 
@@ -285,7 +298,7 @@ class Connection:
             if self._closing_ran:
                 return
             self._closing_ran = True
-            contexts = list(self._core.incoming.values())
+            contexts = self._core.running()
         for fn in self._closing_callbacks:
             run_logged(fn)
         for ctx in contexts:
@@ -303,7 +316,7 @@ class Connection:
         ``UsageError`` (use ``call_future``). On the main thread a Ctrl-C ends the
         wait (``KeyboardInterrupt``; the peer is sent ``$/cancel_request``)."""
         self.refuse_blocking_here(method)
-        answer = _Answer()
+        answer = Answer()
         deadline = None if timeout is None else time.monotonic() + timeout
         request_id = self._send_request(method, params, result_type, answer, True, timeout)
         try:
@@ -410,7 +423,7 @@ class Connection:
         with self._lock:
             if self._closed:
                 raise self._closed_error()
-            self._core.pending[request_id] = PendingCall(method, future, result_type, direct)
+            self._core.add_pending(request_id, PendingCall(method, future, result_type, direct))
         try:
             self._transport.send(frame, timeout=timeout)
         except CallTimeout:  # no room to send: the request never went out
@@ -505,15 +518,14 @@ class Connection:
             # The calls still pending fail behind every line read before the end: a burst
             # waiting in the queue, not yet decoded, may hold their answers.
             self._queue.put([(self._fail_pending_at_end, None)])
-            if isinstance(self._queue, CallbackQueue):
-                self._queue.finish()
+            self._queue.finish()
         self._reader_done.set()
 
     def _fail_pending_at_end(self, _: Any) -> None:
         # Delivery (or host) thread, after every callback of the lines before the end.
         with self._lock:
-            pending, self._core.pending = self._core.pending, {}
-        for call in pending.values():
+            pending = self._core.take_pending()
+        for call in pending:
             settle(call.future, None, self._close_error)
         self._run_closing(None)
 
@@ -532,40 +544,3 @@ class _CallFuture(Future):
         if cancelled and self._connection is not None and self._request_id is not None:
             self._connection._cancel_pending(self._request_id)
         return cancelled
-
-
-class _Answer:
-    """The outcome of one blocking ``call``, for the one thread that waits for it: a lock taken at
-    creation and released once the outcome is set. Lighter than a ``Future`` (no ``Condition``, no
-    done-callbacks, no states), which shows when many threads call at once. One party settles it
-    (whoever pops the call from the pending table); should a close racing the reader settle it
-    too, the first outcome stays (appending to a list is atomic)."""
-
-    __slots__ = ("_outcomes", "_ready")
-
-    def __init__(self) -> None:
-        self._ready = threading.Lock()
-        self._ready.acquire()
-        self._outcomes: List[Tuple[Any, Optional[BaseException]]] = []
-
-    def set_result(self, value: Any) -> None:
-        self._set((value, None))
-
-    def set_exception(self, error: BaseException) -> None:
-        self._set((None, error))
-
-    def _set(self, outcome: Tuple[Any, Optional[BaseException]]) -> None:
-        self._outcomes.append(outcome)
-        if self._outcomes[0] is outcome:
-            self._ready.release()
-
-    def wait(self, timeout: Optional[float]) -> bool:
-        """Wait until settled (``timeout`` None: without end); True if it is. On the main thread
-        the wait ends for a signal whose handler raises (Ctrl-C). The waiting thread only."""
-        return self._ready.acquire(True, -1 if timeout is None else timeout)
-
-    def result(self) -> Any:
-        value, error = self._outcomes[0]
-        if error is not None:
-            raise error
-        return value

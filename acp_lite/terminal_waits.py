@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, Set, Tuple
 
 from .answering import RequestContext
-from .jsonrpc import settle
+from .outcomes import settle, settle_from
 from .schema import ReleaseTerminalResponse, WaitForTerminalExitRequest
 
 
@@ -74,7 +74,7 @@ class TerminalWaits:
                 settle(released, None, exc)
                 return
             if isinstance(answer, Future):
-                answer.add_done_callback(lambda done: _settle_from(released, done))
+                answer.add_done_callback(lambda done: settle_from(released, done))
             else:
                 settle(released, ReleaseTerminalResponse() if answer is None else answer, None)
 
@@ -85,12 +85,3 @@ class TerminalWaits:
                 return released
         run()
         return released
-
-
-def _settle_from(target: Future, source: Future) -> None:
-    # ``source``'s outcome, once it has one, becomes ``target``'s.
-    if source.cancelled():
-        target.cancel()
-    else:
-        error = source.exception()
-        settle(target, None if error is not None else source.result(), error)

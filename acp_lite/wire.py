@@ -1,18 +1,14 @@
-"""Framing: newline-delimited UTF-8 JSON messages over a pair of byte streams.
+"""Stream transports: newline-delimited UTF-8 JSON messages over a pair of byte streams.
 
-Rules this module keeps:
+``Transport`` implements the seam of ``transport.MessageTransport`` over file descriptors, file
+objects and sockets. Rules this module keeps:
 
-- One message per line. A frame ends at the byte ``0x0A`` and nowhere else: the stream is split
-  on bytes, never on decoded text, so U+2028/U+2029 or a ``\\r`` inside a message cannot cut it.
-  The encoder above never puts a raw newline inside a message (JSON escapes it in strings).
-- A frame may be at most ``max_message_size`` bytes (64 MiB unless configured). A longer line is
-  not buffered: its bytes are dropped as they arrive, only its first few hundred bytes are kept,
-  and the reader reports it as one ``OversizedFrame`` once its newline arrives, then carries on
-  with the next line.
-- Reads take large chunks into a buffer the transport keeps (one system call hands over many
-  messages, and no large allocation is made and freed per read). The reader thread gets the
-  complete lines of a chunk as one *block*: their bytes, newline-separated, so that the layer
-  above can decode a whole block in one call instead of splitting it first. On Linux a pipe the
+- Lines are cut as ``framing`` says (one message per line, split on the byte ``0x0A`` only; a
+  line over ``max_message_size``, 64 MiB unless configured, reported as an ``OversizedFrame``
+  without being buffered). The encoder above never puts a raw newline inside a message.
+- Reads take chunks into a buffer the transport keeps (one system call hands over many
+  messages, and no allocation is made and freed per read), sized on demand: small while the
+  connection is idle or quiet, up to 1 MiB while a burst lasts. On Linux a pipe the
   transport reads from is enlarged to 1 MiB (where the OS allows), so a streaming peer hands
   over up to that much per read instead of 64 KiB.
 - Writes from any number of threads never interleave and are never reordered: one thread at a time
@@ -46,7 +42,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple
 
 try:
     import fcntl
@@ -54,27 +50,22 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 from .errors import CallTimeout, ConnectionClosed, UsageError
+from .framing import DEFAULT_MAX_MESSAGE_SIZE, Block, Frame, LineSplitter, OversizedFrame
+from .transport import MessageTransport
 
-DEFAULT_MAX_MESSAGE_SIZE = 64 * 1024 * 1024
-
-# Bytes asked of the OS per read, and the size of each transport's read buffer: a burst of small
-# messages costs one system call per few thousand of them.
+# The read buffer is sized on demand: it starts at _READ_FIRST (what an idle connection keeps),
+# grows fourfold each time a read fills it, up to _READ_CHUNK (a burst of small messages then
+# costs one system call per few thousand of them), and shrinks back after _SHRINK_AFTER reads in
+# a row that _READ_FIRST would have held (the burst is over).
+_READ_FIRST = 16 * 1024
 _READ_CHUNK = 1024 * 1024
-
-# Blocks are cut at line ends near this size: below the size from which glibc's allocator maps
-# fresh memory for each object (128 KiB), so that a block reuses freed memory instead of costing
-# a page fault per 4 KiB.
-_BLOCK_BYTES = 64 * 1024
+_SHRINK_AFTER = 64
 
 # The size asked for a pipe the transport reads from (Linux ``F_SETPIPE_SZ``; 1031 where the
 # fcntl module predates the name). The default 64 KiB makes a fast writer and its reader take
 # turns every few hundred messages, and every turn costs both a wake-up.
 _PIPE_SIZE = 1024 * 1024
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031) if sys.platform.startswith("linux") else None
-
-# How much of an oversized frame is kept, so that the layer above can still tell whose message it
-# was (the id usually comes first).
-_OVERSIZED_HEAD = 512
 
 # A sender waits while more than this many bytes wait to be written: the peer is not reading,
 # and letting the backlog grow without bound would only move the problem into our memory.
@@ -93,6 +84,10 @@ _WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
 _STREAM_GAP = 30e-6
 _STREAM_RUN = 64
 
+# The flusher exits once it has had nothing to write for this long: an idle connection holds no
+# flusher thread (a stream starts one again at its 64th frame).
+_FLUSHER_IDLE_SECONDS = 2.0
+
 # The flusher is a daemon thread, which the interpreter stops dead at exit: a program that ends
 # without closing its connection would lose the frames still waiting for it. An exit hook
 # flushes every transport that has a flusher, for at most this many seconds in all (a peer
@@ -110,27 +105,6 @@ def _flush_transports_at_exit() -> None:
 # Exit hooks run once the program's own (non-daemon) threads have ended, while daemon threads,
 # the flushers among them, still run.
 atexit.register(_flush_transports_at_exit)
-
-
-class OversizedFrame:
-    """A line longer than the transport's ``max_message_size``; its bytes were dropped.
-
-    ``size`` is the length of the whole line and ``head`` its first bytes.
-    """
-
-    __slots__ = ("head", "size")
-
-    def __init__(self, size: int, head: bytes):
-        self.size = size
-        self.head = head
-
-    def __repr__(self) -> str:
-        return f"OversizedFrame(size={self.size}, head={self.head[:40]!r})"
-
-
-Frame = Union[bytes, OversizedFrame]
-# The same types, but a bytes block holds one or more complete lines joined by b"\n".
-Block = Frame
 
 
 def _stream_io(stream: Any, reading: bool) -> Tuple[Callable[..., Any], Optional[int], Callable[[], None]]:
@@ -225,7 +199,7 @@ def _write_all_fd(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view) :]
 
 
-class Transport:
+class Transport(MessageTransport):
     """A bidirectional stream of newline-delimited frames.
 
     ``reader`` and ``writer`` are file descriptors, binary file objects or sockets (the same
@@ -236,8 +210,8 @@ class Transport:
     Thread affinity: ``read_blocks``/``read_frames`` are for one reader thread at a time (the
     caller hands the reading from one thread to another under a lock of its own); ``send``,
     ``flush``, ``close`` and ``closed_error`` may be called from any thread. The transport starts
-    one thread of its own, the flusher (``acp-flusher-<name>``), the first time a backlog is left
-    to it; ``close`` stops it.
+    one thread of its own, the flusher (``acp-flusher-<name>``), when a backlog is left to it and
+    none runs; it ends once idle for ``_FLUSHER_IDLE_SECONDS``, or at ``close``.
     """
 
     def __init__(
@@ -272,10 +246,8 @@ class Transport:
         self._nowait = _nowait_socket(writer)
         # Reader state (reader thread only). The buffer is allocated at the first read.
         self._buffer: Optional[bytearray] = None
-        self._partial: List[bytes] = []
-        self._partial_size = 0
-        self._discarding: Optional[OversizedFrame] = None
-        self._whole_block_size = min(_BLOCK_BYTES, max_message_size)  # what may be one block as read
+        self._small_reads = 0  # reads in a row that a _READ_FIRST buffer would have held
+        self._lines = LineSplitter(max_message_size)
         self._eof = False
         # Shared state, under one lock: the write backlog, the writer role and the close protocol.
         # ``_cond`` is notified only when a thread waits on it (``_waiting``): a lone send then
@@ -318,9 +290,10 @@ class Transport:
                 return None
             if not size:
                 self._eof = True
-                return self._blocks_at_eof()
+                return self._lines.at_end()
             assert self._buffer is not None
-            blocks = self._blocks(self._buffer, size)
+            blocks = self._lines.feed(self._buffer, size)
+            self._size_buffer(size)
             if blocks:
                 return blocks
         return None
@@ -348,6 +321,19 @@ class Transport:
             if self._wake is not None and not self._released:
                 os.write(self._wake[1], b"x")
 
+    def _size_buffer(self, read: int) -> None:
+        # Reader thread, once what the last read brought has left the buffer (see _READ_FIRST).
+        assert self._buffer is not None
+        size = len(self._buffer)
+        if read == size and size < _READ_CHUNK:
+            self._buffer = bytearray(min(4 * size, _READ_CHUNK))
+            self._small_reads = 0
+        elif size > _READ_FIRST:
+            self._small_reads = self._small_reads + 1 if read <= _READ_FIRST else 0
+            if self._small_reads >= _SHRINK_AFTER:
+                self._buffer = bytearray(_READ_FIRST)
+                self._small_reads = 0
+
     def _read_chunk(self) -> Optional[int]:
         """Read into the buffer; the byte count, 0 at end of stream, None once ``close()`` (or
         ``stop_reading()``) has begun."""
@@ -357,7 +343,7 @@ class Transport:
             self._active += 1
         try:
             if self._buffer is None:
-                self._buffer = bytearray(_READ_CHUNK)
+                self._buffer = bytearray(_READ_FIRST)
             if self._poll is not None:
                 assert self._wake is not None
                 wake = self._wake[0]
@@ -370,71 +356,6 @@ class Transport:
             return 0
         finally:
             self._leave_io()
-
-    def _blocks(self, data: Union[bytes, bytearray], size: int) -> List[Block]:
-        """The blocks that the first ``size`` bytes of ``data`` complete; keeps the rest."""
-        view = memoryview(data)
-        if data[size - 1] == 10 and not self._partial and self._discarding is None and size <= self._whole_block_size:
-            # Whole lines and nothing held, as a request or an answer usually comes: one block.
-            return [bytes(view[: size - 1])]
-        blocks: List[Block] = []
-        start = 0
-        if self._discarding is not None:
-            end = data.find(b"\n", 0, size)
-            if end < 0:
-                self._discarding.size += size
-                return blocks
-            self._discarding.size += end
-            blocks.append(self._discarding)
-            self._discarding = None
-            start = end + 1
-        last = data.rfind(b"\n", start, size)
-        while start <= last:
-            cut = data.rfind(b"\n", start, min(start + _BLOCK_BYTES, last + 1))
-            if cut < 0:  # one line longer than a block
-                cut = data.find(b"\n", start, last + 1)
-            if self._partial:
-                block = b"".join([*self._partial, view[start:cut]])
-                self._partial = []
-                self._partial_size = 0
-            else:
-                block = bytes(view[start:cut])
-            if len(block) > self.max_message_size:
-                blocks.extend(self._line_by_line(block))
-            else:
-                blocks.append(block)
-            start = cut + 1
-        if start < size:
-            self._partial.append(bytes(view[start:size]))
-            self._partial_size += size - start
-            if self._partial_size > self.max_message_size:
-                # The head from the first pieces alone: joining all that was held (up to the
-                # limit) only to cut its start would cost the limit a second time.
-                head = b""
-                for piece in self._partial:
-                    head += piece[: _OVERSIZED_HEAD - len(head)]
-                    if len(head) >= _OVERSIZED_HEAD:
-                        break
-                self._discarding = OversizedFrame(self._partial_size, head)
-                self._partial = []
-                self._partial_size = 0
-        return blocks
-
-    def _line_by_line(self, block: bytes) -> List[Block]:
-        # A block longer than a message may be: each of its lines on its own, the long ones reported.
-        limit = self.max_message_size
-        lines = block.split(b"\n")
-        return [OversizedFrame(len(line), line[:_OVERSIZED_HEAD]) if len(line) > limit else line for line in lines]
-
-    def _blocks_at_eof(self) -> Optional[List[Block]]:
-        blocks: List[Block] = []
-        if self._discarding is not None:
-            blocks.append(self._discarding)
-            self._discarding = None
-        elif self._partial:
-            blocks.append(b"".join(self._partial))
-            self._partial = []
-        return blocks or None
 
     # -- writing (any thread) -----------------------------------------------------------------
     def send(self, frame: bytes, timeout: Optional[float] = None) -> None:
@@ -611,7 +532,9 @@ class Transport:
             if not self._flusher_has_role:
                 if self._closing:
                     return None
-                self._flusher_cond.wait()
+                if not self._flusher_cond.wait(_FLUSHER_IDLE_SECONDS) and not self._flusher_has_role:
+                    self._flusher = None  # idle: it ends, and the next hand-over starts another
+                    return None
             elif self._backlog:
                 batch = self._backlog
                 self._backlog = []

@@ -68,6 +68,7 @@ def cut_blocks(data: bytes) -> List[bytes]:
 def a_steps(stream: Path, passes: int) -> List[Tuple[str, float]]:
     from acp_lite import Client, HostDelivery
     from acp_lite.client import _CLIENT_HANDLERS, _KEEPING_METHODS
+    from acp_lite.delivery import run_callbacks
     from acp_lite.peer import bind_handlers
     from acp_lite.rpc import Connection
     from acp_lite.wire import memory_pair
@@ -91,13 +92,14 @@ def a_steps(stream: Path, passes: int) -> List[Tuple[str, float]]:
 
     connection = connect(None)
     core = connection._core
+    log = logging.getLogger("profile")
     host = HostDelivery()
     hosted = connect(host)._reading
     fast = core._fast
     bare = msgspec.json.Decoder(raw.Incoming).decode
     schema = raw.schema_decoder()
     arrays = [b"".join((b"[", block.replace(b"\n", b","), b"]")) for block in blocks]
-    decoded = [(fast, fast.block_decoder.decode(array)) for array in arrays]
+    decoded = [fast.block_decoder.decode(array) for array in arrays]
 
     def each_line(decode: Callable[[bytes], Any]) -> Callable[[], None]:
         def run() -> None:
@@ -117,12 +119,13 @@ def a_steps(stream: Path, passes: int) -> List[Tuple[str, float]]:
             fast.block_decoder.decode(array)
 
     def delivery_loop() -> None:
+        handlers = fast.handlers
         for envelopes in decoded:
-            core._deliver_envelopes(envelopes)
+            run_callbacks([(handlers[type(envelope)], envelope.params) for envelope in envelopes], log)
 
     def deliver_blocks() -> None:
         for block in blocks:
-            connection._reading._deliver_block(block)
+            run_callbacks(connection._reading._block_items(block), log)
 
     def pump_blocks() -> None:
         for block in blocks:
@@ -136,7 +139,10 @@ def a_steps(stream: Path, passes: int) -> List[Tuple[str, float]]:
         ("acp_lite: a block made one JSON array, lines counted", best_of(passes, n, framing)),
         ("acp_lite: the array decoded into the envelopes", best_of(passes, n, block_decode)),
         ("acp_lite: the decoded envelopes delivered to session_update", best_of(passes, n, delivery_loop)),
-        ("acp_lite: the delivery thread's whole work per block (_deliver_block)", best_of(passes, n, deliver_blocks)),
+        (
+            "acp_lite: the delivery thread's whole work per block (routed, run, released)",
+            best_of(passes, n, deliver_blocks),
+        ),
         ("acp_lite: the host thread's, a block expanded and pumped (HostDelivery)", best_of(passes, n, pump_blocks)),
     ]
     return rows

@@ -61,7 +61,7 @@ def agent_pass(requests: int) -> Callable[[], None]:
         for line in lines:
             os.write(write_fd, line)
             reading._wait_for_read_ahead_room()
-            here = reading._route_read(transport.read_blocks())
+            here, _ = reading._route_read(transport.read_blocks())
             if here:
                 reading._run_here(here)
 
@@ -75,7 +75,7 @@ def client_pass(requests: int) -> Callable[[], None]:
     transport, write_fd = _pipe_transport()
     connection = Connection(transport, name="agent")
     connection._core.rebuild()
-    reading, queue, pending = connection._reading, connection._queue, connection._core.pending
+    reading, queue, core = connection._reading, connection._queue, connection._core
     log = logging.getLogger("bench.request_costs")
 
     def answered(future) -> None:
@@ -85,14 +85,13 @@ def client_pass(requests: int) -> Callable[[], None]:
     def run() -> None:
         connection.call_future(workload.PING_METHOD, {}).add_done_callback(answered)
         for _ in range(requests):
-            (request_id,) = pending
+            (request_id,) = core.pending_ids()
             os.write(write_fd, b'{"jsonrpc":"2.0","id":%d,"result":{}}\n' % request_id)
             reading._wait_for_read_ahead_room()
-            reading._route_read(transport.read_blocks())
-            items = queue.take()
-            run_callbacks(items, log)
-            queue.done(len(items))
-        pending.clear()
+            _, callbacks = reading._route_read(transport.read_blocks())  # the reader delivers them
+            run_callbacks(callbacks, log)
+            queue.release(len(callbacks))
+        core.take_pending()
 
     return run
 

@@ -15,10 +15,11 @@ import msgspec
 import pytest
 
 from acp_lite.codec import Undecodable, keep_undecodable
+from acp_lite.delivery import run_callbacks
 from acp_lite.error_rules import error_for
 from acp_lite.errors import InternalError, InvalidParams, MethodNotFound, RequestCancelled
+from acp_lite.framing import OversizedFrame
 from acp_lite.jsonrpc import PendingCall, Route, RpcCore, settle_item
-from acp_lite.wire import OversizedFrame
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -35,21 +36,18 @@ class Ctx:
         self.cancelled = False
 
 
-def make_core(start_request: Any = lambda ctx: None) -> Tuple[RpcCore, List[bytes]]:
-    """A core, and the frames it writes late; ``start_request`` by default does nothing (a test
-    identifies it by the items it appears in)."""
-    late: List[bytes] = []
-    core = RpcCore(
+def make_core(start_request: Any = lambda ctx: None) -> RpcCore:
+    """A core; ``start_request`` by default does nothing (a test identifies it by the items it
+    appears in)."""
+    return RpcCore(
         "core",
         logging.getLogger("test.jsonrpc"),
         Ctx,
         start_request,
         lambda ctx: setattr(ctx, "cancelled", True),
         threading.Lock,
-        late.append,
         1024,
     )
-    return core, late
 
 
 def feed(core: RpcCore, *lines: Any) -> Tuple[List[Any], List[Any]]:
@@ -64,7 +62,7 @@ def feed(core: RpcCore, *lines: Any) -> Tuple[List[Any], List[Any]]:
 
 
 def test_notifications_and_requests_come_out_in_order_typed_or_not():
-    core, _ = make_core()
+    core = make_core()
     seen: List[Any] = []
     core.register(Route("x/typed", seen.append, Item, False))
     core.register(Route("x/any", seen.append, Any, False))
@@ -80,11 +78,11 @@ def test_notifications_and_requests_come_out_in_order_typed_or_not():
     assert items[0] == (seen.append, Item(text="a"))
     assert isinstance(items[1][1], Ctx) and items[1][1].id == 1 and items[1][1].params == Item(text="b")
     assert items[2] == (seen.append, {"text": "c"})
-    assert core.incoming == {1: items[1][1]}
+    assert core.running() == [items[1][1]]
 
 
 def test_a_block_decoded_in_one_call_delivers_its_messages_in_order():
-    core, _ = make_core()
+    core = make_core()
     seen: List[str] = []
     core.register(Route("x/typed", lambda params: seen.append(params.text), Item, False))
     core.rebuild()
@@ -94,19 +92,16 @@ def test_a_block_decoded_in_one_call_delivers_its_messages_in_order():
     items: List[Any] = []
     replies: List[bytes] = []
     core.route_block(block, items, replies)
-    assert len(items) == 1 and replies == []  # one callback for the block
-    items[0][0](items[0][1])
+    assert replies == [] and [arg.text for _, arg in items] == [str(i) for i in range(50)]  # one per message
+    run_callbacks(items, logging.getLogger("test.jsonrpc"))
     assert seen == [str(i) for i in range(50)]
-    expanded: List[Any] = []
-    core.expand_block(block, expanded, replies)
-    assert [arg.text for _, arg in expanded] == [str(i) for i in range(50)]  # one per message
 
 
 def test_a_block_of_runs_of_several_methods_reaches_each_handler_in_order_past_a_failing_one():
     # The delivery of a block looks a handler up once per run of one method: every change of
     # method, a request among the notifications and a handler that raises must not lose the order.
     seen: List[Tuple[str, str]] = []
-    core, late = make_core(lambda ctx: seen.append(("req", ctx.params.text)))
+    core = make_core(lambda ctx: seen.append(("req", ctx.params.text)))
 
     def failing(params: Item) -> None:
         seen.append(("b", params.text))
@@ -124,23 +119,23 @@ def test_a_block_of_runs_of_several_methods_reaches_each_handler_in_order_past_a
     items: List[Any] = []
     replies: List[bytes] = []
     core.route_block(b"\n".join(lines), items, replies)
-    assert len(items) == 1 and replies == []  # decoded in one call
-    items[0][0](items[0][1])
+    assert len(items) == len(kinds) and replies == []
+    run_callbacks(items, logging.getLogger("test.jsonrpc"))
     assert seen == [
         ("a", "0"), ("a", "1"), ("b", "2"), ("b", "3"), ("a", "4"), ("req", "5"), ("req", "6"), ("a", "7"), ("b", "8")
     ]  # fmt: skip
-    assert sorted(core.incoming) == [5, 6] and late == []
+    assert sorted(ctx.id for ctx in core.running()) == [5, 6]
 
 
 def test_answers_settle_pending_calls_once_and_unknown_ids_are_dropped():
-    core, _ = make_core()
+    core = make_core()
     core.rebuild()
     future: Future = Future()
     request_id, frame = core.request("x/call", {"a": 1})
     assert json.loads(frame) == {"jsonrpc": "2.0", "id": request_id, "method": "x/call", "params": {"a": 1}}
-    core.pending[request_id] = PendingCall("x/call", future, Item, True)
+    core.add_pending(request_id, PendingCall("x/call", future, Item, True))
     items, replies = feed(core, {"jsonrpc": "2.0", "id": request_id, "result": {"text": "ok"}})
-    assert replies == [] and core.pending == {}
+    assert replies == [] and core.pending_ids() == []
     for fn, arg in items:
         fn(arg)
     assert future.result(0) == Item(text="ok")
@@ -149,7 +144,7 @@ def test_answers_settle_pending_calls_once_and_unknown_ids_are_dropped():
 
 
 def test_bad_input_gets_the_error_rules_answers():
-    core, _ = make_core()
+    core = make_core()
     core.register(Route("x/ask", lambda params, ctx: None, Item, True))
     core.rebuild()
     _, replies = feed(
@@ -173,7 +168,7 @@ def test_bad_input_gets_the_error_rules_answers():
 
 
 def test_a_duplicate_id_of_a_running_request_is_refused():
-    core, _ = make_core()
+    core = make_core()
     core.register(Route("x/ask", lambda params, ctx: None, Any, True))
     core.rebuild()
     first, _ = feed(core, {"jsonrpc": "2.0", "id": 9, "method": "x/ask"})
@@ -183,7 +178,7 @@ def test_a_duplicate_id_of_a_running_request_is_refused():
 
 
 def test_a_batch_is_answered_as_one_array_once_every_answer_is_in():
-    core, _ = make_core()
+    core = make_core()
     core.register(Route("x/ask", lambda params, ctx: None, Any, True))
     core.rebuild()
     items, replies = feed(
@@ -204,7 +199,7 @@ def test_a_batch_is_answered_as_one_array_once_every_answer_is_in():
 
 
 def test_cancel_request_cancels_the_request_in_its_turn():
-    core, _ = make_core()
+    core = make_core()
     core.register(Route("x/ask", lambda params, ctx: None, Any, True))
     core.rebuild()
     items, _ = feed(
@@ -219,10 +214,10 @@ def test_cancel_request_cancels_the_request_in_its_turn():
 
 
 def test_an_oversized_request_is_answered_and_an_oversized_answer_fails_its_call():
-    core, _ = make_core()
+    core = make_core()
     core.rebuild()
     future: Future = Future()
-    core.pending[7] = PendingCall("x/call", future, Any, True)
+    core.add_pending(7, PendingCall("x/call", future, Any, True))
     items, replies = feed(
         core,
         OversizedFrame(5000, b'{"jsonrpc":"2.0","id":3,"method":"x/big","params":'),
@@ -241,10 +236,10 @@ def test_error_rules_for_what_a_handler_raised():
     assert isinstance(error, InternalError) and own  # to be logged with its traceback
     assert isinstance(error_for(ValueError("any"), cancelled=True)[0], RequestCancelled)
     # An error the peer answered to a nested call stays the peer's.
-    core, _ = make_core()
+    core = make_core()
     core.rebuild()
     future: Future = Future()
-    core.pending[1] = PendingCall("y/inner", future, Any, True)
+    core.add_pending(1, PendingCall("y/inner", future, Any, True))
     items, _ = feed(core, {"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "bad"}})
     items[0][0](items[0][1])
     received = future.exception(0)
@@ -258,7 +253,7 @@ def test_a_block_of_notifications_of_a_type_that_keeps_what_does_not_fit_is_deco
     # keep_undecodable (session/update on the client side) must not cost the one-pass decoding
     # of valid lines: only a block with a line that does not fit is read line by line, and that
     # line arrives as an Undecodable in its place.
-    core, _ = make_core()
+    core = make_core()
     seen: List[Any] = []
     core.register(Route("x/kept", seen.append, keep_undecodable(Item), False))
     core.rebuild()  # as a connection does when it starts
@@ -267,8 +262,10 @@ def test_a_block_of_notifications_of_a_type_that_keeps_what_does_not_fit_is_deco
         b'{"jsonrpc":"2.0","method":"x/kept","params":{"text":"b"}}'
     )
     items: List[Any] = []
+    line_by_line = core.route_lines
+    core.route_lines = None  # type: ignore[assignment]  # the whole block in one call, never line by line
     core.route_block(good, items, [])
-    assert len(items) == 1  # one callback for the whole block
+    core.route_lines = line_by_line  # type: ignore[method-assign]
     for fn, arg in items:
         fn(arg)
     assert seen == [Item(text="a"), Item(text="b")]

@@ -567,7 +567,9 @@ def test_random_traffic_both_ways_keeps_every_promise(seed, caplog):
 
         # Cancelled and timed-out requests may still be running on the far side: wait for them.
         handled_all = wait_until(lambda: soak.handled == soak.sent)
-        settled = wait_until(lambda: not any(s.connection._core.pending or s.connection._core.incoming for s in (a, b)))
+        settled = wait_until(
+            lambda: not any(s.connection._core.pending_ids() or s.connection._core.running() for s in (a, b))
+        )
         wait_until(  # every notification delivered (checked below, with what went wrong)
             lambda: all(
                 len(soak.sides[driver.side.peer].notes.get(driver.name, [])) == driver.seq for driver in drivers
@@ -585,7 +587,7 @@ def test_random_traffic_both_ways_keeps_every_promise(seed, caplog):
         soak.problem(
             "left pending: "
             + ", ".join(
-                f"{s.name}: calls {list(s.connection._core.pending)}, requests {list(s.connection._core.incoming)}"
+                f"{s.name}: calls {s.connection._core.pending_ids()}, requests {s.connection._core.running()}"
                 for s in (a, b)
             )
         )
@@ -636,8 +638,8 @@ def test_closing_one_side_mid_traffic_ends_every_call(seed, closer, caplog):
         b.connection.close()
 
     for side in (a, b):
-        if side.connection._core.pending:
-            soak.problem(f"{side.name}: calls left pending after close: {list(side.connection._core.pending)}")
+        if side.connection._core.pending_ids():
+            soak.problem(f"{side.name}: calls left pending after close: {side.connection._core.pending_ids()}")
         if not side.connection.closed:
             soak.problem(f"{side.name}: not closed")
     if any(count > 1 for count in soak.handled.values()):

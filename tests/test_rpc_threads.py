@@ -11,9 +11,11 @@ import time
 from concurrent.futures import Future
 from typing import Any, List
 
+import msgspec
 import pytest
 from raw_peer import RawPeer
 
+from acp_lite.delivery import IDLE_SECONDS
 from acp_lite.errors import ConnectionClosed, UsageError
 from acp_lite.rpc import Connection
 from acp_lite.wire import memory_pair
@@ -314,3 +316,84 @@ def test_close_from_a_callback_returns_and_fails_pending_calls(pair):
     peer.send(note("x/close"))
     assert closed.wait(WAIT)
     assert isinstance(pending[0].exception(WAIT), ConnectionClosed)
+
+
+class _Counted(msgspec.Struct):
+    i: int
+    pad: str = ""
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt, ValueError])
+@pytest.mark.parametrize("kind", ["notifications", "requests after a notification", "requests"])
+def test_a_handler_raising_anything_mid_burst_loses_nothing_read_after_it(pair, caplog, kind, raised):
+    """100 messages in one write (a burst the delivery decodes in one go): the handler of the 4th
+    (a notification's, or in "requests" a request's) raises; every message after it is still
+    delivered and every request answered (the one that raised -32603), whatever the exception."""
+    connection, peer = pair
+    seen: List[int] = []
+    raising = threading.Event()
+
+    def record(params: _Counted) -> None:
+        seen.append(params.i)
+        if params.i == 3:
+            raising.set()
+            raise raised()
+
+    connection.on_notification("x/n", record, _Counted)
+    connection.on_request("x/r", lambda params, ctx: record(params) or params.i, _Counted)
+    connection.start()
+    pad = "p" * 100  # 100 lines, well over what the reading thread routes itself
+
+    def message(i: int) -> Any:
+        if kind == "notifications" or (kind == "requests after a notification" and i == 3):
+            return note("x/n", {"i": i, "pad": pad})
+        return request(i, "x/r", {"i": i, "pad": pad})
+
+    with caplog.at_level(logging.CRITICAL, logger="acp_lite"):
+        peer.send(*[message(i) for i in range(100)])
+        if kind == "notifications":
+            assert raising.wait(WAIT)
+            peer.ping()  # (sent apart, so that it is not in the burst)
+            assert seen == list(range(100))
+            return
+        answers = {reply["id"]: reply for reply in (peer.recv() for _ in range(99 if kind != "requests" else 100))}
+    assert all(answers[i]["result"] == i for i in range(100) if i != 3)
+    assert sorted(seen) == list(range(100))
+    if kind == "requests":
+        assert answers[3]["error"]["code"] == -32603
+
+
+def test_an_idle_connection_holds_its_reader_alone_before_and_after_traffic():
+    """What a server holding many connections relies on: an idle connection holds one thread (its
+    reader); the threads traffic starts (delivery, flusher, workers, the watcher) end once idle,
+    within about ``delivery.IDLE_SECONDS``."""
+    before = threading.active_count()
+    ours, theirs = memory_pair()
+    a, b = Connection(ours, name="a"), Connection(theirs, name="b")
+    release = threading.Event()
+    b.on_request("x/echo", lambda params, ctx: params)
+    b.on_request("x/blocks", lambda params, ctx: release.wait(WAIT) and "released")
+    b.on_notification("x/note", lambda params: None)
+    a.on_notification("x/note", lambda params: None)
+    try:
+        a.start()
+        b.start()
+        assert threading.active_count() == before + 2  # the two readers
+        blocked = a.call_future("x/blocks")
+        assert [a.call("x/echo", {"i": i}, timeout=WAIT) for i in range(20)] == [{"i": i} for i in range(20)]
+        for i in range(2_000):  # streams both ways: flushers, delivery threads, bursts
+            a.notify("x/note", {"i": i, "pad": "p" * 100})
+            b.notify("x/note", {"i": i, "pad": "p" * 100})
+        futures = [a.call_future("x/echo", {"i": i}) for i in range(100)]
+        assert [f.result(WAIT) for f in futures] == [{"i": i} for i in range(100)]
+        assert threading.active_count() > before + 2
+        release.set()
+        assert blocked.result(WAIT) == "released"
+        deadline = time.monotonic() + 3 * IDLE_SECONDS + WAIT
+        while threading.active_count() > before + 2:
+            assert time.monotonic() < deadline, sorted(t.name for t in threading.enumerate())
+            time.sleep(0.05)
+        assert a.call("x/echo", {"again": True}, timeout=WAIT) == {"again": True}  # and it still works
+    finally:
+        a.close()
+        b.close()

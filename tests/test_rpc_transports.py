@@ -2,20 +2,27 @@
 
 import json
 import os
+import queue
+import socket
 import sys
 import textwrap
 import threading
+from typing import Any, List, Optional
 from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acp_lite import sockets, wire
-from acp_lite.errors import ConnectionClosed
+from acp_lite import PromptTurn, framing, schema, sockets, updates
+from acp_lite.agent import Agent, serve
+from acp_lite.client import Client, RemoteAgent
+from acp_lite.errors import ConnectionClosed, UsageError
+from acp_lite.framing import Block, LineSplitter, OversizedFrame
 from acp_lite.process import AgentProcess
 from acp_lite.rpc import Connection
-from acp_lite.wire import OversizedFrame, Transport, process_transport
+from acp_lite.transport import MessageTransport
+from acp_lite.wire import Transport, memory_pair, process_transport
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -131,19 +138,17 @@ def test_any_chunking_yields_the_same_frames(lines, cuts, limit, terminated, blo
         if last_unterminated and not line:
             continue  # nothing after the last newline: no frame
         expected.append(("big", len(line)) if len(line) > limit else line)
-    read_fd, write_fd = os.pipe()
-    transport = Transport(read_fd, write_fd, max_message_size=limit)
+    splitter = LineSplitter(limit)
     blocks = []
     bounds = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
-    with mock.patch.object(wire, "_BLOCK_BYTES", block_bytes):  # blocks are cut small, lines never
+    with mock.patch.object(framing, "_BLOCK_BYTES", block_bytes):  # blocks are cut small, lines never
         for start, end in zip(bounds, bounds[1:]):
-            # The transport reads into a buffer it reuses: what lies past the bytes read is stale.
+            # A transport reads into a buffer it reuses: what lies past the bytes read is stale.
             buffer = bytearray(b'\n{"stale":1}' * 200)
             buffer[: end - start] = stream[start:end]
-            blocks.extend(transport._blocks(buffer, end - start))
-            assert transport._partial_size <= limit
-    blocks.extend(transport._blocks_at_eof() or [])
-    transport.close()
+            blocks.extend(splitter.feed(buffer, end - start))
+            assert splitter._partial_size <= limit  # an oversized line is never held
+    blocks.extend(splitter.at_end() or [])
     frames = [("big", b.size) if isinstance(b, OversizedFrame) else line for b in blocks for line in _lines(b)]
     assert frames == expected
 
@@ -182,7 +187,7 @@ def test_the_process_transport_carries_the_agents_closed_error():
 def test_every_byte_a_connection_writes_is_a_json_rpc_line():
     # What the client writes to the agent's stdin (and the agent to its stdout) is nothing but
     # newline-terminated JSON-RPC 2.0 messages, whatever the traffic.
-    ours, theirs = wire.memory_pair()
+    ours, theirs = memory_pair()
     connection = Connection(ours)
     connection.on_request("x/echo", lambda params, ctx: params)
     connection.start()
@@ -232,7 +237,7 @@ bad_lines = st.one_of(
 @given(lines=st.lists(bad_lines, min_size=1, max_size=6))
 @pytest.mark.slow
 def test_no_input_stops_the_reader_and_every_reply_is_json_rpc(lines):
-    ours, theirs = wire.memory_pair()
+    ours, theirs = memory_pair()
     connection = Connection(ours, name="fuzzed")
     connection.on_request("x/echo", lambda params, ctx: params)
     connection.on_request("x/ping", lambda params, ctx: "pong")
@@ -253,3 +258,121 @@ def test_no_input_stops_the_reader_and_every_reply_is_json_rpc(lines):
                 assert type(response["error"]["code"]) is int and isinstance(response["error"]["message"], str)
     connection.close()
     theirs.close()
+
+
+# -- the transport seam -------------------------------------------------------------------------------
+class ToyTransport(MessageTransport):
+    """A transport built from ``MessageTransport`` alone: frames travel as Python objects through
+    two queues, one block of one frame per read. What it was sent is kept in ``sent``."""
+
+    max_message_size = 1 << 20
+
+    def __init__(self, inbox: "queue.Queue[Optional[bytes]]", outbox: "queue.Queue[Optional[bytes]]"):
+        self._inbox, self._outbox = inbox, outbox
+        self._lock = threading.Lock()
+        self._closed = False
+        self._ended = False
+        self.sent: List[Any] = []
+
+    def read_blocks(self) -> Optional[List[Block]]:
+        if self._ended:
+            return None
+        frame = self._inbox.get()
+        if frame is None:
+            self._ended = True
+            return None
+        return [frame]
+
+    def send(self, frame: bytes, timeout: Optional[float] = None) -> None:
+        if b"\n" in frame:
+            raise UsageError("a frame must not contain a newline")
+        with self._lock:  # whole frames, in the order of the sends
+            if self._closed:
+                raise self.closed_error()
+            self.sent.append(json.loads(frame))
+            self._outbox.put(frame)
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        return True  # (a queue takes a frame at once)
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._outbox.put(None)  # the peer reads end of stream
+        self.stop_reading()
+
+    def stop_reading(self) -> None:
+        self._inbox.put(None)
+
+    @property
+    def backed_up(self) -> bool:
+        return False
+
+    def closed_error(self) -> ConnectionClosed:
+        return ConnectionClosed("the toy transport is closed")
+
+
+class Asking(Agent):
+    def new_session(self, params: schema.NewSessionRequest) -> schema.NewSessionResponse:
+        return schema.NewSessionResponse(session_id="s")
+
+    def prompt(self, params: schema.PromptRequest, turn: PromptTurn) -> str:
+        turn.send(updates.text_chunk("thinking"))
+        answer = self.client.request_permission(
+            turn.session_id, updates.tool_call_ref("c1"), updates.permission_options(("yes", "Allow", "allow_once"))
+        )
+        turn.send(updates.text_chunk(f"allowed: {updates.selected_option(answer)}"))
+        return "end_turn"
+
+
+class Granting(Client):
+    def __init__(self) -> None:
+        self.texts: List[str] = []
+
+    def session_update(self, params: schema.SessionNotification) -> None:
+        self.texts.append(params.update.content.text)  # type: ignore[union-attr]
+
+    def request_permission(self, params: schema.RequestPermissionRequest) -> schema.RequestPermissionResponse:
+        return updates.select_permission(params.options[0].option_id)
+
+
+def test_a_transport_made_from_the_seam_alone_carries_a_prompt_turn():
+    """What an HTTP or WebSocket transport plugs into: initialize, session/new, a prompt whose
+    turn streams updates and asks a permission, over a transport that only implements the
+    ``MessageTransport`` members; the frames on it are the protocol's."""
+    to_agent: queue.Queue[Optional[bytes]] = queue.Queue()
+    to_client: queue.Queue[Optional[bytes]] = queue.Queue()
+    agent_end, client_end = ToyTransport(to_agent, to_client), ToyTransport(to_client, to_agent)
+    served = serve(Asking(), agent_end)
+    editor = Granting()
+    remote = RemoteAgent.connect(client_end, editor)
+    try:
+        remote.initialize()
+        session = remote.new_session("/w").session_id
+        assert remote.prompt(session, "go").stop_reason == "end_turn"
+        assert editor.texts == ["thinking", "allowed: yes"]
+    finally:
+        remote.close()
+        served.connection.close()
+    from_client = [(m.get("method"), m.get("id")) for m in client_end.sent]
+    assert [method for method, _ in from_client] == ["initialize", "session/new", "session/prompt", None]
+    from_agent = [m.get("method") or "answer" for m in agent_end.sent]
+    asked = ["session/update", "session/request_permission", "session/update"]
+    assert from_agent == ["answer", "answer", *asked, "answer"]
+    assert client_end.sent[-1]["result"]["outcome"] == {"outcome": "selected", "optionId": "yes"}
+
+
+def test_the_stream_transports_implement_the_seam(child):
+    """stdio, subprocess pipes, OS pipes and sockets: each ready-made transport is a
+    ``MessageTransport`` (``wire.Transport`` declares it, so mypy checks every member)."""
+    connection, _ = child
+    a, b = socket.socketpair()
+    transports = [*memory_pair(), sockets.socket_transport(a), sockets.socket_transport(b)]
+    try:
+        assert all(isinstance(t, MessageTransport) for t in [*transports, connection._transport])
+        assert MessageTransport in Transport.__mro__  # stdio_transport() makes one too
+    finally:
+        for transport in transports:
+            transport.close()

@@ -87,7 +87,7 @@ def test_an_oversized_line_is_reported_and_the_stream_resynchronizes():
             break
         frames.extend(batch)
         # The oversized line is dropped as it arrives, never accumulated.
-        assert transport._partial_size <= 1000
+        assert transport._lines._partial_size <= 1000
     writer.join()
     assert frames[0] == b'{"before":1}'
     assert isinstance(frames[1], OversizedFrame)

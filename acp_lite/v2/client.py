@@ -26,7 +26,7 @@ The rules it keeps:
   both versions, so ``acp_lite.updates.select_permission`` still answers one.
 """
 
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, cast
 
@@ -34,6 +34,7 @@ from .. import client as v1client
 from .. import schema as v1
 from ..codec import convert, keep_undecodable
 from ..errors import CallTimeout, CapabilityError, ConnectionClosed, SchemaError, UsageError, VersionMismatch
+from ..outcomes import settle
 from ..peer import Request, bind_handlers, require_absolute_path
 from ..process import AgentProcess
 from ..rpc import Connection
@@ -352,7 +353,7 @@ class RemoteAgent(v1client.RemoteAgent):
         error = None if done.cancelled() else done.exception()
         if done.cancelled() or error is not None:
             self._drop_turn(session_id, turn.done)
-            _settle(turn.done, None, error or ConnectionClosed("the prompt was cancelled before it was acknowledged"))
+            settle(turn.done, None, error or ConnectionClosed("the prompt was cancelled before it was acknowledged"))
         else:
             turn.acknowledged = True
 
@@ -376,7 +377,7 @@ class RemoteAgent(v1client.RemoteAgent):
                     else:
                         turn = None
                 if turn is not None:
-                    _settle(turn.done, update, None)
+                    settle(turn.done, update, None)
 
     def _note_cancellable(self, params: Any) -> None:
         # An upsert that carries capabilities says whether its tool call or terminal may be
@@ -430,7 +431,7 @@ class RemoteAgent(v1client.RemoteAgent):
             turns = list(self._turn_ends.values())
             self._turn_ends.clear()
         for turn in turns:
-            _settle(turn.done, None, ConnectionClosed("the connection closed before the turn ended"))
+            settle(turn.done, None, ConnectionClosed("the connection closed before the turn ended"))
 
     # -- checks ------------------------------------------------------------------------------------
     def _v2_capabilities(self) -> v2.AgentCapabilities:
@@ -474,17 +475,6 @@ class RemoteAgent(v1client.RemoteAgent):
                 raise CapabilityError(f"the agent did not advertise session.mcp.{kind}")
             servers.append(server)
         return servers
-
-
-def _settle(future: Future, result: Any, error: Optional[BaseException]) -> None:
-    # Unless the application cancelled it meanwhile.
-    try:
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
-    except InvalidStateError:
-        pass
 
 
 def _optional_list(items: Optional[Sequence[str]]) -> Optional[List[str]]:

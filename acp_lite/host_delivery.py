@@ -1,0 +1,294 @@
+"""Delivery on the host's own thread: ``HostDelivery`` and its ``HostLane`` per connection.
+
+For applications whose UI has a single thread (Vim, gedit): every callback of the connections
+that share one ``HostDelivery`` waits in its queue until the host thread calls ``pump()``. Each
+connection has a lane in it (a ``delivery.Lane``), dropped at its close. The exception rule is
+``delivery``'s: on the host thread an ``Exception`` goes to ``on_error`` and the next callback
+runs; any other ``BaseException`` (the host's Ctrl-C) ends that pump, the rest waiting, in
+order, for the next one.
+"""
+
+import collections
+import logging
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+from .delivery import Callback, Expand, HostItem
+from .errors import UsageError
+
+_delivery_log = logging.getLogger("acp_lite.delivery")
+
+
+def call_wakeup(wakeup: Callable[[], Any]) -> None:
+    try:
+        wakeup()
+    except Exception:
+        _delivery_log.exception("host wakeup function failed")
+
+
+def _the_rest(callbacks: Sequence[Callback]) -> Sequence[Callback]:
+    return callbacks
+
+
+# What a pump puts back when it stops inside a block: the callbacks of it still to run, as one
+# queue item (one per message would cost the next pump a queue step per message).
+_REST = Expand(_the_rest)
+
+
+class HostLane:
+    """One connection's place in a ``HostDelivery``: what it puts there, whether anything of it
+    waits or runs (``unfinished``: zero only when nothing does; it counts queue items, and a block
+    being run counts as its one item until its last callback has run), and whether it is closed
+    (then nothing of it runs any more; what it had waiting goes to ``on_drop``)."""
+
+    __slots__ = ("_delivery", "closed", "on_drop", "unfinished")
+
+    def __init__(self, delivery: "HostDelivery", on_drop: Callable[[List[Callback]], Any]):
+        self._delivery = delivery
+        self.on_drop = on_drop
+        self.unfinished = 0
+        self.closed = False
+
+    @property
+    def owner(self) -> Optional[int]:
+        return self._delivery._owner
+
+    def put(self, items: Sequence[HostItem]) -> None:
+        self._delivery._put(self, items)
+
+    def hold(self, count: int) -> bool:
+        return False  # (only the host thread delivers)
+
+    def release(self, count: int) -> None:
+        raise AssertionError("a host lane is never held")
+
+    def closing(self) -> None:
+        """Nothing more of this lane runs; what it has waiting goes to ``on_drop``, on this
+        thread (or, for what a running pump holds, on the host thread before that pump returns)."""
+        self._delivery._close_lane(self)
+
+    def finish(self) -> None:
+        """(The host's pumps go on.)"""
+
+    def join(self, deadline: float) -> None:
+        """(The host thread is the host's.)"""
+
+
+class HostDelivery:
+    """Delivery on the host's own thread, for applications whose UI has a single thread.
+
+    Pass one to ``Connection(..., delivery=...)`` (several connections may share one). Then every
+    callback (notification handlers, request handlers, done-callbacks of futures from
+    ``call_future``) waits in this queue until the host thread calls ``pump()``. ``set_wakeup``
+    registers a function called, from any thread, whenever work starts waiting (and after a pump
+    that leaves some behind), so the host can schedule a pump on its loop, e.g.::
+
+        delivery = HostDelivery()
+        delivery.set_wakeup(lambda: sublime.set_timeout(delivery.pump, 0))
+
+    The host thread is the thread that creates the object (or ``host_thread``). A blocking
+    ``Connection.call`` on that thread raises ``UsageError`` (its answer would wait for a pump
+    that cannot happen); use ``call_future`` there.
+
+    A callback that raises is reported to ``on_error(exc)`` on the host thread (default: logged
+    with its traceback to the ``acp_lite.delivery`` logger); the callbacks after it still run.
+    Once a connection is closed, nothing more of it is delivered: its waiting callbacks are
+    dropped (the answers among them fail their futures with ``ConnectionClosed``).
+
+    How a pump runs (the rules its speed rests on): it takes what waits in one go under the
+    lock and runs it outside, item by item; an ``Expand`` item's callbacks run straight from the
+    list it returns. Whatever it took and does not run (``max_items`` or ``budget`` reached, a
+    callback raising ``BaseException``) goes back to the front of the queue, in order (the rest
+    of a block as one item), before it returns. Before each callback it looks whether the
+    callback's lane was closed meanwhile (by a callback, or by another thread), and drops the
+    rest of that lane's if so.
+    """
+
+    def __init__(
+        self,
+        host_thread: Optional[threading.Thread] = None,
+        *,
+        on_error: Optional[Callable[[BaseException], Any]] = None,
+    ):
+        self._owner = (host_thread or threading.current_thread()).ident
+        self._on_error = on_error
+        self._lock = threading.Lock()
+        self._items: Deque[Tuple[HostLane, Any, Any]] = collections.deque()
+        # True while a pump holds items it took from ``_items`` (they still wait).
+        self._holding = False
+        self._pumping = False
+        self._wakeup: Optional[Callable[[], Any]] = None
+
+    def set_wakeup(self, fn: Optional[Callable[[], Any]]) -> None:
+        """Call ``fn()`` (from any thread; keep it quick) whenever work starts waiting. Any thread."""
+        self._wakeup = fn
+        if fn is not None and self._items:
+            call_wakeup(fn)
+
+    @property
+    def has_work(self) -> bool:
+        """True while callbacks are waiting for a pump. Any thread."""
+        return bool(self._items) or self._holding
+
+    def pump(self, max_items: Optional[int] = None, budget: Optional[float] = None) -> int:
+        """Run waiting callbacks in order, on this (the host) thread; return how many ran.
+
+        One item is one callback: one notification's handler, one request's handler, or the
+        settling of one answered ``call_future`` (with its done-callbacks). ``max_items`` caps
+        how many run (all that wait if None); ``budget`` (seconds) stops the pump at the first
+        callback boundary once that much time has passed (at least one callback runs if any
+        waits), so a host loop can bound its pumps however fast the peer sends. A pump from
+        inside a callback returns 0 (running later callbacks there would overtake the rest of
+        the outer pump's). Host thread only.
+        """
+        if threading.get_ident() != self._owner:
+            raise UsageError("HostDelivery.pump() must be called on the host thread")
+        if max_items is not None and (type(max_items) is not int or max_items < 0):
+            raise UsageError(f"max_items must be None or an int >= 0, not {max_items!r}")
+        if budget is not None and not budget >= 0:  # (also refuses NaN)
+            raise UsageError(f"budget must be None or a number of seconds >= 0, not {budget!r}")
+        if self._pumping:
+            return 0
+        deadline = None if budget is None else time.monotonic() + budget
+        self._pumping = True
+        try:
+            ran = self._run(max_items, deadline)
+        finally:
+            self._pumping = False
+        wakeup = self._wakeup
+        if wakeup is not None and self._items:
+            call_wakeup(wakeup)
+        return ran
+
+    def _run(self, quota: Optional[int], deadline: Optional[float]) -> int:
+        """Run callbacks until ``quota`` have run, the deadline has passed or none waits."""
+        ran = 0
+        batch: Deque[Tuple[HostLane, Any, Any]] = collections.deque()
+        try:
+            while True:
+                if not batch:
+                    batch = self._take(None if quota is None else quota - ran)
+                    if not batch:
+                        return ran
+                lane, item, value = batch.popleft()
+                if lane.closed:
+                    self._settle_lane(lane, 0, [(item, value)])
+                    continue
+                callbacks: Sequence[Callback] = self._expand(item, value) if type(item) is Expand else ((item, value),)
+                started = 0  # (counted before each runs: one that raises BaseException is not run again)
+                room = -1 if quota is None else quota - ran
+                stop = False
+                try:
+                    for fn, arg in callbacks:
+                        if lane.closed:
+                            break
+                        started += 1
+                        try:
+                            fn(arg)
+                        except Exception as exc:
+                            self._report(exc)
+                        if started == room or (deadline is not None and time.monotonic() >= deadline):
+                            stop = True
+                            break
+                finally:
+                    # The item has left the queue; the callbacks of it that did not run take its
+                    # place as one item (or are dropped, the lane being closed).
+                    rest = callbacks[started:]
+                    if lane.closed:
+                        self._settle_lane(lane, 0, rest)
+                    else:
+                        if rest:
+                            batch.appendleft((lane, _REST, rest))
+                        self._settle_lane(lane, 1 if rest else 0, [])
+                ran += started
+                if stop:
+                    return ran
+        finally:
+            self._give_back(batch)
+
+    def _take(self, most: Optional[int]) -> Deque[Tuple[HostLane, Any, Any]]:
+        """What waits (at most ``most`` items), taken out of the queue in one go; the pump holds
+        it until it runs it or gives it back."""
+        with self._lock:
+            if most is None or most >= len(self._items):
+                batch, self._items = self._items, collections.deque()
+            else:
+                batch = collections.deque(self._items.popleft() for _ in range(most))
+            self._holding = bool(batch)
+        return batch
+
+    def _give_back(self, batch: Deque[Tuple[HostLane, Any, Any]]) -> None:
+        """What a pump took and did not run goes back to the front of the queue, in order;
+        what of it belongs to a lane closed meanwhile is dropped instead."""
+        dropped: Dict[HostLane, List[Any]] = {}
+        kept = []
+        with self._lock:
+            self._holding = False
+            for lane, fn, arg in batch:
+                if lane.closed:
+                    dropped.setdefault(lane, []).append((fn, arg))
+                    lane.unfinished -= 1
+                else:
+                    kept.append((lane, fn, arg))
+            self._items.extendleft(reversed(kept))
+        for lane, items in dropped.items():
+            self._drop(lane, items)
+
+    def _expand(self, marker: Expand, arg: Any) -> Sequence[Callback]:
+        try:
+            return marker.fn(arg)
+        except Exception:
+            _delivery_log.exception("routing a block of messages failed")
+            return ()
+
+    def _settle_lane(self, lane: HostLane, put_back: int, dropped: Sequence[Any]) -> None:
+        """One item of ``lane`` has left the queue: run, or ``put_back`` (0 or 1) items took its
+        place (``dropped``: will not run, the lane being closed)."""
+        with self._lock:
+            lane.unfinished += put_back - 1
+        if dropped:
+            self._drop(lane, dropped)
+
+    def _drop(self, lane: HostLane, items: Sequence[Any]) -> None:
+        """``items`` (queue items of ``lane``, without the lane) will not run: ``on_drop`` gets
+        the callbacks they stand for."""
+        callbacks = [pair for fn, arg in items for pair in (arg if fn is _REST else ((fn, arg),))]
+        try:
+            lane.on_drop(callbacks)
+        except Exception:
+            _delivery_log.exception("dropping the callbacks of a closed connection failed")
+
+    def _report(self, exc: Exception) -> None:
+        if self._on_error is None:
+            _delivery_log.error("callback failed", exc_info=exc)
+            return
+        try:
+            self._on_error(exc)
+        except Exception:
+            _delivery_log.exception("the on_error hook failed on %r", exc)
+
+    def lane(self, on_drop: Callable[[List[Callback]], Any]) -> HostLane:
+        """A new connection's place in this delivery; ``on_drop`` gets what of it never runs
+        because it was closed first."""
+        return HostLane(self, on_drop)
+
+    def _put(self, lane: HostLane, items: Sequence[HostItem]) -> None:
+        with self._lock:
+            if lane.closed:
+                return
+            was_empty = not self._items and not self._holding
+            lane.unfinished += len(items)
+            self._items.extend((lane, fn, arg) for fn, arg in items)
+        if was_empty and self._wakeup is not None:
+            call_wakeup(self._wakeup)
+
+    def _close_lane(self, lane: HostLane) -> None:
+        with self._lock:
+            lane.closed = True
+            dropped = [(fn, arg) for owner, fn, arg in self._items if owner is lane]
+            if dropped:
+                self._items = collections.deque(item for item in self._items if item[0] is not lane)
+                lane.unfinished -= len(dropped)
+        if dropped:
+            self._drop(lane, dropped)
