@@ -750,7 +750,7 @@ def test_a_blocking_client_call_from_a_notification_handler_raises_instead_of_de
     with agent_with_raw_client(CallsFromCancel()) as (_, raw):
         raw.notify("session/cancel", {"sessionId": "s"})
         raw.expect_silence()
-    assert len(errors) == 1 and "call_future" in str(errors[0])
+    assert len(errors) == 1 and "_future form" in str(errors[0])
 
 
 class Paging(Minimal):

@@ -594,7 +594,7 @@ def test_ctrl_c_during_a_blocked_send_fails_that_send_and_the_next_call_at_once(
         # The stream may hold half a message: it is not written to again, and says so at once.
         with pytest.raises(ConnectionClosed):
             remote.ext_method("_acme/echo", {}, timeout=WAIT)
-        assert not remote.connection._core.pending  # the interrupted call's id is not left behind
+        assert not remote.connection._core.pending_ids()  # the interrupted call's id is not left behind
     finally:
         remote.close(timeout=1.0)
 
@@ -603,9 +603,14 @@ def test_ctrl_c_during_a_blocked_send_fails_that_send_and_the_next_call_at_once(
 def test_ctrl_c_inside_close_still_stops_the_agent_and_releases_everything():
     client = ClosedRecorder()
     remote = spawn("stop-reading", client)  # deaf to its stdin closing: stop() waits, then signals
-    timer = _interrupt_after(0.3)
+    close_connection = remote.connection.close
+
+    def interrupted_close(*args: Any, **kwargs: Any) -> None:
+        close_connection(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # a Ctrl-C between the connection's close and the rest
+
+    remote.connection.close = interrupted_close  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
         remote.close(timeout=4.0)
-    timer.join()
     assert remote.process.returncode() is not None
     assert client.closed == 1

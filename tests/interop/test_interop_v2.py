@@ -195,4 +195,6 @@ def test_the_typescript_v1_client_meets_our_dual_version_agent_in_v1(tmp_path: P
     # The whole v1 interop scenario, every assertion of it, with the agent opted in to v2 as well.
     monkeypatch.setattr(test_interop, "InteropAgent", DualInteropAgent)
     workspace = test_interop.scenario_workspace(tmp_path)
-    test_interop.test_the_peer_client_drives_our_agent(test_interop._typescript_peer(), workspace)
+    test_interop.test_the_peer_client_drives_our_agent(
+        test_interop._typescript_peer(), workspace, test_interop.InteropAgent
+    )
