@@ -26,7 +26,6 @@ any ``Client`` callback may be ``async def``: it runs on the loop given to ``spa
 ``aio``).
 """
 
-import importlib
 import logging
 import threading
 import time
@@ -47,6 +46,7 @@ from .peer import (
     extension_name,
     future_then,
     require_absolute_path,
+    subpackage_module,
     v2_module,
 )
 from .process import AgentProcess
@@ -829,15 +829,8 @@ class RemoteAgent:
 
 
 def _remote_client() -> Any:
-    """``acp_lite.remote.client``, imported on first use: it needs the extra ``acp-lite[remote]``
-    and is not part of the vendored single file (which raises ``UsageError`` saying so)."""
-    module = f"{__package__}.remote.client"
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not module.startswith(exc.name):
-            raise
-        raise UsageError("remote agents (acp_lite.remote) are not part of the vendored single file") from None
+    """``acp_lite.remote.client``, imported on first use: it needs the extra ``acp-lite[remote]``."""
+    return subpackage_module("remote.client", "acp_lite.remote (remote agents)")
 
 
 def _flat_select_choices(options: Any) -> List[Any]:

@@ -96,18 +96,21 @@ class Peer:
         """An extension notification; ignored unless overridden."""
 
 
-def v2_module(name: str) -> Any:
-    """``acp_lite.v2.<name>``, imported once an application opts in to ACP v2. The vendored
-    single file holds no subpackage, so there it raises ``UsageError`` saying so."""
-    module = f"{__package__}.v2.{name}"
+def subpackage_module(name: str, feature: str) -> Any:
+    """``acp_lite.<name>``, a module of a subpackage, imported on first use. The vendored single
+    file holds no subpackage, so there it raises ``UsageError`` naming ``feature``."""
+    module = f"{__package__}.{name}"
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name is None or not module.startswith(exc.name):
             raise
-        raise UsageError(
-            "ACP v2 (acp_lite.v2) is not part of the vendored single file: install acp_lite to use it"
-        ) from None
+        raise UsageError(f"{feature} is not part of the vendored single file: install acp_lite to use it") from None
+
+
+def v2_module(name: str) -> Any:
+    """``acp_lite.v2.<name>``, imported once an application opts in to ACP v2."""
+    return subpackage_module(f"v2.{name}", "ACP v2 (acp_lite.v2)")
 
 
 def completed(result: Any, loop: "Optional[EventLoop]", token: Optional[CancelToken] = None) -> Any:
