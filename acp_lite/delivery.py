@@ -334,11 +334,14 @@ class WorkerPool:
 
     def _work(self) -> None:
         me = threading.current_thread()
-        with self._lock:
-            self._starting -= 1
-        handler = False
+        starting, handler = True, False
         while True:
             with self._lock:
+                # Counted as starting, or as running a handler, until it holds the lock to look for
+                # a task: counted as neither between those, _start_worker would start one too many.
+                if starting:
+                    self._starting -= 1
+                    starting = False
                 if handler:
                     self._running -= 1
                 while not self._runnable() and not self._shut:

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from raw_peer import RawPeer
 
-from acp_lite.delivery import IDLE_SECONDS
+from acp_lite.delivery import HANDLER_LIMIT, IDLE_SECONDS, WorkerPool
 from acp_lite.errors import ConnectionClosed, UsageError
 from acp_lite.rpc import Connection
 from acp_lite.wire import memory_pair
@@ -397,3 +397,30 @@ def test_an_idle_connection_holds_its_reader_alone_before_and_after_traffic():
     finally:
         a.close()
         b.close()
+
+
+def test_a_flood_of_short_handlers_never_starts_more_workers_than_handlers_may_run():
+    """Handlers submitted from several threads at once, each short: the pool grows to at most
+    ``HANDLER_LIMIT`` workers, however the workers' start raced the submissions (a worker between
+    its start and its first look for a task was once counted as nothing, and one more started:
+    up to 81 workers here)."""
+    for round in range(3):  # the race is likely in each round, not certain
+        name = f"flood{round}"
+        pool = WorkerPool(name, logging.getLogger("acp_lite.test"))
+
+        def submit(pool: WorkerPool) -> None:
+            for _ in range(3_000):
+                pool.submit(lambda _: time.sleep(0.0005), None)
+
+        submitters = [threading.Thread(target=submit, args=(pool,), daemon=True) for _ in range(4)]
+        peak = 0
+        try:
+            for thread in submitters:
+                thread.start()
+            while any(thread.is_alive() for thread in submitters):
+                peak = max(peak, sum(t.name.startswith(f"acp-worker-{name}-") for t in threading.enumerate()))
+                time.sleep(0.001)
+        finally:
+            pool.shutdown()
+            pool.join(time.monotonic() + WAIT)
+        assert 0 < peak <= HANDLER_LIMIT, f"round {round}"
