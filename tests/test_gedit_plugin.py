@@ -171,14 +171,17 @@ def test_the_gedit_plugin_shows_the_plan_serves_unsaved_edits_reloads_written_do
 def test_workload_h_in_gedit_runs_and_writes_results(gedit_ready, tmp_path):
     """bench/gedit_host.py in its smallest form, for correctness only (no speed is judged here)."""
     done = subprocess.run(
-        [sys.executable, "bench/gedit_host.py", "--updates", "3000", "--idle-seconds", "1", "--out", str(tmp_path)],
+        [
+            *(sys.executable, "bench/gedit_host.py", "--updates", "3000", "--idle-seconds", "1", "--runs", "1"),
+            *("--out", str(tmp_path)),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=280,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    figures = json.loads((tmp_path / "host-gedit.json").read_text())
+    (figures,) = json.loads((tmp_path / "host-gedit.json").read_text())
     assert figures["stop"] == "end_turn" and figures["callbacks delivered"] >= 3000
     assert figures["gedit stderr"] == ""
     for name in ("updates/s into the pump", "max pump ms", "p99 pump ms", "max view flush ms"):

@@ -4,16 +4,19 @@ Pure GTK, no protocol: ``session.py`` says what to show, the panel says what the
 the callbacks it is given. Rules it keeps:
 
 - Everything runs on gedit's main thread.
-- What arrives between two pumps is queued (``ChatView.text``, ``note``, ``keyed``) and written to
-  the ``Gtk.TextBuffer`` once, by ``flush()`` after the pump: a fast agent's hundreds of chunks
-  per pump cost one insertion and one scroll, not hundreds.
+- What arrives between two flushes is queued (``ChatView.text``, ``note``, ``keyed``) and written
+  to the ``Gtk.TextBuffer`` by ``flush()``: consecutive streamed texts in one insertion, a line
+  rewritten many times once (its last text), one scroll per flush; a flush given a budget stops at
+  it and leaves the rest queued, so a backlog never holds the main loop.
 - A tool call (and the plan) is one line updated in place as its status changes, found again by
   its key; the streamed text of one message continues its line.
 - The conversation keeps at most ``MAX_CHARS`` characters: older lines are dropped, so an agent
   that streams for hours cannot grow gedit without bound.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import collections
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from gi.repository import Gdk, GLib, Gtk, Pango
 
@@ -40,9 +43,13 @@ class ChatView(Gtk.ScrolledWindow):
             self.buffer.create_tag(name, **look)
         self.add(self.view)
         # Queued since the last flush: ("text", [pieces], message id) / ("line", text, tag) / ("keyed", key, text, tag)
-        self._pending: List[Tuple[Any, ...]] = []
+        self._pending: Deque[Tuple[Any, ...]] = collections.deque()
         self._streaming: Optional[str] = None  # the buffer ends inside this message's text
         self._keyed: Dict[str, Tuple[Gtk.TextMark, int]] = {}  # key -> (start of its line, its length)
+        # key -> where its rewrite waits: its index in _pending plus _flushed, the ops flushed so far
+        # (a backlog can be long while the view catches up: nothing here is linear in it)
+        self._pending_keys: Dict[str, int] = {}
+        self._flushed = 0
 
     # -- what the session says --------------------------------------------------------------------
     def text(self, text: str, message_id: Optional[str]) -> None:
@@ -59,20 +66,42 @@ class ChatView(Gtk.ScrolledWindow):
 
     def keyed(self, key: str, line: str, tag: str) -> None:
         """A line (or lines) shown once and rewritten in place on each call with the same key."""
+        queued = self._pending_keys.get(key)
+        if queued is not None:  # rewritten again before the flush: only the last text is shown
+            self._pending[queued - self._flushed] = ("keyed", key, line, tag)
+            return
+        self._pending_keys[key] = self._flushed + len(self._pending)
         self._pending.append(("keyed", key, line, tag))
 
-    def flush(self) -> None:
-        """Write what was queued, then keep the end in view."""
+    @property
+    def has_pending(self) -> bool:
+        """True while something queued is not shown yet."""
+        return bool(self._pending)
+
+    def flush(self, budget: Optional[float] = None) -> None:
+        """Write what was queued, for about ``budget`` seconds if given (the rest waits for the
+        next flush: a long backlog must not hold gedit's main loop), then keep the end in view."""
         if not self._pending:
             return
-        pending, self._pending = self._pending, []
-        for op in pending:
-            if op[0] == "text":
-                self._stream("".join(op[1]), op[2])
-            elif op[0] == "line":
+        deadline = float("inf") if budget is None else time.perf_counter() + budget
+        pending = self._pending
+        while pending and time.perf_counter() < deadline:
+            if pending[0][0] == "text":  # consecutive streamed texts go in at once: each insert costs a layout pass
+                texts = []
+                while pending and pending[0][0] == "text":
+                    op = pending.popleft()
+                    texts.append(("".join(op[1]), op[2]))
+                self._flushed += len(texts)
+                self._stream(texts)
+                continue
+            op = pending.popleft()
+            if op[0] == "line":
                 self._line(op[1], op[2])
             else:
+                if self._pending_keys[op[1]] == self._flushed:
+                    del self._pending_keys[op[1]]
                 self._rewrite(op[1], op[2], op[3])
+            self._flushed += 1
         self._trim()
         self.buffer.place_cursor(self.buffer.get_end_iter())  # once per flush: each move costs the view work
         self.view.scroll_mark_onscreen(self.buffer.get_insert())
@@ -82,11 +111,22 @@ class ChatView(Gtk.ScrolledWindow):
         return str(self.buffer.get_text(start, end, False))
 
     # -- the buffer -------------------------------------------------------------------------------
-    def _stream(self, text: str, message_id: str) -> None:
-        if self._streaming != message_id:
-            self._new_line()
-        self.buffer.insert(self.buffer.get_end_iter(), text)
-        self._streaming = message_id
+    def _stream(self, texts: List[Tuple[str, str]]) -> None:
+        # One insert for many messages' texts: each insert costs the view a layout pass.
+        if not texts:
+            return
+        end = self.buffer.get_end_iter()
+        at_line_start = end.get_offset() == 0 or end.starts_line()
+        pieces: List[str] = []
+        for text, message_id in texts:
+            if self._streaming != message_id and not at_line_start:
+                pieces.append("\n")  # another message starts on a line of its own
+                at_line_start = True
+            if text:
+                pieces.append(text)
+                at_line_start = text.endswith("\n")
+            self._streaming = message_id
+        self.buffer.insert(end, "".join(pieces))
 
     def _line(self, text: str, tag: str) -> None:
         self._new_line()
@@ -123,10 +163,11 @@ class ChatView(Gtk.ScrolledWindow):
         cut = self.buffer.get_iter_at_offset(excess + MAX_CHARS // 4)
         cut.forward_line()  # whole lines go
         gone = cut.get_offset()
-        for key, (mark, _) in list(self._keyed.items()):
-            if self.buffer.get_iter_at_mark(mark).get_offset() < gone:
-                self.buffer.delete_mark(mark)
-                del self._keyed[key]
+        for key, (mark, _) in list(self._keyed.items()):  # in the order of their lines: stop at the first kept
+            if self.buffer.get_iter_at_mark(mark).get_offset() >= gone:
+                break
+            self.buffer.delete_mark(mark)
+            del self._keyed[key]
         self.buffer.delete(self.buffer.get_start_iter(), cut)
 
 

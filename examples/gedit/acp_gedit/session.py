@@ -5,11 +5,14 @@ Rules it keeps, because gedit runs its UI (and every plugin) on one thread, the 
 - Every callback of the connection runs on gedit's thread: the connection delivers through a
   ``HostDelivery`` created here, whose wake-up function (called on acp_lite's threads) only calls
   ``GLib.idle_add(pump)``, which GLib allows from any thread. The pump then runs on the main loop
-  at idle priority, below input and redrawing, for about ``PUMP_BUDGET`` seconds in all: the
-  callbacks get what the chat view's flush after them does not take (its recent cost, smoothed,
-  and at least ``MIN_DELIVERY``). A pump that leaves work behind is woken again at once, so a
-  fast agent gets the main loop's spare time in slices and the UI stays responsive. Nothing
-  polls: while the agent is quiet, the plugin costs nothing.
+  at ``PUMP_PRIORITY``, below input and GTK's redrawing, above the text view's background layout
+  (which would otherwise starve it for hundreds of ms after each large insert), for about
+  ``PUMP_BUDGET`` seconds in all. The chat view is flushed at most every ``FRAME`` while a stream
+  keeps the pumps busy (each flush costs GTK a layout and a redraw), and then gets what the
+  callbacks left of the budget (at least ``MIN_FLUSH``): what it could not show waits for the
+  next flush. A pump that leaves work behind is woken again at once, so a fast agent gets the
+  main loop's spare time in slices and the UI stays responsive. Nothing polls: while the agent
+  is quiet, the plugin costs nothing.
 - No blocking call on gedit's thread (its answer would wait for a pump that cannot run): setup
   chains ``initialize_future`` and ``new_session_future``, a prompt is a ``prompt_future``, and
   each of them is given up after its timeout (``REQUEST_TIMEOUT``, ``TURN_TIMEOUT``); the
@@ -41,8 +44,12 @@ else:
 
 schema = _acp.schema
 
-PUMP_BUDGET = 0.008  # seconds a pump may hold the main loop (Vim's budget: a frame at 100 Hz and more)
-MIN_DELIVERY = 0.001  # seconds of each pump the callbacks get however slow the view's flush
+PUMP_BUDGET = (
+    0.005  # seconds a pump aims to hold the main loop: it overshoots by a callback, a GIL hand-over, a collection
+)
+PUMP_PRIORITY = GLib.PRIORITY_HIGH_IDLE + 22  # after GTK's redraw (+20), before GtkTextView's layout (+25)
+FRAME = 0.05  # seconds between two flushes of the chat view while a stream keeps the pumps busy
+MIN_FLUSH = 0.001  # seconds the chat view's flush gets however long the callbacks before it took
 REQUEST_TIMEOUT = 30.0  # seconds for initialize and session/new
 TURN_TIMEOUT = 1800.0  # seconds a prompt turn may last before it is cancelled as the Cancel button does
 
@@ -148,7 +155,7 @@ class _ChatClient(_acp.WorkspaceClient):
             self._panel.chat.note(f"[write] {path}: reloaded")
         except GLib.Error as error:
             self._panel.chat.note(f"[error] reloading {path}: {error.message}", "error")
-        self._panel.chat.flush()
+        self._panel.chat.flush(PUMP_BUDGET)
 
 
 class ChatSession:
@@ -165,7 +172,7 @@ class ChatSession:
         self._turn: Optional[Future] = None
         self._queued: Optional[str] = None  # the prompt sent before the session was ready
         self._closed = False
-        self._flush_cost = 0.0  # seconds the chat view's flush took lately (smoothed)
+        self._shown_at = 0.0  # when the chat view was last flushed (time.perf_counter())
         self.agent = _acp.RemoteAgent.spawn(argv, self.client, cwd=cwd, delivery=self.delivery, name="gedit-chat")
         self.delivery.set_wakeup(self._wake)
         self._expect(self.agent.initialize_future(), "initialize", REQUEST_TIMEOUT, self._initialized)
@@ -173,23 +180,31 @@ class ChatSession:
     # -- the main loop ----------------------------------------------------------------------------
     def _wake(self) -> None:
         """On acp_lite's threads: schedule a pump on the main loop."""
-        GLib.idle_add(self.pump)
+        GLib.idle_add(self.pump, priority=PUMP_PRIORITY)
 
     def pump(self) -> bool:
-        """Run what arrived, then show it, in about PUMP_BUDGET. (An idle callback: runs once.)"""
+        """Run what arrived, then show it, in about PUMP_BUDGET. (An idle callback: called again
+        while it returns True, which it does while the view has more to show and nothing else
+        would wake it.)"""
         if self._closed:
             return False
-        self.delivery.pump(budget=max(MIN_DELIVERY, PUMP_BUDGET - self._flush_cost))
         started = time.perf_counter()
-        self._show()
-        self._flush_cost = (self._flush_cost + time.perf_counter() - started) / 2
-        return False
+        show = started - self._shown_at >= FRAME
+        self.delivery.pump(budget=PUMP_BUDGET / 2 if show else PUMP_BUDGET)
+        if self.chat.has_pending and (show or not self.delivery.has_work):
+            self._show(max(MIN_FLUSH, PUMP_BUDGET - (time.perf_counter() - started)))
+            self._shown_at = time.perf_counter()
+        return self.chat.has_pending and not self.delivery.has_work
 
-    def _show(self) -> None:
+    def _show(self, budget: float = PUMP_BUDGET) -> None:
+        """Flush the chat view for about ``budget``; a pump shows the rest (a turn's end, say,
+        arrives behind a backlog the view has yet to show)."""
         try:
-            self.chat.flush()
+            self.chat.flush(budget)
         except Exception as error:  # a bug of ours must not reach gedit's stderr
             self.chat.note(f"[error] showing the chat: {type(error).__name__}: {error}", "error")
+        if self.chat.has_pending:
+            self._wake()
 
     # -- requests, each with its timeout ----------------------------------------------------------
     def _expect(self, future: Future, what: str, timeout: float, then: Callable[[Any], Any]) -> None:
