@@ -7,7 +7,8 @@ agent: override ``session_update`` to receive the stream, and the request handle
 
 ``RemoteAgent`` is the editor's typed handle on the agent: ``spawn`` a subprocess (or ``connect``
 any transport), ``initialize``, create sessions, ``prompt`` (blocks until the stop reason while
-updates stream to ``Client.session_update``), ``cancel``. Every request method blocks, for at
+updates stream to ``Client.session_update``), ``cancel`` (after which the turn's message and
+thought chunks are dropped, see ``cancel``). Every request method blocks, for at
 most its ``timeout`` when given, and has a non-blocking twin, ``<method>_future``, returning a
 ``concurrent.futures.Future``. Every call the agent did not advertise, and every argument the
 protocol forbids (relative paths, content the agent cannot take), is refused with
@@ -26,6 +27,7 @@ any ``Client`` callback may be ``async def``: it runs on the loop given to ``spa
 ``aio``).
 """
 
+import inspect
 import logging
 import threading
 import time
@@ -56,6 +58,8 @@ from .schema import (
     CLIENT_METHODS,
     PROTOCOL_VERSION,
     AgentCapabilities,
+    AgentMessageChunk,
+    AgentThoughtChunk,
     AuthenticateRequest,
     AuthMethodTerminal,
     CancelNotification,
@@ -82,10 +86,12 @@ from .schema import (
     SessionConfigBoolean,
     SessionConfigSelect,
     SessionConfigSelectGroup,
+    SessionNotification,
     SetSessionConfigOptionRequestBoolean,
     SetSessionConfigOptionRequestValueId,
     SetSessionConfigOptionResponse,
     SetSessionModeRequest,
+    UserMessageChunk,
     WaitForTerminalExitRequest,
 )
 from .terminal_waits import TerminalWaits
@@ -102,6 +108,14 @@ _KEEPING_METHODS = {
     method: spec._replace(params_type=keep_undecodable(spec.params_type)) if spec.result_type is None else spec
     for method, spec in CLIENT_METHODS.items()
 }
+
+# The updates of a session that ``cancel`` makes stale: the content chunks a cancelled turn still
+# has queued for ``Client.session_update``, or still sends until it answers (a flooding agent,
+# held back by a slow UI, may have tens of thousands of them waiting, a minute of the UI's time at
+# 1 ms each, in front of the turn's answer). Tool calls and their updates are still delivered
+# (ACP: the client SHOULD accept them after a cancel), and so is every update that changes the
+# session's state (plan, mode, commands, config options, info, usage).
+_STALE_ONCE_CANCELLED = (UserMessageChunk, AgentMessageChunk, AgentThoughtChunk)
 
 # A prompt may always carry these; the rest need the agent's prompt capabilities.
 _BASELINE_CONTENT = {"text", "resource_link"}
@@ -133,7 +147,7 @@ class RemoteAgent:
         self._modes: Dict[str, Set[str]] = {}  # the mode ids each session advertised
         self._config: Dict[str, Dict[str, Any]] = {}  # each session's config options, by id
         self._permissions: Dict[str, Set[RequestContext]] = {}
-        self._cancelled_turns: Set[str] = set()  # sessions cancelled and not prompted since
+        self._cancelled_turns: Set[str] = set()  # sessions cancelled and not prompted (or loaded) since
         self._terminal_waits = TerminalWaits()
         self._lock = threading.Lock()
         self._bind(connection)
@@ -464,7 +478,17 @@ class RemoteAgent:
         """Cancel the session's running turn: send ``session/cancel``, answer its pending
         permission requests with ``cancelled`` (those still waiting to reach
         ``Client.request_permission`` too, and any other until the session's next prompt), then
-        call ``Client.on_cancel``. Any thread."""
+        call ``Client.on_cancel``. Any thread.
+
+        From then until the session's next prompt (or load), its message and thought chunks
+        (``agent_message_chunk``, ``agent_thought_chunk``, ``user_message_chunk``) are dropped
+        instead of reaching ``Client.session_update``: those still queued for delivery and those
+        the agent sends before it answers the turn. They are stale once the user pressed Stop,
+        and a slow ``session_update`` behind a long stream of them would hold the turn's answer
+        for minutes. Everything else of the session (tool calls and their updates, plan, mode,
+        commands, config options, info, usage), other sessions' updates and other notifications
+        are delivered as always, in arrival order, and the turn's answer still comes after every
+        update delivered before it."""
         self.connection.notify("session/cancel", CancelNotification(session_id=session_id))
         with self._lock:
             pending = self._permissions.pop(session_id, set())
@@ -504,8 +528,9 @@ class RemoteAgent:
         self, session_id: str, prompt: Any, *, meta: Optional[Dict[str, Any]] = None
     ) -> PromptResponse:
         """Run one turn, as ``prompt``. Cancelling the awaiting task cancels the turn as
-        ``cancel`` does (``session/cancel``) and the request (``$/cancel_request``); what the
-        agent still sends for the turn reaches ``Client.session_update`` as usual."""
+        ``cancel`` does (``session/cancel``, the turn's chunks dropped from then) and the request
+        (``$/cancel_request``); what else the agent still sends for the turn reaches
+        ``Client.session_update`` as usual."""
         import asyncio
 
         try:
@@ -597,8 +622,11 @@ class RemoteAgent:
             mcp_servers=list(mcp_servers),
             additional_directories=_optional_list(additional_directories),
         )
-        # Remembered before the call: the replay arrives while it is still running.
+        # Remembered before the call: the replay arrives while it is still running (and none of it
+        # is stale, whatever was cancelled before).
         self._remember(session_id, cwd, additional_directories)
+        with self._lock:
+            self._cancelled_turns.discard(session_id)
         return self._request("session/load", params, lambda response: self._note_state(session_id, response))
 
     def _resume_session_request(
@@ -753,6 +781,8 @@ class RemoteAgent:
     def _wrappers(self) -> Dict[str, Any]:
         # session/request_permission is a baseline method: answered even when not overridden.
         wrappers: Dict[str, Any] = {"session/request_permission": self._request_permission}
+        if self.client.offers("session_update"):
+            wrappers["session/update"] = self._session_update_unless_stale()
         if self.client.offers("create_elicitation"):
             wrappers["elicitation/create"] = self._create_elicitation
         if self.client.offers("wait_for_terminal_exit"):
@@ -763,6 +793,27 @@ class RemoteAgent:
             if method != "session/update" and CLIENT_METHODS[method].result_type is None:
                 wrappers[method] = self._undecodable_diverted(method, getattr(self.client, name))
         return wrappers
+
+    def _session_update_unless_stale(self) -> Callable[[Any], None]:
+        """``Client.session_update`` as registered: a cancelled turn's chunks are dropped (see
+        ``cancel``). The hot path: while no turn is cancelled, one call and one look at a set."""
+        handler = self.client.session_update
+        if inspect.iscoroutinefunction(handler):
+            coroutine_function, loop = handler, self.loop
+            handler = lambda params: completed(coroutine_function(params), loop)  # noqa: E731
+        cancelled = self._cancelled_turns
+
+        def session_update(params: Any) -> None:
+            if (
+                cancelled
+                and type(params) is SessionNotification
+                and params.session_id in cancelled
+                and isinstance(params.update, _STALE_ONCE_CANCELLED)
+            ):
+                return
+            handler(params)
+
+        return session_update
 
     def _undecodable_diverted(self, method: str, handler: Any) -> Any:
         def deliver(params: Any) -> None:

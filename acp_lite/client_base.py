@@ -106,7 +106,9 @@ class Client(Peer):
         ``params`` is a ``SessionNotification``, or an ``Undecodable`` (``raw``: the params as
         they arrived, ``error``: the ``SchemaError``) when they do not fit the v1 types even
         leniently; an update of a kind this version does not know is a ``SessionNotification``
-        whose ``update`` is an ``UnknownVariant``."""
+        whose ``update`` is an ``UnknownVariant``. Once ``RemoteAgent.cancel`` cancelled a
+        session's turn, that session's message and thought chunks no longer come here until its
+        next prompt: they are stale (see ``cancel``)."""
 
     def request_permission(self, params: RequestPermissionRequest) -> Answers[RequestPermissionResponse]:
         """Ask the user; return the outcome, or a Future of it (e.g. from a dialog). If the turn

@@ -21,7 +21,9 @@ objects and sockets. Rules this module keeps:
   (a stream of updates), and frames whose sender must not block where the write could, are left
   in the backlog for the transport's flusher thread (started on first need), which writes all
   that piled up in one write, so a busy connection makes few, large writes. A sender waits only
-  when the backlog grows past a few megabytes (the peer stopped reading).
+  while the frames waiting and the batch being written hold over 8 MiB (the peer stopped
+  reading): the bytes a transport holds for writing stay within 8 MiB and the frame that
+  crosses it.
 - ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
   reader blocked in a read, and releases the streams once no thread is inside a read or a write
   any more, so a descriptor number is never closed under a thread still using it.
@@ -67,8 +69,10 @@ _SHRINK_AFTER = 64
 _PIPE_SIZE = 1024 * 1024
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031) if sys.platform.startswith("linux") else None
 
-# A sender waits while more than this many bytes wait to be written: the peer is not reading,
-# and letting the backlog grow without bound would only move the problem into our memory.
+# A sender waits while more than this many bytes wait to be written, in the backlog or in the
+# batch the flusher is writing: the peer is not reading, and letting the backlog grow without
+# bound would only move the problem into our memory. The batch being written counts until its
+# write returns: a write blocked on a peer that reads nothing still holds all of it.
 _WRITE_BACKLOG_LIMIT = 8 * 1024 * 1024
 
 # A send from the thread that last wrote, arriving less than this many seconds after the writer
@@ -258,6 +262,7 @@ class Transport(MessageTransport):
         self._senders_held = 0  # senders waiting for room in the backlog
         self._backlog: List[bytes] = []  # frames without their newlines
         self._backlog_size = 0
+        self._batch_size = 0  # bytes of the batch the flusher is writing
         self._writing = False  # a thread (a sender or the flusher) holds the writer role
         # Writes begun and writes done, counted so that flush() waits for what was sent before
         # it and not for a stream that goes on.
@@ -379,11 +384,15 @@ class Transport(MessageTransport):
         # rest of a queued send does.
         self._lock.acquire()
         try:
-            if self._backlog_size > _WRITE_BACKLOG_LIMIT:
+            if self._backlog_size + self._batch_size > _WRITE_BACKLOG_LIMIT:
                 self._senders_held += 1
                 try:
                     room = self._wait(
-                        lambda: self._backlog_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed,
+                        lambda: (
+                            self._backlog_size + self._batch_size <= _WRITE_BACKLOG_LIMIT
+                            or self._closing
+                            or self._write_failed
+                        ),
                         timeout,
                     )
                 finally:
@@ -511,6 +520,7 @@ class Transport(MessageTransport):
         written = False
         while True:
             with self._lock:
+                self._batch_size = 0  # written, or failed
                 if written:
                     self._batches_written += 1
                 batch = self._next_flusher_batch()
@@ -538,7 +548,7 @@ class Transport(MessageTransport):
             elif self._backlog:
                 batch = self._backlog
                 self._backlog = []
-                self._backlog_size = 0
+                self._batch_size, self._backlog_size = self._backlog_size, 0
                 self._batches_taken += 1
                 if self._waiting:
                     self._cond.notify_all()  # senders held back by the backlog limit, flush()

@@ -156,14 +156,18 @@ def test_cancel_racing_the_start_of_a_turn_answers_it_once_and_nothing_follows(k
             remote.cancel(session)
             # The cancel lands before the handler started (the turn is answered cancelled and the
             # handler never runs) or after (the handler, which ignores it, ends the turn): either
-            # way every update of the turn came before its answer, and none after it.
+            # way every update of the turn came before its answer, and none after it. The chunks
+            # that reach session_update after cancel() are dropped, stale: those delivered are the
+            # first ones, if any.
             reason = turn.result(WAIT).stop_reason
-            expected = {"end_turn": ["0", "1", "2"], "cancelled": []}[reason]
-            assert editor.texts[before:] == expected, (round_, reason)
+            sent = {"end_turn": ["0", "1", "2"], "cancelled": []}[reason]
+            delivered = editor.texts[before:]
+            assert delivered == sent[: len(delivered)], (round_, reason)
+        answered = len(editor.texts)
         turn = remote.prompt_future(session, "wait")
         remote.cancel(session)
         assert turn.result(WAIT).stop_reason == "cancelled"
-        assert len(editor.texts) == before + len(expected), "an update arrived after its turn's answer"
+        assert len(editor.texts) == answered, "an update arrived after its turn's answer"
     finally:
         _close(served, remote)
 

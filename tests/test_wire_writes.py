@@ -388,6 +388,64 @@ def test_a_peer_that_stops_reading_holds_senders_at_the_limit_and_close_still_re
     os.close(feed)
 
 
+# What a transport may hold to write, the frames waiting and the batch its flusher is writing
+# included, before a sender waits (docs/robustness.md).
+WRITE_BOUND = 8 << 20
+
+
+def _settled_while_held(transport, count):
+    """``count()`` once the sender is held back (``backed_up``) and it has stopped growing."""
+    deadline = time.monotonic() + 20
+    last = None
+    while time.monotonic() < deadline:
+        now = count()
+        if transport.backed_up and now == last:
+            return now
+        last = now
+        time.sleep(0.2)
+    raise AssertionError("the sender was never held back")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the pipe's size with F_GETPIPE_SZ")
+def test_what_a_transport_holds_for_a_peer_that_stops_reading_includes_the_batch_being_written():
+    # Bounded sends of frames over PIPE_BUF never write themselves: every frame goes through the
+    # backlog to the flusher. The peer reads nothing, then a little (the flusher finishes its
+    # batch and takes the whole backlog as the next one), then nothing again. The bytes accepted
+    # by send and not read are in the pipe or held by the transport; what it holds must stay
+    # within the bound even while its flusher is blocked inside an 8 MiB write.
+    import fcntl
+
+    read_fd, feed = os.pipe()
+    drain, write_fd = os.pipe()
+    pipe_size = fcntl.fcntl(write_fd, getattr(fcntl, "F_GETPIPE_SZ", 1032))
+    transport = Transport(read_fd, write_fd, name="held")
+    frame = b'{"pad":"%s"}' % (b"p" * 8000)
+    accepted = [0]
+
+    def stream():
+        try:
+            while True:
+                transport.send(frame, timeout=60)
+                accepted[0] += len(frame) + 1
+        except ConnectionClosed:
+            pass
+
+    sender = background(stream)
+    try:
+        held = _settled_while_held(transport, lambda: accepted[0]) - pipe_size
+        assert held <= WRITE_BOUND + len(frame) + 1
+        read = 0
+        while read < 2 << 20:
+            read += len(os.read(drain, min(1 << 20, (2 << 20) - read)))
+        held = _settled_while_held(transport, lambda: accepted[0]) - read - pipe_size
+        assert held <= WRITE_BOUND + len(frame) + 1, f"{held / (1 << 20):.1f} MiB held to write"
+    finally:
+        transport.close(timeout=0.3)
+        os.close(drain)  # the blocked write fails, the flusher ends
+        sender.join()
+        os.close(feed)
+
+
 def test_a_stream_to_a_peer_that_stops_reading_ends_with_connection_closed():
     read_fd, feed = os.pipe()
     drain, write_fd = os.pipe()
