@@ -24,6 +24,23 @@ this module decides what the answer is. Rules it keeps:
   the layer above may still answer its own way; else -32800.
 - Cancellation callbacks run once, on the thread that cancels; one that raises is logged (on
   ``acp_lite.rpc``) and the others still run.
+- Sized: no answer over the transport's ``max_message_size`` is sent. One whose text (a str field
+  of a result Struct: a file's content, a terminal's output) would take more once encoded is
+  refused -32603, naming both sizes, before it is encoded (``outgoing.answer_text_size``); any
+  other is refused so once encoded. The peer gets the error, and the connection goes on.
+- Bounded: the large answers of a connection (``LARGE_ANSWER`` bytes or more of text) hold room
+  in its answer budget, as many bytes as ``max_message_size``, from before they are built until
+  they are written (those waiting in the transport's backlog count). A handler that is about to
+  build one reserves an upper bound of its size first (``reserve_answer``; ``WorkspaceClient``
+  does before reading a file or a terminal's output), and the answer keeps the exact size; an
+  answer not reserved for takes its room when it is answered. Room is waited for, not refused:
+  a peer that reads its answers gets each in turn, however many it asked for at once (refusing
+  would fail honest concurrent reads), while the bytes held stay within the budget; one answer
+  alone always gets room. Nothing waits for room while the peer does not read (the transport is
+  ``backed_up``): a peer that stops reading stops answers being built. A wait ends, the answer
+  unbuilt, when the request is cancelled (-32800) or the connection closes (dropped). A request
+  holding room never waits for more (two such could wait for each other): the rare answer
+  larger than its reservation (a file that grew) takes the difference at once.
 """
 
 import logging
@@ -32,9 +49,24 @@ from concurrent.futures import Future
 from typing import Any, Callable, List, Optional
 
 from .error_rules import error_for
-from .errors import AcpError, RequestCancelled
+from .errors import AcpError, InternalError, RequestCancelled
 from .jsonrpc import RpcCore
+from .outgoing import answer_text_size
 from .records import BatchReply, Route
+from .transport import MessageTransport
+
+# Answers whose text is smaller than this take no room in the budget: what they hold together is
+# bounded by the threads that answer and the transport's backlog limit, and counting them would
+# cost every answer.
+LARGE_ANSWER = 64 * 1024
+
+# How often an answer waiting for room looks again whether the peer reads (the transport tells
+# nobody when it is no longer backed up), its request was cancelled or the connection closed.
+_ROOM_POLL_SECONDS = 0.05
+
+# The request whose handler the current thread runs (``ctx``), for reserve_answer: the handlers of
+# an application's Client take their params alone.
+_serving = threading.local()
 
 
 class CancelToken:
@@ -110,7 +142,17 @@ class RequestContext:
     and later ones (including the handler's own return value) are dropped.
     """
 
-    __slots__ = ("_answered", "_answering", "_batch", "_params", "_route", "cancel_token", "id", "method")
+    __slots__ = (
+        "_answered",
+        "_answering",
+        "_batch",
+        "_params",
+        "_reserved",
+        "_route",
+        "cancel_token",
+        "id",
+        "method",
+    )
 
     def __init__(self, answering: "Answering", request_id: Any, method: str, batch: Optional[BatchReply]):
         self.id = request_id
@@ -123,6 +165,7 @@ class RequestContext:
         # not started yet).
         self._route: Optional[Route] = None
         self._params: Any = None
+        self._reserved = 0  # bytes of the answer budget held for its answer (reserve_answer)
 
     def respond(self, result: Any) -> bool:
         """Answer with ``result`` now; False if the request was already answered. Any thread."""
@@ -136,6 +179,17 @@ class RequestContext:
         return f"RequestContext(id={self.id!r}, method={self.method!r})"
 
 
+def reserve_answer(size: int) -> None:
+    """From a request's handler, before it builds a large answer: wait for room for ``size``
+    bytes (an upper bound of the answer's encoded size) in the connection's answer budget, held
+    for the answer until it is written (see the module's rules). Does nothing for a size under
+    ``LARGE_ANSWER`` or outside a handler's thread. Raises ``RequestCancelled`` when the request is
+    cancelled or the connection closes while it waits."""
+    ctx = getattr(_serving, "ctx", None)
+    if ctx is not None and size >= LARGE_ANSWER:
+        ctx._answering.reserve(ctx, size)
+
+
 def cancel_incoming(ctx: RequestContext) -> None:
     """Cancel a request (for ``$/cancel_request``): its handler decides what to answer."""
     ctx.cancel_token.cancel()
@@ -145,14 +199,30 @@ class Answering:
     """The answering of one connection's incoming requests (see the module's rules).
 
     ``lock`` is the connection's own lock, which also guards the core's table of incoming
-    requests; ``send_frame`` writes an answer, dropping it once the connection is closed.
+    requests; ``send_frame`` writes an answer, dropping it once the connection is closed;
+    ``transport`` (its limit, whether it is backed up, its flush) bounds the answers; ``closed()``
+    tells when the connection has closed, which ends the waits for room.
     """
 
-    def __init__(self, name: str, log: logging.Logger, lock: Any, send_frame: Callable[[bytes], None]):
+    def __init__(
+        self,
+        name: str,
+        log: logging.Logger,
+        lock: Any,
+        send_frame: Callable[[bytes], None],
+        transport: MessageTransport,
+        closed: Callable[[], bool],
+    ):
         self.name = name
         self._log = log
         self._lock = lock
         self._send_frame = send_frame
+        self._transport = transport
+        self._closed = closed
+        # The answer budget: what the largest message may take, and the bytes held in it.
+        self._limit = transport.max_message_size
+        self._held = 0
+        self._room = threading.Condition(threading.Lock())
         # The connection's JSON-RPC core, set by the connection once made: the core builds its
         # contexts with make_context, so it cannot be made first.
         self.core: RpcCore
@@ -163,18 +233,85 @@ class Answering:
         return ctx
 
     def answer(self, ctx: RequestContext, result: Any, error: Optional[AcpError]) -> bool:
-        """Send the answer, unless the request has one already; True if this one was sent."""
+        """Send the answer, unless the request has one already; True if this one was sent (or
+        dropped: the connection closed while it waited for room)."""
         with self._lock:
             if ctx._answered:
                 return False
             ctx._answered = True
+            held, ctx._reserved = ctx._reserved, 0
             self.core.finish(ctx.id, ctx)
-        frame = self.core.answer_frame(ctx.id, ctx.method, result, error)
-        # In a batch, the batch's answer goes out once its last request is answered.
-        whole = frame if ctx._batch is None else ctx._batch.add(frame)
-        if whole is not None:
-            self._send_frame(whole)
+        try:
+            if error is None:
+                size = answer_text_size(result, LARGE_ANSWER)
+                if size > self._limit:
+                    result, error = None, self._too_large(ctx.method, size)
+                elif size > held:
+                    if held:
+                        self._hold(size - held)
+                    elif not self._wait_for_room(size, self._closed):
+                        self._log.debug("%s: the answer to %s dropped, the connection closed", self.name, ctx.method)
+                        return True
+                    held = size
+            frame = self.core.answer_frame(ctx.id, ctx.method, result, error)
+            if len(frame) > self._limit:  # a result whose size could not be told before encoding it
+                frame = self.core.error_frame(ctx.id, self._too_large(ctx.method, len(frame)))
+            # In a batch, the batch's answer goes out once its last request is answered.
+            whole = frame if ctx._batch is None else ctx._batch.add(frame)
+            if whole is not None:
+                self._send_frame(whole)
+                if held:
+                    self._wait_written()
+        finally:
+            if held:
+                self._give_back(held)
         return True
+
+    def reserve(self, ctx: RequestContext, size: int) -> None:
+        """Hold ``size`` bytes of the budget for ``ctx``'s answer (see ``reserve_answer``)."""
+        if ctx._reserved:
+            self._hold(size)
+        elif not self._wait_for_room(size, lambda: self._closed() or ctx.cancel_token.is_cancelled):
+            raise RequestCancelled("the connection closed" if self._closed() else None)
+        with self._lock:
+            if not ctx._answered:
+                ctx._reserved += size
+                return
+        self._give_back(size)  # answered meanwhile (cancelled, refused by a close): nothing to hold
+
+    def _too_large(self, method: str, size: int) -> InternalError:
+        return InternalError(
+            f"the answer to {method} would take {size} bytes encoded, over the limit of {self._limit} "
+            "bytes a message has on this connection"
+        )
+
+    def _wait_for_room(self, size: int, give_up: Callable[[], bool]) -> bool:
+        # Hold ``size`` bytes once they fit beside what is held (alone, anything fits) and the
+        # peer reads; False, holding nothing, once give_up() is true.
+        with self._room:
+            while (self._held and self._held + size > self._limit) or self._transport.backed_up:
+                if give_up():
+                    return False
+                self._room.wait(_ROOM_POLL_SECONDS)
+            self._held += size
+        return True
+
+    def _hold(self, size: int) -> None:
+        with self._room:
+            self._held += size
+
+    def _give_back(self, size: int) -> None:
+        with self._room:
+            self._held -= size
+            self._room.notify_all()
+
+    def _wait_written(self) -> None:
+        # A large answer's room is given back once it is written: one waiting in the transport's
+        # backlog still holds its bytes. Not past the connection's close (a peer that does not
+        # read keeps the write pending).
+        while not self._transport.flush(_ROOM_POLL_SECONDS):
+            if self._closed():
+                return
 
     def arrive(self, ctx: RequestContext) -> bool:
         """A request's turn has come: run its arrival hook (one that raises is logged); False,
@@ -210,15 +347,18 @@ class Answering:
         route, params = ctx._route, ctx._params
         ctx._route = ctx._params = None
         assert route is not None
+        _serving.ctx = ctx
         try:
             # Even a request cancelled before it started runs: its handler sees the token and
             # decides, so the outcome never depends on how the cancel raced the start.
             result = route.handler(params, ctx)
         except BaseException as exc:
+            _serving.ctx = None
             self._answer_exception(ctx, exc)
             if not isinstance(exc, Exception):
                 raise
             return
+        _serving.ctx = None
         if isinstance(result, Future):
             ctx.cancel_token.add_callback(result.cancel)
             result.add_done_callback(lambda f: self._answer_future(ctx, f))

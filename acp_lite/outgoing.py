@@ -11,9 +11,12 @@ Rules this module keeps:
 - A notification's frame is the same bytes whichever way it is encoded: with params, it is its
   ``notification_head``, the params encoded and ``}``, so that a stream of updates encodes the
   envelope around them once, not once per update.
+- The size of a text once encoded is known before encoding it (``json_text_size``, exact, and
+  ``JSON_ESCAPE_BOUND``, a bound from its length alone), so that an answer too large to send is
+  refused without being built.
 """
 
-from typing import Any
+from typing import Any, Dict, Tuple
 
 import msgspec
 from msgspec import UNSET, Struct
@@ -78,6 +81,60 @@ def encode_outgoing(message: Any) -> bytes:
 def cannot_encode(exc: BaseException) -> UsageError:
     """The application's error for a value that encoding refused with ``exc``."""
     return UsageError(f"cannot encode the params: {exc}")
+
+
+# A byte of UTF-8 text takes at most this many bytes in a JSON string: a control character without
+# a short escape is written ``\u0000``.
+JSON_ESCAPE_BOUND = 6
+
+# The bytes the encoder escapes: the controls, the quote and the backslash. Of them these seven
+# take two bytes (``\"``, ``\\``, ``\b``, ``\t``, ``\n``, ``\f``, ``\r``), the others six.
+_ESCAPED = bytes(range(0x20)) + b'"\\'
+_UNESCAPED = bytes(byte for byte in range(256) if byte not in _ESCAPED)
+_SHORT_ESCAPED = b'"\\\b\t\n\f\r'
+
+# Characters of a text measured at a time: the copies measuring makes stay this small (4 MiB at
+# most) whatever the text's size.
+_MEASURED_CHARS = 1024 * 1024
+
+# The str fields of each Struct type an answer has been, by their attribute names (see
+# answer_text_size); () for other types.
+_TEXT_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def json_text_size(text: str) -> int:
+    """The bytes the encoder writes for ``text`` as a JSON string, quotes included: its UTF-8
+    plus one byte per short escape and five per ``\\u`` escape. Measured in slices, so that it
+    costs a few MiB of memory however long the text is, never a copy of it."""
+    size = 2
+    for start in range(0, len(text), _MEASURED_CHARS):
+        data = text[start : start + _MEASURED_CHARS].encode("utf-8", "surrogatepass")
+        escaped = data.translate(None, _UNESCAPED)
+        long_escapes = len(escaped.translate(None, _SHORT_ESCAPED))
+        size += len(data) + len(escaped) + 4 * long_escapes
+    return size
+
+
+def answer_text_size(result: Any, smallest: int) -> int:
+    """The encoded size of the texts of at least ``smallest`` characters that ``result`` carries
+    in its own str fields (a file's content, a terminal's output), measured without encoding
+    them; 0 when it carries none (the other parts of an answer are small). Any thread."""
+    kind = type(result)
+    names = _TEXT_FIELDS.get(kind)
+    if names is None:
+        names = ()
+        if isinstance(result, Struct):
+            try:
+                names = tuple(field.name for field in msgspec.structs.fields(kind) if field.type is str)
+            except Exception:  # annotations that do not resolve: nothing to measure ahead
+                pass
+        _TEXT_FIELDS[kind] = names
+    size = 0
+    for name in names:
+        text = getattr(result, name)
+        if type(text) is str and len(text) >= smallest:
+            size += json_text_size(text)
+    return size
 
 
 def notification_head(method: str) -> bytes:

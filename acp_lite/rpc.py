@@ -56,6 +56,9 @@ Invariants:
   most ``HANDLER_LIMIT`` run at once and the next waits, in its turn, for one to end, so such a
   peer (or a burst of requests) holds at most that many threads, however the reading raced the
   workers. A request still waiting for its turn when ``close()`` begins is refused, not run.
+  Large answers hold room in an answer budget (``max_message_size`` bytes) from before they are
+  built until they are written, and none is built while the peer does not read (see
+  ``answering``): the bytes a peer's requests make us hold are bounded, not only the threads.
 - Close: ``close(timeout)`` fails pending calls at once, runs the ``on_closing`` callbacks,
   cancels running handlers' tokens and gives them until the deadline to answer, answers requests
   not yet started -32800 (those the reading thread has yet to run too), stops the watcher,
@@ -130,7 +133,7 @@ class Connection:
         )
         self._pool = None if delivery is not None else WorkerPool(name, self._log)
         self._lock = threading.Lock()
-        self._answering = Answering(name, self._log, self._lock, self._send_frame)
+        self._answering = Answering(name, self._log, self._lock, self._send_frame, transport, lambda: self._closed)
         self._core = RpcCore(
             name,
             self._log,

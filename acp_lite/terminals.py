@@ -81,7 +81,7 @@ class _OutputBuffer:
         self.limit = limit
         self.truncated = False
         self._chunks: Deque[bytes] = deque()
-        self._size = 0
+        self.size = 0  # the bytes kept
 
     def append(self, chunk: bytes) -> None:
         if self.truncated and not self._chunks:
@@ -93,22 +93,22 @@ class _OutputBuffer:
         if not chunk:
             return
         self._chunks.append(bytes(chunk))
-        self._size += len(chunk)
-        cut = self._size - self.limit
+        self.size += len(chunk)
+        cut = self.size - self.limit
         if cut <= 0:
             return
         self.truncated = True
         while self._chunks and cut >= len(self._chunks[0]):
             cut -= len(self._chunks[0])
-            self._size -= len(self._chunks.popleft())
+            self.size -= len(self._chunks.popleft())
         for _ in range(3):
             if self._chunks and self._chunks[0][cut] & 0xC0 == 0x80:
                 cut += 1
                 if cut == len(self._chunks[0]):
-                    self._size -= len(self._chunks.popleft())
+                    self.size -= len(self._chunks.popleft())
                     cut = 0
         if cut:
-            self._size -= cut
+            self.size -= cut
             self._chunks[0] = self._chunks[0][cut:]
 
     def text(self, final: bool) -> str:
@@ -230,6 +230,10 @@ class _Terminal:
             return TerminalOutputResponse(
                 output=self._output.text(final), truncated=self._output.truncated, exit_status=self._status
             )
+
+    def output_size(self) -> int:
+        with self._lock:
+            return self._output.size
 
     def wait(self) -> Union[WaitForTerminalExitResponse, "Future[WaitForTerminalExitResponse]"]:
         """The exit status, or a Future of it while the command runs (cancelling it is fine)."""
@@ -434,6 +438,10 @@ class TerminalManager:
 
     def output(self, session_id: str, terminal_id: str) -> TerminalOutputResponse:
         return self._get(session_id, terminal_id).output()
+
+    def output_size(self, session_id: str, terminal_id: str) -> int:
+        """The bytes of output the terminal keeps now."""
+        return self._get(session_id, terminal_id).output_size()
 
     def wait_for_exit(
         self, session_id: str, terminal_id: str

@@ -31,6 +31,10 @@ what they add up to):
   ``approval_timeout`` seconds refuses (-32001, logged when it is the hook's fault).
 - A terminal gets only ``terminal_environment``'s variables of the editor's environment plus the
   requested ones. ``close()`` and the interpreter's exit kill every terminal's tree.
+- Answers are bounded in memory: a file read and a terminal's output reserve room for their
+  answer (``answering.reserve_answer``, six times the bytes they may carry, JSON escaping's worst
+  case) before they read it, so that concurrent reads wait for room instead of each holding its
+  text and message; an answer over the connection's ``max_message_size`` is refused (-32603).
 """
 
 import atexit
@@ -44,12 +48,14 @@ import weakref
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
+from .answering import reserve_answer
 from .beneath import O_DIRECTORY
 from .client import Client
 from .closing import CloseSteps
 from .deadlines import Deadline, call_after
 from .errors import InvalidParams, MethodNotFound, ProtocolError, ResourceNotFound, UsageError
 from .files import _O_NONBLOCK, RootSet, _protected, _read_text, _WriteTarget
+from .outgoing import JSON_ESCAPE_BOUND
 from .schema import (
     ClientCapabilities,
     CreateTerminalRequest,
@@ -215,7 +221,9 @@ class WorkspaceClient(Client):
     """
 
     # The largest file selection read_text_file sends. Raise it together with the transport's
-    # max_message_size: JSON escaping makes a message larger than the text it carries.
+    # max_message_size: JSON escaping makes a message larger than the text it carries (up to six
+    # times: a NUL is \u0000), and an answer over max_message_size is refused (-32603, naming
+    # both sizes) before it is encoded.
     max_read_bytes: int = 32 * 1024 * 1024
     # Writes here go through approve_write (see _protected for the matching rule).
     protected_paths: Sequence[str] = PROTECTED_PATHS
@@ -369,6 +377,13 @@ class WorkspaceClient(Client):
             raise InvalidParams(f"line numbers start at 1, got {params.line}")
         with self.root_set(params.session_id) as roots:
             fd, _, _ = roots.open(params.path, os.O_RDONLY | _O_NONBLOCK)
+        try:
+            # Room for the answer before the file is read (see answering): as much as the largest
+            # selection the file can give could take escaped.
+            reserve_answer(JSON_ESCAPE_BOUND * min(os.fstat(fd).st_size, self.max_read_bytes))
+        except BaseException:
+            os.close(fd)
+            raise
         content = _read_text(fd, params.path, params.line, params.limit, self.max_read_bytes, self.refuse_hard_links)
         return ReadTextFileResponse(content=content)
 
@@ -448,6 +463,9 @@ class WorkspaceClient(Client):
             return cwd
 
     def terminal_output(self, params: TerminalOutputRequest) -> TerminalOutputResponse:
+        # Room for the answer before the output is copied out (see answering); output that comes
+        # meanwhile makes the answer take a little more.
+        reserve_answer(JSON_ESCAPE_BOUND * self.terminals.output_size(params.session_id, params.terminal_id))
         return self.terminals.output(params.session_id, params.terminal_id)
 
     def wait_for_terminal_exit(

@@ -20,6 +20,7 @@ import pytest
 
 from acp_lite.agent import Agent, RemoteClient, serve
 from acp_lite.client import Client, RemoteAgent
+from acp_lite.framing import DEFAULT_MAX_MESSAGE_SIZE
 from acp_lite.wire import Transport, memory_pair
 
 WAIT = 5.0
@@ -121,10 +122,11 @@ class RawPeer:
             self._read_fd = -1
 
 
-def _raw_pair(name: str) -> Tuple[Transport, RawPeer]:
+def _raw_pair(name: str, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Tuple[Transport, RawPeer]:
     ours_read, theirs_write = os.pipe()
     theirs_read, ours_write = os.pipe()
-    return Transport(ours_read, ours_write, name=name), RawPeer(theirs_read, theirs_write)
+    transport = Transport(ours_read, ours_write, max_message_size=max_message_size, name=name)
+    return transport, RawPeer(theirs_read, theirs_write)
 
 
 INIT_PARAMS = {"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
@@ -150,10 +152,13 @@ def agent_with_raw_client(
 
 
 @contextlib.contextmanager
-def client_with_raw_agent(client: Optional[Client] = None, **connect: Any) -> Iterator[Tuple[RemoteAgent, RawPeer]]:
-    """A ``RemoteAgent`` whose agent is played by the test through the ``RawPeer``; ``connect``
-    goes to ``RemoteAgent.connect`` (``protocol_versions=...``)."""
-    transport, raw = _raw_pair("client-under-test")
+def client_with_raw_agent(
+    client: Optional[Client] = None, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, **connect: Any
+) -> Iterator[Tuple[RemoteAgent, RawPeer]]:
+    """A ``RemoteAgent`` whose agent is played by the test through the ``RawPeer``; its transport
+    carries messages up to ``max_message_size`` bytes; ``connect`` goes to ``RemoteAgent.connect``
+    (``protocol_versions=...``)."""
+    transport, raw = _raw_pair("client-under-test", max_message_size)
     remote = RemoteAgent.connect(transport, client, **connect)
     try:
         yield remote, raw

@@ -17,6 +17,7 @@ import pytest
 from acp_harness import RawPeer, background, client_with_raw_agent, initialized
 
 from acp_lite.client import RemoteAgent
+from acp_lite.framing import DEFAULT_MAX_MESSAGE_SIZE
 from acp_lite.workspace import WorkspaceClient
 
 # Answers that wait for a child process get longer than the harness's WAIT: on a loaded machine
@@ -100,10 +101,11 @@ def editor_for(
     agent_capabilities: Optional[Dict[str, Any]] = None,
     additional: Optional[List[str]] = None,
     workspace: Optional[RecordingWorkspace] = None,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
 ) -> Iterator[Editor]:
     workspace = workspace or RecordingWorkspace()
     try:
-        with client_with_raw_agent(workspace) as (remote, raw):
+        with client_with_raw_agent(workspace, max_message_size=max_message_size) as (remote, raw):
             initialized(remote, raw, agent_capabilities)
             editor = Editor(remote, raw, workspace, root)
             editor.open_session(SESSION, root, additional)
