@@ -14,8 +14,8 @@ when there is work for them and end once idle (``delivery.IDLE_SECONDS``, 2 s) o
 | delivery ``acp-delivery-<name>`` | ``delivery.CallbackQueue`` | callbacks in arrival order (handlers, done-callbacks) |
 | workers ``acp-worker-<name>-<n>`` | ``delivery.WorkerPool`` | request handlers (64 at most); the reading, handed on |
 | the watcher (a worker) | ``reading`` | takes the reading over from a reader stuck in application code |
-| flusher ``acp-flusher-<name>`` | ``wire`` | writes the backlog: a stream's frames, frames sent during a write |
-| the host's thread | ``delivery.HostDelivery`` | what delivery and workers run, inside ``pump()`` |
+| flusher ``acp-flusher-<name>`` | ``wire`` | writes the backlog: a stream's frames, frames sent during a write, what the host thread cannot write at once |
+| the host's thread | ``delivery.HostDelivery`` | what delivery and workers run, inside ``pump()``; it never waits to send |
 | any caller | here, ``answering`` | ``call`` (not in a callback), ``call_future``, ``notify``, ``close`` |
 
 What the reader runs besides reading, and why (the figures: ``bench/results``, from a loaded
@@ -59,6 +59,10 @@ Invariants:
   Large answers hold room in an answer budget (``max_message_size`` bytes) from before they are
   built until they are written, and none is built while the peer does not read (see
   ``answering``): the bytes a peer's requests make us hold are bounded, not only the threads.
+  In host mode the host thread never waits to send, in ``pump()`` or outside (a UI would freeze):
+  what it cannot write at once goes to the flusher, and once the transport's backlog is full its
+  request or notification raises ``CallTimeout``, nothing sent, and its answer is dropped and
+  logged as an error (no caller is left to raise to).
 - Close: ``close(timeout)`` fails pending calls at once, runs the ``on_closing`` callbacks,
   cancels running handlers' tokens and gives them until the deadline to answer, answers requests
   not yet started -32800 (those the reading thread has yet to run too), stops the watcher,
@@ -132,6 +136,8 @@ class Connection:
             delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue(name, self._log)
         )
         self._pool = None if delivery is not None else WorkerPool(name, self._log)
+        # The host thread in host mode: its sends never wait for the peer (see _on_host_thread).
+        self._host_thread = self._queue.owner if delivery is not None else None
         self._lock = threading.Lock()
         self._answering = Answering(name, self._log, self._lock, self._send_frame, transport, lambda: self._closed)
         self._core = RpcCore(
@@ -391,7 +397,7 @@ class Connection:
             raise self._closed_error()
         check_params(params)
         if params is None:
-            self._transport.send(encode_outgoing(OutNotification("2.0", method)))
+            self._send_message(encode_outgoing(OutNotification("2.0", method)), method)
         else:
             self.notifier(method)(params)
 
@@ -405,6 +411,7 @@ class Connection:
         head = notification_head(method)
         encode = ENCODER.encode
         send = self._transport.send
+        host_thread = self._host_thread
 
         def send_notification(params: Any) -> None:
             # The hot path of a turn's updates: everything it can do once is done above.
@@ -414,7 +421,10 @@ class Connection:
                 frame = head + encode(params) + b"}"
             except ENCODE_FAILURES as exc:
                 raise cannot_encode(exc) from exc
-            send(frame)
+            if host_thread is None:
+                send(frame)
+            else:
+                self._send_message(frame, method)
 
         return send_notification
 
@@ -428,10 +438,7 @@ class Connection:
                 raise self._closed_error()
             self._core.add_pending(request_id, PendingCall(method, future, result_type, direct))
         try:
-            self._transport.send(frame, timeout=timeout)
-        except CallTimeout:  # no room to send: the request never went out
-            self._core.forget(request_id)
-            raise CallTimeout(f"{method}: could not be sent within {timeout} s (the peer is not reading)") from None
+            self._send_message(frame, method, timeout)
         except BaseException:  # closed, or a Ctrl-C in the write: the request is not pending
             self._core.forget(request_id)
             raise
@@ -468,11 +475,35 @@ class Connection:
     def _closed_error(self) -> ConnectionClosed:
         return self._close_error or ConnectionClosed(f"{self.name}: connection closed")
 
-    def _send_frame(self, frame: bytes) -> None:
+    def _on_host_thread(self) -> bool:
+        # In host mode the host thread never waits for room in the transport's backlog: its UI
+        # must not freeze on a peer that stopped reading (the transport leaves a frame it cannot
+        # write at once to its flusher thread).
+        return self._host_thread is not None and threading.get_ident() == self._host_thread
+
+    def _send_message(self, frame: bytes, method: str, timeout: Optional[float] = None) -> None:
+        # A request or notification of ``method``. No room within ``timeout`` (on the host thread:
+        # now): CallTimeout, nothing sent.
+        host = self._on_host_thread()
         try:
-            self._transport.send(frame)
+            self._transport.send(frame, timeout=0 if host else timeout)
+        except CallTimeout as exc:
+            if host:
+                raise CallTimeout(f"{method}: not sent, the host thread never waits for room ({exc})") from None
+            raise CallTimeout(f"{method}: could not be sent within {timeout} s (the peer is not reading)") from None
+
+    def _send_frame(self, frame: bytes) -> None:
+        # An answer (or a batch of them), or a reply to a line that is no request. No room (on
+        # the host thread): dropped, logged as an error. There is no caller to raise to (the
+        # handler that made it has returned, or a future's done-callback sends it), and the peer,
+        # not reading, is far behind; its request stays unanswered.
+        try:
+            self._transport.send(frame, timeout=0 if self._on_host_thread() else None)
         except ConnectionClosed:
             self._log.debug("%s: reply dropped, the connection is closed", self.name)
+        except CallTimeout as exc:
+            head = frame[:60].decode("utf-8", "replace")
+            self._log.error("%s: answer %s... dropped, the host thread never waits for room (%s)", self.name, head, exc)
 
     # -- starting incoming requests (answered by answering.Answering) -----------------------------
     def _start_request(self, ctx: RequestContext) -> None:

@@ -15,15 +15,16 @@ objects and sockets. Rules this module keeps:
   holds the writer role, and once frames wait in the backlog every later frame goes behind them. A
   lone message is written at once by its sender, in its own thread (no timer, no hop), and so is
   each frame of a short run of quick sends, and a frame whose sender must not block (a call with
-  a timeout) when its write cannot block (a small frame into a pipe the OS reports writable; to a
-  socket, as much as it takes at once, the rest left to the flusher).
+  a timeout, a host's UI thread) when its write cannot block (a small frame into a pipe the OS
+  reports writable; to a socket, as much as it takes at once, the rest left to the flusher).
   Frames sent while a write is under way, a thread's frames once its quick sends make a long run
   (a stream of updates), and frames whose sender must not block where the write could, are left
   in the backlog for the transport's flusher thread (started on first need), which writes all
   that piled up in one write, so a busy connection makes few, large writes. A sender waits only
   while the frames waiting and the batch being written hold over 8 MiB (the peer stopped
   reading): the bytes a transport holds for writing stay within 8 MiB and the frame that
-  crosses it.
+  crosses it. One that must not block is then refused (``CallTimeout``) once its timeout has
+  passed, at once for a timeout of 0.
 - ``close()`` flushes the backlog (in bounded time), then stops the flusher thread, wakes a
   reader blocked in a read, and releases the streams once no thread is inside a read or a write
   any more, so a descriptor number is never closed under a thread still using it.
@@ -398,7 +399,11 @@ class Transport(MessageTransport):
                 finally:
                     self._senders_held -= 1
                 if not room:
-                    raise CallTimeout(f"{self.name}: no room to send within {timeout} s (the peer is not reading)")
+                    within = "" if timeout == 0 else f" within {timeout} s"
+                    raise CallTimeout(
+                        f"{self.name}: no room to send{within}: over {_WRITE_BACKLOG_LIMIT >> 20} MiB wait to be "
+                        "written (the peer is not reading)"
+                    )
             refused = self._closing or self._write_failed
             if not refused and (self._writing or not self._take_writer_role(timeout is not None, len(frame))):
                 self._backlog.append(frame)
