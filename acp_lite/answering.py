@@ -201,7 +201,9 @@ class Answering:
     ``lock`` is the connection's own lock, which also guards the core's table of incoming
     requests; ``send_frame`` writes an answer, dropping it once the connection is closed;
     ``transport`` (its limit, whether it is backed up, its flush) bounds the answers; ``closed()``
-    tells when the connection has closed, which ends the waits for room.
+    tells when the connection has closed, which ends the waits for room; ``host_thread`` (host
+    mode) is the thread that never waits, for room or for a write: its answers are bounded by
+    what the transport lets it leave to its flusher instead.
     """
 
     def __init__(
@@ -212,6 +214,7 @@ class Answering:
         send_frame: Callable[[bytes], None],
         transport: MessageTransport,
         closed: Callable[[], bool],
+        host_thread: Optional[int],
     ):
         self.name = name
         self._log = log
@@ -219,6 +222,7 @@ class Answering:
         self._send_frame = send_frame
         self._transport = transport
         self._closed = closed
+        self._host_thread = host_thread
         # The answer budget: what the largest message may take, and the bytes held in it.
         self._limit = transport.max_message_size
         self._held = 0
@@ -288,8 +292,9 @@ class Answering:
     def _wait_for_room(self, size: int, give_up: Callable[[], bool]) -> bool:
         # Hold ``size`` bytes once they fit beside what is held (alone, anything fits) and the
         # peer reads; False, holding nothing, once give_up() is true.
+        waits = threading.get_ident() != self._host_thread
         with self._room:
-            while (self._held and self._held + size > self._limit) or self._transport.backed_up:
+            while waits and ((self._held and self._held + size > self._limit) or self._transport.backed_up):
                 if give_up():
                     return False
                 self._room.wait(_ROOM_POLL_SECONDS)
@@ -308,7 +313,9 @@ class Answering:
     def _wait_written(self) -> None:
         # A large answer's room is given back once it is written: one waiting in the transport's
         # backlog still holds its bytes. Not past the connection's close (a peer that does not
-        # read keeps the write pending).
+        # read keeps the write pending). Nor on the host thread, which never waits.
+        if threading.get_ident() == self._host_thread:
+            return
         while not self._transport.flush(_ROOM_POLL_SECONDS):
             if self._closed():
                 return

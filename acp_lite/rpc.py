@@ -139,7 +139,9 @@ class Connection:
         # The host thread in host mode: its sends never wait for the peer (see _on_host_thread).
         self._host_thread = self._queue.owner if delivery is not None else None
         self._lock = threading.Lock()
-        self._answering = Answering(name, self._log, self._lock, self._send_frame, transport, lambda: self._closed)
+        self._answering = Answering(
+            name, self._log, self._lock, self._send_frame, transport, lambda: self._closed, self._host_thread
+        )
         self._core = RpcCore(
             name,
             self._log,

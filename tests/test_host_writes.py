@@ -79,7 +79,9 @@ class _Editor(client.Client):
 
     def read_text_file(self, params):
         self.host.attempted.append(("answer", int(params.path.rsplit("/", 1)[1])))
-        return schema.ReadTextFileResponse(content=_PAD)
+        # Large (over answering.LARGE_ANSWER): it takes room in the answer budget, which the host
+        # thread never waits for either.
+        return schema.ReadTextFileResponse(content=_PAD * 3)
 
 
 def _marker(message):
