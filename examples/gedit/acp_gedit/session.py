@@ -258,7 +258,11 @@ class ChatSession:
 
     def _send(self, text: str) -> None:
         assert self.session_id is not None
-        turn = self._turn = self.agent.prompt_future(self.session_id, text)
+        try:
+            turn = self._turn = self.agent.prompt_future(self.session_id, text)
+        except _acp.AcpError as error:  # not sent: the agent stopped reading (CallTimeout), or is gone
+            self.chat.note(f"[error] session/prompt: {error}", "error")
+            return
         self.panel.set_turn_running(True)
         turn.add_done_callback(self._finished)
         GLib.timeout_add_seconds(int(TURN_TIMEOUT), lambda: self._overdue(turn))
@@ -280,7 +284,11 @@ class ChatSession:
 
     def cancel(self) -> None:
         if self.session_id is not None and self._turn is not None and not self._turn.done():
-            self.agent.cancel(self.session_id)
+            try:
+                self.agent.cancel(self.session_id)
+            except _acp.AcpError as error:  # not sent: the agent stopped reading, or is gone
+                self.chat.note(f"[error] session/cancel: {error}", "error")
+                self._show()
 
     def close(self) -> None:
         """Stop the agent and its process tree (waits a few seconds at most)."""

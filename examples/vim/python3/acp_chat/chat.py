@@ -187,7 +187,11 @@ class ChatSession:
                 )
             return
         self.chat.note(f"> {text}")
-        self._turn = self.agent.prompt_future(self.session_id, text)
+        try:
+            self._turn = self.agent.prompt_future(self.session_id, text)
+        except _acp.AcpError as error:  # not sent: the agent stopped reading (CallTimeout), or is gone
+            self.chat.note(f"[error] session/prompt: {error}")
+            return
         self._turn.add_done_callback(self._finished)
 
     def _finished(self, future: Future) -> None:
@@ -196,7 +200,10 @@ class ChatSession:
 
     def cancel(self) -> None:
         if self.session_id is not None and self._turn is not None and not self._turn.done():
-            self.agent.cancel(self.session_id)
+            try:
+                self.agent.cancel(self.session_id)
+            except _acp.AcpError as error:  # not sent: the agent stopped reading, or is gone
+                self.chat.note(f"[error] session/cancel: {error}")
 
     def pump(self) -> None:
         self.delivery.pump(budget=PUMP_BUDGET)
