@@ -15,11 +15,13 @@ import time
 
 import h11
 import pytest
+from remote_agent import RemoteTestAgent
 
 from acp_lite.client import RemoteAgent
 from acp_lite.errors import AcpError, ConnectionClosed, UsageError
 from acp_lite.remote.client import open_url
 from acp_lite.remote.dial import Endpoint
+from acp_lite.remote.server import Limits, serve_remote
 from acp_lite.rpc import Connection
 
 pytestmark = pytest.mark.timeout(30)
@@ -446,3 +448,28 @@ def test_a_server_cannot_grow_the_cookie_store_without_bound():
     endpoint.store_cookies([(b"set-cookie", b"n%d=v; Path=/" % i) for i in range(1000)])
     endpoint.store_cookies([(b"set-cookie", b"big=" + b"x" * 5000), (b"Set-Cookie", b"n0=new")])
     assert len(endpoint.cookies) == 50 and endpoint.cookies["n0"] == "new" and "big" not in endpoint.cookies
+
+
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+def test_a_connection_the_server_sheds_is_asked_for_again_after_its_retry_after(scheme):
+    # acp_lite's server admits one new connection a second here and sheds the others with 503 and
+    # Retry-After: 1.
+    with serve_remote(RemoteTestAgent, limits=Limits(accept_rate=1)) as server:
+        url = server.ws_url if scheme == "ws" else server.url
+        agents = []
+        try:
+            agents.append(RemoteAgent.connect_url(url))
+            agents[-1].initialize(timeout=WAIT)
+            started = time.monotonic()
+            agents.append(RemoteAgent.connect_url(url))  # shed, then asked for again and admitted
+            agents[-1].initialize(timeout=WAIT)
+            assert time.monotonic() - started >= 0.9
+            # A wait the connect timeout does not allow: the refusal at once.
+            started = time.monotonic()
+            with pytest.raises(AcpError, match="503"):
+                agents.append(RemoteAgent.connect_url(url, connect_timeout=0.5))
+                agents[-1].initialize(timeout=WAIT)
+            assert time.monotonic() - started < 0.5
+        finally:
+            for agent in agents:
+                agent.close()

@@ -45,7 +45,7 @@ from ..errors import CapabilityError, ConnectionClosed, UsageError
 from ..schema import PROTOCOL_VERSION
 from ..wire import DEFAULT_MAX_MESSAGE_SIZE, OversizedFrame
 from .channel import Channel
-from .dial import ERROR_BODY_BYTES, MAX_HEAD_BYTES, Endpoint, header
+from .dial import ERROR_BODY_BYTES, MAX_HEAD_BYTES, Endpoint, header, retry_delay
 from .sse import OVERSIZED_HEAD
 
 _log = logging.getLogger("acp_lite.remote")
@@ -161,21 +161,29 @@ class WebSocketClient:
         self.name = name
         self.ping_interval = ping_interval
         self.connection_id: Optional[str] = None
-        self._ws = WSConnection(ConnectionType.CLIENT)
         self._ws_lock = threading.Lock()  # wsproto is not thread-safe; also keeps frames whole
-        self._sock = endpoint.dial()
-        try:
-            self._handshake()
-        except BaseException:
-            self._sock.close()
-            raise
+        deadline = time.monotonic() + endpoint.connect_timeout
+        while True:
+            self._ws = WSConnection(ConnectionType.CLIENT)
+            self._sock = endpoint.dial()
+            try:
+                delay = self._handshake(deadline)
+            except BaseException:
+                self._sock.close()
+                raise
+            if delay is None:
+                break
+            self._sock.close()  # shed: asked again once the server said it may take it
+            time.sleep(delay)
         self._lane = Lane(name, self._send_text)
         self.channel = Channel(self._lane.put, name=name, max_message_size=max_message_size, on_close=self._close)
         self._lane.channel = self.channel
         self._reader = threading.Thread(target=self._read_loop, name=f"acp-ws-{name}", daemon=True)
         self._reader.start()
 
-    def _handshake(self) -> None:
+    def _handshake(self, deadline: float) -> Optional[float]:
+        # None once upgraded; the seconds to wait before asking again if the server shed the
+        # connection (see dial.retry_delay); else ConnectionClosed.
         headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in self.endpoint.request_headers()]
         request = Request(host=self.endpoint.host_header, target=self.endpoint.target, extra_headers=headers)
         self._sock.settimeout(self.endpoint.connect_timeout)
@@ -196,7 +204,7 @@ class WebSocketClient:
                         self.connection_id = header(event.extra_headers, b"acp-connection-id")
                         self.endpoint.connection_id = self.connection_id
                         self._sock.settimeout(self.ping_interval)
-                        return
+                        return None
                     if isinstance(event, RejectConnection):
                         self.endpoint.store_cookies(event.headers)
                         rejected = event
@@ -213,6 +221,9 @@ class WebSocketClient:
         except Exception as exc:  # wsproto's RemoteProtocolError: not a WebSocket server
             raise ConnectionClosed(f"{self.endpoint.url}: WebSocket handshake failed: {exc}") from exc
         if rejected is not None:
+            delay = retry_delay(rejected.status_code, header(rejected.headers, b"retry-after"), deadline)
+            if delay is not None:
+                return delay
             text = body[:ERROR_BODY_BYTES].decode("utf-8", "replace")
             raise ConnectionClosed(f"{self.endpoint.url}: WebSocket upgrade refused: {rejected.status_code} {text}")
         raise ConnectionClosed(f"{self.endpoint.url}: the server closed the WebSocket handshake")

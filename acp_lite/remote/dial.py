@@ -16,6 +16,9 @@ Rules this module keeps:
   (long JWT cookies fit); an error body is read up to ``ERROR_BODY_BYTES``. A socket is reused
   for the next request only when both sides finished the last one cleanly and the server did
   not close it meanwhile.
+- A connection the server sheds (503 with ``Retry-After`` in seconds: too many new connections)
+  is asked for again after that wait, for as long as the endpoint's ``connect_timeout`` allows
+  (``retry_delay``); a wait that would pass it fails the connection at once.
 """
 
 import select
@@ -132,6 +135,21 @@ def header(headers: Sequence[Tuple[bytes, bytes]], name: bytes) -> Optional[str]
         if key.lower() == name:
             return value.decode("latin-1")
     return None
+
+
+def retry_delay(status: int, retry_after: Optional[str], deadline: float) -> Optional[float]:
+    """The seconds to wait before asking again for a connection the server shed (``status`` 503
+    with ``retry_after`` a number of seconds), if that wait ends before ``deadline``
+    (``time.monotonic()``); else None: the refusal stands."""
+    if status != 503 or retry_after is None:
+        return None
+    try:
+        delay = float(retry_after)  # (an HTTP date is not followed: servers shedding load send seconds)
+    except ValueError:
+        return None
+    if not 0 <= delay or time.monotonic() + delay > deadline:
+        return None
+    return delay
 
 
 class HttpResponse:

@@ -43,7 +43,7 @@ from ..errors import ConnectionClosed
 from ..wire import OversizedFrame
 from .channel import Channel
 from .client import Lane, Peek, error_answer, id_key, peek, session_of
-from .dial import ERROR_BODY_BYTES, Endpoint, HttpExchange, HttpResponse
+from .dial import ERROR_BODY_BYTES, Endpoint, HttpExchange, HttpResponse, retry_delay
 from .sse import SseReader
 
 _log = logging.getLogger("acp_lite.remote")
@@ -190,22 +190,29 @@ class HttpClient:
             if message is not None and message.id is not msgspec.UNSET and message.method is not None:
                 self._fail(message.id, "the first message over HTTP must be initialize")
             return
-        try:
-            exchange = HttpExchange(self.endpoint, _POST_TIMEOUT)
-        except ConnectionClosed as exc:
-            self._fail(message.id, str(exc))
-            self.channel.end(exc)
-            return
-        try:
-            response = exchange.request(
-                "POST", [("Content-Type", "application/json"), ("Accept", "application/json")], frame
-            )
-            body, longer = exchange.read_body(self.channel.max_message_size)
-        except ConnectionClosed as exc:
-            exchange.close()
-            self._fail(message.id, str(exc))
-            self.channel.end(exc)
-            return
+        deadline = time.monotonic() + self.endpoint.connect_timeout
+        while True:
+            try:
+                exchange = HttpExchange(self.endpoint, _POST_TIMEOUT)
+            except ConnectionClosed as exc:
+                self._fail(message.id, str(exc))
+                self.channel.end(exc)
+                return
+            try:
+                response = exchange.request(
+                    "POST", [("Content-Type", "application/json"), ("Accept", "application/json")], frame
+                )
+                body, longer = exchange.read_body(self.channel.max_message_size)
+            except ConnectionClosed as exc:
+                exchange.close()
+                self._fail(message.id, str(exc))
+                self.channel.end(exc)
+                return
+            delay = retry_delay(response.status, response.header(b"retry-after"), deadline)
+            if delay is None:
+                break
+            exchange.close()  # shed: asked again once the server said it may take it
+            time.sleep(delay)
         connection_id = response.header(b"acp-connection-id")
         answer = peek(body) if not longer else None
         if response.status == 200 and connection_id and answer is not None:
