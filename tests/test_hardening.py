@@ -752,6 +752,7 @@ def _too_deep() -> Any:
     return value
 
 
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-REQUIRED")
 @pytest.mark.parametrize(
     "unencodable",
     [{"text": "\ud800"}, {"deep": _too_deep()}],
