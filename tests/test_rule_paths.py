@@ -44,7 +44,8 @@ class Served(Agent):
         return {"echo": method}
 
 
-def _line(method, params, **defect):
+def _line(method, params, defect):
+    """A request line of ``method``, id 7, with the members of ``defect`` in place of its own."""
     message = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
     return json.dumps(dict(message, **defect)).encode()
 
@@ -53,12 +54,12 @@ def _line(method, params, **defect):
 # Each way a request line is read: one line of a registered method (the typed decoder), a block of
 # such lines read at once (the block decoder), an extension method (the general path), a batch.
 DECODING_PATHS = {
-    "typed line": lambda defect: _line("session/new", NEW_SESSION, **defect) + b"\n",
+    "typed line": lambda defect: _line("session/new", NEW_SESSION, defect) + b"\n",
     "typed block": lambda defect: (
-        _line("session/new", NEW_SESSION, id=6) + b"\n" + _line("session/new", NEW_SESSION, **defect) + b"\n"
+        _line("session/new", NEW_SESSION, {"id": 6}) + b"\n" + _line("session/new", NEW_SESSION, defect) + b"\n"
     ),
-    "general line": lambda defect: _line("_acme/echo", {}, **defect) + b"\n",
-    "batch": lambda defect: b"[" + _line("session/new", NEW_SESSION, **defect) + b"]\n",
+    "general line": lambda defect: _line("_acme/echo", {}, defect) + b"\n",
+    "batch": lambda defect: b"[" + _line("session/new", NEW_SESSION, defect) + b"]\n",
 }
 # Each defect of an envelope: the member as sent, the reason of the -32600, the id it is answered with.
 DEFECTS = {
