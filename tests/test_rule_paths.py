@@ -329,3 +329,30 @@ def test_an_agent_advertises_exactly_what_it_overrides_and_serves_what_it_advert
     for name, answer in answers.items():
         # What is advertised is served; what is not is answered "method not found".
         assert ("result" in answer) == (name == override), (name, answer)
+
+
+# -- version negotiation on an agent that speaks both versions (the version router's path) -----------
+class Dual(Bare):
+    protocol_versions = (1, 2)
+
+    def list_sessions(self, params):
+        return schema.ListSessionsResponse(sessions=[])
+
+    def resume_session(self, params):
+        return None
+
+    def close_session(self, params):
+        return None
+
+    def prompt(self, params, turn):
+        return "end_turn"
+
+
+@pytest.mark.req("ACP-V1-INIT-AGENT-SAME-VERSION", "ACP-V1-INIT-AGENT-LATEST-VERSION")
+@pytest.mark.parametrize("requested, answered", [(1, 1), (2, 2), (3, 2), (0, 2)])
+def test_an_agent_speaking_both_versions_answers_the_requested_one_or_its_latest(requested, answered):
+    # Params in the shape of the version the agent will answer (v1's, or the v2 draft's).
+    params = dict(INIT_PARAMS) if answered == 1 else {"info": {"name": "raw", "version": "0"}, "capabilities": {}}
+    with agent_with_raw_client(Dual(), initialize=None) as (_, raw):
+        response = raw.call("initialize", dict(params, protocolVersion=requested))
+    assert response["result"]["protocolVersion"] == answered, response
