@@ -19,12 +19,14 @@ from acp_harness import (
     initialized,
     refused,
 )
+from raw_peer import RawPeer
 
 from acp_lite import schema
 from acp_lite.agent import Agent
 from acp_lite.client import Client
 from acp_lite.codec import convert
 from acp_lite.errors import InvalidParams, InvalidRequest, UsageError
+from acp_lite.rpc import Connection
 
 pytestmark = pytest.mark.timeout(15)
 
@@ -97,6 +99,27 @@ def test_a_request_with_a_bad_envelope_is_refused_on_every_decoding_path(path, d
         "error": {"code": -32600, "message": f"Invalid request: {reason}"},
     }
     assert all(answer == {"jsonrpc": "2.0", "id": 6, "result": {"sessionId": "s"}} for answer in replies.values())
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-ID-ECHO", "ACP-V1-JSONRPC-VERSION-MEMBER")
+def test_a_request_over_the_size_limit_is_refused_with_its_id():
+    # The line is dropped unread; its first bytes still show the id to answer.
+    peer = RawPeer(max_message_size=200)
+    connection = Connection(peer.transport_for_connection, name="under-test")
+    connection.on_request("x/echo", lambda params, ctx: params)
+    connection.start()
+    try:
+        peer.write(_line("x/echo", {"pad": "x" * 300}, {}) + b"\n")
+        reply = peer.recv()
+    finally:
+        connection.close()
+        peer.close()
+    assert reply == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {"code": -32600, "message": reply["error"]["message"]},
+    }
+    assert "exceeds the limit of 200 bytes" in reply["error"]["message"]
 
 
 @pytest.mark.req("ACP-V1-JSONRPC-VERSION-MEMBER")
