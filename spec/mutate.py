@@ -18,17 +18,27 @@ with ``python -m pytest -x`` against the copy, restores the file. A failing test
 all passing means it survived. A mutant also fails the run when its ``old`` text no longer occurs
 exactly once (the code moved: retarget it), or when pytest could not run its tests.
 
+The paths ``spec/paths.json`` list, per requirement, every code path that can carry it (the fast
+and the general decoding, an error's fallback encoding, each method a rule covers, each capability
+a gate checks): ``{requirement id: [{"path", "where", "tests", "mutants"}, ...]}``, where ``where``
+names the code (``file:qualified.name``), ``tests`` the tests that exercise the path over a real
+connection and ``mutants`` the catalogue's breakages of it.
+
 The catalogue check (``--check``, also run by ``tests/test_spec_gate.py``) refuses a catalogue where
-a MUST or MUST NOT requirement of responsibility ``sdk`` or ``shared`` has no mutant, a mutant names
+a MUST or MUST NOT requirement of responsibility ``sdk`` or ``shared`` has no mutant or no path, a
+path has no mutant (or names code, tests or mutants that are not there or not its requirement's),
+a mutant is on no path of one of its requirements or runs none of its path's tests, a mutant names
 an unknown requirement, its ``tests`` carry none of its requirements, or its ``old`` text does not
 occur exactly once.
 
 A full run writes ``spec/mutation.json`` (each mutant's outcome) and rewrites ``spec/COVERAGE.md``
 from ``coverage.json`` with each requirement's "verified by N tests, M mutants killed"; it exits 1
-when any mutant survived, did not apply or could not run.
+when any mutant survived, did not apply or could not run, naming each path whose mutants were not
+all killed.
 """
 
 import argparse
+import ast
 import json
 import os
 import queue
@@ -40,13 +50,14 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 from .coverage import is_gated, render_markdown
 from .import_requirements import SPEC_DIR, dump_json, load
 
 ROOT = SPEC_DIR.parent
 CATALOGUE = SPEC_DIR / "mutants.json"
+PATHS = SPEC_DIR / "paths.json"
 RESULTS = SPEC_DIR / "mutation.json"
 
 # What the tests need of the project (the scratch copy holds only these).
@@ -62,6 +73,7 @@ TEST_TIMEOUT = 30  # seconds per test (pytest-timeout): a mutant that hangs a te
 MUTANT_TIMEOUT = 120  # seconds for a mutant's whole pytest run
 
 REQUIRED_FIELDS = ("name", "requirements", "file", "old", "why")  # and "new", which may be empty
+PATH_FIELDS = ("path", "where", "tests", "mutants")
 
 KILLED, SURVIVED, NOT_APPLIED, ERROR = "killed", "survived", "does not apply", "error"
 
@@ -76,6 +88,11 @@ class CatalogueError(Exception):
 
 def load_catalogue(path: Path = CATALOGUE) -> List[Dict[str, Any]]:
     return json.loads(path.read_text(encoding="utf-8"))["mutants"]
+
+
+def load_paths(root: Path = ROOT) -> Dict[str, List[Dict[str, Any]]]:
+    path = root / "spec" / "paths.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def tagged_tests(root: Path = ROOT) -> Dict[str, List[str]]:
@@ -140,7 +157,95 @@ def check_catalogue(mutants: List[Dict[str, Any]], root: Path = ROOT) -> List[st
     for row in rows:
         if is_gated(row) and row["status"] not in ("pending", "not-applicable") and row["id"] not in mutated:
             problems.append(f"{row['id']}: a MUST-level sdk/shared requirement with no mutant")
+    return problems + check_paths(mutants, load_paths(root), rows, tagged, root)
+
+
+def check_paths(
+    mutants: List[Dict[str, Any]],
+    paths: Dict[str, List[Dict[str, Any]]],
+    rows: List[Dict[str, Any]],
+    tagged: Dict[str, List[str]],
+    root: Path = ROOT,
+) -> List[str]:
+    """What is wrong with ``spec/paths.json`` against the catalogue: every gated requirement has
+    its paths, every path its mutants, and every mutant of a requirement lies on one of its paths."""
+    by_name = {mutant.get("name"): mutant for mutant in mutants}
+    known = {row["id"] for row in rows}
+    problems = []
+    for row in rows:
+        if is_gated(row) and row["status"] not in ("pending", "not-applicable") and not paths.get(row["id"]):
+            problems.append(f"{row['id']}: a MUST-level sdk/shared requirement with no path in spec/paths.json")
+    placed: Dict[str, Set[str]] = {}  # requirement id -> the mutants on its paths
+    for req_id, req_paths in paths.items():
+        if req_id not in known:
+            problems.append(f"paths: unknown requirement id {req_id}")
+            continue
+        carrying = set(tagged.get(req_id, ()))
+        names = [entry.get("path") for entry in req_paths]
+        for entry in req_paths:
+            label = f"{req_id} path {entry.get('path', '?')}"
+            missing = [field for field in PATH_FIELDS if not entry.get(field)]
+            if missing:
+                problems.append(f"{label}: missing {', '.join(missing)}")
+                continue
+            if names.count(entry["path"]) > 1:
+                problems.append(f"{label}: the name is used twice")
+            problems += [f"{label}: no such code {where}" for where in entry["where"] if not _defined(where, root)]
+            stray = [test for test in entry["tests"] if test.split("[")[0] not in carrying]
+            if stray:
+                problems.append(f"{label}: tests not tagged with it: {stray}")
+            path_tests = {test.split("[")[0] for test in entry["tests"]}
+            for name in entry["mutants"]:
+                mutant = by_name.get(name)
+                if mutant is None or req_id not in mutant.get("requirements", ()):
+                    problems.append(f"{label}: {name} is no mutant of this requirement")
+                    continue
+                placed.setdefault(req_id, set()).add(name)
+                if not path_tests & {test.split("[")[0] for test in tests_of(mutant, tagged)}:
+                    problems.append(f"{label}: {name} runs none of the path's tests")
+    for mutant in mutants:
+        for req_id in mutant.get("requirements", ()):
+            if req_id in known and mutant.get("name") not in placed.get(req_id, ()):
+                problems.append(f"{mutant.get('name')}: on no path of {req_id} in spec/paths.json")
     return problems
+
+
+def _defined(where: str, root: Path) -> bool:
+    """Whether ``file:qualified.name`` names a class, function or module constant of that file."""
+    file, _, qualname = where.partition(":")
+    path = root / file
+    if not path.is_file():
+        return False
+    return qualname in _qualnames(ast.parse(path.read_text(encoding="utf-8")), "")
+
+
+def _qualnames(node: ast.AST, prefix: str) -> List[str]:
+    names = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(prefix + child.name)
+            names += _qualnames(child, prefix + child.name + ".")
+        elif isinstance(child, (ast.Assign, ast.AnnAssign)) and not prefix:
+            targets = child.targets if isinstance(child, ast.Assign) else [child.target]
+            names += [target.id for target in targets if isinstance(target, ast.Name)]
+        else:
+            names += _qualnames(child, prefix)
+    return names
+
+
+def unverified_paths(results: Dict[str, Dict[str, Any]], paths: Dict[str, List[Dict[str, Any]]]) -> List[str]:
+    """The paths some of whose mutants were run and not killed, one line each."""
+    lines = []
+    for req_id, req_paths in paths.items():
+        for entry in req_paths:
+            bad = [
+                f"{name} {results[name]['outcome']}"
+                for name in entry["mutants"]
+                if name in results and results[name]["outcome"] != KILLED
+            ]
+            if bad:
+                lines.append(f"{req_id} path {entry['path']}: {', '.join(bad)}")
+    return lines
 
 
 def _make_scratch(root: Path, into: Path) -> Path:
@@ -298,6 +403,8 @@ def main(argv: List[str]) -> int:
     print(f"mutants: {len(results) - len(bad)}/{len(results)} killed in {time.monotonic() - started:.0f} s")
     for name, result in bad.items():
         print(f"FAILED {name}: {result['outcome']} ({result['detail']})")
+    for line in unverified_paths(results, load_paths()):
+        print(f"FAILED path {line}")
     return 1 if bad else 0
 
 

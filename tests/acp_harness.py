@@ -195,9 +195,46 @@ def background(fn: Any, *args: Any, **kwargs: Any) -> "Future[Any]":
 
 def capability_cases(checks: Dict[str, Tuple[Any, ...]]) -> Tuple[List[Tuple[str, Any]], List[str]]:
     """For a table of capability checks (name -> (call, method, refusing shapes, allowing shape)):
-    a (name, capabilities) case per refusing shape, and a readable test id for each."""
+    a (name, capabilities) case per refusing shape, and a readable test id for each.
+
+    A check whose allowing shape is one capability also gets the shape "everything else": every
+    other check's capability advertised, its own left out (id ``name:everything-else``), so that
+    no capability unlocks a method another one stands for."""
+    everything: Dict[str, Any] = {}
+    for check in checks.values():
+        _merge(everything, check[3])
     cases = [(name, shape) for name, check in checks.items() for shape in check[2]]
-    return cases, [f"{name.replace(' ', '-')}:{json.dumps(shape, separators=(',', ':'))}" for name, shape in cases]
+    ids = [f"{name.replace(' ', '-')}:{json.dumps(shape, separators=(',', ':'))}" for name, shape in cases]
+    for name, check in checks.items():
+        if _leaves(check[3]) == 1:
+            cases.append((name, _without(everything, check[3])))
+            ids.append(f"{name.replace(' ', '-')}:everything-else")
+    return cases, ids
+
+
+def _merge(into: Dict[str, Any], shape: Dict[str, Any]) -> None:
+    for key, value in shape.items():
+        if isinstance(value, dict) and value and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = json.loads(json.dumps(value))
+
+
+def _leaves(shape: Any) -> int:
+    if isinstance(shape, dict) and shape:
+        return sum(_leaves(value) for value in shape.values())
+    return 1
+
+
+def _without(everything: Dict[str, Any], shape: Dict[str, Any]) -> Dict[str, Any]:
+    """``everything`` less the capabilities ``shape`` advertises."""
+    kept = {}
+    for key, value in everything.items():
+        if key not in shape:
+            kept[key] = value
+        elif isinstance(shape[key], dict) and shape[key]:
+            kept[key] = _without(value, shape[key])
+    return kept
 
 
 def refused(call: Callable[[], Any], error: Type[BaseException]) -> BaseException:

@@ -178,6 +178,34 @@ CAPABILITY_CHECKS = {
         [{}, {"mcpCapabilities": {}}, {"mcpCapabilities": {"http": True, "sse": False}}],
         {"mcpCapabilities": {"sse": True}},
     ),
+    # The session-setup checks again on the other methods that set a session up.
+    "additional directories on load": (
+        lambda r: r.load_session("s1", "/work", additional_directories=["/other"]),
+        "session/load",
+        [{"loadSession": True}, {"loadSession": True, "sessionCapabilities": {}}],
+        {"loadSession": True, "sessionCapabilities": {"additionalDirectories": {}}},
+    ),
+    "additional directories on resume": (
+        lambda r: r.resume_session("s1", "/work", additional_directories=["/other"]),
+        "session/resume",
+        [{"sessionCapabilities": {"resume": {}}}],
+        {"sessionCapabilities": {"resume": {}, "additionalDirectories": {}}},
+    ),
+    "http mcp server on load": (
+        lambda r: r.load_session("s1", "/work", mcp_servers=[HTTP]),
+        "session/load",
+        [{"loadSession": True}, {"loadSession": True, "mcpCapabilities": {"http": False, "sse": True}}],
+        {"loadSession": True, "mcpCapabilities": {"http": True}},
+    ),
+    "sse mcp server on resume": (
+        lambda r: r.resume_session("s1", "/work", mcp_servers=[SSE]),
+        "session/resume",
+        [
+            {"sessionCapabilities": {"resume": {}}},
+            {"sessionCapabilities": {"resume": {}}, "mcpCapabilities": {"http": True}},
+        ],
+        {"sessionCapabilities": {"resume": {}}, "mcpCapabilities": {"sse": True}},
+    ),
     "image content": (
         lambda r: r.prompt("s1", [IMAGE]),
         "session/prompt",

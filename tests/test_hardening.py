@@ -349,6 +349,7 @@ def assert_reply(raw: RawPeer, expected: Optional[Tuple[Any, Optional[int]]]) ->
     "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION",
     "ACP-V1-JSONRPC-RESPONSE-REQUIRED",
     "ACP-V1-JSONRPC-RESULT-XOR-ERROR",
+    "ACP-V1-JSONRPC-RESULT-ON-SUCCESS",
     "ACP-V1-JSONRPC-ERROR-CODE-INTEGER",
 )
 def test_an_agent_answers_every_mutated_message_as_json_rpc_says_and_keeps_going():
@@ -370,6 +371,7 @@ def test_an_agent_answers_every_mutated_message_as_json_rpc_says_and_keeps_going
     "ACP-V1-JSONRPC-VERSION-MEMBER",
     "ACP-V1-JSONRPC-ID-TYPE",
     "ACP-V1-JSONRPC-RESPONSE-ID-ECHO",
+    "ACP-V1-JSONRPC-RESPONSE-SAME-ID",
     "ACP-V1-JSONRPC-NO-REPLY-TO-NOTIFICATION",
     "ACP-V1-EXT-IGNORE-UNKNOWN-NOTIFICATIONS",
 )
@@ -752,6 +754,7 @@ def _too_deep() -> Any:
     return value
 
 
+@pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-REQUIRED")
 @pytest.mark.parametrize(
     "unencodable",
     [{"text": "\ud800"}, {"deep": _too_deep()}],

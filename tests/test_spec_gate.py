@@ -291,7 +291,7 @@ def test_may():
 THING = "def answer():\n    # the answer\n    return 42\n"
 
 
-def make_mutation_project(tmp_path, mutants):
+def make_mutation_project(tmp_path, mutants, paths=None):
     project = make_project(
         tmp_path, {"ACP-V1-MUST-SDK": {"status": "tested"}, "ACP-V1-MAY-SDK": {"status": "tested"}}, MUST_TESTS
     )
@@ -304,7 +304,19 @@ def make_mutation_project(tmp_path, mutants):
     (project / "acp_lite" / "__init__.py").write_text("")
     (project / "acp_lite" / "thing.py").write_text(THING)
     (project / "spec" / "mutants.json").write_text(json.dumps({"mutants": mutants}))
+    (project / "spec" / "paths.json").write_text(json.dumps(paths if paths is not None else path_of(mutants)))
     return project
+
+
+def path_of(mutants):
+    """spec/paths.json with one path of ACP-V1-MUST-SDK that the ``mutants`` break."""
+    entry = {
+        "path": "the answer",
+        "where": ["acp_lite/thing.py:answer"],
+        "tests": ["tests/test_it.py::test_must"],
+        "mutants": [m["name"] for m in mutants],
+    }
+    return {"ACP-V1-MUST-SDK": [entry]}
 
 
 def mutant(name, old, new):
@@ -348,6 +360,7 @@ def test_a_surviving_mutant_fails_the_run(tmp_path):
     result = mutate(project)
     assert result.returncode == 1
     assert "FAILED comment-only: survived" in result.stdout
+    assert "FAILED path ACP-V1-MUST-SDK path the answer: comment-only survived" in result.stdout
 
 
 @pytest.mark.timeout(60)
@@ -360,6 +373,48 @@ def test_the_catalogue_check_refuses_stale_snippets_and_requirements_without_a_m
     assert result.returncode == 1
     assert "moved: does not apply: its old text occurs 0 times in acp_lite/thing.py" in result.stdout
     assert "ACP-V1-MUST-SDK: a MUST-level sdk/shared requirement with no mutant" in result.stdout
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.slow
+def test_the_catalogue_check_refuses_a_path_without_a_mutant_and_a_mutant_on_no_path(tmp_path):
+    killed = mutant("off-by-one", "return 42", "return 41")
+    paths = path_of([killed])
+    paths["ACP-V1-MUST-SDK"].append(
+        {
+            "path": "a second way",
+            "where": ["acp_lite/thing.py:answer"],
+            "tests": ["tests/test_it.py::test_must"],
+            "mutants": [],
+        }
+    )
+    paths["ACP-V1-MUST-SDK"].append(
+        {
+            "path": "moved code",
+            "where": ["acp_lite/thing.py:gone"],
+            "tests": ["tests/test_it.py::test_may"],
+            "mutants": ["nope"],
+        }
+    )
+    project = make_mutation_project(tmp_path, [killed, mutant("stray", "return 42", "return 43")], paths)
+    result = mutate(project, "--check")
+    assert result.returncode == 1
+    problems = [
+        line for line in result.stdout.splitlines() if line.startswith("catalogue: ") and "problem(s)" not in line
+    ]
+    assert problems == [
+        "catalogue: ACP-V1-MUST-SDK path a second way: missing mutants",
+        "catalogue: ACP-V1-MUST-SDK path moved code: no such code acp_lite/thing.py:gone",
+        "catalogue: ACP-V1-MUST-SDK path moved code: tests not tagged with it: ['tests/test_it.py::test_may']",
+        "catalogue: ACP-V1-MUST-SDK path moved code: nope is no mutant of this requirement",
+        "catalogue: stray: on no path of ACP-V1-MUST-SDK in spec/paths.json",
+    ]
+    (project / "spec" / "paths.json").write_text("{}")
+    result = mutate(project, "--check")
+    assert (
+        "catalogue: ACP-V1-MUST-SDK: a MUST-level sdk/shared requirement with no path in spec/paths.json"
+        in result.stdout
+    )
 
 
 @pytest.mark.timeout(60)
