@@ -9,7 +9,10 @@ inline agents that misbehave in exactly one way.
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -349,6 +352,42 @@ def test_ctrl_c_while_the_tools_import_is_one_line_and_status_130():
         [test_cli.sys.executable, "-c", IMPORT_INTERRUPTED], capture_output=True, timeout=WAIT, env=test_cli.ENV
     )
     assert (done.returncode, done.stderr.decode()) == (130, "acp-lite: interrupted\n")
+
+
+# The child's sitecustomize (found through PYTHONPATH): its import of msgspec, which the package
+# imports first, says so and blocks, so that the Ctrl-C lands inside `import acp_lite`.
+BLOCKED_MSGSPEC = """
+import sys, time
+class BlockMsgspec:
+    def find_spec(self, name, path=None, target=None):
+        if name == "msgspec":
+            print("importing msgspec", flush=True)
+            time.sleep(60)
+sys.meta_path.insert(0, BlockMsgspec())
+"""
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_the_acp_lite_command_imports_the_package_is_one_line_and_status_130(tmp_path):
+    # The installed console script, from outside the source tree: a user's `acp-lite --version`.
+    script = Path(sys.executable).with_name("acp-lite")
+    if not script.exists():
+        pytest.skip("the acp-lite command is not installed (pip install -e .)")
+    (tmp_path / "sitecustomize.py").write_text(BLOCKED_MSGSPEC)
+    paths = [str(tmp_path), *filter(None, [test_cli.ENV.get("PYTHONPATH")])]
+    env = dict(test_cli.ENV, PYTHONPATH=os.pathsep.join(paths))
+    proc = subprocess.Popen(
+        [script, "--version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env
+    )
+    try:
+        assert proc.stdout.readline() == b"importing msgspec\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert (proc.returncode, out, err.decode()) == (130, b"", "acp-lite: interrupted\n")
 
 
 @pytest.mark.timeout(60)
