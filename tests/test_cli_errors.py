@@ -74,6 +74,31 @@ def test_a_bad_option_value_is_a_usage_error_before_the_agent_starts(tmp_path, a
     assert not marker.exists()  # the agent was never started
 
 
+# `python -m acp_lite` where matplotlib cannot be imported, whether or not it is installed.
+WITHOUT_MATPLOTLIB = (
+    "import runpy, sys; sys.modules['matplotlib'] = None; runpy.run_module('acp_lite', run_name='__main__')"
+)
+
+
+def test_a_png_plot_without_matplotlib_is_a_usage_error_before_the_agent_starts(tmp_path):
+    marker = tmp_path / "started"
+    agent = inline_agent(f"open({str(marker)!r}, 'w')")
+    chart = tmp_path / "chart.png"
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MATPLOTLIB, "bench", "--plot", str(chart), "--", *agent],
+        capture_output=True,
+        timeout=WAIT,
+        cwd=test_cli.REPO,
+        env=test_cli.ENV,
+    )
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert done.stderr.decode().splitlines()[-1] == (
+        f"acp-lite bench: error: argument --plot: {chart}: a PNG chart needs matplotlib (pip install matplotlib); "
+        f"without it, write SVG: --plot {tmp_path}/chart.svg"
+    )
+    assert not marker.exists() and not chart.exists()  # nothing started, nothing written
+
+
 def test_forgetting_the_double_dash_hints_where_the_agent_command_goes():
     status, _out, err = cli("check", "python", "agent.py")
     assert status == 2
