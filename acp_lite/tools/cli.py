@@ -443,6 +443,11 @@ def _bench_client(args: argparse.Namespace) -> int:
         finally:
             process.stop()
     else:
+        if sys.stdin.isatty():  # typed in a terminal: no editor is there to speak ACP on stdio
+            cli_error(
+                "bench --client: waiting for an editor's ACP messages on stdin: configure "
+                "`acp-lite bench --client` as an editor's agent command, or give a client program after '--'"
+            )
         serve_stdio(agent)
     report = {"turns": turns}
     return _bench_output(args, report, f"{len(turns)} turn(s) replayed")
