@@ -2,6 +2,7 @@
 was measured. (The figures themselves are tested in test_cli.py.)"""
 
 import io
+import json
 import os
 import signal
 
@@ -85,6 +86,14 @@ def test_bench_client_started_by_hand_on_a_terminal_says_what_it_waits_for(launc
     try:
         tool = launched("bench", "--client", stdin=slave)
         tool.wait_for("stderr", "waiting")
+        # Once it serves (it answered initialize), so that the Ctrl-C does not race its start:
+        # that race is not what this test is about.
+        os.write(
+            master,
+            json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}).encode()
+            + b"\n",
+        )
+        tool.wait_for("stdout", '"protocolVersion":1')
         tool.proc.send_signal(signal.SIGINT)
         assert tool.finish() == 130
     finally:
