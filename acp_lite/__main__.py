@@ -1,22 +1,13 @@
-"""``python -m acp_lite`` and the ``acp-lite`` command: the command-line tool (see
-``acp_lite.tools.cli``).
+"""``python -m acp_lite``: the ``acp-lite`` command (``acp_lite_cli``, beside the package).
 
-A Ctrl-C while the tools are still importing (seconds on a loaded machine) ends the command the
-way one later does: one line, exit status 130, no traceback.
+Python imports the package itself before this module, so a Ctrl-C during that first part of the
+import still ends in a traceback here; the rest (the tools) ends as with the ``acp-lite`` command:
+one line, exit status 130.
 """
 
 import sys
-from typing import Optional, Sequence
 
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    try:
-        from .tools.cli import main as cli_main
-    except KeyboardInterrupt:
-        sys.stderr.write("acp-lite: interrupted\n")
-        return 130
-    return cli_main(argv)
-
+from acp_lite_cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

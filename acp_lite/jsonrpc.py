@@ -143,6 +143,32 @@ def _read_leniently(text: bytes) -> Any:
         return None
 
 
+# A UTF-16 code unit of a surrogate pair, alone: in a str that json.loads read, only a lone one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_WHERE_LIMIT = 200  # characters of the JSON path an answer names (keys may be long)
+
+
+def _lone_surrogate(value: Any) -> Optional[str]:
+    """Where a value ``_read_leniently`` read holds a lone surrogate (valid JSON, but no Unicode
+    text: msgspec refuses it with a message about truncation or pairs), said for the peer, e.g.
+    ``$.params.path holds a lone surrogate (\\ud800)``; None when it holds none."""
+    pending: List[Tuple[str, Any]] = [("$", value)]
+    while pending:  # no recursion: json.loads accepted nesting deeper than the stack has left
+        path, item = pending.pop()
+        if isinstance(item, str):
+            found = _SURROGATE.search(item)
+            if found:
+                where = path if len(path) <= _WHERE_LIMIT else path[:_WHERE_LIMIT] + "..."
+                return f"{where} holds a lone surrogate (\\u{ord(found.group()):04x})"
+        elif isinstance(item, dict):
+            # The keys go on top, so they are checked before a path is named after them.
+            pending.extend((f"{path}.{key}", member) for key, member in item.items())
+            pending.extend((f"a key of {path}", key) for key in item)
+        elif isinstance(item, list):
+            pending.extend((f"{path}[{index}]", member) for index, member in enumerate(item))
+    return None
+
+
 def _decode_params(raw: Any, params_type: Any) -> Any:
     if raw is UNSET:
         return None if params_type is Any else _decode_payload(b"{}", params_type)
@@ -401,6 +427,9 @@ class RpcCore:
         if not text:
             return  # a blank line between messages
         readable = _read_leniently(text) if text[:1] == b"{" else None
+        # msgspec's message for a lone surrogate speaks of truncation or pairs: say what it is.
+        surrogate = _lone_surrogate(readable) if readable is not None else None
+        problem = f"{surrogate}, which is not Unicode: no text or file name can hold it" if surrogate else str(exc)
         if (
             isinstance(readable, dict)
             and isinstance(readable.get("method"), str)
@@ -408,13 +437,13 @@ class RpcCore:
         ):
             # Valid JSON that msgspec cannot decode (a lone surrogate such as "\ud800" in a
             # string): a request whose id is readable is answered with its id.
-            self._reject(readable["id"], f"valid JSON that cannot be decoded ({exc})", None, replies)
+            self._reject(readable["id"], f"valid JSON that cannot be decoded: {problem}", None, replies)
         elif text[:1] in (b"{", b"["):
             self.stats.parse_errors += 1
-            self._complain("parse", "%s: invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, exc)
-            replies.append(self.error_frame(None, ParseError(f"Parse error: {exc}")))
+            self._complain("parse", "%s: invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, problem)
+            replies.append(self.error_frame(None, ParseError(f"Parse error: {problem}")))
             # If it was the answer to one of our calls, its caller must not wait forever.
-            self._fail_call_answered_by(text, ParseError(f"the answer could not be read: {exc}"), items)
+            self._fail_call_answered_by(text, ParseError(f"the answer could not be read: {problem}"), items)
         else:
             self.stats.noise_lines += 1
             self._complain(

@@ -61,7 +61,18 @@ PATHS = SPEC_DIR / "paths.json"
 RESULTS = SPEC_DIR / "mutation.json"
 
 # What the tests need of the project (the scratch copy holds only these).
-COPIED = ("acp_lite", "tests", "spec", "examples", "schema", "bench", "pyproject.toml", "README.md", "docs")
+COPIED = (
+    "acp_lite",
+    "acp_lite_cli.py",
+    "tests",
+    "spec",
+    "examples",
+    "schema",
+    "bench",
+    "pyproject.toml",
+    "README.md",
+    "docs",
+)
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".venv", "node_modules", ".hypothesis")
 
 # Tests a mutant runs only when its "tests" name them: the official SDKs' interop runs take

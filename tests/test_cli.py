@@ -778,6 +778,17 @@ def test_bench_measures_an_agents_startup_round_trips_and_turns(tmp_path, allow)
     assert out.count("agent_message_chunk 31, tool_call 1") == 4
 
 
+@pytest.mark.timeout(60)
+def test_bench_plot_to_a_png_draws_it_with_matplotlib(tmp_path):
+    pytest.importorskip("matplotlib")  # without it, a usage error (test_cli_errors.py)
+    status, _out, err = cli("bench", "--pings", "3", "--plot", str(tmp_path / "chart.PNG"), "--", *BENCH_TARGET)
+    assert status == 0, err
+    png = (tmp_path / "chart.PNG").read_bytes()
+    # The PNG signature, then the IHDR chunk: the chart's size in pixels, as the SVG's.
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (960, 360)
+
+
 def test_bench_json_on_stdout_replaces_the_table():
     status, out, err = cli("bench", "--pings", "0", "--json", "-", "--", *MOCK_AGENT)
     assert status == 0, err

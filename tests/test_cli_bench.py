@@ -2,6 +2,7 @@
 was measured. (The figures themselves are tested in test_cli.py.)"""
 
 import io
+import json
 import os
 import signal
 
@@ -77,3 +78,29 @@ def test_the_progress_line_is_rewritten_in_place_on_a_terminal_and_absent_off_on
     progress.line("agent says hi")
     progress.clear()
     assert pipe.getvalue() == "agent says hi\n"
+
+
+@pytest.mark.timeout(60)
+def test_bench_client_started_by_hand_on_a_terminal_says_what_it_waits_for(launched):
+    master, slave = os.openpty()
+    try:
+        tool = launched("bench", "--client", stdin=slave)
+        tool.wait_for("stderr", "waiting")
+        # Once it serves (it answered initialize), so that the Ctrl-C does not race its start:
+        # that race is not what this test is about.
+        os.write(
+            master,
+            json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}).encode()
+            + b"\n",
+        )
+        tool.wait_for("stdout", '"protocolVersion":1')
+        tool.proc.send_signal(signal.SIGINT)
+        assert tool.finish() == 130
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert tool.seen["stderr"] == (
+        "acp-lite: bench --client: waiting for an editor's ACP messages on stdin: configure "
+        "`acp-lite bench --client` as an editor's agent command, or give a client program after '--'\n"
+        "acp-lite: interrupted\n"
+    )

@@ -9,7 +9,10 @@ inline agents that misbehave in exactly one way.
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +72,31 @@ def test_a_bad_option_value_is_a_usage_error_before_the_agent_starts(tmp_path, a
     assert (status, out) == (2, "")
     assert f"error: {message}" in err.splitlines()[-1], err
     assert not marker.exists()  # the agent was never started
+
+
+# `python -m acp_lite` where matplotlib cannot be imported, whether or not it is installed.
+WITHOUT_MATPLOTLIB = (
+    "import runpy, sys; sys.modules['matplotlib'] = None; runpy.run_module('acp_lite', run_name='__main__')"
+)
+
+
+def test_a_png_plot_without_matplotlib_is_a_usage_error_before_the_agent_starts(tmp_path):
+    marker = tmp_path / "started"
+    agent = inline_agent(f"open({str(marker)!r}, 'w')")
+    chart = tmp_path / "chart.png"
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MATPLOTLIB, "bench", "--plot", str(chart), "--", *agent],
+        capture_output=True,
+        timeout=WAIT,
+        cwd=test_cli.REPO,
+        env=test_cli.ENV,
+    )
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert done.stderr.decode().splitlines()[-1] == (
+        f"acp-lite bench: error: argument --plot: {chart}: a PNG chart needs matplotlib (pip install matplotlib); "
+        f"without it, write SVG: --plot {tmp_path}/chart.svg"
+    )
+    assert not marker.exists() and not chart.exists()  # nothing started, nothing written
 
 
 def test_forgetting_the_double_dash_hints_where_the_agent_command_goes():
@@ -320,7 +348,10 @@ def test_run_without_a_tty_or_yes_offers_and_serves_no_writes_and_no_terminals(t
     assert json.loads(out) == [False, False, -32601, -32601]
     assert os.listdir(tmp_path) == []
     assert f"[fs] write {tmp_path}/x: refused (not served without a terminal; --yes serves it)\n" in err
-    assert "[terminal] touch " in err and err.count("refused (not served without a terminal; --yes serves it)") == 2
+    assert (
+        f"[terminal] in {tmp_path}: touch {tmp_path}/y: refused (not served without a terminal; --yes serves it)\n"
+        in err
+    )
 
 
 # -- no traceback, ever ------------------------------------------------------------------------------
@@ -349,6 +380,42 @@ def test_ctrl_c_while_the_tools_import_is_one_line_and_status_130():
         [test_cli.sys.executable, "-c", IMPORT_INTERRUPTED], capture_output=True, timeout=WAIT, env=test_cli.ENV
     )
     assert (done.returncode, done.stderr.decode()) == (130, "acp-lite: interrupted\n")
+
+
+# The child's sitecustomize (found through PYTHONPATH): its import of msgspec, which the package
+# imports first, says so and blocks, so that the Ctrl-C lands inside `import acp_lite`.
+BLOCKED_MSGSPEC = """
+import sys, time
+class BlockMsgspec:
+    def find_spec(self, name, path=None, target=None):
+        if name == "msgspec":
+            print("importing msgspec", flush=True)
+            time.sleep(60)
+sys.meta_path.insert(0, BlockMsgspec())
+"""
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_the_acp_lite_command_imports_the_package_is_one_line_and_status_130(tmp_path):
+    # The installed console script, from outside the source tree: a user's `acp-lite --version`.
+    script = Path(sys.executable).with_name("acp-lite")
+    if not script.exists():
+        pytest.skip("the acp-lite command is not installed (pip install -e .)")
+    (tmp_path / "sitecustomize.py").write_text(BLOCKED_MSGSPEC)
+    paths = [str(tmp_path), *filter(None, [test_cli.ENV.get("PYTHONPATH")])]
+    env = dict(test_cli.ENV, PYTHONPATH=os.pathsep.join(paths))
+    proc = subprocess.Popen(
+        [script, "--version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env
+    )
+    try:
+        assert proc.stdout.readline() == b"importing msgspec\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert (proc.returncode, out, err.decode()) == (130, b"", "acp-lite: interrupted\n")
 
 
 @pytest.mark.timeout(60)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 from conftest import REPO
-from test_cli import CLI, ENV, WAIT, Launched, cli, inline_agent
+from test_cli import CLI, ENV, RAW_AGENT_HELPERS, WAIT, Launched, cli, inline_agent
 
 from acp_lite.tools.run_view import Style
 
@@ -147,6 +147,46 @@ def test_the_agents_stderr_is_marked_apart_from_its_answer():
     assert out == "prompt was: hello\n"
     assert "[stderr] debug: ready\n" in err
     assert "\033[" not in err  # no colour off a terminal
+
+
+# Asks for one terminal that sets variables, one of which would run its own code through any bash
+# (BASH_ENV), and answers the prompt once the terminal's answer has come.
+TERMINAL_AGENT = (
+    RAW_AGENT_HELPERS
+    + """
+    for line in sys.stdin:
+        message = json.loads(line)
+        method = message.get("method")
+        if method == "initialize":
+            send({"id": message["id"], "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+        elif method == "session/new":
+            send({"id": message["id"], "result": {"sessionId": "s1"}})
+        elif method == "session/prompt":
+            env = [{"name": "RUST_LOG", "value": "debug info"}, {"name": "BASH_ENV", "value": "/tmp/evil.sh"}]
+            params = {"sessionId": "s1", "command": "true", "args": ["a b"], "env": env}
+            send({"id": 0, "method": "terminal/create", "params": params})
+            reply_to(0)
+            send({"id": message["id"], "result": {"stopReason": "end_turn"}})
+"""
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("served", [True, False], ids=["with-yes", "unattended"])
+def test_a_terminal_request_shows_its_directory_and_variables_not_the_command_line_alone(tmp_path, served):
+    status, _out, err = cli(
+        "run",
+        *(["--yes"] if served else []),
+        "--cwd",
+        str(tmp_path),
+        "--",
+        *inline_agent(TERMINAL_AGENT),
+        stdin=b"go\n",
+    )
+    assert status == 0, err
+    shown = f"[terminal] in {tmp_path}: RUST_LOG='debug info' true 'a b'  (dropped: BASH_ENV)"
+    refused = ": refused (not served without a terminal; --yes serves it)"
+    assert f"{shown}\n" in err if served else f"{shown}{refused}\n" in err, err
 
 
 class Tmux:

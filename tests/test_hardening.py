@@ -537,7 +537,10 @@ def test_a_request_with_a_lone_surrogate_is_refused_with_its_id_when_the_id_is_r
                 except UnicodeEncodeError:
                     readable = False
             raw.send_bytes(line + b"\n")
-            assert_reply(raw, (request_id, -32600) if readable else (None, -32700))
+            reply = assert_reply(raw, (request_id, -32600) if readable else (None, -32700))
+            # Either way the message says where the surrogate is, not msgspec's "truncated".
+            assert " holds a lone surrogate (\\u" in reply["error"]["message"], reply
+            assert reply["error"]["message"].endswith(", which is not Unicode: no text or file name can hold it")
 
         exchange()
 

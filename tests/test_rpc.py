@@ -307,14 +307,28 @@ class PathParams(msgspec.Struct):
 
 @pytest.mark.req("ACP-V1-JSONRPC-RESPONSE-ID-ECHO")
 @pytest.mark.parametrize(
-    "line",
+    "line, where",
     [
-        rb'{"jsonrpc":"2.0","id":5,"method":"x/typed","params":{"path":"\ud800"}}',  # typed params
-        rb'{"jsonrpc":"2.0","id":5,"method":"x/any","params":{"path":"a\udc00b"}}',  # untyped params
-        rb'{"jsonrpc":"2.0","method":"x/\ud800","params":{},"id":5}',  # in the method, id last
+        # typed params
+        (
+            rb'{"jsonrpc":"2.0","id":5,"method":"x/typed","params":{"path":"\ud800"}}',
+            r"$.params.path holds a lone surrogate (\ud800)",
+        ),
+        # untyped params
+        (
+            rb'{"jsonrpc":"2.0","id":5,"method":"x/any","params":{"path":"a\udc00b"}}',
+            r"$.params.path holds a lone surrogate (\udc00)",
+        ),
+        # in the method, id last
+        (rb'{"jsonrpc":"2.0","method":"x/\ud800","params":{},"id":5}', r"$.method holds a lone surrogate (\ud800)"),
+        # in a key
+        (
+            rb'{"jsonrpc":"2.0","id":5,"method":"x/any","params":{"\udfff":1}}',
+            r"a key of $.params holds a lone surrogate (\udfff)",
+        ),
     ],
 )
-def test_valid_json_that_cannot_be_decoded_is_answered_with_its_id(pair, line):
+def test_valid_json_that_cannot_be_decoded_is_answered_with_its_id(pair, line, where):
     # A lone surrogate is valid JSON (an escape of any code unit), but no UTF-8 string.
     connection, peer = pair
     connection.on_request("x/typed", lambda params, ctx: "ran", PathParams)
@@ -323,7 +337,8 @@ def test_valid_json_that_cannot_be_decoded_is_answered_with_its_id(pair, line):
     peer.write(line + b"\n")
     reply = peer.recv()
     assert reply["id"] == 5 and reply["error"]["code"] == -32600
-    assert reply["error"]["message"].startswith("Invalid request: valid JSON that cannot be decoded")
+    said = f"Invalid request: valid JSON that cannot be decoded: {where}, which is not Unicode"
+    assert reply["error"]["message"] == said + ": no text or file name can hold it"
     peer.ping()  # and the connection reads on
 
 

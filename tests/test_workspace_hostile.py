@@ -428,3 +428,23 @@ def test_a_path_too_long_for_the_file_system_is_invalid_params_with_a_short_mess
     params = {"content": "x"} if method == "fs/write_text_file" else {}
     error = editor.error(method, path=f"{root}/{'a' * 5000}", **params)
     assert error["code"] == -32602 and "the path is too long" in error["message"] and len(error["message"]) < 400
+
+
+@pytest.mark.parametrize(
+    "name, surrogate",
+    # A lone surrogate; an overlong `..` (bytes C0 AE C0 AE), as surrogateescape decodes it.
+    [("\ud800", "\\ud800"), (os.fsdecode(b"\xc0\xae\xc0\xae"), "\\udcc0")],
+    ids=["lone-surrogate", "surrogateescape-overlong-dot-dot"],
+)
+@pytest.mark.parametrize("method", ["fs/read_text_file", "fs/write_text_file"])
+def test_a_path_that_is_not_unicode_is_an_invalid_request_that_says_where_and_why(
+    editor, root, method, name, surrogate
+):
+    params = {"content": "x"} if method == "fs/write_text_file" else {}
+    error = editor.error(method, path=f"{root}/{name}/notes.txt", **params)  # json.dumps escapes it: \ud800
+    assert error == {
+        "code": -32600,
+        "message": f"Invalid request: valid JSON that cannot be decoded: $.params.path holds a lone surrogate "
+        f"({surrogate}), which is not Unicode: no text or file name can hold it",
+    }
+    assert os.listdir(root) == ["src"]

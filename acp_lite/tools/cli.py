@@ -44,8 +44,8 @@ from ..agent import serve_stdio
 from ..errors import AgentStartError, ConnectionClosed
 from ..process import AgentProcess
 from ..wire import process_transport
-from .argtypes import existing_directory, positive_seconds, writable_file, writable_file_or_stdout
-from .bench_plot import agent_report_svg
+from .argtypes import existing_directory, positive_seconds, writable_file_or_stdout
+from .bench_plot import agent_report_chart, plot_file
 from .benchmark import (
     AgentFailed,
     BenchProgress,
@@ -301,9 +301,10 @@ def _configure_bench(parser: argparse.ArgumentParser) -> None:
     agent.add_argument("--auth-method", metavar="ID", help="authenticate with this method after initialize")
     agent.add_argument(
         "--plot",
-        type=writable_file,
+        type=plot_file,
         metavar="FILE",
-        help="also draw the turns' update rates and the latency distribution, as SVG, to FILE",
+        help="also draw the turns' update rates and the latency distribution to FILE: SVG, or PNG for a .png "
+        "(needs matplotlib)",
     )
     client = parser.add_argument_group("measuring a client (--client)")
     client.add_argument(
@@ -386,13 +387,15 @@ def _bench_output(args: argparse.Namespace, report: Dict[str, Any], table: str) 
         print(json.dumps(report))  # one line, for pipes
     else:
         print(table, file=sys.stderr if args.client else sys.stdout, flush=True)
-    files = [(args.json, lambda: json.dumps(report, indent=2) + "\n")] if args.json and args.json != "-" else []
+    files: List[Tuple[str, Callable[[], bytes]]] = []
+    if args.json and args.json != "-":
+        files.append((args.json, lambda: (json.dumps(report, indent=2) + "\n").encode()))
     if getattr(args, "plot", None) and not args.client:
-        files.append((args.plot, lambda: agent_report_svg(report)))
-    for path, text in files:
+        files.append((args.plot, lambda: agent_report_chart(report, args.plot)))
+    for path, content in files:
         try:  # checked before the run (argtypes), yet the disk may have filled up since
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text())
+            with open(path, "wb") as f:
+                f.write(content())
         except OSError as exc:
             cli_error(f"cannot write {path}: {exc.strerror or exc}")
             return 1
@@ -440,6 +443,11 @@ def _bench_client(args: argparse.Namespace) -> int:
         finally:
             process.stop()
     else:
+        if sys.stdin.isatty():  # typed in a terminal: no editor is there to speak ACP on stdio
+            cli_error(
+                "bench --client: waiting for an editor's ACP messages on stdin: configure "
+                "`acp-lite bench --client` as an editor's agent command, or give a client program after '--'"
+            )
         serve_stdio(agent)
     report = {"turns": turns}
     return _bench_output(args, report, f"{len(turns)} turn(s) replayed")

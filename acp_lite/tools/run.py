@@ -232,7 +232,9 @@ class _TerminalClient(WorkspaceClient):
         return super().write_text_file(params)
 
     def create_terminal(self, params: CreateTerminalRequest) -> Any:
-        self._refuse_unless_served(f"[terminal] {' '.join([params.command, *(params.args or ())])}", "terminal/create")
+        # What will run, not the command line alone: the directory, and the variables the agent
+        # sets (those that would run its code through a harmless command are named as dropped).
+        self._refuse_unless_served(f"[terminal] {self.describe_terminal(params)}", "terminal/create")
         return super().create_terminal(params)
 
     def _refuse_unless_served(self, what: str, method: str) -> None:
