@@ -40,7 +40,10 @@ this module decides what the answer is. Rules it keeps:
   ``backed_up``): a peer that stops reading stops answers being built. A wait ends, the answer
   unbuilt, when the request is cancelled (-32800) or the connection closes (dropped). A request
   holding room never waits for more (two such could wait for each other): the rare answer
-  larger than its reservation (a file that grew) takes the difference at once.
+  larger than its reservation (a file that grew) takes the difference at once. The answers of
+  unfinished batches, which wait for their batch's last one, hold at most ``max_message_size``
+  bytes together (so a batch's answer fits in a message); one that would take more is replaced by
+  its refusal (-32603, naming the size), never waits.
 """
 
 import logging
@@ -226,6 +229,7 @@ class Answering:
         # The answer budget: what the largest message may take, and the bytes held in it.
         self._limit = transport.max_message_size
         self._held = 0
+        self._batched = 0  # bytes of the answers of unfinished batches (see _add_to_batch)
         self._room = threading.Condition(threading.Lock())
         # The connection's JSON-RPC core, set by the connection once made: the core builds its
         # contexts with make_context, so it cannot be made first.
@@ -261,9 +265,11 @@ class Answering:
             if len(frame) > self._limit:  # a result whose size could not be told before encoding it
                 frame = self.core.error_frame(ctx.id, self._too_large(ctx.method, len(frame)))
             # In a batch, the batch's answer goes out once its last request is answered.
-            whole = frame if ctx._batch is None else ctx._batch.add(frame)
+            whole = frame if ctx._batch is None else self._add_to_batch(ctx, frame)
             if whole is not None:
                 self._send_frame(whole)
+                if ctx._batch is not None:
+                    self._unbatch(ctx._batch.size)
                 if held:
                     self._wait_written()
         finally:
@@ -282,6 +288,29 @@ class Answering:
                 ctx._reserved += size
                 return
         self._give_back(size)  # answered meanwhile (cancelled, refused by a close): nothing to hold
+
+    def _add_to_batch(self, ctx: RequestContext, frame: bytes) -> Optional[bytes]:
+        # The answers of unfinished batches wait for their batch's last one: what they hold
+        # together stays within max_message_size (so does a batch's answer, one message), and one
+        # that would not fit is replaced by its refusal. They never wait for room: the answer
+        # they would wait for may be their own batch's.
+        assert ctx._batch is not None
+        with self._room:
+            if self._batched + len(frame) > self._limit:
+                frame = self.core.error_frame(
+                    ctx.id,
+                    InternalError(
+                        f"the answer to {ctx.method} would take {len(frame)} bytes, over what the answers of this "
+                        f"connection's unfinished batches may hold together ({self._limit} bytes)"
+                    ),
+                )
+            self._batched += len(frame)
+        return ctx._batch.add(frame)
+
+    def _unbatch(self, size: int) -> None:
+        # A batch's answer is sent: its answers' bytes are no longer held.
+        with self._room:
+            self._batched -= size
 
     def _too_large(self, method: str, size: int) -> InternalError:
         return InternalError(

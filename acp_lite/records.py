@@ -47,10 +47,12 @@ class BatchReply:
         self._lock = lock
         self._parts: List[bytes] = []
         self._expected: Optional[int] = None
+        self.size = 0  # bytes of the answers added
 
     def add(self, response: bytes) -> Optional[bytes]:
         with self._lock:
             self._parts.append(response)
+            self.size += len(response)
             return self._complete()
 
     def seal(self, expected: int) -> Optional[bytes]:

@@ -114,6 +114,41 @@ def test_concurrent_terminal_outputs_the_agent_does_not_read_hold_at_most_the_bu
         assert all(answer.get("result", {}).get("output") == "\0" * NULS for answer in answers)
 
 
+def test_the_answers_of_a_batch_hold_at_most_the_message_limit_together(root):
+    # Each answer fits in a message alone (900 KiB); a batch's answer is one message, and its
+    # answers wait for its last one: the second and third are refused, naming the size, and the
+    # batch is answered as one array within the limit. The connection goes on.
+    (root / "zeros.txt").write_bytes(b"\0" * NULS)
+    (root / "notes.txt").write_text("mine")
+    path = str(root / "zeros.txt")
+    with editor_for(root, max_message_size=LIMIT) as editor:
+        batch = [
+            {
+                "jsonrpc": "2.0",
+                "id": f"b{i}",
+                "method": "fs/read_text_file",
+                "params": {"sessionId": SESSION, "path": path},
+            }
+            for i in range(3)
+        ]
+        editor.raw.send_bytes(json.dumps(batch).encode() + b"\n")
+        frame = editor.raw.recv_line(PATIENCE)
+        assert frame is not None and len(frame) <= LIMIT
+        answers = {answer["id"]: answer for answer in json.loads(frame)}
+        assert sorted(answers) == ["b0", "b1", "b2"]
+        results = [answer for answer in answers.values() if "result" in answer]
+        refused = [answer["error"] for answer in answers.values() if "error" in answer]
+        assert len(results) == 1 and results[0]["result"]["content"] == "\0" * NULS
+        assert len(refused) == 2
+        for error in refused:
+            assert error["code"] == INTERNAL_ERROR
+            assert "over what the answers of this connection's unfinished batches may hold together" in error["message"]
+        assert editor.result("fs/read_text_file", path=str(root / "notes.txt"))["content"] == "mine"
+        # What they held is given back: a batch of one such read fits again.
+        editor.raw.send_bytes(json.dumps(batch[:1]).encode() + b"\n")
+        assert "result" in json.loads(editor.raw.recv_line(PATIENCE))[0]
+
+
 def test_a_read_waiting_for_room_is_cancelled_unread(root):
     (root / "zeros.txt").write_bytes(b"\0" * NULS)
     path = str(root / "zeros.txt")
