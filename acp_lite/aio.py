@@ -6,13 +6,17 @@ part. Rules it keeps:
 - A handler (of ``Agent`` or ``Client``) that returns a coroutine, an ``async def`` handler, has
   it run to its end as a task on an event loop: the one the application passed (``loop=``), else
   the process's own loop, run by the thread ``acp-asyncio``, started on first use and stopped at
-  exit. The thread that called the handler (a worker, the delivery thread, the host's) waits for
-  the task and goes on with what it returned or raised, as with a sync handler: ordering, the
-  handler limit, error answers and capability rules do not change.
+  exit. Where the runtime has something to do after the handler (a prompt turn's end, a
+  notification's turn, the checks of a result) the thread that called it (a worker, the
+  delivery thread, the host's) waits for the task (``run_to_end``) and goes on with what it
+  returned or raised, as with a sync handler. Where the answer is all that is left (an extension
+  method, a plain request of a ``Client``) it does not wait: the task's future (``start``) is
+  answered once it completes, and keeps its handler place until then, so concurrent requests'
+  tasks overlap while ordering, the handler limit, error answers and capability rules stay.
 - A request's ``CancelToken`` cancels the task (``CancelledError`` at its ``await``); a task that
-  ends cancelled raises ``RequestCancelled`` where the handler was called, so the request answers
-  as cancelled (a prompt turn: ``cancelled``). The waiting thread goes on only once the task has
-  ended, so nothing the task sends follows the answer.
+  ends cancelled raises ``RequestCancelled`` (where the handler was called, or through its
+  future), so the request answers as cancelled (a prompt turn: ``cancelled``). The answer goes
+  only once the task has ended, so nothing the task sends follows it.
 - A task runs in a copy of the context of the thread that called the handler (``contextvars``),
   so it belongs to the prompt turn that thread runs.
 - A thread never waits for a task on the loop it runs itself (``UsageError``): it would wait
@@ -32,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, List, Optional, Type
 
 from .answering import CancelToken
 from .errors import RequestCancelled, UsageError
+from .outcomes import HandlerTask
 
 if TYPE_CHECKING:
     import asyncio
@@ -42,7 +47,16 @@ if TYPE_CHECKING:
 else:
     EventLoop = object  # the annotations' name for an event loop, without importing asyncio
 
-__all__ = ["LOOP_THREAD_NAME", "EventLoop", "awaitable", "default_loop", "result_of", "run_to_end", "stop_default_loop"]
+__all__ = [
+    "LOOP_THREAD_NAME",
+    "EventLoop",
+    "awaitable",
+    "default_loop",
+    "result_of",
+    "run_to_end",
+    "start",
+    "stop_default_loop",
+]
 
 Returned = TypeVar("Returned")
 Handle = TypeVar("Handle")
@@ -113,12 +127,41 @@ def stop_default_loop() -> None:
         running.stop()
 
 
+def start(
+    coroutine: Coroutine[Any, Any, Returned], loop: "Optional[EventLoop]", token: Optional[CancelToken]
+) -> "HandlerTask":
+    """Run ``coroutine`` as a task on ``loop`` (None: the default loop), in a copy of this
+    thread's context; the returned future gets what it returns or raises (``RequestCancelled`` if
+    it ended cancelled). ``token`` cancels the task."""
+    import asyncio
+
+    target = loop if loop is not None else default_loop()
+    started: List[asyncio.Task[Returned]] = []
+
+    def begin() -> None:  # on the loop, in a copy of the caller's context
+        task = target.create_task(coroutine)
+        started.append(task)
+        task.add_done_callback(lambda done: _copy_outcome(done, outcome))
+
+    def cancel() -> None:  # on the loop, after begin(): callbacks run in the order they were added
+        started[0].cancel()
+
+    outcome = HandlerTask(lambda: _call_soon(target, cancel))
+    try:
+        target.call_soon_threadsafe(begin)
+    except RuntimeError:  # the loop is closed
+        coroutine.close()
+        raise UsageError("the event loop for coroutine handlers is closed") from None
+    if token is not None:
+        token.add_callback(outcome.cancel_task)
+    return outcome
+
+
 def run_to_end(
     coroutine: Coroutine[Any, Any, Returned], loop: "Optional[EventLoop]", token: Optional[CancelToken]
 ) -> Returned:
-    """Run ``coroutine`` as a task on ``loop`` (None: the default loop) and wait for its end;
-    ``token`` cancels the task. Returns what it returned, raises what it raised, and
-    ``RequestCancelled`` if it ended cancelled."""
+    """Run ``coroutine`` as ``start`` does and wait for its end on this thread: returns what it
+    returned, raises what it raised, and ``RequestCancelled`` if it ended cancelled."""
     import asyncio
 
     target = loop if loop is not None else default_loop()
@@ -132,29 +175,12 @@ def run_to_end(
             "a coroutine handler was called on its event loop's own thread, which cannot wait for it: "
             "serve the connection from another thread than the loop's"
         )
-    outcome: Future[Returned] = Future()
-    started: List[asyncio.Task[Returned]] = []
-
-    def start() -> None:  # on the loop, in a copy of the caller's context
-        task = target.create_task(coroutine)
-        started.append(task)
-        task.add_done_callback(lambda done: _copy_outcome(done, outcome))
-
-    def cancel() -> None:  # on the loop, after start(): callbacks run in the order they were added
-        started[0].cancel()
-
-    try:
-        target.call_soon_threadsafe(start)
-    except RuntimeError:  # the loop is closed
-        coroutine.close()
-        raise UsageError("the event loop for coroutine handlers is closed") from None
-    if token is not None:
-        token.add_callback(lambda: _call_soon(target, cancel))
+    outcome = start(coroutine, target, token)
     try:
         return outcome.result()
     except BaseException:
         if not outcome.done():  # the wait itself was interrupted (Ctrl-C on the main thread)
-            _call_soon(target, cancel)  # its task must not run on with nobody waiting for it
+            outcome.cancel_task()  # its task must not run on with nobody waiting for it
         raise
 
 

@@ -47,6 +47,7 @@ this module decides what the answer is. Rules it keeps:
 """
 
 import logging
+import sys
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional
@@ -54,6 +55,7 @@ from typing import Any, Callable, List, Optional
 from .error_rules import error_for
 from .errors import AcpError, InternalError, RequestCancelled
 from .jsonrpc import RpcCore
+from .outcomes import HandlerTask
 from .outgoing import answer_text_size
 from .records import BatchReply, Route
 from .transport import MessageTransport
@@ -205,8 +207,8 @@ class Answering:
     requests; ``send_frame`` writes an answer, dropping it once the connection is closed;
     ``transport`` (its limit, whether it is backed up, its flush) bounds the answers; ``closed()``
     tells when the connection has closed, which ends the waits for room; ``host_thread`` (host
-    mode) is the thread that never waits, for room or for a write: its answers are bounded by
-    what the transport lets it leave to its flusher instead.
+    mode) is the thread that never waits, for room or for a write (nor does an event loop's):
+    its answers are bounded by what the transport lets it leave to its flusher instead.
     """
 
     def __init__(
@@ -321,7 +323,7 @@ class Answering:
     def _wait_for_room(self, size: int, give_up: Callable[[], bool]) -> bool:
         # Hold ``size`` bytes once they fit beside what is held (alone, anything fits) and the
         # peer reads; False, holding nothing, once give_up() is true.
-        waits = threading.get_ident() != self._host_thread
+        waits = self._may_wait()
         with self._room:
             while waits and ((self._held and self._held + size > self._limit) or self._transport.backed_up):
                 if give_up():
@@ -329,6 +331,20 @@ class Answering:
                 self._room.wait(_ROOM_POLL_SECONDS)
             self._held += size
         return True
+
+    def _may_wait(self) -> bool:
+        # Neither the host thread (its UI) nor an event loop's (a coroutine handler's task
+        # answers there once it completes) waits for room or for a write: both would freeze.
+        if threading.get_ident() == self._host_thread:
+            return False
+        asyncio = sys.modules.get("asyncio")  # (never imported here: only a loop's user has it)
+        if asyncio is None:
+            return True
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return True
+        return False
 
     def _hold(self, size: int) -> None:
         with self._room:
@@ -342,8 +358,8 @@ class Answering:
     def _wait_written(self) -> None:
         # A large answer's room is given back once it is written: one waiting in the transport's
         # backlog still holds its bytes. Not past the connection's close (a peer that does not
-        # read keeps the write pending). Nor on the host thread, which never waits.
-        if threading.get_ident() == self._host_thread:
+        # read keeps the write pending). Nor where nothing may wait (see _may_wait).
+        if not self._may_wait():
             return
         while not self._transport.flush(_ROOM_POLL_SECONDS):
             if self._closed():
@@ -376,10 +392,12 @@ class Answering:
         for ctx in waiting:
             self.refuse_to_start(ctx)
 
-    def run_handler(self, ctx: RequestContext) -> None:
+    def run_handler(self, ctx: RequestContext) -> Optional[HandlerTask]:
         """Run the request's handler on this thread and answer with what it returns or raises
         (a ``Future``: once it completes). A ``BaseException`` that is no ``Exception`` is
-        answered, then raised on."""
+        answered, then raised on. Returns the coroutine handler's task when the handler returned
+        one (``outcomes.HandlerTask``): the handler runs on until it completes, and keeps its
+        place among those that may run at once until then."""
         route, params = ctx._route, ctx._params
         ctx._route = ctx._params = None
         assert route is not None
@@ -393,13 +411,14 @@ class Answering:
             self._answer_exception(ctx, exc)
             if not isinstance(exc, Exception):
                 raise
-            return
+            return None
         _serving.ctx = None
         if isinstance(result, Future):
             ctx.cancel_token.add_callback(result.cancel)
             result.add_done_callback(lambda f: self._answer_future(ctx, f))
-        else:
-            self.answer(ctx, result, None)
+            return result if isinstance(result, HandlerTask) else None
+        self.answer(ctx, result, None)
+        return None
 
     def _answer_future(self, ctx: RequestContext, future: Future) -> None:
         if future.cancelled():

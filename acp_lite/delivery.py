@@ -29,6 +29,7 @@ import itertools
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from typing import Any, Callable, Deque, List, Optional, Protocol, Sequence, Tuple, Union
 
 Callback = Tuple[Callable[[Any], Any], Any]
@@ -259,8 +260,10 @@ class WorkerPool:
     At most ``HANDLER_LIMIT`` handlers run at once; the next ones wait, in submission order, for
     one of them to end. A worker is started only for a task that may run now, when no worker is
     idle, so that a burst of requests, or a peer that does not read the answers its requests'
-    handlers block in, costs at most that many threads. The reading, handed on (``hand_off``),
-    is not a handler: it never waits. Workers exit after a while idle.
+    handlers block in, costs at most that many threads. A handler that returns a ``Future`` (a
+    coroutine handler's task, which runs on the event loop) keeps its place until the future
+    completes, without its thread: the limit counts handlers, not threads. The reading, handed
+    on (``hand_off``), is not a handler: it never waits. Workers exit after a while idle.
     """
 
     def __init__(self, name: str, logger: logging.Logger):
@@ -273,6 +276,7 @@ class WorkerPool:
         self._tasks: Deque[Callback] = collections.deque()  # handlers waiting for a worker
         self._handed: Deque[Callback] = collections.deque()  # the reading, waiting for a worker
         self._running = 0  # handlers running, on workers or on threads that claimed a place
+        self._tasks_held = 0  # of them, the places kept by futures (release_when_done)
         self._idle = 0  # workers waiting for a task
         self._starting = 0  # workers started that have not looked for a task yet
         self._threads: List[threading.Thread] = []
@@ -303,6 +307,21 @@ class WorkerPool:
         with self._lock:
             self._running -= 1
             self._start_worker()
+
+    def release_when_done(self, future: Future) -> None:
+        """Give back a place taken by ``claim()`` (or a worker's handler) once ``future``
+        completes: the handler's task runs on after it returned."""
+        with self._lock:
+            self._tasks_held += 1
+        future.add_done_callback(self._release_task)
+
+    def _release_task(self, _: Future) -> None:
+        with self._lock:
+            self._tasks_held -= 1
+            self._running -= 1
+            self._start_worker()
+            if not self._tasks_held:
+                self._cond.notify_all()  # (join waits for them)
 
     def _add(self, tasks: Deque[Callback], fn: Callable[[Any], Any], arg: Any) -> bool:
         with self._lock:
@@ -361,9 +380,13 @@ class WorkerPool:
                     self._threads.remove(me)
                     return
             try:
-                fn(arg)
+                task = fn(arg)
             except Exception:
                 self._logger.exception("request handler wrapper failed")
+            else:
+                if handler and isinstance(task, Future):
+                    handler = False  # its place is kept until the task completes
+                    self.release_when_done(task)
 
     def shutdown(self) -> None:
         """Refuse new tasks; idle workers exit, busy ones after their task (and the queued ones)."""
@@ -372,8 +395,13 @@ class WorkerPool:
             self._cond.notify_all()
 
     def join(self, deadline: float) -> None:
+        """Wait until ``deadline`` for the workers to end, and for the handlers' tasks that keep
+        a place (``release_when_done``) to complete."""
         me = threading.current_thread()
         with self._lock:
             threads = [t for t in self._threads if t is not me]
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            while self._tasks_held and time.monotonic() < deadline:
+                self._cond.wait(deadline - time.monotonic())

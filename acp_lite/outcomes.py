@@ -6,6 +6,8 @@ and v2 share one copy. Rules it keeps:
 - Settle once: the first outcome stays; settling a future that was cancelled (or settled)
   meanwhile is no error and changes nothing.
 - ``Answer`` is the outcome of one blocking call, for the one thread that waits for it.
+- ``HandlerTask`` is the outcome of a coroutine handler's task, which runs on after its handler
+  returned it: the request is answered, and its handler place given back, once it completes.
 """
 
 import threading
@@ -31,6 +33,17 @@ def settle_from(target: Future, source: Future) -> None:
     else:
         error = source.exception()
         settle(target, None if error is not None else source.result(), error)
+
+
+class HandlerTask(Future):
+    """The outcome of a coroutine handler's task (see ``aio.start``). Running from the start, so
+    ``cancel()`` changes nothing: ``cancel_task()`` cancels the task, which then ends the future
+    with its outcome (``RequestCancelled`` if it ended cancelled)."""
+
+    def __init__(self, cancel_task: Any) -> None:
+        super().__init__()
+        self.set_running_or_notify_cancel()
+        self.cancel_task = cancel_task
 
 
 class Answer:

@@ -25,7 +25,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 from types import CoroutineType
 from typing import Any, Awaitable, Callable, Dict, Mapping, NamedTuple, Optional, TypeVar, Union
 
-from .aio import EventLoop, run_to_end
+from .aio import EventLoop, run_to_end, start
 from .answering import CancelToken, RequestContext
 from .error_rules import describe_failure
 from .errors import MethodNotFound, UsageError
@@ -122,6 +122,16 @@ def completed(result: Any, loop: "Optional[EventLoop]", token: Optional[CancelTo
     return result
 
 
+def answered_later(result: Any, loop: "Optional[EventLoop]", token: Optional[CancelToken] = None) -> Any:
+    """``result``, what a request handler returned, to answer with; when it is a coroutine (an
+    ``async def`` handler), the future of its task, started on ``loop`` (None: the process's
+    default loop) and cancelled by ``token``: the request is answered once it completes, and the
+    calling thread goes on (see ``aio``)."""
+    if type(result) is CoroutineType:
+        return start(result, loop, token)
+    return result
+
+
 def is_absolute_path(path: str) -> bool:
     """True for an absolute POSIX or Windows path (the protocol requires absolute paths)."""
     return PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute()
@@ -185,7 +195,7 @@ def bind_handlers(
     def unknown_request(method: str, params: Any, ctx: RequestContext) -> Any:
         if not method.startswith("_"):
             raise MethodNotFound(f"Method not found: {method}")
-        return completed(peer.ext_method(method, params), loop, ctx.cancel_token)
+        return answered_later(peer.ext_method(method, params), loop, ctx.cancel_token)
 
     def unknown_notification(method: str, params: Any) -> None:
         if method.startswith("_"):
@@ -211,19 +221,35 @@ def _answering_empty(
     # Many results are empty objects ({} for session/close, fs/write_text_file, ...): a handler
     # may simply return None for them.
     def call(params: Any, ctx: RequestContext) -> Any:
-        result = completed(handler(params, ctx), loop, ctx.cancel_token)
+        result = handler(params, ctx)
+        if type(result) is CoroutineType:
+            return answered_later(_or_empty(result, result_type), loop, ctx.cancel_token)
         return result_type() if result is None else result
 
     return call
+
+
+async def _or_empty(coroutine: Any, result_type: Any) -> Any:
+    result = await coroutine
+    return result_type() if result is None else result
 
 
 def _describing(handler: Callable[..., Any]) -> Callable[..., Any]:
     # The agent side: a handler's own failure is answered with its type and message.
     def call(*args: Any) -> Any:
         try:
-            return handler(*args)
+            result = handler(*args)
         except Exception as exc:
             describe_failure(exc)
             raise
+        if isinstance(result, Future):  # (its done-callbacks run in order: before the answer's)
+            result.add_done_callback(_describe_outcome)
+        return result
 
     return call
+
+
+def _describe_outcome(future: Future) -> None:
+    error = None if future.cancelled() else future.exception()
+    if isinstance(error, Exception):
+        describe_failure(error)

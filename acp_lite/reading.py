@@ -32,6 +32,7 @@ from typing import Any, Callable, List, Optional, Tuple
 from .answering import RequestContext
 from .delivery import Callback, Expand, HostItem, Lane, WorkerPool, run_callbacks
 from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
+from .outcomes import HandlerTask
 from .transport import MessageTransport
 
 # The reader stops reading while this many bytes it read wait for the delivery thread. About 2,000
@@ -77,7 +78,7 @@ class Reading:
         closing: Callable[[], bool],
         start_request: Callable[[RequestContext], None],
         arrive: Callable[[RequestContext], bool],
-        run_handler: Callable[[RequestContext], None],
+        run_handler: Callable[[RequestContext], Optional[HandlerTask]],
         refuse: Callable[[RequestContext], None],
         send_frame: Callable[[bytes], None],
         end_of_stream: Callable[[], None],
@@ -240,8 +241,11 @@ class Reading:
             if closing:
                 self._refuse(ctx)
             else:
-                self._run_handler(ctx)
-                self._pool.release()
+                task = self._run_handler(ctx)
+                if task is None:
+                    self._pool.release()
+                else:
+                    self._pool.release_when_done(task)
         self._start_on_workers(waiting)
         return True
 

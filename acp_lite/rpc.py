@@ -84,7 +84,7 @@ from .delivery import Callback, CallbackQueue, Lane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .host_delivery import HostDelivery
 from .jsonrpc import CANCEL_REQUEST_METHOD, RpcCore, settle_item
-from .outcomes import Answer, settle
+from .outcomes import Answer, HandlerTask, settle
 from .outgoing import (
     ENCODE_FAILURES,
     OutNotification,
@@ -532,16 +532,17 @@ class Connection:
             return False
         return True
 
-    def _run_handler_outliving_it(self, ctx: RequestContext) -> None:
+    def _run_handler_outliving_it(self, ctx: RequestContext) -> Optional[HandlerTask]:
         # Workers go on after any handler: a SystemExit (sys.exit() in a handler) has been
-        # answered -32603 and logged like any failure, and ends nothing.
+        # answered -32603 and logged like any failure, and ends nothing. A coroutine handler's
+        # task is returned: it keeps the handler's place (see WorkerPool).
         if self._close_called:
             self._answering.refuse_to_start(ctx)  # it waited for a worker (see WorkerPool) until the close
-            return
+            return None
         try:
-            self._answering.run_handler(ctx)
+            return self._answering.run_handler(ctx)
         except BaseException:
-            pass
+            return None
 
     # -- end of stream (the reading's end) ------------------------------------------------------
     def _on_end_of_stream(self) -> None:

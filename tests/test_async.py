@@ -14,7 +14,7 @@ from acp_harness import INIT_PARAMS, WAIT, agent_with_raw_client, answer_initial
 from acp_lite import aio, schema, updates
 from acp_lite.agent import Agent, serve
 from acp_lite.client import Client, RemoteAgent
-from acp_lite.delivery import HANDLER_LIMIT
+from acp_lite.delivery import HANDLER_LIMIT, IDLE_SECONDS
 from acp_lite.errors import UsageError
 from acp_lite.wire import memory_pair
 
@@ -219,8 +219,9 @@ def test_an_asyncio_application_drives_an_agent_without_a_thread_of_its_own():
 
 
 def test_async_handlers_hold_a_handler_place_until_their_task_ends():
-    # The thread that called the handler waits for its task: the 65th request starts only when
-    # one of the 64 running ends, as with sync handlers (a peer cannot start tasks without bound).
+    # A handler's task keeps its place until it ends: the 65th request starts only when one of
+    # the 64 running ends, as with sync handlers (a peer cannot start tasks without bound). The
+    # tasks hold no thread meanwhile: the thread that called each handler went on.
     started = queue.Queue()
     releases = [threading.Event() for _ in range(HANDLER_LIMIT + 1)]
 
@@ -238,6 +239,13 @@ def test_async_handlers_hold_a_handler_place_until_their_task_ends():
             assert sorted(started.get(timeout=WAIT) for _ in range(HANDLER_LIMIT)) == list(range(HANDLER_LIMIT))
             time.sleep(0.3)  # ample for the last one to begin, were it given a place
             assert started.empty()
+            # Workers started for the burst end once idle: none is held by a task (one was each);
+            # one may hold the reading, handed on.
+            deadline = time.monotonic() + IDLE_SECONDS + WAIT
+            while sum(t.name.startswith("acp-worker-") for t in threading.enumerate()) > 1:
+                assert time.monotonic() < deadline, [t.name for t in threading.enumerate()]
+                time.sleep(0.05)
+            assert started.empty()
             releases[5].set()
             assert raw.recv() == {"jsonrpc": "2.0", "id": 5, "result": {"i": 5}}
             assert started.get(timeout=WAIT) == HANDLER_LIMIT
@@ -246,3 +254,24 @@ def test_async_handlers_hold_a_handler_place_until_their_task_ends():
                 release.set()
         answered = {raw.recv()["id"] for _ in range(HANDLER_LIMIT)}
     assert answered == set(range(HANDLER_LIMIT + 1)) - {5}
+
+
+@pytest.mark.req("ACP-V1-CANCEL-REQUEST-MUST-RESPOND")
+def test_close_cancels_coroutine_handlers_tasks_and_answers_them_before_it_returns():
+    # Their tasks run on after the handlers returned them: close() waits for them as for threads.
+    started = queue.Queue()
+
+    class Slow(Agent):
+        async def ext_method(self, method, params):
+            started.put(params["i"])
+            await asyncio.sleep(WAIT)
+            return {}
+
+    with agent_with_raw_client(Slow()) as (client, raw):
+        for i in range(3):
+            raw.request("_slow", {"i": i}, id=i)
+        assert sorted(started.get(timeout=WAIT) for _ in range(3)) == [0, 1, 2]
+        client.connection.close(timeout=WAIT)
+        answers = [raw.recv() for _ in range(3)]
+    assert sorted(answer["id"] for answer in answers) == [0, 1, 2]
+    assert {answer["error"]["code"] for answer in answers} == {-32800}
