@@ -58,11 +58,11 @@ class ChatView(Gtk.ScrolledWindow):
         if last is not None and last[0] == "text" and last[2] == (message_id or ""):
             last[1].append(text)
         else:
-            self._pending.append(("text", [text], message_id or ""))
+            self._append(("text", [text], message_id or ""))
 
     def note(self, line: str, tag: str = "meta") -> None:
         """A line of its own: a prompt, a stop reason, an error."""
-        self._pending.append(("line", line, tag))
+        self._append(("line", line, tag))
 
     def keyed(self, key: str, line: str, tag: str) -> None:
         """A line (or lines) shown once and rewritten in place on each call with the same key."""
@@ -71,7 +71,16 @@ class ChatView(Gtk.ScrolledWindow):
             self._pending[queued - self._flushed] = ("keyed", key, line, tag)
             return
         self._pending_keys[key] = self._flushed + len(self._pending)
-        self._pending.append(("keyed", key, line, tag))
+        self._append(("keyed", key, line, tag))
+
+    def _append(self, op: Tuple[Any, ...]) -> None:
+        # A streamed text no longer continued becomes one str: a queue of ops made of str alone
+        # is left alone by Python's garbage collector, while one of lists (tens of thousands of
+        # them while the view catches up) made each full collection hold gedit's main loop 15 ms.
+        last = self._pending[-1] if self._pending else None
+        if last is not None and last[0] == "text":
+            self._pending[-1] = ("text", "".join(last[1]), last[2])
+        self._pending.append(op)
 
     @property
     def has_pending(self) -> bool:
@@ -90,7 +99,7 @@ class ChatView(Gtk.ScrolledWindow):
                 texts = []
                 while pending and pending[0][0] == "text":
                     op = pending.popleft()
-                    texts.append(("".join(op[1]), op[2]))
+                    texts.append((op[1] if type(op[1]) is str else "".join(op[1]), op[2]))
                 self._flushed += len(texts)
                 self._stream(texts)
                 continue
