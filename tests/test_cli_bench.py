@@ -4,6 +4,7 @@ was measured. (The figures themselves are tested in test_cli.py.)"""
 import io
 import json
 import os
+import select
 import signal
 
 import pytest
@@ -64,11 +65,14 @@ def test_the_progress_line_is_rewritten_in_place_on_a_terminal_and_absent_off_on
             progress.line("agent says hi")  # the line is cleared first, so the two never mix
             progress.turn(3, 10, 2500, 1.0)
             progress.clear()
-        shown = os.read(master, 4096).decode()
+        shown = b""
+        # A terminal hands what was written over in pieces: read until it has nothing more.
+        while select.select([master], [], [], 0.5)[0]:
+            shown += os.read(master, 4096)
     finally:
         os.close(master)
         os.close(slave)
-    assert shown == (
+    assert shown.decode() == (
         "\r\033[Kturn 3 of 10: 1,234 updates, 2,468/s\r\033[Kagent says hi\r\n"
         "\r\033[Kturn 3 of 10: 2,500 updates, 2,500/s\r\033[K"
     )
