@@ -1,19 +1,26 @@
 """acp_lite's own remote server (``serve_remote``) serving the small agent of the remote-transport
-interop tests, in the test's process: the third server beside the official SDKs'
-(``remote_peer_ts.mjs``, ``remote_peer_py.py``), playing the same scenario
+interop tests: the third server beside the official SDKs' (``remote_peer_ts.mjs``,
+``remote_peer_py.py``), run as they are, in a process of its own:
+
+    python remote_peer_ours.py PORT_FILE
+
+It listens on 127.0.0.1 (a free port), writes the port to PORT_FILE and serves until killed,
+playing the same scenario
 (``test_remote_interop.py``): prompts "stream" (20 updates, a 1 MiB one, a non-ASCII one, then a
 permission request whose answer ends the turn) and "wait" (a permission request, then waits for
 session/cancel); ``session/load`` replays 3 updates before it answers.
 """
 
 import itertools
+import sys
+import threading
 from typing import Any
 
 import msgspec
 
 from acp_lite import schema, updates
 from acp_lite.agent import Agent
-from acp_lite.remote.server import RemoteServer, serve_remote
+from acp_lite.remote.server import serve_remote
 
 BIG = 1024 * 1024
 NON_ASCII = "h\u00e9llo \u6f22\u5b57 \U0001f600"
@@ -53,6 +60,12 @@ class StreamingAgent(Agent):
         return msgspec.to_builtins(answer.outcome)
 
 
-def start() -> RemoteServer:
-    """Serve on a free loopback port (``RemoteServer.url``, ``ws_url``) until ``close()``."""
-    return serve_remote(StreamingAgent)
+def main(port_file: str) -> None:
+    server = serve_remote(StreamingAgent)
+    with open(port_file, "w") as f:
+        f.write(str(server.address[1]))
+    threading.Event().wait()  # until killed
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,7 +1,7 @@
 """acp_lite's remote client (``RemoteAgent.connect_url``) against the official SDKs' servers, over
 Streamable HTTP and WebSocket: the TypeScript SDK's ``AcpServer`` (``remote_peer_ts.mjs``) and the
 Python SDK's ``create_asgi_app`` under uvicorn (``remote_peer_py.py``), each serving the same small
-agent on loopback, and acp_lite's own ``serve_remote`` (``remote_peer_ours.py``, in this process).
+agent on loopback, and acp_lite's own ``serve_remote`` (``remote_peer_ours.py``).
 Six cells (3 servers x 2 transports); in each: initialize, a new session, a
 streamed prompt (with a 1 MiB update and a non-ASCII one), a permission request answered, cancel,
 reconnect + ``session/load`` (the replay before the answer, 200 of 200 runs), close, and the 404
@@ -22,7 +22,6 @@ from typing import Callable, Dict, List, Tuple
 
 import interop_peers
 import pytest
-import remote_peer_ours
 
 from acp_lite.client import Client, RemoteAgent
 from acp_lite.errors import AcpError, ConnectionClosed
@@ -74,31 +73,12 @@ class Server:
         self.process.stderr.close()
 
 
-class OurServer:
-    """acp_lite's own server (``remote_peer_ours.py``), in this process."""
-
-    name = "ours"
-
-    def __init__(self):
-        self.served = remote_peer_ours.start()
-        self.port = self.served.address[1]
-
-    def url(self, transport: str) -> str:
-        return self.served.ws_url if transport == "ws" else self.served.url
-
-    def stop(self) -> None:
-        self.served.close()
-
-
 @pytest.fixture(scope="module", params=["ts", "py", "ours"])
 def server(request, tmp_path_factory):
-    if request.param == "ours":
-        ours = OurServer()
-        yield ours
-        ours.stop()
-        return
     port_file = tmp_path_factory.mktemp("peer") / "port"
-    if request.param == "ts":
+    if request.param == "ours":
+        argv = [sys.executable, str(HERE / "remote_peer_ours.py"), str(port_file)]
+    elif request.param == "ts":
         interop_peers.node_package_or_unavailable("the TypeScript SDK", interop_peers.ts_sdk_entry())
         if not interop_peers.ts_ws_installed():
             interop_peers.unavailable("ws is not installed (run: python tests/interop/interop_peers.py)")
