@@ -396,3 +396,32 @@ def test_a_stalled_reader_ends_its_connection_and_an_idle_one_is_reaped():
         while server.connection_count() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert server.connection_count() == 0
+
+
+def test_a_load_posted_without_the_session_header_has_its_replay_before_its_answer_on_one_stream():
+    # The official Python client posts session/load without Acp-Session-Id and opens the
+    # session's stream while the load runs: the replay must not take that stream while the answer,
+    # recorded for the connection stream, takes the other (the client then saw the answer first).
+    gate = threading.Event()
+
+    class GatedLoad(RemoteTestAgent):
+        def load_session(self, params: Any) -> Any:
+            assert gate.wait(10)
+            return super().load_session(params)
+
+    with serve_remote(GatedLoad) as server:
+        cid = initialize(server.address)
+        stream = SseStream(server.address, cid)
+        load = rpc("session/load", {"sessionId": "s-1", "cwd": "/w", "mcpServers": []}, id=7)
+        assert request(server.address, "POST", load, {"Acp-Connection-Id": cid}).status == 202
+        session_stream = SseStream(server.address, cid, session="s-1")  # attached while the load runs
+        try:
+            assert session_stream.status == 200
+            gate.set()
+            seen = stream.messages_until(lambda message: message.get("id") == 7)
+            assert [m["params"]["update"]["content"]["text"] for m in seen[:-1]] == ["replay 0", "replay 1", "replay 2"]
+            assert seen[-1]["result"] == {}
+        finally:
+            gate.set()
+            session_stream.close()
+            stream.close()

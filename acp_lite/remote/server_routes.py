@@ -15,7 +15,10 @@ Rules this module keeps (the design's routing rules, which make both official cl
   the route their request recorded; answers to ``session/new``/``fork`` and connection-level
   messages go to the connection stream.
 - The answer to ``session/load``/``resume`` posted with ``Acp-Session-Id`` goes on S's stream,
-  behind the replay, when that stream has a reader; else on the connection stream.
+  behind the replay, when that stream has a reader; else on the connection stream. Until that
+  answer is routed, every message naming S follows it, whatever stream S gets meanwhile (the
+  Python client opens S's stream while its load, posted without the header, is running): the
+  replay and the answer share one stream, in order.
 - Client answers to agent requests are routed by id: the session header is optional on them.
 - The connection's outbound bytes are the channel's budget: a frame counts until its last byte is
   on the wire (or dropped), so a slow reader holds the agent's senders, never memory.
@@ -128,6 +131,9 @@ class RemoteConnection:
         self._routes: Dict[str, bool] = {}  # session id -> True for its own stream, False for the connection's
         self._answer_routes: Dict[Union[int, str], Key] = {}  # client request id -> stream of its answer
         self._openers: Dict[Union[int, str], bool] = {}  # ids of our session/new|fork requests in flight
+        # Loads and resumes in flight: request id -> session, and session -> its answer's stream.
+        self._loaders: Dict[Union[int, str], str] = {}
+        self._loading: Dict[str, Key] = {}
         self._pump_scheduled = False
         self._initialize_waiter: Optional[Callable[[bytes], None]] = None
         self._initialize_id: Union[int, str, None] = None
@@ -164,9 +170,12 @@ class RemoteConnection:
                 else:
                     self._routes.setdefault(session, False)
             if head.method is not None and head.id is not None:
-                self._answer_routes[head.id] = self._answer_key(head.method, session, header_session)
+                key = self._answer_routes[head.id] = self._answer_key(head.method, session, header_session)
                 if head.method in _SESSION_OPENERS:
                     self._openers[head.id] = True
+                elif head.method in _LOADERS and session is not None:
+                    self._loaders[head.id] = session
+                    self._loading[session] = key
         return self.channel.feed(message)
 
     def _answer_key(self, method: str, session: Optional[str], header_session: Optional[str]) -> Key:
@@ -212,6 +221,9 @@ class RemoteConnection:
         # Under the lock.
         if head.method is None:  # an answer
             key = self._answer_routes.pop(head.id, None) if head.id is not None else None
+            loaded = self._loaders.pop(head.id, None) if head.id is not None else None
+            if loaded is not None:
+                self._loading.pop(loaded, None)
             if head.id is not None and self._openers.pop(head.id, False) and head.result:
                 try:
                     session = _decode_params(bytes(head.result)).sessionId
@@ -221,6 +233,8 @@ class RemoteConnection:
                     self._routes[session] = True
             return key
         session = head.session_id
+        if session is not None and session in self._loading:
+            return self._loading[session]  # the replay goes where the load's answer will
         return session if session is not None and self._routes.get(session) else None
 
     # -- streams (loop thread) -----------------------------------------------------------------
