@@ -196,9 +196,8 @@ class ChatSession:
         GLib.idle_add(self.pump, priority=PUMP_PRIORITY)
 
     def pump(self) -> bool:
-        """Run what arrived, then show it, in about PUMP_BUDGET. (An idle callback: called again
-        while it returns True, which it does while the view has more to show and nothing else
-        would wake it.)"""
+        """Run what arrived, then show it, in about PUMP_BUDGET. (An idle callback: runs once. What
+        is left is pumped again: the callbacks by the delivery's wake-up, the view's by _show's.)"""
         if self._closed:
             return False
         started = time.perf_counter()
@@ -207,7 +206,7 @@ class ChatSession:
         if self.chat.has_pending and (show or not self.delivery.has_work):
             self._show(max(MIN_FLUSH, PUMP_BUDGET - (time.perf_counter() - started)))
             self._shown_at = time.perf_counter()
-        return self.chat.has_pending and not self.delivery.has_work
+        return False
 
     def _show(self, budget: float = PUMP_BUDGET) -> None:
         """Flush the chat view for about ``budget``; a pump shows the rest (a turn's end, say,
