@@ -223,7 +223,7 @@ def _answering_empty(
     def call(params: Any, ctx: RequestContext) -> Any:
         result = handler(params, ctx)
         if type(result) is CoroutineType:
-            return answered_later(_or_empty(result, result_type), loop, ctx.cancel_token)
+            return start(_or_empty(result, result_type), loop, ctx.cancel_token)  # (see answered_later)
         return result_type() if result is None else result
 
     return call
