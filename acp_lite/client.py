@@ -45,6 +45,7 @@ from .peer import (
     Request,
     bind_handlers,
     completed,
+    completing,
     extension_name,
     future_then,
     require_absolute_path,
@@ -797,10 +798,9 @@ class RemoteAgent:
     def _session_update_unless_stale(self) -> Callable[[Any], None]:
         """``Client.session_update`` as registered: a cancelled turn's chunks are dropped (see
         ``cancel``). The hot path: while no turn is cancelled, one call and one look at a set."""
-        handler = self.client.session_update
+        handler: Callable[[Any], Any] = self.client.session_update
         if inspect.iscoroutinefunction(handler):
-            coroutine_function, loop = handler, self.loop
-            handler = lambda params: completed(coroutine_function(params), loop)  # noqa: E731
+            handler = completing(handler, self.loop)
         cancelled = self._cancelled_turns
 
         def session_update(params: Any) -> None:

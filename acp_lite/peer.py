@@ -184,7 +184,7 @@ def bind_handlers(
             continue
         if spec.result_type is None:
             if inspect.iscoroutinefunction(handler):  # decided here: session/update is the hot path
-                handler = _completing(handler, loop)
+                handler = completing(handler, loop)
             connection.on_notification(method, handler, spec.params_type)
         else:
             handler = _answering_empty(handler, spec.result_type, loop)
@@ -210,8 +210,9 @@ def _without_context(handler: Callable[[Any], Any]) -> Callable[[Any, RequestCon
     return lambda params, ctx: handler(params)
 
 
-def _completing(handler: Callable[[Any], Any], loop: "Optional[EventLoop]") -> Callable[[Any], None]:
-    # A notification handler that is a coroutine function, run to its end before the next one.
+def completing(handler: Callable[[Any], Any], loop: "Optional[EventLoop]") -> Callable[[Any], None]:
+    """A notification handler that is a coroutine function, as one that runs each call's task to
+    its end on ``loop`` before it returns (the next notification waits for it)."""
     return lambda params: completed(handler(params), loop)
 
 
