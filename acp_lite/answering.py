@@ -1,8 +1,14 @@
-"""An incoming request and how it is answered: ``RequestContext``, its ``CancelToken``, and
-``Answering``, which runs a request's handler and sends its answer.
+"""An incoming request and its life: ``RequestContext``, its ``CancelToken``, and ``Answering``,
+which starts a request in its turn, runs its handler and sends its answer.
 
-``rpc.Connection`` decides where and when a handler runs (its module holds the table of threads);
-this module decides what the answer is. Rules it keeps:
+``rpc`` holds the table of threads (which thread runs a handler); this module decides when a
+request may start and what its answer is. Rules it keeps:
+
+- Started in its turn: a request's arrival hook runs in arrival order among the callbacks, then
+  its handler starts (on a worker; in host mode, on the host's thread), unless it was answered
+  meanwhile. While the peer does not read our answers (the transport's backlog is full) no
+  request starts: more handlers would only add threads blocked in their replies. Once ``close()``
+  began no request starts; each is refused.
 
 - Answered once: a request is answered exactly once, and the first answer wins, whichever comes
   first of ``respond``, ``respond_error``, the handler's return and the refusal of a close; later
@@ -52,8 +58,9 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional
 
+from .delivery import WorkerPool
 from .error_rules import error_for
-from .errors import AcpError, InternalError, RequestCancelled
+from .errors import AcpError, CallTimeout, ConnectionClosed, InternalError, RequestCancelled
 from .jsonrpc import RpcCore
 from .outcomes import HandlerTask
 from .outgoing import answer_text_size
@@ -64,6 +71,9 @@ from .transport import MessageTransport
 # bounded by the threads that answer and the transport's backlog limit, and counting them would
 # cost every answer.
 LARGE_ANSWER = 64 * 1024
+
+# How often a request's turn looks whether a peer that stopped reading our answers reads again.
+_BACKED_UP_POLL_SECONDS = 0.05
 
 # How often an answer waiting for room looks again whether the peer reads (the transport tells
 # nobody when it is no longer backed up), its request was cancelled or the connection closed.
@@ -201,14 +211,17 @@ def cancel_incoming(ctx: RequestContext) -> None:
 
 
 class Answering:
-    """The answering of one connection's incoming requests (see the module's rules).
+    """A request's life on one connection, from its turn to its answer (see the module's rules):
+    ``start`` is what the core queues for a request, ``admit`` lets it start in its turn,
+    ``run_on_worker``/``run_handler`` run its handler, ``answer`` answers it.
 
     ``lock`` is the connection's own lock, which also guards the core's table of incoming
-    requests; ``send_frame`` writes an answer, dropping it once the connection is closed;
-    ``transport`` (its limit, whether it is backed up, its flush) bounds the answers; ``closed()``
-    tells when the connection has closed, which ends the waits for room; ``host_thread`` (host
-    mode) is the thread that never waits, for room or for a write (nor does an event loop's):
-    its answers are bounded by what the transport lets it leave to its flusher instead.
+    requests; ``transport`` carries the answers and bounds them (its limit, whether it is backed
+    up, its flush); ``pool`` runs handlers (None in host mode: the host's pumps run them);
+    ``closed()`` tells when the connection has closed, which ends the waits for room;
+    ``host_thread`` (host mode) is the thread that never waits, for room or for a write (nor does
+    an event loop's): its answers are bounded by what the transport lets it leave to its flusher
+    instead.
     """
 
     def __init__(
@@ -216,18 +229,20 @@ class Answering:
         name: str,
         log: logging.Logger,
         lock: Any,
-        send_frame: Callable[[bytes], None],
         transport: MessageTransport,
+        pool: Optional[WorkerPool],
         closed: Callable[[], bool],
         host_thread: Optional[int],
     ):
         self.name = name
         self._log = log
         self._lock = lock
-        self._send_frame = send_frame
         self._transport = transport
+        self._pool = pool
         self._closed = closed
         self._host_thread = host_thread
+        # close() began: requests not started are refused from then on (see begin_closing).
+        self._closing = False
         # The answer budget: what the largest message may take, and the bytes held in it.
         self._limit = transport.max_message_size
         self._held = 0
@@ -269,7 +284,7 @@ class Answering:
             # In a batch, the batch's answer goes out once its last request is answered.
             whole = frame if ctx._batch is None else self._add_to_batch(ctx, frame)
             if whole is not None:
-                self._send_frame(whole)
+                self.send_frame(whole)
                 if ctx._batch is not None:
                     self._unbatch(ctx._batch.size)
                 if held:
@@ -313,6 +328,19 @@ class Answering:
         # A batch's answer is sent: its answers' bytes are no longer held.
         with self._room:
             self._batched -= size
+
+    def send_frame(self, frame: bytes) -> None:
+        """Write an answer (or a batch of them), or a reply to a line that is no request. No
+        room on the host thread: dropped, logged as an error. There is no caller to raise to (the
+        handler that made it has returned, or a future's done-callback sends it), and the peer,
+        not reading, is far behind; its request stays unanswered."""
+        try:
+            self._transport.send(frame, timeout=0 if threading.get_ident() == self._host_thread else None)
+        except ConnectionClosed:
+            self._log.debug("%s: reply dropped, the connection is closed", self.name)
+        except CallTimeout as exc:
+            head = frame[:60].decode("utf-8", "replace")
+            self._log.error("%s: answer %s... dropped, the host thread never waits for room (%s)", self.name, head, exc)
 
     def _too_large(self, method: str, size: int) -> InternalError:
         return InternalError(
@@ -365,9 +393,32 @@ class Answering:
             if self._closed():
                 return
 
-    def arrive(self, ctx: RequestContext) -> bool:
-        """A request's turn has come: run its arrival hook (one that raises is logged); False,
-        running nothing, if it was answered already (refused by a close while it waited)."""
+    # -- a request's life: its turn, its start, its handler --------------------------------------
+    @property
+    def closing(self) -> bool:
+        """True once the connection's ``close()`` began: no request starts any more."""
+        return self._closing
+
+    def begin_closing(self) -> bool:
+        """``close()`` begins (under the connection's lock): from now on no request starts. True
+        the first time."""
+        first, self._closing = not self._closing, True
+        return first
+
+    def start(self, ctx: RequestContext) -> None:
+        """Delivery (or host) thread, in arrival order: the callback the core queues for a
+        request. Admitted, its handler goes to a worker (in host mode: runs here)."""
+        if not self.admit(ctx):
+            return
+        if self._pool is None:
+            self.run_handler(ctx)
+        elif not self._pool.submit(self.run_on_worker, ctx):
+            self.refuse_to_start(ctx)  # closing
+
+    def admit(self, ctx: RequestContext) -> bool:
+        """A request's turn has come: run its arrival hook (one that raises is logged); True if
+        it may start now. False, having run nothing, if it was answered already (refused by a
+        close while it waited); False, refused, if the connection is closing."""
         route = ctx._route
         if ctx._answered:
             return False
@@ -376,7 +427,29 @@ class Answering:
                 route.on_arrival(ctx._params, ctx)
             except Exception:
                 self._log.exception("%s: arrival hook for %s failed", self.name, ctx.method)
+        if self._pool is not None:
+            # A peer that does not read our answers: starting more handlers would only add
+            # threads blocked in their replies. Wait (the reading stops too).
+            while self._transport.backed_up and not self._closing:
+                self._transport.flush(_BACKED_UP_POLL_SECONDS)
+        if self._closing:
+            self.refuse_to_start(ctx)
+            return False
         return True
+
+    def run_on_worker(self, ctx: RequestContext) -> Optional[HandlerTask]:
+        """A worker (or the reading thread in a worker's place) runs the handler of an admitted
+        request, unless the connection began closing while it waited for that thread (then it is
+        refused). Workers go on after any handler: a ``SystemExit`` (``sys.exit()`` in a handler)
+        has been answered -32603 and logged like any failure, and ends nothing. A coroutine
+        handler's task is returned: it keeps the handler's place (see ``WorkerPool``)."""
+        if self._closing:
+            self.refuse_to_start(ctx)
+            return None
+        try:
+            return self.run_handler(ctx)
+        except BaseException:
+            return None
 
     def refuse_to_start(self, ctx: RequestContext) -> None:
         # Closing: cancel it the way every other cancellation goes, so that the layer above may

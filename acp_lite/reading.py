@@ -29,10 +29,9 @@ import logging
 import threading
 from typing import Any, Callable, List, Optional, Tuple
 
-from .answering import RequestContext
+from .answering import Answering, RequestContext
 from .delivery import Callback, Expand, HostItem, Lane, WorkerPool, run_callbacks
 from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
-from .outcomes import HandlerTask
 from .transport import MessageTransport
 
 # The reader stops reading while this many bytes it read wait for the delivery thread. About 2,000
@@ -56,12 +55,9 @@ class Reading:
     """The reading of one connection, on whichever thread holds it (see the module's rules).
 
     What it needs of its connection: the JSON-RPC ``core``, the delivery ``queue``, the worker
-    ``pool`` (None in host mode), the ``transport``, and the connection's ``lock`` (which guards
-    the state of the reading thread's own runs too). And, as functions: ``closing()``, true once
-    ``close()`` began; ``start_request``, the callback the core queues to start a request (a read
-    of requests only is started here instead); ``arrive(ctx)``, a request's turn has come (True:
-    it may start); ``run_handler(ctx)``, run a request's handler on this thread; ``refuse(ctx)``,
-    answer a request that may not start; ``send_frame``, write what the core answers itself; and
+    ``pool`` (None in host mode), the ``transport``, the connection's ``lock`` (which guards the
+    state of the reading thread's own runs too), the ``answering`` of its requests (their start,
+    their handlers, their refusal, whether ``close()`` began, the replies the core makes), and
     ``end_of_stream()``, the connection's end once the reading ends.
     """
 
@@ -74,13 +70,8 @@ class Reading:
         pool: Optional[WorkerPool],
         transport: MessageTransport,
         lock: threading.Lock,
+        answering: Answering,
         *,
-        closing: Callable[[], bool],
-        start_request: Callable[[RequestContext], None],
-        arrive: Callable[[RequestContext], bool],
-        run_handler: Callable[[RequestContext], Optional[HandlerTask]],
-        refuse: Callable[[RequestContext], None],
-        send_frame: Callable[[bytes], None],
         end_of_stream: Callable[[], None],
     ):
         self.name = name
@@ -90,12 +81,8 @@ class Reading:
         self._pool = pool
         self._transport = transport
         self._lock = lock
-        self._closing = closing
-        self._start_request = start_request
-        self._arrive = arrive
-        self._run_handler = run_handler
-        self._refuse = refuse
-        self._send_frame = send_frame
+        self._answering = answering
+        self._start_request = answering.start  # (what the core queues for a request: see _route_read)
         self._end_of_stream = end_of_stream
         # Bytes the reader has queued for the delivery thread (or the host) and not yet routed.
         self._read_ahead = 0
@@ -118,7 +105,7 @@ class Reading:
         return self._read_ahead
 
     def stop(self) -> None:
-        """``close()`` began (``closing()`` is true): the watcher stops, a reading waiting for
+        """``close()`` began (``answering.closing`` is true): the watcher stops, a reading waiting for
         room stops, and the reading ends, on whichever thread it is (a worker's too), so that
         joining the workers waits for handlers only. Any thread."""
         with self._lock:
@@ -164,7 +151,7 @@ class Reading:
         replies: List[bytes] = []
         self._core.route_lines(lines_of(blocks[0]), items, replies)
         for frame in replies:
-            self._send_frame(frame)
+            self._answering.send_frame(frame)
         if not items:
             return [], []
         if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
@@ -177,7 +164,7 @@ class Reading:
             # Requests only, with nothing before them to deliver, and handlers that run on threads
             # of ours: started here, in order (their arrival hooks are the runtime's bookkeeping),
             # and run by this thread (see _run_here).
-            return [ctx for _, ctx in items if self._arrive(ctx)], []
+            return [ctx for _, ctx in items if self._answering.admit(ctx)], []
         if queue.hold(len(items)):
             # Nothing queued or running: the callbacks run on this thread, in order (see
             # _deliver_here), sparing the delivery thread's wake-up.
@@ -230,7 +217,7 @@ class Reading:
                 if not self._here:
                     self._here_thread = None
                     return True
-                closing = self._closing()
+                closing = self._answering.closing
                 if not closing and not self._pool.claim():
                     # No handler place left (see WorkerPool): the rest wait for theirs on
                     # workers, in order, and this thread reads on.
@@ -239,9 +226,9 @@ class Reading:
                 ctx = self._here.pop(0)
                 self._runs += 1
             if closing:
-                self._refuse(ctx)
+                self._answering.refuse_to_start(ctx)
             else:
-                task = self._run_handler(ctx)
+                task = self._answering.run_on_worker(ctx)
                 if task is None:
                     self._pool.release()
                 else:
@@ -258,8 +245,8 @@ class Reading:
     def _start_on_workers(self, requests: List[RequestContext]) -> None:
         assert self._pool is not None
         for ctx in requests:
-            if not self._pool.submit(self._run_handler, ctx):
-                self._refuse(ctx)  # closing
+            if not self._pool.submit(self._answering.run_on_worker, ctx):
+                self._answering.refuse_to_start(ctx)  # closing
 
     def _watch(self, _: Any) -> None:
         """Worker, the watcher: reads on in the reading thread's place once that thread has been
@@ -276,9 +263,9 @@ class Reading:
         seen, runs, quiet = -1, -1, 0
         with self._lock:
             try:
-                while not self._closing() and quiet < _WATCH_QUIET_TICKS:
+                while not self._answering.closing and quiet < _WATCH_QUIET_TICKS:
                     self._watch_wake.wait(_WATCH_TICK_SECONDS)
-                    busy = self._here_thread is not None and not self._closing()
+                    busy = self._here_thread is not None and not self._answering.closing
                     if busy and self._runs == seen:
                         return self._take_reading()
                     seen = self._runs if busy else -1
@@ -310,9 +297,9 @@ class Reading:
         once closing."""
         if self._read_ahead > _READ_AHEAD_LIMIT:  # (only this thread adds: a stale look is high)
             with self._read_ahead_lock:
-                while self._read_ahead > _READ_AHEAD_LIMIT and not self._closing():
+                while self._read_ahead > _READ_AHEAD_LIMIT and not self._answering.closing:
                     self._read_ahead_cond.wait()
-        return not self._closing()
+        return not self._answering.closing
 
     def _add_read_ahead(self, size: int) -> None:
         with self._read_ahead_lock:
@@ -336,7 +323,7 @@ class Reading:
         replies: List[bytes] = []
         self._core.route_block(block, items, replies)
         for frame in replies:
-            self._send_frame(frame)
+            self._answering.send_frame(frame)
         return items
 
     def _release_expanded(self, size: int) -> List[Callback]:

@@ -1,8 +1,9 @@
 """A JSON-RPC 2.0 connection: the threads and the transport around the sans-IO core.
 
 ``jsonrpc.RpcCore`` decides what every line means; ``delivery`` runs callbacks in order;
-``answering`` runs a request's handler and answers it; ``reading`` is what the reading thread
-does (the read loop, routing a read, running the requests it read, the watcher, read-ahead).
+``answering`` holds a request's life (its start in its turn, its handler, its answer);
+``reading`` is what the reading thread does (the read loop, routing a read, running the requests
+it read, the watcher, read-ahead).
 This module starts and stops the threads, sends, closes, and holds the rules between them.
 
 Every thread a connection may have. An idle connection holds its reader alone: the others start
@@ -84,7 +85,7 @@ from .delivery import Callback, CallbackQueue, Lane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .host_delivery import HostDelivery
 from .jsonrpc import CANCEL_REQUEST_METHOD, RpcCore, settle_item
-from .outcomes import Answer, HandlerTask, settle
+from .outcomes import Answer, settle
 from .outgoing import (
     ENCODE_FAILURES,
     OutNotification,
@@ -104,9 +105,6 @@ __all__ = ["CANCEL_REQUEST_METHOD", "CancelToken", "Connection", "ConnectionStat
 # signal handlers on the main thread between bytecodes, so a Ctrl-C whose C handler ran on another
 # thread, or just before a wait without end, would otherwise never be seen.
 _MAIN_THREAD_WAIT_SLICE = 0.25
-
-# How often the delivery thread looks whether a peer that stopped reading our answers reads again.
-_BACKED_UP_POLL_SECONDS = 0.05
 
 
 # -- the connection --------------------------------------------------------------------------------
@@ -140,13 +138,13 @@ class Connection:
         self._host_thread = self._queue.owner if delivery is not None else None
         self._lock = threading.Lock()
         self._answering = Answering(
-            name, self._log, self._lock, self._send_frame, transport, lambda: self._closed, self._host_thread
+            name, self._log, self._lock, transport, self._pool, lambda: self._closed, self._host_thread
         )
         self._core = RpcCore(
             name,
             self._log,
             self._answering.make_context,
-            self._start_request,
+            self._answering.start,
             cancel_incoming,
             threading.Lock,
             transport.max_message_size,
@@ -162,18 +160,12 @@ class Connection:
             self._pool,
             transport,
             self._lock,
-            closing=self._closing,
-            start_request=self._start_request,
-            arrive=self._arrive,
-            run_handler=self._run_handler_outliving_it,
-            refuse=self._answering.refuse_to_start,
-            send_frame=self._send_frame,
+            self._answering,
             end_of_stream=self._on_end_of_stream,
         )
         self._reader: Optional[threading.Thread] = None
         self._closed = False
         self._close_error: Optional[ConnectionClosed] = None
-        self._close_called = False
         self._closing_ran = False
         self._reader_done = threading.Event()
 
@@ -256,8 +248,7 @@ class Connection:
         """
         deadline = time.monotonic() + timeout
         with self._lock:
-            first = not self._close_called
-            self._close_called = True
+            first = self._answering.begin_closing()
             if first:
                 self._closed = True
                 if self._close_error is None:
@@ -470,10 +461,6 @@ class Connection:
         except (ConnectionClosed, CallTimeout):
             pass
 
-    def _closing(self) -> bool:
-        # The reading's view of the close state (see Reading): close() has begun.
-        return self._close_called
-
     def _closed_error(self) -> ConnectionClosed:
         return self._close_error or ConnectionClosed(f"{self.name}: connection closed")
 
@@ -494,59 +481,9 @@ class Connection:
                 raise CallTimeout(f"{method}: not sent, the host thread never waits for room ({exc})") from None
             raise CallTimeout(f"{method}: could not be sent within {timeout} s (the peer is not reading)") from None
 
-    def _send_frame(self, frame: bytes) -> None:
-        # An answer (or a batch of them), or a reply to a line that is no request. No room (on
-        # the host thread): dropped, logged as an error. There is no caller to raise to (the
-        # handler that made it has returned, or a future's done-callback sends it), and the peer,
-        # not reading, is far behind; its request stays unanswered.
-        try:
-            self._transport.send(frame, timeout=0 if self._on_host_thread() else None)
-        except ConnectionClosed:
-            self._log.debug("%s: reply dropped, the connection is closed", self.name)
-        except CallTimeout as exc:
-            head = frame[:60].decode("utf-8", "replace")
-            self._log.error("%s: answer %s... dropped, the host thread never waits for room (%s)", self.name, head, exc)
-
-    # -- starting incoming requests (answered by answering.Answering) -----------------------------
-    def _start_request(self, ctx: RequestContext) -> None:
-        # Delivery (or host) thread, in arrival order.
-        if not self._arrive(ctx):
-            return
-        if self._pool is None:
-            self._answering.run_handler(ctx)
-        elif not self._pool.submit(self._run_handler_outliving_it, ctx):
-            self._answering.refuse_to_start(ctx)  # closing
-
-    def _arrive(self, ctx: RequestContext) -> bool:
-        """A request's turn has come: run its arrival hook; True if it may start now (False:
-        answered meanwhile, or refused because the connection is closing)."""
-        if not self._answering.arrive(ctx):
-            return False  # refused by close() while it waited in the queue
-        if self._pool is not None:
-            # A peer that does not read our answers: starting more handlers would only add
-            # threads blocked in their replies. Wait (the reading stops too).
-            while self._transport.backed_up and not self._close_called:
-                self._transport.flush(_BACKED_UP_POLL_SECONDS)
-        if self._close_called:
-            self._answering.refuse_to_start(ctx)
-            return False
-        return True
-
-    def _run_handler_outliving_it(self, ctx: RequestContext) -> Optional[HandlerTask]:
-        # Workers go on after any handler: a SystemExit (sys.exit() in a handler) has been
-        # answered -32603 and logged like any failure, and ends nothing. A coroutine handler's
-        # task is returned: it keeps the handler's place (see WorkerPool).
-        if self._close_called:
-            self._answering.refuse_to_start(ctx)  # it waited for a worker (see WorkerPool) until the close
-            return None
-        try:
-            return self._answering.run_handler(ctx)
-        except BaseException:
-            return None
-
     # -- end of stream (the reading's end) ------------------------------------------------------
     def _on_end_of_stream(self) -> None:
-        if not self._close_called:
+        if not self._answering.closing:
             error = self._transport.closed_error()
             with self._lock:
                 self._closed = True
