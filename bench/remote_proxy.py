@@ -85,10 +85,25 @@ class Timing(Client):
             self.delays.append(time.monotonic() - float(text))
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_listening(port: int, proxy: "subprocess.Popen[bytes]", what: str) -> None:
+    """Until 127.0.0.1:``port`` accepts (10 s at most); RuntimeError with the end of ``proxy``'s
+    stderr if it exits first or does not listen in time."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proxy.poll() is not None:
+                assert proxy.stderr is not None
+                raise RuntimeError(f"{what} did not start: {proxy.stderr.read()[-500:]!r}") from None
+            time.sleep(0.05)
 
 
 def _through(url: str, idle: float, expect_cut: bool) -> Dict[str, Any]:
@@ -125,23 +140,14 @@ def run(idle: float, read_timeout: int, keepalive: float) -> Dict[str, Any]:
     for label, interval in (("keep-alives on", keepalive), ("keep-alives off", 10 * (idle + read_timeout))):
         limits = Limits(keepalive_interval=interval, ping_interval=interval)
         with serve_remote(StampingAgent, limits=limits) as server, tempfile.TemporaryDirectory() as directory:
-            port = _free_port()
+            port = free_port()
             conf = Path(directory) / "nginx.conf"
             conf.write_text(
                 NGINX_CONF.format(dir=directory, port=port, upstream=server.address[1], read_timeout=read_timeout)
             )
             proxy = subprocess.Popen([nginx, "-c", str(conf), "-p", directory], stderr=subprocess.PIPE)
             try:
-                deadline = time.monotonic() + 10
-                while True:
-                    try:
-                        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                        break
-                    except OSError:
-                        if time.monotonic() > deadline or proxy.poll() is not None:
-                            assert proxy.stderr is not None
-                            raise RuntimeError(f"nginx did not start: {proxy.stderr.read()[-500:]!r}") from None
-                        time.sleep(0.05)
+                wait_listening(port, proxy, "nginx")
                 cut = label == "keep-alives off"
                 results[label] = {
                     transport: _through(f"{transport}://127.0.0.1:{port}/acp", idle, cut)
