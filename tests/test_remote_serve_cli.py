@@ -98,13 +98,21 @@ def test_sigterm_stops_every_agent_and_the_command(serve):
     assert "ended by SIGTERM" in process.stderr.read()
 
 
-def test_an_agent_that_cannot_start_gets_502():
-    command = [sys.executable, "-m", "acp_lite", "serve", "--listen", "127.0.0.1:0", "--", "/nonexistent/agent"]
+@pytest.mark.parametrize(
+    "agent",
+    [["/nonexistent/agent"], ["sh", "-c", "echo 'No module named acp_lite' >&2; exit 1"]],
+    ids=["cannot-start", "exits-at-start"],
+)
+def test_an_agent_that_cannot_start_or_exits_before_answering_gets_502_at_once(agent):
+    command = [sys.executable, "-m", "acp_lite", "serve", "--listen", "127.0.0.1:0", "--", *agent]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()
         host, port = line.split(" at ")[1].split()[0].split("//")[1].split("/")[0].rsplit(":", 1)
-        assert request((host, int(port)), "POST", INITIALIZE).status == 502
+        sent = time.monotonic()
+        answer = request((host, int(port)), "POST", INITIALIZE)
+        assert answer.status == 502
+        assert time.monotonic() - sent < 10  # not the 30 s initialize_timeout (a 504)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(20)

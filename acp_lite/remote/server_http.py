@@ -341,7 +341,10 @@ class HttpHandler(Handler):
         elif self._held is not None:
             held = self._held
             if held.head is None:
-                if now > held.deadline:
+                if held.connection.ended:  # the agent side ended first (an agent that exited at start)
+                    self._held = None
+                    self._respond(502, error_body(502, "the agent ended before it answered initialize"))
+                elif now > held.deadline:
                     self._held = None
                     self._respond(504, error_body(504, "the agent did not answer initialize in time"))
                     held.connection.end()
