@@ -7,6 +7,8 @@ which has acp_lite installed: what a reader who copies it gets.
 """
 
 import re
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -97,21 +99,62 @@ def test_the_minimal_examples_in_the_readme_are_the_files_and_stay_short(name, s
 
 
 def test_every_snippet_is_run_by_a_test_here(snippets):
-    # snippet_4 and snippet_5 (docs/async.md) are type-checked only (test_typing); examples/async_agent.py,
-    # which they abridge, runs in test_examples. snippet_6 and snippet_7 (docs/remote.md) run in
+    # snippet_6 and snippet_7 (docs/async.md) are type-checked only (test_typing); examples/async_agent.py,
+    # which they abridge, runs in test_examples. snippet_8 and snippet_9 (docs/remote.md) run in
     # tests/interop/test_remote_interop.py and tests/test_remote_docs.py.
     assert sorted(snippets) == [
+        "async_echo.py",
         "minimal_agent.py",
         "minimal_client.py",
+        "remote_client.py",
         "snippet_2.py",
-        "snippet_3.py",
-        "snippet_4.py",
         "snippet_5.py",
         "snippet_6.py",
         "snippet_7.py",
+        "snippet_8.py",
+        "snippet_9.py",
         "v2_echo.py",
     ]
     assert "v2_echo.py" in DOCS["v2.md"]  # the guides' snippets are run too
+
+
+@pytest.mark.slow
+def test_the_async_echo_snippet_streams_through_the_minimal_client(snippets):
+    done = _run(snippets, "minimal_client.py", sys.executable, "async_echo.py")
+    assert done.returncode == 0, done.stderr
+    chunks = [line.split("] ", 1)[1] for line in done.stdout.splitlines() if line.startswith("[agent_message_chunk]")]
+    assert chunks == ["You", "said:", "hello"]  # (the client prints each chunk stripped)
+    assert done.stdout.splitlines()[-1] == "stop reason: end_turn"
+
+
+@pytest.mark.slow
+def test_the_remote_snippets_serve_the_minimal_agent_and_drive_it_over_http_and_websocket(snippets):
+    section = _section("### A remote agent")
+    serve_line = _code_blocks("sh", section)[0].strip().splitlines()[1]
+    assert serve_line.startswith("acp-lite serve --listen 127.0.0.1:8000 -- ")
+    with socket.socket() as probe:  # a free port in place of 8000
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "acp_lite", *serve_line.split()[1:]]
+    command[command.index("127.0.0.1:8000")] = f"127.0.0.1:{port}"
+    command[command.index("python")] = sys.executable  # the reader's python: the one with acp_lite
+    folder = snippets["remote_client.py"].parent
+    server = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "serving" in server.stdout.readline(), server.stderr.read()
+        client = snippets["remote_client.py"].read_text(encoding="utf-8")
+        for scheme in ("http", "ws"):
+            script = folder / f"remote_client_{scheme}.py"
+            url = f"{scheme}://127.0.0.1:{port}/acp"
+            script.write_text(client.replace("http://127.0.0.1:8000/acp", url, 1), encoding="utf-8")
+            done = _run({script.name: script}, script.name)
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.splitlines() == ["You said: hello", "end_turn"], (scheme, done.stdout)
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(20)
+        server.stdout.close()
+        server.stderr.close()
 
 
 def test_the_v2_snippet_runs_a_v2_turn_as_the_readme_says(snippets):
@@ -184,12 +227,12 @@ def test_the_host_delivery_snippet_runs_a_turn_without_blocking_the_host_thread(
 
 
 def test_the_logging_snippet_turns_on_the_acp_lite_loggers(snippets):
-    probe = snippets["snippet_3.py"].read_text(encoding="utf-8") + (
+    probe = snippets["snippet_5.py"].read_text(encoding="utf-8") + (
         "\nimport acp_lite.codec, acp_lite.schema\n"
         'acp_lite.codec.decode(b\'{"type":"future_kind"}\', acp_lite.schema.ContentBlock)\n'
     )
     done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=snippets["snippet_3.py"].parent, capture_output=True, text=True, timeout=40
+        [sys.executable, "-c", probe], cwd=snippets["snippet_5.py"].parent, capture_output=True, text=True, timeout=40
     )
     assert done.returncode == 0, done.stderr
     assert " acp_lite.codec INFO unknown-variant at $: " in done.stderr
