@@ -16,13 +16,16 @@ Modules, bottom up; each imports only the ones listed before it:
 - ``host_delivery``  ``HostDelivery``: callbacks on the host's own thread, inside ``pump()``.
 - ``process``    agent subprocesses: start, stderr, stop (with their whole tree).
 - ``deadlines``  one thread for the process that times out every future given a ``timeout``.
+- ``watching``   one thread for the process that looks at the connections whose reader runs
+                 application code, so that one stuck there is taken over.
 - ``envelopes``, ``outgoing``, ``error_rules``  what ``jsonrpc`` decodes in one pass, what it
                  writes (checked and encoded), which error answers a failed handler.
 - ``records``    what the JSON-RPC core keeps: routes, pending calls, batch replies, counters.
 - ``jsonrpc``    JSON-RPC 2.0 without I/O: envelopes, routing, the call and request tables.
-- ``answering``  an incoming request (``RequestContext``, ``CancelToken``) and how it is answered.
+- ``answering``  an incoming request (``RequestContext``, ``CancelToken``) and its life: its
+                 start in its turn, its handler, its answer.
 - ``reading``    a connection's reading: the read loop, routing a read, the requests the reader
-                 runs itself, the watcher, the read-ahead bound.
+                 runs itself, the watcher's look, the read-ahead bound.
 - ``rpc``        the connection: the threads and the transport around ``jsonrpc``.
                  Knows nothing of ACP methods.
 - ``updates``    builders for the values written most (content, updates, tool calls, plans).

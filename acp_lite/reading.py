@@ -33,6 +33,7 @@ from .answering import Answering, RequestContext
 from .delivery import Callback, Expand, HostItem, Lane, WorkerPool, run_callbacks
 from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
 from .transport import MessageTransport
+from .watching import watch
 
 # The reader stops reading while this many bytes it read wait for the delivery thread. About 2,000
 # updates, milliseconds of work for the delivery thread: enough to keep it busy while the reader
@@ -45,9 +46,8 @@ _READ_AHEAD_LIMIT = 512 * 1024
 # decodes in blocks while the reader reads on.
 _ROUTE_HERE_BYTES = 4096
 
-# How often the watcher looks whether the reading thread is still in the handler it was in at its
-# last look (see _watch), and after how many looks without a new handler run there it stops.
-_WATCH_TICK_SECONDS = 0.002
+# After how many of the watcher's looks without a new handler run on the reading thread it stops
+# watching this connection (see look): 100 ms.
 _WATCH_QUIET_TICKS = 50
 
 
@@ -92,12 +92,14 @@ class Reading:
         self._release_item = Expand(self._release_expanded)
         # The reading thread running requests itself (see _run_here), under _lock: its identity
         # while it does, the requests it has yet to run, how many it has run; whether the
-        # watcher runs, and its wake-up.
+        # watcher looks at this connection, and what it saw at its last looks (see look).
         self._here_thread: Optional[int] = None
         self._here: List[RequestContext] = []
         self._runs = 0
         self._watching = False
-        self._watch_wake = threading.Condition(self._lock)
+        self._seen_runs = -1  # the run the reading thread was in at the last look, or -1
+        self._looked_runs = -1
+        self._quiet_looks = 0
 
     @property
     def read_ahead(self) -> int:
@@ -108,8 +110,6 @@ class Reading:
         """``close()`` began (``answering.closing`` is true): the watcher stops, a reading waiting for
         room stops, and the reading ends, on whichever thread it is (a worker's too), so that
         joining the workers waits for handlers only. Any thread."""
-        with self._lock:
-            self._watch_wake.notify_all()
         with self._read_ahead_lock:
             self._read_ahead_cond.notify_all()
         self._transport.stop_reading()
@@ -179,7 +179,7 @@ class Reading:
     # -- the reading thread running callbacks and requests itself, and the watcher --------------
     def _deliver_here(self, callbacks: List[Callback]) -> bool:
         """Reading thread, holding the delivery role (see _route_read): run a small read's
-        callbacks here, in order, while the watcher looks (see _watch): when one blocks or runs
+        callbacks here, in order, while the watcher looks (see look): when one blocks or runs
         long, another thread reads on, and what it reads queues behind the rest of them. True if
         this thread still holds the reading afterwards."""
         assert self._pool is not None  # (a lane that lets the role be held has a pool beside it)
@@ -187,8 +187,7 @@ class Reading:
         with self._lock:
             self._here_thread = me
             self._runs += 1
-            if not self._watching:
-                self._watching = self._pool.hand_off(self._watch, None)
+            self._start_watching()
         try:
             run_callbacks(callbacks, self._log)
         finally:
@@ -201,15 +200,14 @@ class Reading:
 
     def _run_here(self, requests: List[RequestContext]) -> bool:
         """Reading thread: run the handlers of requests it started, one after another, here,
-        sparing the wake-up of another thread, while the watcher looks (see _watch): when a
+        sparing the wake-up of another thread, while the watcher looks (see look): when a
         handler blocks or runs long, or sends a request (see hand_reading_on), another thread
         reads on and the rest start on workers. True if this thread still holds the reading."""
         assert self._pool is not None
         me = threading.get_ident()
         with self._lock:
             self._here_thread, self._here = me, requests
-            if not self._watching:
-                self._watching = self._pool.hand_off(self._watch, None)
+            self._start_watching()
         while True:
             with self._lock:
                 if self._here_thread != me:
@@ -248,32 +246,40 @@ class Reading:
             if not self._pool.submit(self._answering.run_on_worker, ctx):
                 self._answering.refuse_to_start(ctx)  # closing
 
-    def _watch(self, _: Any) -> None:
-        """Worker, the watcher: reads on in the reading thread's place once that thread has been
-        in one handler for a whole tick (the handler blocks or runs long)."""
-        rest = self._wait_for_stuck_handler()
-        if rest is not None:
-            self._start_on_workers(rest)
-            self.read_loop()
+    def _start_watching(self) -> None:
+        # Under _lock, on the reading thread about to run application code: the watcher looks.
+        if not self._watching:
+            self._seen_runs = self._looked_runs = -1
+            self._quiet_looks = 0
+            self._watching = watch(self)
 
-    def _wait_for_stuck_handler(self) -> Optional[List[RequestContext]]:
-        """Look every tick whether the reading thread is still in the handler it was in at the
-        last look; once it is, take the reading from it (see _take_reading). None after a while
-        without a handler run by the reading thread, or once closing: the watcher stops."""
-        seen, runs, quiet = -1, -1, 0
+    def look(self) -> bool:
+        """The watcher's look, every tick (see ``watching``): once the reading thread has been in
+        one handler (or callback) since the last look, it blocks or runs long, and a worker reads
+        on in its place, starting first the requests it had yet to run. False, to stop watching:
+        closing, taken over, or ``_WATCH_QUIET_TICKS`` looks without a run here."""
+        assert self._pool is not None
         with self._lock:
-            try:
-                while not self._answering.closing and quiet < _WATCH_QUIET_TICKS:
-                    self._watch_wake.wait(_WATCH_TICK_SECONDS)
-                    busy = self._here_thread is not None and not self._answering.closing
-                    if busy and self._runs == seen:
-                        return self._take_reading()
-                    seen = self._runs if busy else -1
-                    quiet = 0 if self._runs != runs else quiet + 1
-                    runs = self._runs
-                return None
-            finally:
+            busy = self._here_thread is not None
+            if busy and self._runs == self._seen_runs and not self._answering.closing:
+                rest = self._here
+                if self._pool.hand_off(self._read_on, rest):
+                    self._take_reading()
                 self._watching = False
+                return False
+            self._seen_runs = self._runs if busy else -1
+            self._quiet_looks = 0 if self._runs != self._looked_runs else self._quiet_looks + 1
+            self._looked_runs = self._runs
+            if self._answering.closing or self._quiet_looks >= _WATCH_QUIET_TICKS:
+                self._watching = False
+                return False
+            return True
+
+    def _read_on(self, rest: List[RequestContext]) -> None:
+        # A worker, the reading taken over by the watcher (see look): the requests the reading
+        # thread had yet to run start first, then this thread reads on.
+        self._start_on_workers(rest)
+        self.read_loop()
 
     def hand_reading_on(self) -> None:
         """A handler sends a request: when the reading thread runs it itself, a worker reads on

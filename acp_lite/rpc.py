@@ -14,7 +14,7 @@ when there is work for them and end once idle (``delivery.IDLE_SECONDS``, 2 s) o
 | reader ``acp-reader-<name>`` | ``reading`` | reading, decoding, routing; some application code in its turn (below) |
 | delivery ``acp-delivery-<name>`` | ``delivery.CallbackQueue`` | callbacks in arrival order (handlers, done-callbacks) |
 | workers ``acp-worker-<name>-<n>`` | ``delivery.WorkerPool`` | request handlers (64 at most); the reading, handed on |
-| the watcher (a worker) | ``reading`` | takes the reading over from a reader stuck in application code |
+| watcher ``acp-watcher``, one per process | ``watching`` | looks every 2 ms at connections whose reader runs application code; hands a stuck one's reading to a worker |
 | flusher ``acp-flusher-<name>`` | ``wire`` | writes the backlog: a stream's frames, frames sent during a write, what the host thread cannot write at once |
 | the host's thread | ``delivery.HostDelivery`` | what delivery and workers run, inside ``pump()``; it never waits to send |
 | any caller | here, ``answering`` | ``call`` (not in a callback), ``call_future``, ``notify``, ``close`` |

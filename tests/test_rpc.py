@@ -1018,6 +1018,11 @@ def test_threads_are_named_daemons_and_close_joins_them(linked):
     assert all(t.daemon for t in threading.enumerate() if t.name.startswith("acp-"))
     a.close()
     b.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("acp-") and t.name != "acp-watcher"]
+    # The watcher is the process's, not a connection's: it leaves at a look with nothing to watch.
+    deadline = time.monotonic() + WAIT
+    while any(t.name == "acp-watcher" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.001)
     assert not [t for t in threading.enumerate() if t.name.startswith("acp-")]
 
 
