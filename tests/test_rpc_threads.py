@@ -399,6 +399,48 @@ def test_an_idle_connection_holds_its_reader_alone_before_and_after_traffic():
         b.close()
 
 
+def test_connections_whose_readers_run_handlers_at_once_share_the_process_watcher():
+    """A burst on many connections costs no thread per connection for watching them: quick
+    requests on 20 connections, each run by its reader, leave the readers and one
+    ``acp-watcher`` (a watcher per connection, ticking every 2 ms for 100 ms after, made a burst
+    on 1,000 connections 4-6x slower); and while each reader is stuck in a handler, that one
+    watcher takes every reading over (each connection answers an echo meanwhile)."""
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+    pairs = []
+    try:
+        for i in range(20):
+            ours, theirs = memory_pair()
+            a, b = Connection(ours, name=f"w{i}a"), Connection(theirs, name=f"w{i}b")
+            b.on_request("x/blocks", lambda params, ctx: entered.release() or (release.wait(WAIT) and "released"))
+            b.on_request("x/echo", lambda params, ctx: params)
+            a.start()
+            b.start()
+            pairs.append((a, b))
+        for a, _ in pairs:
+            assert a.call("x/echo", {"quick": True}, timeout=WAIT) == {"quick": True}
+        others = [t.name for t in threading.enumerate() if t.name.startswith("acp-") and "-reader-" not in t.name]
+        # One watcher, and a worker only where a reader was seen in one handler at two looks (a
+        # loaded machine can stall a reader that long): never one per connection.
+        assert others.count("acp-watcher") <= 1 and len(others) <= 10, others
+        blocked = [a.call_future("x/blocks") for a, _ in pairs]
+        for _ in pairs:
+            assert entered.acquire(timeout=WAIT)
+        names = [t.name for t in threading.enumerate()]
+        assert names.count("acp-watcher") == 1, names
+        assert not [name for name in names if name.startswith("acp-watcher-")]
+        assert [a.call("x/echo", {"i": i}, timeout=WAIT) for i, (a, _) in enumerate(pairs)] == [
+            {"i": i} for i in range(20)
+        ]
+        release.set()
+        assert [f.result(WAIT) for f in blocked] == ["released"] * 20
+    finally:
+        release.set()
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
 def test_a_flood_of_short_handlers_never_starts_more_workers_than_handlers_may_run():
     """Handlers submitted from several threads at once, each short: the pool grows to at most
     ``HANDLER_LIMIT`` workers, however the workers' start raced the submissions (a worker between
