@@ -18,8 +18,9 @@ Modules, bottom up; each imports only the ones listed before it:
 - ``deadlines``  one thread for the process that times out every future given a ``timeout``.
 - ``watching``   one thread for the process that looks at the connections whose reader runs
                  application code, so that one stuck there is taken over.
-- ``envelopes``, ``outgoing``, ``error_rules``  what ``jsonrpc`` decodes in one pass, what it
-                 writes (checked and encoded), which error answers a failed handler.
+- ``envelopes``, ``outgoing``, ``error_rules``, ``salvage``  what ``jsonrpc`` decodes in one
+                 pass, what it writes (checked and encoded), which error answers a failed
+                 handler, what it can still read of a line that does not decode.
 - ``records``    what the JSON-RPC core keeps: routes, pending calls, batch replies, counters.
 - ``jsonrpc``    JSON-RPC 2.0 without I/O: envelopes, routing, the call and request tables.
 - ``answering``  an incoming request (``RequestContext``, ``CancelToken``) and its life: its

@@ -30,8 +30,9 @@ of every line, the table of our pending calls, the table of the peer's running r
   anything else is -32603, and an error the peer answered to a nested call stays the peer's).
 
 Beside it: ``envelopes`` (the typed envelopes and their one-pass decoders), ``outgoing`` (what we
-write, checked and encoded), ``error_rules``, ``framing`` (the lines, cut out of bytes) and
-``outcomes`` (settling futures once).
+write, checked and encoded), ``error_rules``, ``framing`` (the lines, cut out of bytes),
+``salvage`` (what can still be read of a line that does not decode) and ``outcomes`` (settling
+futures once).
 
 The tables (our pending calls, the peer's requests not answered yet) are the core's alone:
 nothing outside this module touches them but through ``add_pending``, ``forget``,
@@ -42,9 +43,7 @@ inserts into the table of the peer's requests; single dict operations are atomic
 
 import functools
 import itertools
-import json
 import logging
-import re
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -81,6 +80,7 @@ from .outgoing import (
     encode_outgoing,
 )
 from .records import BatchReply, ConnectionStats, FastPath, PendingCall, Route
+from .salvage import HEAD_ID, lone_surrogate, read_leniently
 
 CANCEL_REQUEST_METHOD = "$/cancel_request"
 
@@ -112,14 +112,6 @@ class _CancelRequestParams(Struct):
     requestId: Union[int, str]
 
 
-# An oversized or unreadable frame is dropped; if its first bytes show a top-level id (after
-# nothing but "jsonrpc"/"method" strings), the request can still be answered or the call failed.
-_HEAD_ID = re.compile(
-    rb'\s*\{(?P<before>(?:\s*"(?:jsonrpc|method)"\s*:\s*"[^"\\]*"\s*,)*)'
-    rb'\s*"id"\s*:\s*(?P<id>-?\d+|"[^"\\]*")\s*,\s*"(?P<next>\w+)"'
-)
-
-
 def _valid_id(value: Any) -> bool:
     return value is None or type(value) in (int, str, float)
 
@@ -132,41 +124,6 @@ def _sendable_id(value: Any) -> bool:
         except UnicodeEncodeError:
             return False
     return _valid_id(value)
-
-
-def _read_leniently(text: bytes) -> Any:
-    """A line msgspec refused, as Python's json module reads it (it accepts lone surrogates), or
-    None if that fails too. Only for the rare lines that take this path."""
-    try:
-        return json.loads(text.decode("utf-8"))  # (json.loads of bytes would let encoded surrogates through)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return None
-
-
-# A UTF-16 code unit of a surrogate pair, alone: in a str that json.loads read, only a lone one.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_WHERE_LIMIT = 200  # characters of the JSON path an answer names (keys may be long)
-
-
-def _lone_surrogate(value: Any) -> Optional[str]:
-    """Where a value ``_read_leniently`` read holds a lone surrogate (valid JSON, but no Unicode
-    text: msgspec refuses it with a message about truncation or pairs), said for the peer, e.g.
-    ``$.params.path holds a lone surrogate (\\ud800)``; None when it holds none."""
-    pending: List[Tuple[str, Any]] = [("$", value)]
-    while pending:  # no recursion: json.loads accepted nesting deeper than the stack has left
-        path, item = pending.pop()
-        if isinstance(item, str):
-            found = _SURROGATE.search(item)
-            if found:
-                where = path if len(path) <= _WHERE_LIMIT else path[:_WHERE_LIMIT] + "..."
-                return f"{where} holds a lone surrogate (\\u{ord(found.group()):04x})"
-        elif isinstance(item, dict):
-            # The keys go on top, so they are checked before a path is named after them.
-            pending.extend((f"{path}.{key}", member) for key, member in item.items())
-            pending.extend((f"a key of {path}", key) for key in item)
-        elif isinstance(item, list):
-            pending.extend((f"{path}[{index}]", member) for index, member in enumerate(item))
-    return None
 
 
 def _decode_params(raw: Any, params_type: Any) -> Any:
@@ -426,9 +383,9 @@ class RpcCore:
         text = frame.strip()
         if not text:
             return  # a blank line between messages
-        readable = _read_leniently(text) if text[:1] == b"{" else None
+        readable = read_leniently(text) if text[:1] == b"{" else None
         # msgspec's message for a lone surrogate speaks of truncation or pairs: say what it is.
-        surrogate = _lone_surrogate(readable) if readable is not None else None
+        surrogate = lone_surrogate(readable) if readable is not None else None
         problem = f"{surrogate}, which is not Unicode: no text or file name can hold it" if surrogate else str(exc)
         if (
             isinstance(readable, dict)
@@ -598,7 +555,7 @@ class RpcCore:
             limit,
             self.stats.oversized_frames,
         )
-        match = _HEAD_ID.match(frame.head)
+        match = HEAD_ID.match(frame.head)
         if match is None:
             return
         request_id = msgspec.json.decode(match.group("id"))
@@ -610,7 +567,7 @@ class RpcCore:
 
     def _fail_call_answered_by(self, head: bytes, error: AcpError, items: List[Routed]) -> None:
         """Fail the pending call whose answer a dropped line was, if its first bytes show that."""
-        match = _HEAD_ID.match(head)
+        match = HEAD_ID.match(head)
         if match is None or match.group("next") not in (b"result", b"error") or b'"method"' in match.group("before"):
             return
         try:
