@@ -2,6 +2,7 @@
 
 import json
 import random
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
@@ -100,6 +101,28 @@ def test_a_huge_comment_or_field_line_is_never_buffered():
     reader.feed(b"event: " + b"e" * 5000)
     assert reader._partial_size <= 1000 + 64
     assert [e.data for e in reader.feed(b"e" * 5000 + b"\ndata: z\n\n")] == [b"z"]
+
+
+@pytest.mark.parametrize("lines", [1, 128], ids=["one-line", "many-lines"])
+def test_an_event_over_the_limit_costs_the_limit_at_most_never_copies_of_it(lines):
+    # The kept part of an event is joined only for its head once the event goes over the limit
+    # (it was joined whole: three times the limit at the peak for one line, twice for many).
+    limit = 4 * 1024 * 1024
+    reader = SseReader(limit)
+    line_size = 2 * limit // lines
+    tracemalloc.start()
+    try:
+        for _ in range(lines):
+            reader.feed(b"data: ")
+            for _ in range(line_size // 65536):
+                assert reader.feed(b"x" * 65536) == []  # distinct pieces, as from a socket
+            reader.feed(b"\n")
+        (oversized,) = reader.feed(b"\n")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert oversized.size == lines * line_size + lines - 1 and oversized.head == b"x" * 512
+    assert peak < 1.3 * limit
 
 
 @pytest.mark.timeout(120)  # hypothesis warms up slowly on a loaded machine (Python 3.9: over 30 s once)
