@@ -398,6 +398,40 @@ def test_a_stalled_reader_ends_its_connection_and_an_idle_one_is_reaped():
         assert server.connection_count() == 0
 
 
+def test_a_slow_reader_that_keeps_reading_is_not_taken_for_a_stalled_one():
+    # The kernel takes a stream's bytes in bursts (on loopback over a megabyte: what the socket
+    # buffer frees before it wakes the server), so a reader taking 40 KB/s saw no send succeed for
+    # seconds, and was ended as stalled after stall_timeout while it read. Progress is what the
+    # socket's queue loses too; a reader that stops is still ended.
+    limits = Limits(stall_timeout=1.0)
+    with serve_remote(RemoteTestAgent, limits=limits) as server:
+        cid = initialize(server.address)
+        connection_stream, session = open_session(server.address, cid)
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(server.address)
+        slow.settimeout(5)
+        slow.sendall(
+            f"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
+            f"Acp-Connection-Id: {cid}\r\nAcp-Session-Id: {session}\r\n\r\n".encode()
+        )
+        headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
+        many = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "many 20000"}]}, 9)
+        assert request(server.address, "POST", many, headers).status == 202
+        started = time.monotonic()
+        read = 0
+        while time.monotonic() - started < 4:  # 4 stall timeouts, reading all the while
+            read += len(slow.recv(2048))
+            time.sleep(0.05)
+            assert server.connection_count() == 1, f"ended after {time.monotonic() - started:.1f} s, {read} bytes read"
+        stopped = time.monotonic()
+        while server.connection_count() and time.monotonic() - stopped < 10:
+            time.sleep(0.05)
+        assert server.connection_count() == 0  # it stopped reading: ended
+        slow.close()
+        connection_stream.close()
+
+
 def test_a_load_posted_without_the_session_header_has_its_replay_before_its_answer_on_one_stream():
     # The official Python client posts session/load without Acp-Session-Id and opens the
     # session's stream while the load runs: the replay must not take that stream while the answer,

@@ -413,7 +413,7 @@ class SseStream(Sink):
         if self._ended:
             return
         if self.peer.out_bytes:
-            if now - self.peer.last_sent > limits.stall_timeout:
+            if self.peer.stalled_for(now) > limits.stall_timeout:
                 log.debug("connection %s: output stalled, ending it", self.connection.id[:8])
                 self.connection.end()
         elif now - self.peer.last_sent >= limits.keepalive_interval:

@@ -11,6 +11,10 @@ Rules this module keeps:
   counts against the header deadline.
 - The listener is never blocked by a peer: a peer over the socket cap gets a fixed 503 and is
   closed; each handler decides its own deadlines in ``tick``, run every ``TICK_SECONDS``.
+- Output progress (``stalled_for``) is a send that took bytes, or, where the system tells
+  (``SIOCOUTQ``: Linux), the socket's send queue shrinking: the kernel takes bytes in bursts
+  (on loopback over a megabyte at a time), and a slow reader that keeps reading must not look
+  stalled between them.
 - ``stop`` ends the loop; the loop closes every socket it owns before its thread ends.
 """
 
@@ -20,9 +24,17 @@ import logging
 import selectors
 import socket
 import ssl
+import struct
+import sys
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+try:
+    import fcntl
+    import termios
+except ImportError:  # Windows
+    fcntl = termios = None  # type: ignore[assignment]
 
 log = logging.getLogger("acp_lite.remote.server")
 
@@ -30,6 +42,9 @@ log = logging.getLogger("acp_lite.remote.server")
 TICK_SECONDS = 0.25
 
 _RECV_BYTES = 65536
+
+# Linux's SIOCOUTQ (the name TIOCOUTQ stands for it): a socket's unsent bytes.
+_SIOCOUTQ = getattr(termios, "TIOCOUTQ", None) if sys.platform.startswith("linux") else None
 
 # A piece of output: the bytes, and the budget it gives back once sent (a callable and a count).
 Release = Callable[[int], None]
@@ -58,6 +73,8 @@ class Peer:
         self.handler: Handler = Handler()
         self.accepted_at = time.monotonic()
         self.last_sent = self.accepted_at
+        self._progress_at = self.accepted_at  # the last send, or the send queue seen shrinking
+        self._queued = 0  # the send queue's bytes when last looked at
         self._out: Deque[Tuple[memoryview, Optional[Release], int]] = collections.deque()
         self.out_bytes = 0
         self.closed = False
@@ -81,6 +98,16 @@ class Peer:
         if not self.handshaking:
             self._flush()
         self._update_mask()
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds the queued output has made no progress (0 when nothing is queued)."""
+        if not self._out:
+            return 0.0
+        queued = _send_queue(self.sock)
+        if queued is not None and queued < self._queued:
+            self._progress_at = now
+        self._queued = queued or 0
+        return now - max(self._progress_at, self.last_sent)
 
     def close_when_sent(self) -> None:
         """Close once the queued output is on the wire (at once if there is none)."""
@@ -383,6 +410,16 @@ class Loop:
             except OSError:
                 pass
         self.selector.close()
+
+
+def _send_queue(sock: socket.socket) -> Optional[int]:
+    """The bytes in the socket's send queue not yet taken by the peer; None where unknown."""
+    if _SIOCOUTQ is None:
+        return None
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), _SIOCOUTQ, b"\0\0\0\0"))[0])
+    except OSError:
+        return None
 
 
 _BUSY = (
