@@ -5,6 +5,7 @@ import json
 import socket
 import threading
 import time
+import tracemalloc
 from typing import Any, Iterator
 
 import pytest
@@ -429,6 +430,44 @@ def test_a_slow_reader_that_keeps_reading_is_not_taken_for_a_stalled_one():
             time.sleep(0.05)
         assert server.connection_count() == 0  # it stopped reading: ended
         slow.close()
+        connection_stream.close()
+
+
+def test_a_reader_attaching_to_a_full_queue_costs_about_the_budget_in_memory():
+    # A budget of small updates queued for a stream, handed to a reader that reads nothing. The
+    # pump held every frame until the last was written as its SSE event (twice the budget), and
+    # the socket's queue kept three entries per event (another budget for events of 1 KB): 51 MB
+    # at the peak for 16 MiB; server RSS grew 35 MiB beside it in bench/remote_abuse.py slow-reader.
+    budget = Limits().max_pending
+    with serve_remote(RemoteTestAgent) as server:
+        cid = initialize(server.address)
+        connection_stream, session = open_session(server.address, cid)
+        headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
+        many = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "many 20000"}]}, 9)
+        tracemalloc.start()
+        try:
+            assert request(server.address, "POST", many, headers).status == 202  # no reader yet: queued
+            (remote,) = server._hub.connections.values()  # (white box: the budget's account)
+            deadline = time.monotonic() + 20
+            while not remote.channel.backed_up and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert remote.channel.backed_up  # a budget of frames waits for a reader
+            reader = socket.socket()
+            reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            reader.connect(server.address)
+            reader.sendall(
+                f"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
+                f"Acp-Connection-Id: {cid}\r\nAcp-Session-Id: {session}\r\n\r\n".encode()
+            )
+            stream = remote._streams[session]
+            while stream.reader is None or stream.reader.peer.out_bytes < budget // 2:
+                time.sleep(0.05)  # until the queue is handed over (what the kernel took is refilled)
+                assert time.monotonic() < deadline
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1.3 * budget, peak
+        reader.close()
         connection_stream.close()
 
 
