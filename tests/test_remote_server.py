@@ -471,6 +471,41 @@ def test_a_reader_attaching_to_a_full_queue_costs_about_the_budget_in_memory():
         connection_stream.close()
 
 
+def test_a_large_frame_is_written_to_the_socket_as_it_is():
+    # An event of a large ASCII frame goes out as three chunks (its head, the frame, the blank
+    # line): it was copied into one event, and with the frames made in the agent's threads and
+    # the events in the loop's, a slow reader's budget took twice its size in RSS (31 MiB for a
+    # 16 MiB budget in bench/remote_abuse.py slow-reader).
+    budget = Limits().max_pending
+    with serve_remote(RemoteTestAgent) as server:
+        cid = initialize(server.address)
+        connection_stream, session = open_session(server.address, cid)
+        headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
+        large = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "large 400"}]}, 9)
+        assert request(server.address, "POST", large, headers).status == 202  # no reader yet: queued
+        (remote,) = server._hub.connections.values()  # (white box: the budget's account)
+        deadline = time.monotonic() + 20
+        while not remote.channel.backed_up and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert remote.channel.backed_up
+        tracemalloc.start()
+        try:
+            stream = SseStream(server.address, cid, session)  # (read only below)
+            queued = remote._streams[session]
+            while queued.reader is None or queued.queue or queued.reader.peer.out_bytes < budget // 2:
+                time.sleep(0.05)
+                assert time.monotonic() < deadline
+            grown = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert grown < budget // 2, grown  # what the kernel took was refilled; nothing was copied
+        texts = [stream.message()["params"]["update"]["content"]["text"] for _ in range(300)]
+        assert [text.split()[1] for text in texts] == [str(n) for n in range(300)]
+        assert all(len(text) == len(f"update {n} ") + 65536 for n, text in enumerate(texts))
+        stream.close()
+        connection_stream.close()
+
+
 def test_a_load_posted_without_the_session_header_has_its_replay_before_its_answer_on_one_stream():
     # The official Python client posts session/load without Acp-Session-Id and opens the
     # session's stream while the load runs: the replay must not take that stream while the answer,

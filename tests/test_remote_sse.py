@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acp_lite.remote.sse import KEEP_ALIVE, SseEvent, SseReader, ascii_json, encode_event
+from acp_lite.remote.sse import KEEP_ALIVE, SseEvent, SseReader, ascii_json, encode_event, event_pieces
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -157,3 +157,11 @@ def test_the_writer_is_ascii_only_and_the_json_means_the_same():
     assert ascii_json(b'{"a":1}') == b'{"a":1}'
     assert encode_event(b"{\n}") == b"data: {\ndata: }\n\n"
     assert KEEP_ALIVE == b":\n\n"
+
+
+def test_event_pieces_are_the_event_and_carry_an_ascii_one_line_message_as_it_is():
+    ascii_one_line = b'{"a":"' + b"x" * 100_000 + b'"}'
+    for message in [ascii_one_line, '{"t":"\u00e9"}'.encode(), b"{\r\n}"]:
+        for event_id in (None, 7):
+            assert b"".join(event_pieces(message, event_id)) == encode_event(message, event_id)
+    assert event_pieces(ascii_one_line, 7)[1] is ascii_one_line

@@ -17,7 +17,8 @@ Rules this module keeps:
   arrive, so no line from the server, however long, is ever held whole.
 - Writing is strict: ``id: <n>`` and one ``data:`` line per event, LF line ends, ASCII only
   (non-ASCII characters of the JSON become ``\\uXXXX`` escapes, surrogate pairs above U+FFFF),
-  because some peers' readers decode each read alone and break on a split character.
+  because some peers' readers decode each read alone and break on a split character. A message
+  already so is not copied (``event_pieces``).
 """
 
 import re
@@ -218,6 +219,14 @@ def ascii_json(message: bytes) -> bytes:
     if message.isascii():
         return message
     return _NON_ASCII.sub(_escape, message.decode("utf-8")).encode("ascii")
+
+
+def event_pieces(message: bytes, event_id: Optional[int] = None) -> List[bytes]:
+    """``encode_event(message, event_id)`` in pieces whose bytes, joined, are that event:
+    ``message`` itself among them when it is ASCII on one line (a large one is not copied)."""
+    if not message.isascii() or b"\n" in message or b"\r" in message:
+        return [encode_event(message, event_id)]
+    return [b"id: %d\ndata: " % event_id if event_id is not None else b"data: ", message, b"\n\n"]
 
 
 def encode_event(message: bytes, event_id: Optional[int] = None) -> bytes:
