@@ -2,8 +2,9 @@
 tests/test_remote_server*.py and tests/test_remote_client.py do not cover already. Many slow
 header senders at once, each cut off with 408 while a normal client goes on; a WebSocket frame
 declared larger than the limit, and a message over it in fragments (close 1009, nothing buffered);
-random bytes on an event stream, then an answer or the stream's end; a BOM and a long comment line
-before an answer."""
+the client's default message limit refusing a larger event with an error naming its size; random
+bytes on an event stream, then an answer or the stream's end; a BOM and a long comment line before
+an answer."""
 
 import selectors
 import socket
@@ -15,7 +16,7 @@ from remote_agent import RemoteTestAgent
 from remote_driver import INITIALIZE, WsClient
 
 from acp_lite.client import RemoteAgent
-from acp_lite.errors import ConnectionClosed
+from acp_lite.errors import AcpError, ConnectionClosed
 from acp_lite.remote.server import Limits, serve_remote
 from bench.remote_abuse import FUZZ_CASES, FuzzServer, _big_line, _event
 
@@ -103,6 +104,20 @@ def echo(server: FuzzServer) -> dict:
         return agent.ext_method("_fuzz/echo", {"text": "h\u00e9"}, timeout=WAIT)
     finally:
         agent.close()
+
+
+def test_an_answer_over_the_clients_default_limit_fails_its_call_naming_its_size():
+    # 16 MiB by default, the server's own limit (it was the stdio default, 64 MiB).
+    def oversized(send, answer):
+        _big_line(send, b"data: " + answer[:-1] + b', "pad": "', 16 * 1024 * 1024)
+        send(b'"' + answer[-1:] + b"\n\n")
+
+    server = fuzzed(oversized)
+    try:
+        with pytest.raises(AcpError, match=r"response dropped: message of \d+ bytes exceeds the limit of 16777216"):
+            echo(server)
+    finally:
+        server.close()
 
 
 def test_random_bytes_on_the_event_stream_then_an_answer_or_the_end():
