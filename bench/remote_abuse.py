@@ -36,9 +36,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from bench.remote_load import INIT, _post, _rpc, _sse_messages, server_figures
+from bench.remote_load import INIT, _post, _rpc, _sse_messages, delete, open_session, server_figures
 
 MIB = 1024 * 1024
 ALLOWED_ORIGIN = "https://editor.example"
@@ -160,10 +160,10 @@ def status_of(reply: bytes) -> Optional[int]:
     return int(parts[1]) if len(parts) > 1 and reply.startswith(b"HTTP/1.1 ") else None
 
 
-def raw_exchange(address: Tuple[str, int], data: bytes, body: Iterator[bytes]) -> bytes:
-    """Send ``data``, then ``body``'s pieces while the server takes them; all it sends until it
-    closes."""
-    with socket.create_connection(address, timeout=30) as sock:
+def raw_exchange(address: Tuple[str, int], data: bytes, body: Iterable[bytes] = (), wait: float = 30.0) -> bytes:
+    """Send ``data`` on a new socket, then ``body``'s pieces while the server takes them; all it
+    sends until it closes (or ``wait`` seconds pass without a byte)."""
+    with socket.create_connection(address, timeout=wait) as sock:
         sock.sendall(data)
         try:
             for piece in body:
@@ -465,6 +465,44 @@ def normal_prompt(server: Server, transport: str) -> Dict[str, Any]:
 
 
 # -- L6: the SSE client fuzzed -----------------------------------------------------------------------
+def serve_requests(sock: socket.socket, handle: Callable[[socket.socket, Any, Any, bytes], bool]) -> None:
+    """Serve HTTP/1.1 on ``sock`` (h11) until the client closes or ``handle(sock, conn, request,
+    body)`` returns False (it answered with a stream); then close ``sock``."""
+    import h11
+
+    conn = h11.Connection(h11.SERVER)
+    try:
+        while True:
+            request, body = read_request(sock, conn)
+            if request is None or not handle(sock, conn, request, body):
+                return
+            conn.start_next_cycle()
+    except (OSError, h11.ProtocolError):
+        return
+    finally:
+        sock.close()
+
+
+def read_request(sock: socket.socket, conn: Any) -> Tuple[Any, bytes]:
+    """The next request on ``sock`` through the h11 server ``conn``, and its body; (None, b"")
+    when the client closes or breaks the protocol."""
+    import h11
+
+    request, body = None, b""
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(sock.recv(65536))
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            return request, body
+        else:
+            return None, b""
+
+
 class FuzzServer:
     """An HTTP server for one client at a time: initialize gets 200 and a connection id, other
     POSTs 202; each request's answer is written on the connection stream (a close-delimited GET
@@ -499,34 +537,14 @@ class FuzzServer:
             self._start(self._serve, sock)
 
     def _serve(self, sock: socket.socket) -> None:
-        import h11
+        serve_requests(sock, self._handle)
 
-        conn = h11.Connection(h11.SERVER)
-        try:
-            while True:
-                request, body = None, b""
-                while True:
-                    event = conn.next_event()
-                    if event is h11.NEED_DATA:
-                        conn.receive_data(sock.recv(65536))
-                    elif isinstance(event, h11.Request):
-                        request = event
-                    elif isinstance(event, h11.Data):
-                        body += event.data
-                    elif isinstance(event, h11.EndOfMessage):
-                        break
-                    else:
-                        return
-                assert request is not None
-                if request.method == b"GET":
-                    self._stream(sock)
-                    return
-                self._answer(sock, conn, request.method, body)
-                conn.start_next_cycle()
-        except (OSError, h11.ProtocolError):
-            return
-        finally:
-            sock.close()
+    def _handle(self, sock: socket.socket, conn: Any, request: Any, body: bytes) -> bool:
+        if request.method == b"GET":
+            self._stream(sock)
+            return False
+        self._answer(sock, conn, request.method, body)
+        return True
 
     def _answer(self, sock: socket.socket, conn: Any, method: bytes, body: bytes) -> None:
         import h11
@@ -702,15 +720,7 @@ def paced_client(port: int, prompts: int, interval: float, latencies: List[float
         if status != 200:
             raise RuntimeError(f"initialize: {status} {body[:100]!r}")
         cid = headers["acp-connection-id"]
-        stream = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        stream.request("GET", "/acp", headers={"Accept": "text/event-stream", "Acp-Connection-Id": cid})
-        messages = _sse_messages(stream.getresponse())
-        _post(port, _rpc("session/new", {"cwd": "/w", "mcpServers": []}, 1), {"Acp-Connection-Id": cid})
-        session = next(messages)["result"]["sessionId"]
-        session_stream = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        session_headers = {"Accept": "text/event-stream", "Acp-Connection-Id": cid, "Acp-Session-Id": session}
-        session_stream.request("GET", "/acp", headers=session_headers)
-        session_messages = _sse_messages(session_stream.getresponse())
+        session, session_messages, streams = open_session(port, cid)
         headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
         next_at = time.monotonic() + random.random() * interval
         for n in range(prompts):
@@ -723,11 +733,7 @@ def paced_client(port: int, prompts: int, interval: float, latencies: List[float
                 if message.get("id") == 10 + n:
                     break
             latencies.append(time.monotonic() - started)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        conn.request("DELETE", "/acp", headers={"Acp-Connection-Id": cid})
-        conn.getresponse().read()
-        for closing in (conn, stream, session_stream):
-            closing.close()
+        delete(port, cid, streams)
     except Exception as exc:
         errors.append(repr(exc)[:200])
 

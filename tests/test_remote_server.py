@@ -13,6 +13,7 @@ from remote_agent import BIG, RemoteTestAgent
 from remote_driver import INITIALIZE, SseStream, initialize, request, rpc
 
 from acp_lite.remote.server import Limits, RemoteServer, serve_remote
+from bench.remote_abuse import raw_exchange
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -215,37 +216,21 @@ def test_other_paths_methods_and_accepts(server):
     html.close()
 
 
-def raw_exchange(address: Any, data: bytes, wait: float = 5.0) -> bytes:
-    """Send ``data`` on a new socket; everything the server sends until it closes."""
-    with socket.create_connection(address, timeout=wait) as sock:
-        sock.sendall(data)
-        chunks = []
-        try:
-            while True:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        except (socket.timeout, ConnectionResetError):
-            pass
-        return b"".join(chunks)
-
-
 def test_oversized_bodies_get_413_before_they_are_read():
     with serve_remote(RemoteTestAgent, limits=Limits(max_message_size=1000)) as server:
         head = b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        declared = raw_exchange(server.address, head + b"Content-Length: 5000\r\n\r\n")
+        declared = raw_exchange(server.address, head + b"Content-Length: 5000\r\n\r\n", wait=5)
         assert declared.startswith(b"HTTP/1.1 413 ")
         chunk = b"800\r\n" + b" " * 0x800 + b"\r\n"
-        chunked = raw_exchange(server.address, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunk)
+        chunked = raw_exchange(server.address, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunk, wait=5)
         assert chunked.startswith(b"HTTP/1.1 413 ")
 
 
 def test_malformed_requests_and_oversized_headers():
     with serve_remote(RemoteTestAgent, limits=Limits(max_header_bytes=4096)) as server:
-        assert raw_exchange(server.address, b"NOT HTTP AT ALL\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+        assert raw_exchange(server.address, b"NOT HTTP AT ALL\r\n\r\n", wait=5).startswith(b"HTTP/1.1 400 ")
         big = b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 8000 + b"\r\n\r\n"
-        assert raw_exchange(server.address, big).startswith(b"HTTP/1.1 431 ")
+        assert raw_exchange(server.address, big, wait=5).startswith(b"HTTP/1.1 431 ")
 
 
 def test_a_slow_header_sender_is_cut_off_and_an_idle_socket_closed():
@@ -305,7 +290,7 @@ def test_admission_sheds_new_connections_with_503_and_retry_after():
     with serve_remote(RemoteTestAgent, limits=Limits(max_sockets=1)) as server:
         with socket.create_connection(server.address, timeout=5):
             time.sleep(0.2)  # accepted and held
-            assert raw_exchange(server.address, b"").startswith(b"HTTP/1.1 503 ")
+            assert raw_exchange(server.address, b"", wait=5).startswith(b"HTTP/1.1 503 ")
 
 
 def test_an_idle_stream_gets_keepalive_comments():
@@ -433,6 +418,22 @@ def test_a_slow_reader_that_keeps_reading_is_not_taken_for_a_stalled_one():
         connection_stream.close()
 
 
+def backed_up_without_a_reader(server: RemoteServer, text: str) -> "tuple[Any, SseStream, str]":
+    """A connection whose prompt ``text`` streams to a session stream nobody reads yet, once its
+    budget is full; the connection (white box: the budget's account), its stream and the session."""
+    cid = initialize(server.address)
+    connection_stream, session = open_session(server.address, cid)
+    headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
+    prompt = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]}, 9)
+    assert request(server.address, "POST", prompt, headers).status == 202
+    (remote,) = server._hub.connections.values()
+    deadline = time.monotonic() + 20
+    while not remote.channel.backed_up and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert remote.channel.backed_up
+    return remote, connection_stream, session
+
+
 def test_a_reader_attaching_to_a_full_queue_costs_about_the_budget_in_memory():
     # A budget of small updates queued for a stream, handed to a reader that reads nothing. The
     # pump held every frame until the last was written as its SSE event (twice the budget), and
@@ -440,24 +441,16 @@ def test_a_reader_attaching_to_a_full_queue_costs_about_the_budget_in_memory():
     # at the peak for 16 MiB; server RSS grew 35 MiB beside it in bench/remote_abuse.py slow-reader.
     budget = Limits().max_pending
     with serve_remote(RemoteTestAgent) as server:
-        cid = initialize(server.address)
-        connection_stream, session = open_session(server.address, cid)
-        headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
-        many = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "many 20000"}]}, 9)
         tracemalloc.start()
         try:
-            assert request(server.address, "POST", many, headers).status == 202  # no reader yet: queued
-            (remote,) = server._hub.connections.values()  # (white box: the budget's account)
+            remote, connection_stream, session = backed_up_without_a_reader(server, "many 20000")
             deadline = time.monotonic() + 20
-            while not remote.channel.backed_up and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert remote.channel.backed_up  # a budget of frames waits for a reader
             reader = socket.socket()
             reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             reader.connect(server.address)
             reader.sendall(
                 f"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
-                f"Acp-Connection-Id: {cid}\r\nAcp-Session-Id: {session}\r\n\r\n".encode()
+                f"Acp-Connection-Id: {remote.id}\r\nAcp-Session-Id: {session}\r\n\r\n".encode()
             )
             stream = remote._streams[session]
             while stream.reader is None or stream.reader.peer.out_bytes < budget // 2:
@@ -478,19 +471,11 @@ def test_a_large_frame_is_written_to_the_socket_as_it_is():
     # 16 MiB budget in bench/remote_abuse.py slow-reader).
     budget = Limits().max_pending
     with serve_remote(RemoteTestAgent) as server:
-        cid = initialize(server.address)
-        connection_stream, session = open_session(server.address, cid)
-        headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
-        large = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "large 400"}]}, 9)
-        assert request(server.address, "POST", large, headers).status == 202  # no reader yet: queued
-        (remote,) = server._hub.connections.values()  # (white box: the budget's account)
+        remote, connection_stream, session = backed_up_without_a_reader(server, "large 400")
         deadline = time.monotonic() + 20
-        while not remote.channel.backed_up and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert remote.channel.backed_up
         tracemalloc.start()
         try:
-            stream = SseStream(server.address, cid, session)  # (read only below)
+            stream = SseStream(server.address, remote.id, session)  # (read only below)
             queued = remote._streams[session]
             while queued.reader is None or queued.queue or queued.reader.peer.out_bytes < budget // 2:
                 time.sleep(0.05)
