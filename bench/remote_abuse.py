@@ -25,6 +25,7 @@ agent's sends must block (``backed_up``), the stall must end the connection afte
 
 import argparse
 import collections
+import functools
 import http.client
 import json
 import os
@@ -626,8 +627,13 @@ def _answer_of_32_mib(send: Callable[[bytes], None], answer: bytes) -> None:
     send(b'"' + answer[-1:] + b"\n\n")
 
 
+@functools.lru_cache(maxsize=1)
+def _random_bytes() -> bytes:
+    return random.Random(11).randbytes(4 * MIB)  # made once: the client's RSS is what is measured
+
+
 def _random_then(send: Callable[[bytes], None], then: Optional[bytes]) -> None:
-    send(random.Random(11).randbytes(4 * MIB))
+    send(_random_bytes())
     if then is None:
         raise OSError("the case ends the stream")  # the server's socket closes
     send(then)
