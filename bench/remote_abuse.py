@@ -43,7 +43,7 @@ from bench.remote_load import INIT, _post, _rpc, _sse_messages, delete, open_ses
 
 MIB = 1024 * 1024
 ALLOWED_ORIGIN = "https://editor.example"
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 128
 STALL_SECONDS = 5.0
 STREAM_PIECE = 64 * 1024  # the text of one update of the 200 MB stream
 UPDATES = 20
