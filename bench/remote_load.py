@@ -128,6 +128,16 @@ def http_client(port: int, idle: float, outcome: Outcome, deadline: float) -> No
     if status != 200:
         raise RuntimeError(f"initialize: {status} {body[:200]!r}")
     cid = headers["acp-connection-id"]
+    session, session_messages, streams = open_session(port, cid)
+    headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
+    _prompt_turn(lambda message: _post(port, message, headers), session_messages, session, outcome)
+    time.sleep(idle)
+    delete(port, cid, streams)
+
+
+def open_session(port: int, cid: str) -> Tuple[str, Any, List[http.client.HTTPConnection]]:
+    """After initialize: the connection stream, a session and its stream opened; the session id,
+    the session stream's messages and the two streams' sockets."""
     stream = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     stream.request("GET", "/acp", headers={"Accept": "text/event-stream", "Acp-Connection-Id": cid})
     messages = _sse_messages(stream.getresponse())
@@ -136,14 +146,15 @@ def http_client(port: int, idle: float, outcome: Outcome, deadline: float) -> No
     session_stream = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     session_headers = {"Accept": "text/event-stream", "Acp-Connection-Id": cid, "Acp-Session-Id": session}
     session_stream.request("GET", "/acp", headers=session_headers)
-    session_messages = _sse_messages(session_stream.getresponse())
-    headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
-    _prompt_turn(lambda message: _post(port, message, headers), session_messages, session, outcome)
-    time.sleep(idle)
+    return session, _sse_messages(session_stream.getresponse()), [stream, session_stream]
+
+
+def delete(port: int, cid: str, streams: List[http.client.HTTPConnection]) -> None:
+    """DELETE the connection, then close its streams' sockets."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     conn.request("DELETE", "/acp", headers={"Acp-Connection-Id": cid})
     conn.getresponse().read()
-    for closing in (conn, stream, session_stream):
+    for closing in (conn, *streams):
         closing.close()
 
 

@@ -1,7 +1,8 @@
 """The agent behind the remote transport tests (in-process, or over stdio through `acp-lite serve`).
 
 Its prompt text says what the turn does: "big" sends a 1 MiB update, "ask" asks for permission
-and reports the chosen option, "wait" runs until cancelled, "many N" sends N updates, "drop" ends
+and reports the chosen option, "wait" runs until cancelled, "many N" sends N updates (of 1 KB;
+"large N": of 64 KiB), "drop" ends
 the connection from the agent's side just after the turn; any other text is echoed back
 (non-ASCII included). ``session/load`` replays three updates before answering.
 """
@@ -45,6 +46,9 @@ class RemoteTestAgent(Agent):
         elif text.startswith("many "):
             for n in range(int(text.split()[1])):
                 turn.send(updates.text_chunk(f"update {n} " + "y" * 1000))
+        elif text.startswith("large "):
+            for n in range(int(text.split()[1])):
+                turn.send(updates.text_chunk(f"update {n} " + "z" * 65536))
         else:
             turn.send(updates.text_chunk(text))
         return "end_turn"

@@ -23,6 +23,7 @@ from acp_lite.remote.client import open_url
 from acp_lite.remote.dial import Endpoint
 from acp_lite.remote.server import Limits, serve_remote
 from acp_lite.rpc import Connection
+from bench.remote_abuse import serve_requests
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -72,41 +73,16 @@ class ScriptedServer:
             self._start(self._serve, sock)
 
     def _serve(self, sock):
-        conn = h11.Connection(h11.SERVER)
-        try:
-            while True:
-                request, body = self._read_request(sock, conn)
-                if request is None:
-                    return
-                headers = {k.decode().lower(): v.decode() for k, v in request.headers}
-                self.requests.append((request.method.decode(), headers, body))
-                if request.method == b"GET":
-                    self._stream(sock, conn)
-                    return
-                self._answer(sock, conn, request.method, body)
-                conn.start_next_cycle()
-        except (OSError, h11.ProtocolError):
-            return
-        finally:
-            sock.close()
+        serve_requests(sock, self._handle)
 
-    def _read_request(self, sock, conn):
-        request, body = None, b""
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                data = sock.recv(65536)
-                conn.receive_data(data)
-                if not data and request is None:
-                    return None, b""
-            elif isinstance(event, h11.Request):
-                request = event
-            elif isinstance(event, h11.Data):
-                body += event.data
-            elif isinstance(event, h11.EndOfMessage):
-                return request, body
-            else:
-                return None, b""
+    def _handle(self, sock, conn, request, body):
+        headers = {k.decode().lower(): v.decode() for k, v in request.headers}
+        self.requests.append((request.method.decode(), headers, body))
+        if request.method == b"GET":
+            self._stream(sock, conn)
+            return False
+        self._answer(sock, conn, request.method, body)
+        return True
 
     def _send(self, sock, conn, status, headers=(), body=b""):
         data = conn.send(h11.Response(status_code=status, headers=[("Content-Length", str(len(body))), *headers]))

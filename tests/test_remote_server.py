@@ -3,8 +3,10 @@ each route and status code, the routing rules that make both official clients wo
 
 import json
 import socket
+import sys
 import threading
 import time
+import tracemalloc
 from typing import Any, Iterator
 
 import pytest
@@ -12,6 +14,7 @@ from remote_agent import BIG, RemoteTestAgent
 from remote_driver import INITIALIZE, SseStream, initialize, request, rpc
 
 from acp_lite.remote.server import Limits, RemoteServer, serve_remote
+from bench.remote_abuse import raw_exchange
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -214,37 +217,21 @@ def test_other_paths_methods_and_accepts(server):
     html.close()
 
 
-def raw_exchange(address: Any, data: bytes, wait: float = 5.0) -> bytes:
-    """Send ``data`` on a new socket; everything the server sends until it closes."""
-    with socket.create_connection(address, timeout=wait) as sock:
-        sock.sendall(data)
-        chunks = []
-        try:
-            while True:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        except (socket.timeout, ConnectionResetError):
-            pass
-        return b"".join(chunks)
-
-
 def test_oversized_bodies_get_413_before_they_are_read():
     with serve_remote(RemoteTestAgent, limits=Limits(max_message_size=1000)) as server:
         head = b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        declared = raw_exchange(server.address, head + b"Content-Length: 5000\r\n\r\n")
+        declared = raw_exchange(server.address, head + b"Content-Length: 5000\r\n\r\n", wait=5)
         assert declared.startswith(b"HTTP/1.1 413 ")
         chunk = b"800\r\n" + b" " * 0x800 + b"\r\n"
-        chunked = raw_exchange(server.address, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunk)
+        chunked = raw_exchange(server.address, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunk, wait=5)
         assert chunked.startswith(b"HTTP/1.1 413 ")
 
 
 def test_malformed_requests_and_oversized_headers():
     with serve_remote(RemoteTestAgent, limits=Limits(max_header_bytes=4096)) as server:
-        assert raw_exchange(server.address, b"NOT HTTP AT ALL\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+        assert raw_exchange(server.address, b"NOT HTTP AT ALL\r\n\r\n", wait=5).startswith(b"HTTP/1.1 400 ")
         big = b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 8000 + b"\r\n\r\n"
-        assert raw_exchange(server.address, big).startswith(b"HTTP/1.1 431 ")
+        assert raw_exchange(server.address, big, wait=5).startswith(b"HTTP/1.1 431 ")
 
 
 def test_a_slow_header_sender_is_cut_off_and_an_idle_socket_closed():
@@ -304,7 +291,7 @@ def test_admission_sheds_new_connections_with_503_and_retry_after():
     with serve_remote(RemoteTestAgent, limits=Limits(max_sockets=1)) as server:
         with socket.create_connection(server.address, timeout=5):
             time.sleep(0.2)  # accepted and held
-            assert raw_exchange(server.address, b"").startswith(b"HTTP/1.1 503 ")
+            assert raw_exchange(server.address, b"", wait=5).startswith(b"HTTP/1.1 503 ")
 
 
 def test_an_idle_stream_gets_keepalive_comments():
@@ -396,6 +383,114 @@ def test_a_stalled_reader_ends_its_connection_and_an_idle_one_is_reaped():
         while server.connection_count() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert server.connection_count() == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the send queue is read with Linux's SIOCOUTQ")
+def test_a_slow_reader_that_keeps_reading_is_not_taken_for_a_stalled_one():
+    # The kernel takes a stream's bytes in bursts (on loopback over a megabyte: what the socket
+    # buffer frees before it wakes the server), so a reader taking 40 KB/s saw no send succeed for
+    # seconds, and was ended as stalled after stall_timeout while it read. Progress is what the
+    # socket's queue loses too; a reader that stops is still ended.
+    limits = Limits(stall_timeout=1.0)
+    with serve_remote(RemoteTestAgent, limits=limits) as server:
+        cid = initialize(server.address)
+        connection_stream, session = open_session(server.address, cid)
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(server.address)
+        slow.settimeout(5)
+        slow.sendall(
+            f"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
+            f"Acp-Connection-Id: {cid}\r\nAcp-Session-Id: {session}\r\n\r\n".encode()
+        )
+        headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
+        many = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "many 20000"}]}, 9)
+        assert request(server.address, "POST", many, headers).status == 202
+        started = time.monotonic()
+        read = 0
+        while time.monotonic() - started < 4:  # 4 stall timeouts, reading all the while
+            read += len(slow.recv(2048))
+            time.sleep(0.05)
+            assert server.connection_count() == 1, f"ended after {time.monotonic() - started:.1f} s, {read} bytes read"
+        stopped = time.monotonic()
+        while server.connection_count() and time.monotonic() - stopped < 10:
+            time.sleep(0.05)
+        assert server.connection_count() == 0  # it stopped reading: ended
+        slow.close()
+        connection_stream.close()
+
+
+def backed_up_without_a_reader(server: RemoteServer, text: str) -> "tuple[Any, SseStream, str]":
+    """A connection whose prompt ``text`` streams to a session stream nobody reads yet, once its
+    budget is full; the connection (white box: the budget's account), its stream and the session."""
+    cid = initialize(server.address)
+    connection_stream, session = open_session(server.address, cid)
+    headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
+    prompt = rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]}, 9)
+    assert request(server.address, "POST", prompt, headers).status == 202
+    (remote,) = server._hub.connections.values()
+    deadline = time.monotonic() + 20
+    while not remote.channel.backed_up and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert remote.channel.backed_up
+    return remote, connection_stream, session
+
+
+def test_a_reader_attaching_to_a_full_queue_costs_about_the_budget_in_memory():
+    # A budget of small updates queued for a stream, handed to a reader that reads nothing. The
+    # pump held every frame until the last was written as its SSE event (twice the budget), and
+    # the socket's queue kept three entries per event (another budget for events of 1 KB): 51 MB
+    # at the peak for 16 MiB; server RSS grew 35 MiB beside it in bench/remote_abuse.py slow-reader.
+    budget = Limits().max_pending
+    with serve_remote(RemoteTestAgent) as server:
+        tracemalloc.start()
+        try:
+            remote, connection_stream, session = backed_up_without_a_reader(server, "many 20000")
+            deadline = time.monotonic() + 20
+            reader = socket.socket()
+            reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            reader.connect(server.address)
+            reader.sendall(
+                f"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
+                f"Acp-Connection-Id: {remote.id}\r\nAcp-Session-Id: {session}\r\n\r\n".encode()
+            )
+            stream = remote._streams[session]
+            while stream.reader is None or stream.reader.peer.out_bytes < budget // 2:
+                time.sleep(0.05)  # until the queue is handed over (what the kernel took is refilled)
+                assert time.monotonic() < deadline
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1.3 * budget, peak
+        reader.close()
+        connection_stream.close()
+
+
+def test_a_large_frame_is_written_to_the_socket_as_it_is():
+    # An event of a large ASCII frame goes out as three chunks (its head, the frame, the blank
+    # line): it was copied into one event, and with the frames made in the agent's threads and
+    # the events in the loop's, a slow reader's budget took twice its size in RSS (31 MiB for a
+    # 16 MiB budget in bench/remote_abuse.py slow-reader).
+    budget = Limits().max_pending
+    with serve_remote(RemoteTestAgent) as server:
+        remote, connection_stream, session = backed_up_without_a_reader(server, "large 400")
+        deadline = time.monotonic() + 20
+        tracemalloc.start()
+        try:
+            stream = SseStream(server.address, remote.id, session)  # (read only below)
+            queued = remote._streams[session]
+            while queued.reader is None or queued.queue or queued.reader.peer.out_bytes < budget // 2:
+                time.sleep(0.05)
+                assert time.monotonic() < deadline
+            grown = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert grown < budget // 2, grown  # what the kernel took was refilled; nothing was copied
+        texts = [stream.message()["params"]["update"]["content"]["text"] for _ in range(300)]
+        assert [text.split()[1] for text in texts] == [str(n) for n in range(300)]
+        assert all(len(text) == len(f"update {n} ") + 65536 for n, text in enumerate(texts))
+        stream.close()
+        connection_stream.close()
 
 
 def test_a_load_posted_without_the_session_header_has_its_replay_before_its_answer_on_one_stream():

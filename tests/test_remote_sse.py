@@ -2,12 +2,13 @@
 
 import json
 import random
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acp_lite.remote.sse import KEEP_ALIVE, SseEvent, SseReader, ascii_json, encode_event
+from acp_lite.remote.sse import KEEP_ALIVE, SseEvent, SseReader, ascii_json, encode_event, event_pieces
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -102,6 +103,28 @@ def test_a_huge_comment_or_field_line_is_never_buffered():
     assert [e.data for e in reader.feed(b"e" * 5000 + b"\ndata: z\n\n")] == [b"z"]
 
 
+@pytest.mark.parametrize("lines", [1, 128], ids=["one-line", "many-lines"])
+def test_an_event_over_the_limit_costs_the_limit_at_most_never_copies_of_it(lines):
+    # The kept part of an event is joined only for its head once the event goes over the limit
+    # (it was joined whole: three times the limit at the peak for one line, twice for many).
+    limit = 4 * 1024 * 1024
+    reader = SseReader(limit)
+    line_size = 2 * limit // lines
+    tracemalloc.start()
+    try:
+        for _ in range(lines):
+            reader.feed(b"data: ")
+            for _ in range(line_size // 65536):
+                assert reader.feed(b"x" * 65536) == []  # distinct pieces, as from a socket
+            reader.feed(b"\n")
+        (oversized,) = reader.feed(b"\n")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert oversized.size == lines * line_size + lines - 1 and oversized.head == b"x" * 512
+    assert peak < 1.3 * limit
+
+
 @pytest.mark.timeout(120)  # hypothesis warms up slowly on a loaded machine (Python 3.9: over 30 s once)
 @settings(max_examples=200, deadline=None)
 @given(
@@ -134,3 +157,11 @@ def test_the_writer_is_ascii_only_and_the_json_means_the_same():
     assert ascii_json(b'{"a":1}') == b'{"a":1}'
     assert encode_event(b"{\n}") == b"data: {\ndata: }\n\n"
     assert KEEP_ALIVE == b":\n\n"
+
+
+def test_event_pieces_are_the_event_and_carry_an_ascii_one_line_message_as_it_is():
+    ascii_one_line = b'{"a":"' + b"x" * 100_000 + b'"}'
+    for message in [ascii_one_line, '{"t":"\u00e9"}'.encode(), b"{\r\n}"]:
+        for event_id in (None, 7):
+            assert b"".join(event_pieces(message, event_id)) == encode_event(message, event_id)
+    assert event_pieces(ascii_one_line, 7)[1] is ascii_one_line

@@ -43,13 +43,17 @@ from wsproto.events import (
 
 from ..errors import CapabilityError, ConnectionClosed, UsageError
 from ..schema import PROTOCOL_VERSION
-from ..wire import DEFAULT_MAX_MESSAGE_SIZE, OversizedFrame
+from ..wire import OversizedFrame
 from .channel import Channel
 from .dial import ERROR_BODY_BYTES, MAX_HEAD_BYTES, Endpoint, header, retry_delay
 from .sse import OVERSIZED_HEAD
 
 _log = logging.getLogger("acp_lite.remote")
 
+# What the client takes from a server in one message: the server's own limit (``Limits``), the
+# body limit of the official TypeScript and Rust servers. (With the stdio default, 64 MiB, one
+# 32 MiB answer raised the client's peak RSS by 197 MiB: it is copied several times on its way.)
+DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
 DEFAULT_PING_INTERVAL = 20.0
 DEFAULT_IDLE_TIMEOUT = 45.0
 _RECV_BYTES = 64 * 1024

@@ -31,7 +31,7 @@ from .server_hub import Hub, Refusal
 from .server_loop import Handler, Peer
 from .server_routes import MessageHead, RemoteConnection, Sink, read_head
 from .server_ws import WebSocketHandler, handshake_headers
-from .sse import KEEP_ALIVE, encode_event
+from .sse import KEEP_ALIVE, encode_event, event_pieces
 
 log = logging.getLogger("acp_lite.remote.server")
 
@@ -43,6 +43,7 @@ _SSE_HEADERS = [
 _CORS_ALLOW_HEADERS = "content-type, accept, authorization, acp-connection-id, acp-session-id, acp-protocol-version"
 _EXPOSED = "acp-connection-id, acp-session-id"
 _STATUS_CODES = {400: INVALID_REQUEST, 501: INVALID_REQUEST}
+_LARGE_FRAME = 16 * 1024  # a frame from this size is written without being copied
 
 
 def error_body(status: int, message: str) -> bytes:
@@ -391,7 +392,11 @@ class SseStream(Sink):
         if self._ended or self.peer.closed:
             release(len(frame))
             return
-        pieces = self.handler.h11.send_with_data_passthrough(h11.Data(data=encode_event(frame, event_id))) or []
+        # A large frame goes as a chunk of its own, not copied (the budget it holds stays its size).
+        events = event_pieces(frame, event_id) if len(frame) >= _LARGE_FRAME else [encode_event(frame, event_id)]
+        pieces = []
+        for event in events:
+            pieces.extend(self.handler.h11.send_with_data_passthrough(h11.Data(data=event)) or [])
         for piece in pieces[:-1]:
             self.peer.write(piece)
         self.peer.write(pieces[-1], release, len(frame))
@@ -413,7 +418,7 @@ class SseStream(Sink):
         if self._ended:
             return
         if self.peer.out_bytes:
-            if now - self.peer.last_sent > limits.stall_timeout:
+            if self.peer.stalled_for(now) > limits.stall_timeout:
                 log.debug("connection %s: output stalled, ending it", self.connection.id[:8])
                 self.connection.end()
         elif now - self.peer.last_sent >= limits.keepalive_interval:

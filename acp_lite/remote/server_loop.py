@@ -5,12 +5,18 @@ Rules this module keeps:
 - Only the loop thread touches a socket, a ``Peer`` or a protocol handler. Other threads (the
   agents' cores) hand work over with ``call_soon``, which wakes the loop through a socketpair.
 - Sockets are non-blocking. A peer's output is a queue of byte pieces; a piece may carry a charge
-  (bytes of an ACP connection's budget), released once the piece is wholly on the wire. Nothing
-  here copies a payload: large pieces go to ``send`` as they are.
+  (bytes of an ACP connection's budget), released once the piece is wholly on the wire. Large
+  pieces go to ``send`` as they are; small ones are copied together into buffers of up to
+  ``_BUFFER_BYTES`` (their charges added), since a queue entry per piece cost more than the
+  bytes of a small SSE event or WebSocket frame: a budget of them took twice its size.
 - TLS is an ``ssl.SSLContext`` wrapping each accepted socket; the handshake runs in the loop and
   counts against the header deadline.
 - The listener is never blocked by a peer: a peer over the socket cap gets a fixed 503 and is
   closed; each handler decides its own deadlines in ``tick``, run every ``TICK_SECONDS``.
+- Output progress (``stalled_for``) is a send that took bytes, or, where the system tells
+  (``SIOCOUTQ``: Linux), the socket's send queue shrinking: the kernel takes bytes in bursts
+  (on loopback over a megabyte at a time), and a slow reader that keeps reading must not look
+  stalled between them.
 - ``stop`` ends the loop; the loop closes every socket it owns before its thread ends.
 """
 
@@ -20,9 +26,17 @@ import logging
 import selectors
 import socket
 import ssl
+import struct
+import sys
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
+
+try:
+    import fcntl
+    import termios
+except ImportError:  # Windows
+    fcntl = termios = None  # type: ignore[assignment]
 
 log = logging.getLogger("acp_lite.remote.server")
 
@@ -31,8 +45,17 @@ TICK_SECONDS = 0.25
 
 _RECV_BYTES = 65536
 
+# Pieces under _SMALL_BYTES are copied into the queue's last buffer while it stays under
+# _BUFFER_BYTES.
+_SMALL_BYTES = 16 * 1024
+_BUFFER_BYTES = 64 * 1024
+
+# Linux's SIOCOUTQ (the name TIOCOUTQ stands for it): a socket's unsent bytes.
+_SIOCOUTQ = getattr(termios, "TIOCOUTQ", None) if sys.platform.startswith("linux") else None
+
 # A piece of output: the bytes, and the budget it gives back once sent (a callable and a count).
 Release = Callable[[int], None]
+Piece = Union[bytes, bytearray, memoryview]
 
 
 class Handler:
@@ -58,7 +81,9 @@ class Peer:
         self.handler: Handler = Handler()
         self.accepted_at = time.monotonic()
         self.last_sent = self.accepted_at
-        self._out: Deque[Tuple[memoryview, Optional[Release], int]] = collections.deque()
+        self._progress_at = self.accepted_at  # the last send, or the send queue seen shrinking
+        self._queued = 0  # the send queue's bytes when last looked at
+        self._out: Deque[Tuple[Piece, Optional[Release], int]] = collections.deque()
         self.out_bytes = 0
         self.closed = False
         self._close_when_sent = False
@@ -74,13 +99,41 @@ class Peer:
                 release(charge)
             return
         if data:
-            self._out.append((memoryview(data), release, charge))
+            self._queue(data, release, charge)
             self.out_bytes += len(data)
         elif release is not None and charge:
             release(charge)
         if not self.handshaking:
             self._flush()
         self._update_mask()
+
+    def _queue(self, data: bytes, release: Optional[Release], charge: int) -> None:
+        if len(data) < _SMALL_BYTES:
+            # The last buffer takes it, unless it is the head (perhaps partly sent) or full, or
+            # another budget's.
+            last = self._out[-1] if len(self._out) > 1 else None
+            if (
+                last is not None
+                and type(last[0]) is bytearray
+                and len(last[0]) + len(data) <= _BUFFER_BYTES
+                and (release is None or last[1] is None or release == last[1])
+            ):
+                last[0].extend(data)
+                self._out[-1] = (last[0], last[1] or release, last[2] + charge)
+                return
+            self._out.append((bytearray(data), release, charge))
+            return
+        self._out.append((data, release, charge))
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds the queued output has made no progress (0 when nothing is queued)."""
+        if not self._out:
+            return 0.0
+        queued = _send_queue(self.sock)
+        if queued is not None and queued < self._queued:
+            self._progress_at = now
+        self._queued = queued or 0
+        return now - max(self._progress_at, self.last_sent)
 
     def close_when_sent(self) -> None:
         """Close once the queued output is on the wire (at once if there is none)."""
@@ -131,7 +184,7 @@ class Peer:
             self.out_bytes -= sent
             self.last_sent = time.monotonic()
             if sent < len(view):
-                self._out[0] = (view[sent:], release, charge)
+                self._out[0] = (memoryview(view)[sent:], release, charge)
                 return
             self._out.popleft()
             if release is not None and charge:
@@ -383,6 +436,16 @@ class Loop:
             except OSError:
                 pass
         self.selector.close()
+
+
+def _send_queue(sock: socket.socket) -> Optional[int]:
+    """The bytes in the socket's send queue not yet taken by the peer; None where unknown."""
+    if _SIOCOUTQ is None:
+        return None
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), _SIOCOUTQ, b"\0\0\0\0"))[0])
+    except OSError:
+        return None
 
 
 _BUSY = (

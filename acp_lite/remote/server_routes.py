@@ -29,7 +29,7 @@ Rules this module keeps (the design's routing rules, which make both official cl
 import collections
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Optional, Protocol, Union
+from typing import Any, Callable, Deque, Dict, Optional, Protocol, Tuple, Union
 
 import msgspec
 
@@ -280,18 +280,20 @@ class RemoteConnection:
             return any(stream.reader is not None for stream in self._streams.values())
 
     def pump(self) -> None:
-        """Hand every queued frame to its stream's reader."""
-        work = []
+        """Hand every queued frame to its stream's reader, dropping each once handed over (a
+        reader writes it again, as an SSE event: a budget's worth queued must not be held twice)."""
+        work: Deque[Tuple[Sink, bytes, int]] = collections.deque()
         with self._lock:
             self._pump_scheduled = False
             for stream in self._streams.values():
                 if stream.reader is not None and stream.queue:
-                    for frame in stream.queue:
-                        work.append((stream.reader, frame, stream.next_id))
+                    while stream.queue:
+                        work.append((stream.reader, stream.queue.popleft(), stream.next_id))
                         stream.next_id += 1
-                    stream.queue.clear()
-        for reader, frame, event_id in work:
+        while work:
+            reader, frame, event_id = work.popleft()
             reader.deliver(frame, event_id, self.channel.sent)
+            del frame
 
     # -- the end -------------------------------------------------------------------------------
     def end(self, code: int = 1000) -> None:

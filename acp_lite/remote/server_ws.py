@@ -168,7 +168,7 @@ class WebSocketHandler(Handler, Sink):
             self._close(1011)
         elif silent > self.limits.ping_interval and now - self.peer.last_sent > self.limits.ping_interval:
             self.peer.write(self.ws.send(Ping()))
-        elif self.peer.out_bytes and now - self.peer.last_sent > self.limits.stall_timeout:
+        elif self.peer.stalled_for(now) > self.limits.stall_timeout:
             self._close(1011)
 
 

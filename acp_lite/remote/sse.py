@@ -17,7 +17,8 @@ Rules this module keeps:
   arrive, so no line from the server, however long, is ever held whole.
 - Writing is strict: ``id: <n>`` and one ``data:`` line per event, LF line ends, ASCII only
   (non-ASCII characters of the JSON become ``\\uXXXX`` escapes, surrogate pairs above U+FFFF),
-  because some peers' readers decode each read alone and break on a split character.
+  because some peers' readers decode each read alone and break on a split character. A message
+  already so is not copied (``event_pieces``).
 """
 
 import re
@@ -123,22 +124,24 @@ class SseReader:
             self._skipping = True  # a comment: never kept
             self._skipped_data = -1
         elif self._partial_size + len(piece) > self._line_limit:
-            self._start_skipping(b"".join(self._partial) + piece)
+            self._start_skipping([*self._partial, piece], self._partial_size + len(piece))
         else:
             self._partial.append(piece)
             self._partial_size += len(piece)
 
-    def _start_skipping(self, line: bytes) -> None:
-        # A line too long to keep: a data line still counts towards its event (it makes the event
-        # oversized); any other is dropped.
+    def _start_skipping(self, pieces: List[bytes], size: int) -> None:
+        # A line too long to keep (``size`` bytes so far, in ``pieces``): a data line still counts
+        # towards its event (it makes the event oversized); any other is dropped. Only its start
+        # is joined: the line is as large as the limit.
         self._skipping = True
         self._partial = []
         self._partial_size = 0
         self._skipped_data = -1
-        if line.startswith(b"data:"):
-            value_at = 6 if line[5:6] == b" " else 5
-            self._skipped_head = line[value_at : value_at + OVERSIZED_HEAD]
-            self._skipped_data = len(line) - value_at
+        start = _first_bytes(pieces, b"", 6 + OVERSIZED_HEAD)
+        if start.startswith(b"data:"):
+            value_at = 6 if start[5:6] == b" " else 5
+            self._skipped_head = start[value_at : value_at + OVERSIZED_HEAD]
+            self._skipped_data = size - value_at
 
     def _end_skipped_line(self, tail_size: int) -> None:
         self._skipping = False
@@ -173,7 +176,7 @@ class SseReader:
 
     def _over_limit(self, head: bytes, size: int) -> None:
         if self._oversized_head is None:
-            self._oversized_head = b"\n".join([*self._data, head])[:OVERSIZED_HEAD]
+            self._oversized_head = _first_bytes([*self._data, head], b"\n", OVERSIZED_HEAD)
             self._data = []
         self._data_size += size + 1
 
@@ -186,6 +189,18 @@ class SseReader:
         self._data_size = 0
         self._oversized_head = None
         self._event = None
+
+
+def _first_bytes(pieces: List[bytes], separator: bytes, count: int) -> bytes:
+    """The first ``count`` bytes of ``separator.join(pieces)``, joining no more than needed."""
+    taken: List[bytes] = []
+    size = 0
+    for piece in pieces:
+        if size >= count:
+            break
+        taken.append(piece[: count - size])
+        size += len(taken[-1]) + len(separator)
+    return separator.join(taken)[:count]
 
 
 # -- writing --------------------------------------------------------------------------------------
@@ -204,6 +219,14 @@ def ascii_json(message: bytes) -> bytes:
     if message.isascii():
         return message
     return _NON_ASCII.sub(_escape, message.decode("utf-8")).encode("ascii")
+
+
+def event_pieces(message: bytes, event_id: Optional[int] = None) -> List[bytes]:
+    """``encode_event(message, event_id)`` in pieces whose bytes, joined, are that event:
+    ``message`` itself among them when it is ASCII on one line (a large one is not copied)."""
+    if not message.isascii() or b"\n" in message or b"\r" in message:
+        return [encode_event(message, event_id)]
+    return [b"id: %d\ndata: " % event_id if event_id is not None else b"data: ", message, b"\n\n"]
 
 
 def encode_event(message: bytes, event_id: Optional[int] = None) -> bytes:
