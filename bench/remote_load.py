@@ -9,7 +9,10 @@ count are its own; this driver opens each connection on a thread of its own, at 
 second (or all at once with ``--burst``), and each does: initialize (retried after 503 +
 Retry-After), session/new, a 20-update prompt, ``--idle`` seconds of silence, close. Reported as
 JSON on stdout: errors, updates delivered, prompt latency p50/p99, the server's RSS and threads at
-rest, at the peak and after close (timings are only meaningful on a quiet machine).
+rest, at the peak and after close (timings are only meaningful on a quiet machine). With
+``--rounds R`` the connections come R times, one wave after the other, on the same server, and the
+figures after each wave's close are listed: what the server keeps of the connections it has
+closed shows as growth from one wave to the next.
 """
 
 import argparse
@@ -216,7 +219,7 @@ def ws_client(port: int, idle: float, outcome: Outcome, deadline: float) -> None
     sock.close()
 
 
-def run(connections: int, rate: float, idle: float, transport: str, burst: bool) -> Dict[str, Any]:
+def run(connections: int, rate: float, idle: float, transport: str, burst: bool, rounds: int = 1) -> Dict[str, Any]:
     connections = min(connections, MAX_CONNECTIONS)
     deadline = time.monotonic() + MAX_SECONDS
     port_file = f"/tmp/acp-remote-load-{os.getpid()}"
@@ -227,34 +230,39 @@ def run(connections: int, rate: float, idle: float, transport: str, burst: bool)
                 raise RuntimeError("the server did not start")
             time.sleep(0.05)
         port = int(open(port_file).read())
-        at_rest = server_figures(server.pid)
-        outcomes = [Outcome() for _ in range(connections)]
-        threads = []
+        at_rest = peak = server_figures(server.pid)
+        outcomes: List[Outcome] = []
+        after_each_round = []
         started = time.monotonic()
-        for n, outcome in enumerate(outcomes):
-            kind = transport if transport != "both" else ("ws" if n % 2 else "http")
-            body = ws_client if kind == "ws" else http_client
+        for _ in range(rounds):
+            wave = [Outcome() for _ in range(connections)]
+            outcomes += wave
+            threads = []
+            opened = time.monotonic()
+            for n, outcome in enumerate(wave):
+                kind = transport if transport != "both" else ("ws" if n % 2 else "http")
+                body = ws_client if kind == "ws" else http_client
 
-            def one(body: Any = body, outcome: Outcome = outcome) -> None:
-                try:
-                    body(port, idle, outcome, deadline)
-                except Exception as exc:
-                    outcome.error = repr(exc)[:200]
+                def one(body: Any = body, outcome: Outcome = outcome) -> None:
+                    try:
+                        body(port, idle, outcome, deadline)
+                    except Exception as exc:
+                        outcome.error = repr(exc)[:200]
 
-            thread = threading.Thread(target=one, daemon=True)
-            thread.start()
-            threads.append(thread)
-            if not burst:
-                time.sleep(max(0.0, started + (n + 1) / rate - time.monotonic()))
-        peak = at_rest
-        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
-            figures = server_figures(server.pid)
-            if figures["threads"] > peak["threads"] or figures["rss_kib"] > peak["rss_kib"]:
-                peak = figures
-            time.sleep(0.5)
-        all_done = time.monotonic() - started
-        time.sleep(2.0)  # the closer thread ends the cores
-        after = server_figures(server.pid)
+                thread = threading.Thread(target=one, daemon=True)
+                thread.start()
+                threads.append(thread)
+                if not burst:
+                    time.sleep(max(0.0, opened + (n + 1) / rate - time.monotonic()))
+            while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+                figures = server_figures(server.pid)
+                if figures["threads"] > peak["threads"] or figures["rss_kib"] > peak["rss_kib"]:
+                    peak = figures
+                time.sleep(0.5)
+            all_done = time.monotonic() - started
+            time.sleep(2.0)  # the closer thread ends the cores
+            after_each_round.append(server_figures(server.pid))
+        after = after_each_round[-1]
     finally:
         server.terminate()
         server.wait(30)
@@ -273,7 +281,7 @@ def run(connections: int, rate: float, idle: float, transport: str, burst: bool)
         "errors": len(errors),
         "first_errors": errors[:5],
         "updates_delivered": sum(o.updates for o in outcomes),
-        "updates_expected": connections * UPDATES,
+        "updates_expected": connections * UPDATES * rounds,
         "retries_after_503": sum(o.retries for o in outcomes),
         "prompt_ms_p50": quantile(0.5),
         "prompt_ms_p99": quantile(0.99),
@@ -281,6 +289,7 @@ def run(connections: int, rate: float, idle: float, transport: str, burst: bool)
         "server_at_rest": at_rest,
         "server_peak": peak,
         "server_after_close": after,
+        "server_after_each_round": after_each_round,
     }
 
 
@@ -295,8 +304,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--idle", type=float, default=30.0, help="seconds each connection stays idle")
     parser.add_argument("--transport", choices=["http", "ws", "both"], default="both")
     parser.add_argument("--burst", action="store_true", help="open every connection at once (L2)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="waves of connections, one after the other, on the same server"
+    )
     args = parser.parse_args(argv)
-    result = run(args.connections, args.rate, args.idle, args.transport, args.burst)
+    result = run(args.connections, args.rate, args.idle, args.transport, args.burst, args.rounds)
     print(json.dumps(result, indent=1))
     return 0 if result["errors"] == 0 and result["updates_delivered"] == result["updates_expected"] else 1
 
