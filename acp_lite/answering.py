@@ -61,7 +61,7 @@ from typing import Any, Callable, List, Optional
 from .delivery import WorkerPool
 from .error_rules import error_for
 from .errors import AcpError, CallTimeout, ConnectionClosed, InternalError, RequestCancelled
-from .jsonrpc import RpcCore
+from .jsonrpc import IncomingRequests, answer_frame, error_frame
 from .outcomes import HandlerTask
 from .outgoing import answer_text_size
 from .records import BatchReply, Route
@@ -215,13 +215,13 @@ class Answering:
     ``start`` is what the core queues for a request, ``admit`` lets it start in its turn,
     ``run_on_worker``/``run_handler`` run its handler, ``answer`` answers it.
 
-    ``lock`` is the connection's own lock, which also guards the core's table of incoming
-    requests; ``transport`` carries the answers and bounds them (its limit, whether it is backed
-    up, its flush); ``pool`` runs handlers (None in host mode: the host's pumps run them);
-    ``closed()`` tells when the connection has closed, which ends the waits for room;
-    ``host_thread`` (host mode) is the thread that never waits, for room or for a write (nor does
-    an event loop's): its answers are bounded by what the transport lets it leave to its flusher
-    instead.
+    ``lock`` is the connection's own lock, which also guards ``incoming``, the peer's requests
+    not answered yet (the core adds them, this finishes them); ``transport`` carries the answers
+    and bounds them (its limit, whether it is backed up, its flush); ``pool`` runs handlers (None
+    in host mode: the host's pumps run them); ``closed()`` tells when the connection has closed,
+    which ends the waits for room; ``host_thread`` (host mode) is the thread that never waits, for
+    room or for a write (nor does an event loop's): its answers are bounded by what the transport
+    lets it leave to its flusher instead.
     """
 
     def __init__(
@@ -229,6 +229,7 @@ class Answering:
         name: str,
         log: logging.Logger,
         lock: Any,
+        incoming: IncomingRequests,
         transport: MessageTransport,
         pool: Optional[WorkerPool],
         closed: Callable[[], bool],
@@ -237,6 +238,7 @@ class Answering:
         self.name = name
         self._log = log
         self._lock = lock
+        self._incoming = incoming
         self._transport = transport
         self._pool = pool
         self._closed = closed
@@ -248,9 +250,6 @@ class Answering:
         self._held = 0
         self._batched = 0  # bytes of the answers of unfinished batches (see _add_to_batch)
         self._room = threading.Condition(threading.Lock())
-        # The connection's JSON-RPC core, set by the connection once made: the core builds its
-        # contexts with make_context, so it cannot be made first.
-        self.core: RpcCore
 
     def make_context(self, request_id: Any, route: Route, params: Any, batch: Optional[BatchReply]) -> RequestContext:
         ctx = RequestContext(self, request_id, route.method, batch)
@@ -265,7 +264,7 @@ class Answering:
                 return False
             ctx._answered = True
             held, ctx._reserved = ctx._reserved, 0
-            self.core.finish(ctx.id, ctx)
+            self._incoming.finish(ctx.id, ctx)
         try:
             if error is None:
                 size = answer_text_size(result, LARGE_ANSWER)
@@ -278,9 +277,9 @@ class Answering:
                         self._log.debug("%s: the answer to %s dropped, the connection closed", self.name, ctx.method)
                         return True
                     held = size
-            frame = self.core.answer_frame(ctx.id, ctx.method, result, error)
+            frame = answer_frame(ctx.id, ctx.method, result, error, self._log, self.name)
             if len(frame) > self._limit:  # a result whose size could not be told before encoding it
-                frame = self.core.error_frame(ctx.id, self._too_large(ctx.method, len(frame)))
+                frame = error_frame(ctx.id, self._too_large(ctx.method, len(frame)), self._log, self.name)
             # In a batch, the batch's answer goes out once its last request is answered.
             whole = frame if ctx._batch is None else self._add_to_batch(ctx, frame)
             if whole is not None:
@@ -314,13 +313,11 @@ class Answering:
         assert ctx._batch is not None
         with self._room:
             if self._batched + len(frame) > self._limit:
-                frame = self.core.error_frame(
-                    ctx.id,
-                    InternalError(
-                        f"the answer to {ctx.method} would take {len(frame)} bytes, over what the answers of this "
-                        f"connection's unfinished batches may hold together ({self._limit} bytes)"
-                    ),
+                error = InternalError(
+                    f"the answer to {ctx.method} would take {len(frame)} bytes, over what the answers of this "
+                    f"connection's unfinished batches may hold together ({self._limit} bytes)"
                 )
+                frame = error_frame(ctx.id, error, self._log, self.name)
             self._batched += len(frame)
         return ctx._batch.add(frame)
 
@@ -461,7 +458,7 @@ class Answering:
         """Refuse every request whose handler has not started (see ``refuse_to_start``): those
         still waiting for their turn, a handler place or a worker when the connection closes."""
         with self._lock:
-            waiting = [ctx for ctx in self.core.running() if ctx._route is not None]
+            waiting = [ctx for ctx in self._incoming.running() if ctx._route is not None]
         for ctx in waiting:
             self.refuse_to_start(ctx)
 

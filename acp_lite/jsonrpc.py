@@ -34,10 +34,11 @@ write, checked and encoded), ``error_rules``, ``framing`` (the lines, cut out of
 ``salvage`` (what can still be read of a line that does not decode) and ``outcomes`` (settling
 futures once).
 
-The tables (our pending calls, the peer's requests not answered yet) are the core's alone:
-nothing outside this module touches them but through ``add_pending``, ``forget``,
-``take_pending``, ``finish`` and ``running``. Threads: they are plain dicts, and the reader alone
-inserts into the table of the peer's requests; single dict operations are atomic, and
+The table of our pending calls is the core's alone: nothing outside this module touches it but
+through ``add_pending``, ``forget`` and ``take_pending``. The peer's requests not answered yet
+are an ``IncomingRequests`` the connection hands to the core (which adds them as it routes them)
+and to ``answering`` (which finishes them once answered), so that neither needs the other.
+Threads: both are plain dicts, the reader alone inserts; single dict operations are atomic, and
 ``Connection`` serializes the compound ones (closing) with its lock.
 """
 
@@ -147,13 +148,68 @@ def settle_item(outcome: Tuple[PendingCall, Any, Optional[BaseException]]) -> No
     settle(call.future, value, error)
 
 
+def answer_frame(
+    request_id: Any, method: str, result: Any, error: Optional[AcpError], log: logging.Logger, name: str
+) -> bytes:
+    """The frame answering request ``request_id`` (of ``method``) with ``result`` or ``error``; a
+    result that cannot be encoded is answered -32603 (logged on ``log``, for connection ``name``)."""
+    if error is None:
+        try:
+            return ENCODER.encode(OutResult("2.0", request_id, result))
+        except ENCODE_FAILURES:
+            log.exception("%s: the result of %s could not be encoded", name, method)
+            error = InternalError()
+    return error_frame(request_id, error, log, name)
+
+
+def error_frame(request_id: Any, error: AcpError, log: logging.Logger, name: str) -> bytes:
+    """The frame answering request ``request_id`` with ``error``; sent without its ``data`` if
+    that cannot be encoded."""
+    try:
+        return ENCODER.encode(OutError("2.0", request_id, error.to_wire()))
+    except ENCODE_FAILURES:
+        log.warning("%s: the data of error %r could not be encoded; sent without it", name, error)
+        return ENCODER.encode(OutError("2.0", request_id, {"code": error.code, "message": error.message}))
+
+
+class IncomingRequests:
+    """The peer's requests not answered yet, by id (started or not): the core adds each as it
+    routes it (refusing an id in use) and finds it for ``$/cancel_request``; ``answering``
+    finishes it once answered and lists them when the connection closes. Made by the connection
+    and handed to both, so that neither needs the other. Single dict operations: the reader alone
+    adds, and ``Connection`` serializes the compound ones with its lock."""
+
+    __slots__ = ("_by_id",)
+
+    def __init__(self) -> None:
+        self._by_id: Dict[Any, Any] = {}
+
+    def get(self, request_id: Any) -> Any:
+        """The request running under ``request_id``, or None."""
+        return self._by_id.get(request_id)
+
+    def add(self, request_id: Any, ctx: Any) -> None:
+        """``ctx`` runs under ``request_id`` (an id not in use: see ``get``)."""
+        self._by_id[request_id] = ctx
+
+    def finish(self, request_id: Any, ctx: Any) -> None:
+        """``ctx`` was answered: its id may be used again."""
+        if self._by_id.get(request_id) is ctx:
+            del self._by_id[request_id]
+
+    def running(self) -> List[Any]:
+        """The requests not answered yet, started or not."""
+        return list(self._by_id.values())
+
+
 class RpcCore:
     """The JSON-RPC state of one connection, with no I/O: routes, tables, routing, answers.
 
     ``make_context(request_id, route, params, batch)`` builds the object that stands for an
     incoming request (a ``RequestContext``); ``start_request`` is the callback that starts one
     (appended to ``items`` in its turn); ``cancel_request(ctx)`` cancels one (for
-    ``$/cancel_request``, also in its turn).
+    ``$/cancel_request``, also in its turn); ``incoming`` is where the peer's requests wait for
+    their answers.
     """
 
     def __init__(
@@ -163,13 +219,14 @@ class RpcCore:
         make_context: Callable[[Any, Route, Any, Optional[BatchReply]], Any],
         start_request: Callable[[Any], Any],
         cancel_request: Callable[[Any], Any],
+        incoming: IncomingRequests,
         batch_lock: Callable[[], Any],
         max_message_size: int,
     ):
         self.name = name
         self.stats = ConnectionStats()
         self._pending: Dict[Any, PendingCall] = {}
-        self._incoming: Dict[Any, Any] = {}
+        self._incoming = incoming
         self.notifications: Dict[str, Route] = {}
         self.requests: Dict[str, Route] = {}
         self.unknown_request: Optional[Callable[[str, Any, Any], Any]] = None
@@ -248,35 +305,12 @@ class RpcCore:
         pending, self._pending = self._pending, {}
         return list(pending.values())
 
-    def finish(self, request_id: Any, ctx: Any) -> None:
-        """The peer's request ``ctx`` was answered: its id may be used again."""
-        if self._incoming.get(request_id) is ctx:
-            del self._incoming[request_id]
-
     def pending_ids(self) -> List[Any]:
         """The ids of our calls still waiting for their answers."""
         return list(self._pending)
 
-    def running(self) -> List[Any]:
-        """The contexts of the peer's requests not answered yet, started or not."""
-        return list(self._incoming.values())
-
-    def answer_frame(self, request_id: Any, method: str, result: Any, error: Optional[AcpError]) -> bytes:
-        """The frame answering a request with ``result`` or ``error``."""
-        if error is None:
-            try:
-                return ENCODER.encode(OutResult("2.0", request_id, result))
-            except ENCODE_FAILURES:
-                self._log.exception("%s: the result of %s could not be encoded", self.name, method)
-                error = InternalError()
-        return self.error_frame(request_id, error)
-
     def error_frame(self, request_id: Any, error: AcpError) -> bytes:
-        try:
-            return ENCODER.encode(OutError("2.0", request_id, error.to_wire()))
-        except ENCODE_FAILURES:
-            self._log.warning("%s: the data of error %r could not be encoded; sent without it", self.name, error)
-            return ENCODER.encode(OutError("2.0", request_id, {"code": error.code, "message": error.message}))
+        return error_frame(request_id, error, self._log, self.name)
 
     # -- incoming -----------------------------------------------------------------------------
     def route_block(self, block: Any, items: List[Routed], replies: List[bytes]) -> None:
@@ -514,11 +548,11 @@ class RpcCore:
         replies: List[bytes],
         batch: Optional[BatchReply],
     ) -> int:
-        if request_id in self._incoming:
+        if self._incoming.get(request_id) is not None:
             self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch, replies)
             return 1
         ctx = self._make_context(request_id, route, params, batch)
-        self._incoming[request_id] = ctx
+        self._incoming.add(request_id, ctx)
         items.append((self._start_request, ctx))
         return 1
 

@@ -84,7 +84,7 @@ from .deadlines import call_after
 from .delivery import Callback, CallbackQueue, Lane, WorkerPool
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .host_delivery import HostDelivery
-from .jsonrpc import CANCEL_REQUEST_METHOD, RpcCore, settle_item
+from .jsonrpc import CANCEL_REQUEST_METHOD, IncomingRequests, RpcCore, settle_item
 from .outcomes import Answer, settle
 from .outgoing import (
     ENCODE_FAILURES,
@@ -137,8 +137,9 @@ class Connection:
         # The host thread in host mode: its sends never wait for the peer (see _on_host_thread).
         self._host_thread = self._queue.owner if delivery is not None else None
         self._lock = threading.Lock()
+        self._incoming = IncomingRequests()
         self._answering = Answering(
-            name, self._log, self._lock, transport, self._pool, lambda: self._closed, self._host_thread
+            name, self._log, self._lock, self._incoming, transport, self._pool, lambda: self._closed, self._host_thread
         )
         self._core = RpcCore(
             name,
@@ -146,10 +147,10 @@ class Connection:
             self._answering.make_context,
             self._answering.start,
             cancel_incoming,
+            self._incoming,
             threading.Lock,
             transport.max_message_size,
         )
-        self._answering.core = self._core
         self.stats: ConnectionStats = self._core.stats
         self._closing_callbacks: List[Callable[[], Any]] = []
         self._reading = Reading(
@@ -300,7 +301,7 @@ class Connection:
             if self._closing_ran:
                 return
             self._closing_ran = True
-            contexts = self._core.running()
+            contexts = self._incoming.running()
         for fn in self._closing_callbacks:
             run_logged(fn)
         for ctx in contexts:

@@ -9,7 +9,7 @@ import json
 import logging
 import threading
 from concurrent.futures import Future
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import msgspec
 import pytest
@@ -19,7 +19,7 @@ from acp_lite.delivery import run_callbacks
 from acp_lite.error_rules import error_for
 from acp_lite.errors import InternalError, InvalidParams, MethodNotFound, RequestCancelled
 from acp_lite.framing import OversizedFrame
-from acp_lite.jsonrpc import PendingCall, Route, RpcCore, settle_item
+from acp_lite.jsonrpc import IncomingRequests, PendingCall, Route, RpcCore, answer_frame, settle_item
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -36,15 +36,16 @@ class Ctx:
         self.cancelled = False
 
 
-def make_core(start_request: Any = lambda ctx: None) -> RpcCore:
+def make_core(start_request: Any = lambda ctx: None, incoming: Optional[IncomingRequests] = None) -> RpcCore:
     """A core; ``start_request`` by default does nothing (a test identifies it by the items it
-    appears in)."""
+    appears in); ``incoming``, where it puts the peer's requests, a new one by default."""
     return RpcCore(
         "core",
         logging.getLogger("test.jsonrpc"),
         Ctx,
         start_request,
         lambda ctx: setattr(ctx, "cancelled", True),
+        incoming if incoming is not None else IncomingRequests(),
         threading.Lock,
         1024,
     )
@@ -62,7 +63,8 @@ def feed(core: RpcCore, *lines: Any) -> Tuple[List[Any], List[Any]]:
 
 
 def test_notifications_and_requests_come_out_in_order_typed_or_not():
-    core = make_core()
+    incoming = IncomingRequests()
+    core = make_core(incoming=incoming)
     seen: List[Any] = []
     core.register(Route("x/typed", seen.append, Item, False))
     core.register(Route("x/any", seen.append, Any, False))
@@ -78,7 +80,7 @@ def test_notifications_and_requests_come_out_in_order_typed_or_not():
     assert items[0] == (seen.append, Item(text="a"))
     assert isinstance(items[1][1], Ctx) and items[1][1].id == 1 and items[1][1].params == Item(text="b")
     assert items[2] == (seen.append, {"text": "c"})
-    assert core.running() == [items[1][1]]
+    assert incoming.running() == [items[1][1]]
 
 
 def test_a_block_decoded_in_one_call_delivers_its_messages_in_order():
@@ -101,7 +103,8 @@ def test_a_block_of_runs_of_several_methods_reaches_each_handler_in_order_past_a
     # The delivery of a block looks a handler up once per run of one method: every change of
     # method, a request among the notifications and a handler that raises must not lose the order.
     seen: List[Tuple[str, str]] = []
-    core = make_core(lambda ctx: seen.append(("req", ctx.params.text)))
+    incoming = IncomingRequests()
+    core = make_core(lambda ctx: seen.append(("req", ctx.params.text)), incoming)
 
     def failing(params: Item) -> None:
         seen.append(("b", params.text))
@@ -124,7 +127,7 @@ def test_a_block_of_runs_of_several_methods_reaches_each_handler_in_order_past_a
     assert seen == [
         ("a", "0"), ("a", "1"), ("b", "2"), ("b", "3"), ("a", "4"), ("req", "5"), ("req", "6"), ("a", "7"), ("b", "8")
     ]  # fmt: skip
-    assert sorted(ctx.id for ctx in core.running()) == [5, 6]
+    assert sorted(ctx.id for ctx in incoming.running()) == [5, 6]
 
 
 def test_answers_settle_pending_calls_once_and_unknown_ids_are_dropped():
@@ -186,7 +189,7 @@ def test_a_batch_is_answered_as_one_array_once_every_answer_is_in():
     )
     assert replies == []  # x/ask is still to answer
     ctx = items[0][1]
-    done = ctx.batch.add(core.answer_frame(1, "x/ask", "yes", None))
+    done = ctx.batch.add(answer_frame(1, "x/ask", "yes", None, logging.getLogger("test.jsonrpc"), "core"))
     assert json.loads(done) == [
         {"jsonrpc": "2.0", "id": 2, "error": {"code": -32601, "message": "Method not found: x/nope"}},
         {

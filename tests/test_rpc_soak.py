@@ -568,7 +568,7 @@ def test_random_traffic_both_ways_keeps_every_promise(seed, caplog):
         # Cancelled and timed-out requests may still be running on the far side: wait for them.
         handled_all = wait_until(lambda: soak.handled == soak.sent)
         settled = wait_until(
-            lambda: not any(s.connection._core.pending_ids() or s.connection._core.running() for s in (a, b))
+            lambda: not any(s.connection._core.pending_ids() or s.connection._incoming.running() for s in (a, b))
         )
         wait_until(  # every notification delivered (checked below, with what went wrong)
             lambda: all(
@@ -587,7 +587,7 @@ def test_random_traffic_both_ways_keeps_every_promise(seed, caplog):
         soak.problem(
             "left pending: "
             + ", ".join(
-                f"{s.name}: calls {s.connection._core.pending_ids()}, requests {s.connection._core.running()}"
+                f"{s.name}: calls {s.connection._core.pending_ids()}, requests {s.connection._incoming.running()}"
                 for s in (a, b)
             )
         )
