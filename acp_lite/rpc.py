@@ -19,17 +19,15 @@ when there is work for them and end once idle (``delivery.IDLE_SECONDS``, 2 s) o
 | the host's thread | ``delivery.HostDelivery`` | what delivery and workers run, inside ``pump()``; it never waits to send |
 | any caller | here, ``answering`` | ``call`` (not in a callback), ``call_future``, ``notify``, ``close`` |
 
-What the reader runs besides reading, and why (the figures: ``bench/results``, from a loaded
-machine; item 6 of issue 30 re-measures them on a quiet one):
+What the reader runs besides reading, and why (each figure: with it over without it, on a quiet
+machine, ``bench/results/ablation-reading-thread-quiet.md``):
 
 - the answer of a blocking ``call`` when nothing is queued before it (no thread hop);
 - the handlers of a read made only of requests, when nothing is queued, one after another,
   until one sends a request (a worker reads on at once) or the watcher finds it in one handler
-  for a whole tick (2 ms): C sequential 1.34x, CPU per request 0.78x
-  (``ablation-reading-runs-requests.md``);
+  for a whole tick (2 ms): C 8 in flight 1.50x from threads, 3.29x with futures;
 - a small read's callbacks when nothing is queued or running, holding the delivery role
-  (``CallbackQueue.hold``), under the same watcher: C with futures 1.61x, CPU per request 0.78x
-  (``ablation-reading-delivers-3.md``).
+  (``CallbackQueue.hold``), under the same watcher: C with futures 1.64-1.71x, A 1.08x.
 
 Invariants:
 
