@@ -2,6 +2,7 @@
 
     python lite.py client-a [--sessions K] [--host-delivery] [--v2] -- AGENT_CMD...   workloads A and E
     python lite.py agent --n N --updates STREAM_FILE [--v2 | --async]        workload B's agent, C's peer
+    python lite.py agent --n N --updates STREAM_FILE --serve PORT_FILE       the same over HTTP and WebSocket
     python lite.py client-c --k K --inflight M [--futures | --asyncio | --timeout S] -- AGENT_CMD...   workload C
     python lite.py agent --paced                                             workload D's agent
     python lite.py client-d --rates R1,R2 --seconds S -- AGENT_CMD...        workload D's client
@@ -17,6 +18,11 @@ the agent's handlers are ``async def`` (run on acp_lite's loop thread).
 ``client-d`` runs a turn per rate and kind of sender and reports the latency of each turn's
 stamped updates, which the ``--paced`` agent sends (see pacing.py). ``--v2``: the client asks
 for ACP v2 only, the agent speaks only v2 (the same stream, decoded into the v2 types).
+
+``agent --serve PORT_FILE`` serves the agent with ``serve_remote`` (Streamable HTTP and WebSocket,
+a new agent per connection) on a free loopback port, writes the port to PORT_FILE and serves until
+killed; a client's AGENT_CMD may be the URL of such a server (``http://`` or ``ws://``), which it
+then connects to with ``RemoteAgent.connect_url`` (bench/remote_speed.py).
 """
 
 import asyncio
@@ -38,6 +44,13 @@ from acp_lite.schema import AgentMessageChunk, NewSessionResponse, SessionUpdate
 from acp_lite.v2 import schema as v2
 
 PING = workload.PING_METHOD
+
+
+def open_agent(argv: List[str], **options) -> RemoteAgent:
+    """The agent AGENT_CMD names: a process to spawn, or the URL of a remote server."""
+    if len(argv) == 1 and argv[0].startswith(("http://", "ws://")):
+        return RemoteAgent.connect_url(argv[0], **options)
+    return RemoteAgent.spawn(argv, **options)
 
 
 class CountingClient(Client):
@@ -129,7 +142,7 @@ class LatencyClient(Client):
 def client_d(rates: List[float], seconds: float, argv: List[str]) -> dict:
     client = LatencyClient()
     turns = []
-    with RemoteAgent.spawn(argv, client=client) as agent:
+    with open_agent(argv, client=client) as agent:
         agent.initialize()
         session_id = agent.new_session(cwd="/tmp").session_id
         for prompt in pacing.turn_prompts(rates, seconds):
@@ -143,7 +156,7 @@ def client_a(argv: List[str], sessions: int = 1, host_delivery: bool = False, v2
     counter = CountingClient()
     delivery = HostDelivery() if host_delivery else None
     versions = {"protocol_versions": (2,)} if v2_only else {}
-    with RemoteAgent.spawn(argv, client=counter, delivery=delivery, **versions) as agent:
+    with open_agent(argv, client=counter, delivery=delivery, **versions) as agent:
 
         def drive() -> dict:
             agent.initialize()
@@ -186,7 +199,7 @@ def client_c(k: int, inflight: int, argv: List[str], timeout: Optional[float] = 
             agent.ext_method(PING, {}, timeout=timeout)
             latencies.append(time.perf_counter() - sent)
 
-    with RemoteAgent.spawn(argv) as agent:
+    with open_agent(argv) as agent:
         agent.initialize()
         workers = [threading.Thread(target=worker, args=(k // inflight + (i < k % inflight),)) for i in range(inflight)]
         started = time.perf_counter()
@@ -218,7 +231,7 @@ def client_c_futures(k: int, inflight: int, argv: List[str]) -> dict:
         elif sent_count < k:
             send()
 
-    with RemoteAgent.spawn(argv) as agent:
+    with open_agent(argv) as agent:
         agent.initialize()
         started = time.perf_counter()
         for _ in range(min(inflight, k)):
@@ -243,9 +256,20 @@ def client_c_asyncio(k: int, inflight: int, argv: List[str]) -> dict:
         await asyncio.gather(*(worker(agent, k // inflight + (i < k % inflight)) for i in range(inflight)))
         return time.perf_counter() - started
 
-    with RemoteAgent.spawn(argv) as agent:
+    with open_agent(argv) as agent:
         seconds = asyncio.run(run(agent))
     return round_trips(latencies, seconds)
+
+
+def serve_until_killed(make_agent: Callable[[], Agent], port_file: str) -> None:
+    """Serve a new ``make_agent()`` per connection over HTTP and WebSocket on a free loopback
+    port, written to ``port_file`` (a line) once it listens."""
+    from acp_lite.remote.server import serve_remote
+
+    server = serve_remote(make_agent)
+    with open(port_file, "w") as f:
+        f.write(f"{server.address[1]}\n")
+    server.wait_closed()
 
 
 def main(args: List[str]) -> None:
@@ -259,7 +283,11 @@ def main(args: List[str]) -> None:
         kind = StreamingAgentV2 if "--v2" in options else StreamingAgent
         kind = AsyncStreamingAgent if "--async" in options else kind
         opts = dict(zip(*[iter(option for option in options if option not in ("--v2", "--async"))] * 2))
-        serve_stdio(kind(int(opts["--n"]), opts["--updates"]))
+        make_agent = lambda: kind(int(opts["--n"]), opts["--updates"])  # noqa: E731
+        if "--serve" in opts:
+            serve_until_killed(make_agent, opts["--serve"])
+        else:
+            serve_stdio(make_agent())
         return
     if mode == "client-d":
         result = client_d(*pacing.parse_options(options), argv)

@@ -7,12 +7,23 @@ Runs in the SDK's own venv (``bench/.peers/py``), which has neither acp_lite nor
     python peer_py.py client-c --k K --inflight M -- AGENT_CMD...   workload C: ext-method round trips
     python peer_py.py agent --paced                           workload D's paced agent
     python peer_py.py client-d --rates R1,R2 --seconds S -- AGENT_CMD...   workload D: update latency
+    python peer_py.py agent --n N --updates STREAM_FILE --serve PORT_FILE   the agent over HTTP and WS
 
 Each client prints one JSON object on stdout, with the same keys as ``raw.py``.
+
+With ``--serve`` the agent is served by the SDK's ``create_asgi_app`` under uvicorn (Streamable
+HTTP and WebSocket; a new agent per connection) on a free loopback port, written to PORT_FILE (a
+line), until killed; a client's AGENT_CMD may be the URL of such a server (``http://`` or
+``ws://``), which it then reaches with the SDK's ``create_http_stream`` or
+``create_websocket_stream`` (bench/remote_speed.py). Those need the SDK's ``http`` extra and
+uvicorn, which the interop tests' venv has (tests/interop/interop_peers.py).
 """
 
 import asyncio
+import contextlib
+import copy
 import json
+import socket
 import sys
 import time
 
@@ -60,6 +71,12 @@ class StreamingAgent:
     def on_connect(self, conn):
         self.client = conn
 
+    def serving(self, conn):
+        """This agent for a connection of the remote server (its factory is given the connection)."""
+        agent = copy.copy(self)
+        agent.on_connect(conn)
+        return agent
+
     async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kwargs):
         return schema.InitializeResponse(protocol_version=protocol_version)
 
@@ -98,9 +115,31 @@ class PacedAgent(StreamingAgent):
         return schema.PromptResponse(stop_reason="end_turn")
 
 
+@contextlib.asynccontextmanager
+async def open_agent(client, argv):
+    """A connection to the agent AGENT_CMD names: a process to spawn, or the URL of a remote server."""
+    if len(argv) == 1 and argv[0].startswith(("http://", "ws://")):
+        if argv[0].startswith("ws://"):
+            from acp.ws import create_websocket_stream
+
+            stream = await create_websocket_stream(argv[0])
+        else:
+            from acp.http import create_http_stream
+
+            stream = create_http_stream(argv[0])
+        conn = acp.connect_to_agent(client, stream)
+        try:
+            yield conn
+        finally:
+            await conn.close()
+        return
+    async with acp.spawn_agent_process(client, argv[0], *argv[1:]) as (conn, _process):
+        yield conn
+
+
 async def client_a(argv):
     counter = CountingClient()
-    async with acp.spawn_agent_process(counter, argv[0], *argv[1:]) as (conn, _process):
+    async with open_agent(counter, argv) as conn:
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         session = await conn.new_session(cwd="/tmp", mcp_servers=[])
         stopwatch = Stopwatch()
@@ -112,7 +151,7 @@ async def client_a(argv):
 async def client_d(rates, seconds, argv):
     client = LatencyClient()
     turns = []
-    async with acp.spawn_agent_process(client, argv[0], *argv[1:]) as (conn, _process):
+    async with open_agent(client, argv) as conn:
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         session = await conn.new_session(cwd="/tmp", mcp_servers=[])
         for text in pacing.turn_prompts(rates, seconds):
@@ -131,12 +170,27 @@ async def client_c(k: int, inflight: int, argv):
             await conn.ext_method(PING, {})
             latencies.append(time.perf_counter() - sent)
 
-    async with acp.spawn_agent_process(CountingClient(), argv[0], *argv[1:]) as (conn, _process):
+    async with open_agent(CountingClient(), argv) as conn:
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         started = time.perf_counter()
         await asyncio.gather(*(worker(k // inflight + (i < k % inflight)) for i in range(inflight)))
         seconds = time.perf_counter() - started
     return round_trips(latencies, seconds)
+
+
+def serve_until_killed(make_agent, port_file):
+    """Serve ``make_agent(connection)`` per connection over HTTP and WebSocket on a free loopback
+    port, written to ``port_file`` (a line) once it listens."""
+    import uvicorn
+    from acp.http.asgi import create_asgi_app
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    with open(port_file, "w") as f:
+        f.write(f"{sock.getsockname()[1]}\n")
+    config = uvicorn.Config(create_asgi_app(make_agent), log_level="warning", ws="websockets")
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def main(args):
@@ -146,7 +200,10 @@ def main(args):
     if mode == "agent":
         paced = "--paced" in args[1:split]
         agent = PacedAgent() if paced else StreamingAgent(int(opts["--n"]), opts["--updates"])
-        asyncio.run(acp.run_agent(agent))
+        if "--serve" in opts:
+            serve_until_killed(agent.serving, opts["--serve"])
+        else:
+            asyncio.run(acp.run_agent(agent))
         return
     if mode == "client-d":
         result = asyncio.run(client_d(*pacing.parse_options(args[1:split]), argv))

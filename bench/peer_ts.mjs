@@ -5,14 +5,21 @@
 //   node peer_ts.mjs SDK_ENTRY PING client-c --k K --inflight M -- AGENT_CMD...   workload C: ext-method round trips
 //   node peer_ts.mjs SDK_ENTRY PING agent --paced                            workload D's paced agent
 //   node peer_ts.mjs SDK_ENTRY PING client-d --rates R1,R2 --seconds S -- AGENT_CMD...   workload D: update latency
+//   node peer_ts.mjs SDK_ENTRY PING agent --n N --updates STREAM_FILE --serve PORT_FILE   the agent over HTTP and WS
 //
+// With --serve the agent is served by the SDK's AcpServer (Streamable HTTP, and WebSocket through ws)
+// on a free loopback port, written to PORT_FILE (a line), until killed; a client's AGENT_CMD may be
+// the URL of such a server (http:// or ws://), which it then reaches with the SDK's createHttpStream
+// or createWebSocketStream (bench/remote_speed.py). Those and ws are resolved beside SDK_ENTRY.
 // SDK_ENTRY is the file the package exports as its main entry point; the bench passes it because
 // the SDK is installed in bench/.peers/node, beside this script rather than above it. PING is the
 // round-trip method (workload.PING_METHOD, which the bench passes: it is defined in Python). Each client
 // prints one JSON object on stdout, with the same keys as raw.py. Workload D's pacing, stamp and
 // figures are those of pacing.py, mirrored here.
 import { spawn } from "node:child_process";
-import { closeSync, openSync, readFileSync, readSync } from "node:fs";
+import { closeSync, openSync, readFileSync, readSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import { createRequire } from "node:module";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 
@@ -23,6 +30,9 @@ const opts = {};
 const optionArgs = split < 0 ? rest : rest.slice(0, split);
 const paced = optionArgs.includes("--paced");
 const pairs = optionArgs.filter((arg) => arg !== "--paced");
+// The SDK's remote transports and ws, resolved from the SDK's own folder (not imported unless used).
+const beside = createRequire(sdkEntry);
+const besideSdk = (path) => import(pathToFileURL(beside.resolve(path)).href);
 for (let i = 0; i < pairs.length; i += 2) opts[pairs[i]] = pairs[i + 1];
 const agentArgv = split < 0 ? [] : rest.slice(split + 1);
 // The agent cycles through this many distinct prebuilt updates, so the turn measures sending them
@@ -40,7 +50,17 @@ function rssKb() {
   }
 }
 
-function spawnAgent() {
+async function spawnAgent() {
+  const [url] = agentArgv;
+  if (agentArgv.length === 1 && url.startsWith("http://")) {
+    const { createHttpStream } = await besideSdk("@agentclientprotocol/sdk/experimental/http-client");
+    return { child: null, stream: createHttpStream(url) };
+  }
+  if (agentArgv.length === 1 && url.startsWith("ws://")) {
+    const { createWebSocketStream } = await besideSdk("@agentclientprotocol/sdk/experimental/ws-client");
+    const { WebSocket } = (await besideSdk("ws")).default;
+    return { child: null, stream: createWebSocketStream(url, { WebSocket }) };
+  }
   const child = spawn(agentArgv[0], agentArgv.slice(1), { stdio: ["pipe", "pipe", "inherit"] });
   const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
   return { child, stream };
@@ -52,7 +72,7 @@ async function initialize(cx) {
 
 async function clientA() {
   let updates = 0;
-  const { child, stream } = spawnAgent();
+  const { child, stream } = await spawnAgent();
   const app = acp.client({ name: "bench" }).onNotification(acp.methods.client.session.update, () => {
     updates += 1;
   });
@@ -68,7 +88,7 @@ async function clientA() {
     const cpu = process.cpuUsage(cpuStarted);
     return { seconds: (performance.now() - started) / 1000, cpu_seconds: (cpu.user + cpu.system) / 1e6 };
   });
-  child.kill();
+  child?.kill();
   return { updates, ...elapsed, rss_kb: rssKb() };
 }
 
@@ -76,7 +96,7 @@ async function clientC() {
   const k = Number(opts["--k"]);
   const inflight = Number(opts["--inflight"]);
   const latencies = [];
-  const { child, stream } = spawnAgent();
+  const { child, stream } = await spawnAgent();
   const seconds = await acp.client({ name: "bench" }).connectWith(stream, async (cx) => {
     await initialize(cx);
     const worker = async (count) => {
@@ -92,7 +112,7 @@ async function clientC() {
     await Promise.all(workers);
     return (performance.now() - started) / 1000;
   });
-  child.kill();
+  child?.kill();
   latencies.sort((a, b) => a - b);
   return {
     requests: latencies.length,
@@ -120,7 +140,7 @@ function turnResult(prompt, latencies) {
 async function clientD() {
   let latencies = [];
   const turns = [];
-  const { child, stream } = spawnAgent();
+  const { child, stream } = await spawnAgent();
   const app = acp.client({ name: "bench" }).onNotification(acp.methods.client.session.update, ({ params }) => {
     const arrived = monotonicNs();
     const sent = params.update._meta?.[STAMP];
@@ -142,7 +162,7 @@ async function clientD() {
       }
     }
   });
-  child.kill();
+  child?.kill();
   return { updates: turns.reduce((sum, turn) => sum + turn.updates, 0), turns, rss_kb: rssKb() };
 }
 
@@ -182,11 +202,27 @@ function firstUpdates(path) {
   return lines.map((line) => JSON.parse(line).params.update);
 }
 
-function serveAgent() {
+async function serveAgent() {
   const n = Number(opts["--n"]);
   const updates = paced ? [] : firstUpdates(opts["--updates"]);
-  const stream = acp.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin));
-  const app = acp
+  const makeAgent = () => agentApp(n, updates);
+  if (opts["--serve"] === undefined) {
+    makeAgent().connect(acp.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin)));
+    return;
+  }
+  const { AcpServer } = await besideSdk("@agentclientprotocol/sdk/experimental/server");
+  const { createNodeHttpHandler, createNodeWebSocketUpgradeHandler } = await besideSdk(
+    "@agentclientprotocol/sdk/experimental/node",
+  );
+  const { WebSocketServer } = (await besideSdk("ws")).default;
+  const server = new AcpServer({ createAgent: makeAgent });
+  const http = createServer(createNodeHttpHandler(server));
+  http.on("upgrade", createNodeWebSocketUpgradeHandler(server, new WebSocketServer({ noServer: true })));
+  http.listen(0, "127.0.0.1", () => writeFileSync(opts["--serve"], `${http.address().port}\n`));
+}
+
+function agentApp(n, updates) {
+  return acp
     .agent({ name: "bench" })
     .onRequest(acp.methods.agent.initialize, ({ params }) => ({
       protocolVersion: params.protocolVersion,
@@ -208,11 +244,10 @@ function serveAgent() {
       return { stopReason: "end_turn" };
     })
     .onRequest(pingMethod, (params) => params, () => ({}));
-  app.connect(stream);
 }
 
 if (mode === "agent") {
-  serveAgent();
+  await serveAgent();
 } else {
   const clients = { "client-a": clientA, "client-c": clientC, "client-d": clientD };
   const result = await clients[mode]();
