@@ -29,9 +29,9 @@ import msgspec
 from ..errors import INVALID_REQUEST, PARSE_ERROR
 from .server_hub import Hub, Refusal
 from .server_loop import Handler, Peer
-from .server_routes import MessageHead, RemoteConnection, Sink, read_head
+from .server_routes import LARGE_FRAME, MessageHead, RemoteConnection, Sink, read_head
 from .server_ws import WebSocketHandler, handshake_headers
-from .sse import KEEP_ALIVE, encode_event, event_pieces
+from .sse import KEEP_ALIVE, event_pieces
 
 log = logging.getLogger("acp_lite.remote.server")
 
@@ -43,7 +43,6 @@ _SSE_HEADERS = [
 _CORS_ALLOW_HEADERS = "content-type, accept, authorization, acp-connection-id, acp-session-id, acp-protocol-version"
 _EXPOSED = "acp-connection-id, acp-session-id"
 _STATUS_CODES = {400: INVALID_REQUEST, 501: INVALID_REQUEST}
-_LARGE_FRAME = 16 * 1024  # a frame from this size is written without being copied
 
 
 def error_body(status: int, message: str) -> bytes:
@@ -388,18 +387,23 @@ class SseStream(Sink):
     def comment(self) -> None:
         self.peer.write(self.handler.h11.send(h11.Data(data=KEEP_ALIVE)))
 
-    def deliver(self, frame: bytes, event_id: int, release: Any) -> None:
+    def deliver(self, frames: List[bytes], first_id: int, release: Any) -> None:
+        size = sum(map(len, frames))
         if self._ended or self.peer.closed:
-            release(len(frame))
+            release(size)
             return
-        # A large frame goes as a chunk of its own, not copied (the budget it holds stays its size).
-        events = event_pieces(frame, event_id) if len(frame) >= _LARGE_FRAME else [encode_event(frame, event_id)]
+        events: List[bytes] = []
+        for event_id, frame in enumerate(frames, first_id):
+            events += event_pieces(frame, event_id)
+        # A batch of small events is one chunk; a large frame (alone in its batch) goes as chunks
+        # of its event's pieces, itself among them, not copied (the budget it holds stays its size).
+        chunks = events if size >= LARGE_FRAME else [b"".join(events)]
         pieces = []
-        for event in events:
-            pieces.extend(self.handler.h11.send_with_data_passthrough(h11.Data(data=event)) or [])
+        for chunk in chunks:
+            pieces.extend(self.handler.h11.send_with_data_passthrough(h11.Data(data=chunk)) or [])
         for piece in pieces[:-1]:
             self.peer.write(piece)
-        self.peer.write(pieces[-1], release, len(frame))
+        self.peer.write(pieces[-1], release, size)
 
     def end(self, code: int = 1000) -> None:
         if self._ended:

@@ -29,7 +29,7 @@ Rules this module keeps (the design's routing rules, which make both official cl
 import collections
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Optional, Protocol, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Tuple, Union
 
 import msgspec
 
@@ -40,6 +40,10 @@ from .server_loop import Loop
 Key = Optional[str]  # a stream: None for the connection stream, else a session id
 
 _SESSION_OPENERS = frozenset({"session/new", "session/fork"})
+# A pump hands a stream's frames to its reader in batches of up to this many bytes (a write each,
+# not one or more per frame); a frame of LARGE_FRAME bytes or more goes alone, written uncopied.
+_BATCH_BYTES = 64 * 1024
+LARGE_FRAME = 16 * 1024
 _LOADERS = frozenset({"session/load", "session/resume"})
 
 
@@ -86,8 +90,9 @@ Start = Callable[[Channel], Served]
 class Sink:
     """A stream's reader: an SSE response or a WebSocket. Loop thread only."""
 
-    def deliver(self, frame: bytes, event_id: int, release: Callable[[int], None]) -> None:
-        """Write ``frame``; call ``release(len(frame))`` once it is written or dropped."""
+    def deliver(self, frames: List[bytes], first_id: int, release: Callable[[int], None]) -> None:
+        """Write ``frames`` (event ids ``first_id`` on: a batch of small ones, or one large one);
+        call ``release`` with their total size once all are written or dropped."""
         raise NotImplementedError
 
     def end(self, code: int = 1000) -> None:
@@ -280,20 +285,31 @@ class RemoteConnection:
             return any(stream.reader is not None for stream in self._streams.values())
 
     def pump(self) -> None:
-        """Hand every queued frame to its stream's reader, dropping each once handed over (a
-        reader writes it again, as an SSE event: a budget's worth queued must not be held twice)."""
-        work: Deque[Tuple[Sink, bytes, int]] = collections.deque()
+        """Hand every queued frame to its stream's reader, in batches (``_BATCH_BYTES``), dropping
+        each once handed over (a reader writes it again, as an SSE event: a budget's worth queued
+        must not be held twice)."""
+        work: Deque[Tuple[Sink, List[bytes], int]] = collections.deque()
         with self._lock:
             self._pump_scheduled = False
             for stream in self._streams.values():
                 if stream.reader is not None and stream.queue:
                     while stream.queue:
-                        work.append((stream.reader, stream.queue.popleft(), stream.next_id))
-                        stream.next_id += 1
+                        batch = [stream.queue.popleft()]
+                        size = len(batch[0])
+                        while (
+                            size < LARGE_FRAME
+                            and stream.queue
+                            and len(stream.queue[0]) < LARGE_FRAME
+                            and size + len(stream.queue[0]) <= _BATCH_BYTES
+                        ):
+                            size += len(stream.queue[0])
+                            batch.append(stream.queue.popleft())
+                        work.append((stream.reader, batch, stream.next_id))
+                        stream.next_id += len(batch)
         while work:
-            reader, frame, event_id = work.popleft()
-            reader.deliver(frame, event_id, self.channel.sent)
-            del frame
+            reader, frames, first_id = work.popleft()
+            reader.deliver(frames, first_id, self.channel.sent)
+            del frames
 
     # -- the end -------------------------------------------------------------------------------
     def end(self, code: int = 1000) -> None:

@@ -14,8 +14,9 @@ Rules this module keeps:
 - Pings are answered at once; the server pings after ``ping_interval`` of silence and closes 1011
   when no pong came for twice that.
 - Close codes: 1000 on DELETE-like ends, 1001 when the server shuts down, 1011 on internal errors.
-- Outbound text frames are framed here, unmasked, around the agent's bytes (no copy, no decoding):
-  wsproto would take text only as ``str``.
+- Outbound text frames are framed here, unmasked, around the agent's bytes (no decoding: wsproto
+  would take text only as ``str``); a batch of small ones goes out in one write, a large one
+  uncopied.
 """
 
 import logging
@@ -30,7 +31,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_
 
 from .server_hub import Limits, Refusal
 from .server_loop import Handler, Peer
-from .server_routes import MessageHead, RemoteConnection, Sink, read_head
+from .server_routes import LARGE_FRAME, MessageHead, RemoteConnection, Sink, read_head
 
 log = logging.getLogger("acp_lite.remote.server")
 
@@ -126,7 +127,7 @@ class WebSocketHandler(Handler, Sink):
                 if not self._initialized:
                     self._close(1002)
                 else:
-                    self.deliver(_PARSE_ERROR, 0, _ignore)
+                    self.deliver([_PARSE_ERROR], 0, _ignore)
                 return
             head = MessageHead()  # a batch: the agent's core answers it
         if not self._initialized:
@@ -142,12 +143,19 @@ class WebSocketHandler(Handler, Sink):
         self.connection.end()
 
     # -- output (the connection's stream) ------------------------------------------------------
-    def deliver(self, frame: bytes, event_id: int, release: Callable[[int], None]) -> None:
+    def deliver(self, frames: List[bytes], first_id: int, release: Callable[[int], None]) -> None:
+        size = sum(map(len, frames))
         if self._ended or self.ws.state is not ConnectionState.OPEN:
-            release(len(frame))
+            release(size)
             return
-        self.peer.write(text_frame_header(len(frame)))
-        self.peer.write(frame, release, len(frame))
+        if size >= LARGE_FRAME:  # alone in its batch: written as it is
+            self.peer.write(text_frame_header(size))
+            self.peer.write(frames[0], release, size)
+            return
+        pieces: List[bytes] = []
+        for frame in frames:
+            pieces += (text_frame_header(len(frame)), frame)
+        self.peer.write(b"".join(pieces), release, size)
 
     def end(self, code: int = 1000) -> None:
         self._close(code)
