@@ -329,15 +329,19 @@ def test_without_the_extra_the_import_error_names_it():
 class ScriptedWebSocketServer:
     """One WebSocket connection (wsproto on the server side): accepts the upgrade with a cookie and
     an Acp-Connection-Id, then answers a request by a fragmented text message, after a binary
-    message, a ping and an oversized message (which the client must drop and report)."""
+    message, a ping and an oversized message (which the client must drop and report). After the
+    upgrade everything goes out in writes of ``piece`` bytes (frames cut anywhere across the
+    client's reads); with ``masked``, the answer comes in a masked frame, which no server may send."""
 
-    def __init__(self, oversized: int):
+    def __init__(self, oversized: int, piece: int = 0, masked: bool = False):
         from wsproto import ConnectionType, WSConnection
         from wsproto.events import AcceptConnection, CloseConnection, Ping, Pong, Request, TextMessage
 
         self.events = (AcceptConnection, CloseConnection, Ping, Pong, Request, TextMessage)
         self.ws = WSConnection(ConnectionType.SERVER)
         self.oversized = oversized
+        self.piece = piece
+        self.masked = masked
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.seen = {"pongs": 0, "close": None, "request": None}
@@ -349,6 +353,13 @@ class ScriptedWebSocketServer:
 
         accept, close, ping, pong, request, text = self.events
         sock, _ = self.listener.accept()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def send(data):
+            step = self.piece or len(data)
+            for at in range(0, len(data), step):
+                sock.sendall(data[at : at + step])
+
         with sock:
             while True:
                 data = sock.recv(65536)
@@ -371,22 +382,26 @@ class ScriptedWebSocketServer:
                         if message.get("method") == "initialize":
                             result = {"protocolVersion": 1, "agentCapabilities": {}}
                         else:
-                            sock.sendall(self.ws.send(BytesMessage(data=b"\x00binary")))
-                            sock.sendall(self.ws.send(ping(payload=b"p")))
+                            send(self.ws.send(BytesMessage(data=b"\x00binary")))
+                            send(self.ws.send(ping(payload=b"p")))
                             big = json.dumps({"jsonrpc": "2.0", "id": 999, "result": "z" * self.oversized})
-                            sock.sendall(self.ws.send(text(data=big)))
+                            send(self.ws.send(text(data=big)))
                             result = {"echo": message["params"], "text": NON_ASCII}
                         answer = json.dumps(
                             {"jsonrpc": "2.0", "id": message["id"], "result": result}, ensure_ascii=False
                         )
+                        if self.masked and message.get("method") != "initialize":
+                            payload = answer.encode()  # masked with a key of zeros: the bytes as they are
+                            send(bytes((0x81, 0x80 | 126)) + len(payload).to_bytes(2, "big") + bytes(4) + payload)
+                            continue
                         half = len(answer) // 2
-                        sock.sendall(self.ws.send(text(data=answer[:half], message_finished=False)))
-                        sock.sendall(self.ws.send(text(data=answer[half:], message_finished=True)))
+                        send(self.ws.send(text(data=answer[:half], message_finished=False)))
+                        send(self.ws.send(text(data=answer[half:], message_finished=True)))
                     elif isinstance(event, pong):
                         self.seen["pongs"] += 1
                     elif isinstance(event, close):
                         self.seen["close"] = event.code
-                        sock.sendall(self.ws.send(event.response()))
+                        send(self.ws.send(event.response()))
                         return
                 if not data:
                     return
@@ -396,8 +411,9 @@ class ScriptedWebSocketServer:
         self.listener.close()
 
 
-def test_websocket_frames_are_read_leniently_and_bounded_and_closed_with_1000():
-    server = ScriptedWebSocketServer(oversized=5000)
+@pytest.mark.parametrize("piece", [0, 5])
+def test_websocket_frames_are_read_leniently_and_bounded_and_closed_with_1000(piece):
+    server = ScriptedWebSocketServer(oversized=5000, piece=piece)
     cookies = {}
     try:
         channel = open_url(
@@ -417,6 +433,21 @@ def test_websocket_frames_are_read_leniently_and_bounded_and_closed_with_1000():
     assert cookies == {"node": "ws-1"}
     assert server.seen["request"][b"authorization"] == b"Bearer w"
     assert server.seen["pongs"] == 1 and server.seen["close"] == 1000
+
+
+def test_a_masked_frame_from_the_server_ends_the_connection():
+    server = ScriptedWebSocketServer(oversized=10, masked=True)
+    try:
+        connection = Connection(open_url(Endpoint(f"ws://127.0.0.1:{server.port}/acp")))
+        connection.start()
+        try:
+            connection.call("initialize", {"protocolVersion": 1}, timeout=WAIT)
+            with pytest.raises(ConnectionClosed, match="broke the WebSocket protocol"):
+                connection.call("x/echo", {"n": 1}, timeout=WAIT)
+        finally:
+            connection.close()
+    finally:
+        server.close()
 
 
 def test_a_server_cannot_grow_the_cookie_store_without_bound():

@@ -15,7 +15,9 @@ Rules this module keeps:
   ``max_message_size`` dropped as it arrives and reported as an ``OversizedFrame``; pings are
   answered at once; after ``ping_interval`` seconds of silence the client pings, and a server
   silent for another ``ping_interval`` is declared gone. Close sends 1000 and waits briefly for
-  the server's close.
+  the server's close. wsproto does the handshake and frames what the client sends; the server's
+  frames are read by ``FrameReader`` (a burst of small messages costs wsproto several
+  microseconds each, most of a client's time per update).
 - Threads per WebSocket connection: ``acp-ws-<name>`` (reading) and ``acp-lane-<name>``
   (writing); all end in ``close()``, which the connection's ``close()`` calls.
 """
@@ -25,21 +27,22 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Callable, Deque, List, Optional, Sequence
+from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
 
 import msgspec
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
 from wsproto.events import (
     AcceptConnection,
-    BytesMessage,
     CloseConnection,
     Ping,
+    Pong,
     RejectConnection,
     RejectData,
     Request,
     TextMessage,
 )
+from wsproto.frame_protocol import CloseReason
 
 from ..errors import CapabilityError, ConnectionClosed, UsageError
 from ..schema import PROTOCOL_VERSION
@@ -157,6 +160,73 @@ def error_answer(message_id: Any, text: str, data: Any = None) -> bytes:
 
 
 # -- WebSocket --------------------------------------------------------------------------------------
+OP_CONTINUATION, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
+
+
+class FrameError(Exception):
+    """The server broke the WebSocket framing (RFC 6455, section 5)."""
+
+
+class FrameReader:
+    """The frames a WebSocket server sends, from its bytes in any pieces. ``feed`` returns each
+    piece of payload as it arrives: ``(opcode, piece, ends_message)``, where ``opcode`` is the
+    frame's own on its first piece (0 for a continuation frame, and on a frame's later pieces)
+    and ``ends_message`` is true for the last piece of a final frame. A data frame's payload is
+    handed over as it arrives, never held whole; a control frame (at most 125 bytes) comes whole.
+    No extension is negotiated, so the reserved bits must be clear, and a server's frames are
+    never masked (else ``FrameError``). One thread at a time."""
+
+    def __init__(self, data: bytes = b""):
+        self._buffer = data
+        self._left = -1  # bytes of the current frame's payload still to come; -1 between frames
+        self._opcode = 0
+        self._fin = False
+
+    def feed(self, data: bytes) -> List[Tuple[int, bytes, bool]]:
+        buffer = self._buffer + data if self._buffer else data
+        size = len(buffer)
+        at = 0
+        pieces = []
+        while True:
+            if self._left < 0:
+                if size - at < 2:
+                    break
+                first, second = buffer[at], buffer[at + 1]
+                length, head = second & 0x7F, 2
+                if length == 126:
+                    if size - at < 4:
+                        break
+                    length, head = int.from_bytes(buffer[at + 2 : at + 4], "big"), 4
+                elif length == 127:
+                    if size - at < 10:
+                        break
+                    length, head = int.from_bytes(buffer[at + 2 : at + 10], "big"), 10
+                opcode = first & 0x0F
+                if first & 0x70 or second & 0x80:
+                    raise FrameError("a frame with reserved bits set, or masked by the server")
+                if opcode >= OP_CLOSE:
+                    if opcode > OP_PONG or length > 125 or not first & 0x80:
+                        raise FrameError(f"an invalid control frame (opcode {opcode}, {length} bytes)")
+                    if size - at - head < length:
+                        break  # a control frame is taken whole
+                elif opcode > OP_BINARY:
+                    raise FrameError(f"a frame of unknown opcode {opcode}")
+                at += head
+                self._left, self._opcode, self._fin = length, opcode, bool(first & 0x80)
+            take = min(self._left, size - at)
+            if take == 0 and self._left:
+                break
+            self._left -= take
+            pieces.append((self._opcode, buffer[at : at + take], self._fin and not self._left))
+            at += take
+            if self._left:
+                self._opcode = OP_CONTINUATION  # the rest of this frame continues what it began
+                break
+            self._left = -1
+        self._buffer = buffer[at:] if at < size else b""
+        return pieces
+
+
 class WebSocketClient:
     """One WebSocket connection carrying a ``Channel``; see the module docstring."""
 
@@ -192,6 +262,9 @@ class WebSocketClient:
         request = Request(host=self.endpoint.host_header, target=self.endpoint.target, extra_headers=headers)
         self._sock.settimeout(self.endpoint.connect_timeout)
         received = 0
+        # wsproto reads the response head only: the frames after it are the FrameReader's.
+        head = b""
+        after_head: Optional[bytes] = None
         try:
             self._sock.sendall(self._ws.send(request))
             rejected: Optional[RejectConnection] = None
@@ -201,19 +274,31 @@ class WebSocketClient:
                 received += len(data)
                 if not data or received > MAX_HEAD_BYTES + ERROR_BODY_BYTES:
                     break
-                self._ws.receive_data(data)
+                if after_head is not None:
+                    self._ws.receive_data(data)
+                else:
+                    head += data
+                    end = head.find(b"\r\n\r\n")
+                    if end < 0:
+                        continue
+                    self._ws.receive_data(head[: end + 4])
+                    after_head = head[end + 4 :]
                 for event in self._ws.events():
                     if isinstance(event, AcceptConnection):
                         self.endpoint.store_cookies(event.extra_headers)
                         self.connection_id = header(event.extra_headers, b"acp-connection-id")
                         self.endpoint.connection_id = self.connection_id
                         self._sock.settimeout(self.ping_interval)
+                        self._frames = FrameReader(after_head or b"")
                         return None
                     if isinstance(event, RejectConnection):
                         self.endpoint.store_cookies(event.headers)
                         rejected = event
                         if not event.has_body:
                             break
+                        if after_head:  # the start of the body (b"" would tell wsproto the end)
+                            self._ws.receive_data(after_head)
+                            after_head = b""
                     elif isinstance(event, RejectData):
                         body += event.data
                         if event.body_finished:
@@ -249,8 +334,11 @@ class WebSocketClient:
     def _read_loop(self) -> None:
         parts: List[bytes] = []
         size = 0
+        message_opcode = 0  # of the message under way (its first frame's), 0 between messages
         pinged = False
         reason = "the server closed the WebSocket"
+        limit = self.channel.max_message_size
+        frames = self._frames
         try:
             while True:
                 try:
@@ -262,37 +350,41 @@ class WebSocketClient:
                     self._send(Ping())
                     pinged = True
                     continue
-                pinged = False
-                with self._ws_lock:
-                    self._ws.receive_data(data or None)
-                    events = list(self._ws.events())
-                for event in events:
-                    if isinstance(event, TextMessage):
-                        piece = event.data.encode("utf-8")
-                        if size <= self.channel.max_message_size:
-                            parts.append(piece)
-                        size += len(piece)
-                        if size > self.channel.max_message_size and len(parts) > 1:
-                            parts = [b"".join(parts)[:OVERSIZED_HEAD]]  # keep the head only
-                        if event.message_finished:
-                            whole = b"".join(parts)
-                            item = whole if size <= self.channel.max_message_size else OversizedFrame(size, whole)
-                            parts, size = [], 0
-                            if not self.channel.feed(item, timeout=None):
-                                return
-                    elif isinstance(event, Ping):
-                        self._send(event.response())
-                    elif isinstance(event, CloseConnection):
-                        self._send(event.response())
-                        reason = f"the server closed the WebSocket ({event.code} {event.reason or ''})".strip()
-                        return
-                    elif not isinstance(event, BytesMessage):
-                        continue  # pongs; binary messages are not ACP
                 if not data:
                     return
+                pinged = False
+                for opcode, piece, ends_message in frames.feed(data):
+                    if opcode >= OP_CLOSE:
+                        if opcode == OP_PING:
+                            self._send(Pong(payload=piece))
+                        elif opcode == OP_CLOSE:
+                            code = int.from_bytes(piece[:2], "big") if len(piece) >= 2 else CloseReason.NO_STATUS_RCVD
+                            self._send(CloseConnection(code=code))  # the answer echoes the code
+                            said = piece[2:].decode("utf-8", "replace")
+                            reason = f"the server closed the WebSocket ({code} {said})".strip()
+                            return
+                        continue  # pongs
+                    if opcode != OP_CONTINUATION:
+                        if message_opcode:
+                            raise FrameError("a new message began before the last one ended")
+                        message_opcode = opcode
+                    elif not message_opcode:
+                        raise FrameError("a continuation frame outside a message")
+                    if message_opcode == OP_TEXT:  # binary messages are not ACP: dropped
+                        if size <= limit:
+                            parts.append(piece)
+                        size += len(piece)
+                        if size > limit and len(parts) > 1:
+                            parts = [b"".join(parts)[:OVERSIZED_HEAD]]  # keep the head only
+                    if ends_message:
+                        if message_opcode == OP_TEXT:
+                            whole = parts[0] if len(parts) == 1 else b"".join(parts)
+                            if not self.channel.feed(whole if size <= limit else OversizedFrame(size, whole), None):
+                                return
+                        parts, size, message_opcode = [], 0, 0
         except OSError as exc:
             reason = f"the WebSocket failed: {exc}"
-        except Exception as exc:  # wsproto's protocol errors: a broken peer
+        except Exception as exc:  # FrameError, wsproto's errors: a broken peer
             reason = f"the server broke the WebSocket protocol: {exc}"
             _log.warning("%s: %s", self.name, reason)
         finally:
