@@ -86,33 +86,52 @@ class Channel:
         """Queue one received message for the connection; False if there was no room within
         ``timeout`` seconds (0: no wait, None: wait for room) or the channel has ended, and then
         nothing was queued."""
+        return self.feed_all([message], timeout)
+
+    def feed_all(self, messages: List[Inbound], timeout: Optional[float] = None) -> bool:
+        """Queue received messages in order, as ``feed`` does each (waiting up to ``timeout`` for
+        room for each), but waking the connection once; False as soon as one finds no room or
+        the channel ended (the ones before it are queued)."""
+        with self._lock:
+            try:
+                for message in messages:
+                    if not self._queue(self._inbound(message), timeout):
+                        return False
+                return True
+            finally:
+                self._cond.notify_all()
+
+    def _inbound(self, message: Inbound) -> Inbound:
         if isinstance(message, (bytes, bytearray, memoryview)):
             message = bytes(message)
             if len(message) > self.max_message_size:
-                message = OversizedFrame(len(message), message[:OVERSIZED_HEAD])
-            elif 10 in message or 13 in message:
-                message = message.replace(b"\n", b" ").replace(b"\r", b" ")
+                return OversizedFrame(len(message), message[:OVERSIZED_HEAD])
+            if 10 in message or 13 in message:
+                return message.replace(b"\n", b" ").replace(b"\r", b" ")
+        return message
+
+    def _queue(self, message: Inbound, timeout: Optional[float]) -> bool:
+        # Under the lock.
         size = len(message) if isinstance(message, bytes) else 0
-        with self._lock:
-            if self._ended is not None or self._closing:
+        if self._ended is not None or self._closing:
+            return False
+        if self._buffered and self._buffered + size > self.max_buffered:
+            self._cond.notify_all()  # the reader, for what this batch queued already
+            room = self._cond.wait_for(
+                lambda: (
+                    not self._buffered
+                    or self._buffered + size <= self.max_buffered
+                    or self._ended is not None
+                    or self._closing
+                ),
+                timeout,
+            )
+            if not room or self._ended is not None or self._closing:
+                self._refused = True
                 return False
-            if self._buffered and self._buffered + size > self.max_buffered:
-                room = self._cond.wait_for(
-                    lambda: (
-                        not self._buffered
-                        or self._buffered + size <= self.max_buffered
-                        or self._ended is not None
-                        or self._closing
-                    ),
-                    timeout,
-                )
-                if not room or self._ended is not None or self._closing:
-                    self._refused = True
-                    return False
-            self._inbox.append(message)
-            self._buffered += size
-            self._cond.notify_all()
-            return True
+        self._inbox.append(message)
+        self._buffered += size
+        return True
 
     @property
     def buffered(self) -> int:

@@ -47,7 +47,7 @@ from wsproto.frame_protocol import CloseReason
 from ..errors import CapabilityError, ConnectionClosed, UsageError
 from ..schema import PROTOCOL_VERSION
 from ..wire import OversizedFrame
-from .channel import Channel
+from .channel import Channel, Inbound
 from .dial import ERROR_BODY_BYTES, MAX_HEAD_BYTES, Endpoint, header, retry_delay
 from .sse import OVERSIZED_HEAD
 
@@ -341,6 +341,7 @@ class WebSocketClient:
         frames = self._frames
         try:
             while True:
+                whole_messages: List[Inbound] = []
                 try:
                     data = self._sock.recv(_RECV_BYTES)
                 except socket.timeout:
@@ -353,6 +354,7 @@ class WebSocketClient:
                 if not data:
                     return
                 pinged = False
+                ended = False  # a close came: what came before it still goes to the channel
                 for opcode, piece, ends_message in frames.feed(data):
                     if opcode >= OP_CLOSE:
                         if opcode == OP_PING:
@@ -362,7 +364,8 @@ class WebSocketClient:
                             self._send(CloseConnection(code=code))  # the answer echoes the code
                             said = piece[2:].decode("utf-8", "replace")
                             reason = f"the server closed the WebSocket ({code} {said})".strip()
-                            return
+                            ended = True
+                            break
                         continue  # pongs
                     if opcode != OP_CONTINUATION:
                         if message_opcode:
@@ -379,9 +382,10 @@ class WebSocketClient:
                     if ends_message:
                         if message_opcode == OP_TEXT:
                             whole = parts[0] if len(parts) == 1 else b"".join(parts)
-                            if not self.channel.feed(whole if size <= limit else OversizedFrame(size, whole), None):
-                                return
+                            whole_messages.append(whole if size <= limit else OversizedFrame(size, whole))
                         parts, size, message_opcode = [], 0, 0
+                if not self.channel.feed_all(whole_messages) or ended:
+                    return
         except OSError as exc:
             reason = f"the WebSocket failed: {exc}"
         except Exception as exc:  # FrameError, wsproto's errors: a broken peer

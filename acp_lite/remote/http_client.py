@@ -41,7 +41,7 @@ import msgspec
 
 from ..errors import ConnectionClosed
 from ..wire import OversizedFrame
-from .channel import Channel
+from .channel import Channel, Inbound
 from .client import Lane, Peek, error_answer, id_key, peek, session_of
 from .dial import ERROR_BODY_BYTES, Endpoint, HttpExchange, HttpResponse, retry_delay
 from .sse import SseReader
@@ -182,7 +182,8 @@ class HttpClient:
             and body
             and (response.header(b"content-type") or "").startswith("application/json")
         ):
-            self._arrived(body, None)  # a server answering in the POST's own body
+            self._note(body, None)  # a server answering in the POST's own body
+            self.channel.feed(body, timeout=None)
         return response, body
 
     def _initialize(self, frame: bytes, message: Optional[Peek]) -> None:
@@ -308,11 +309,15 @@ class HttpClient:
             reader = SseReader(self.channel.max_message_size)
             for piece in stream.exchange.body():
                 stream.pieces += 1
+                arrived: List[Inbound] = []
                 for item in reader.feed(piece):
                     if isinstance(item, OversizedFrame):
-                        self.channel.feed(item, timeout=None)
-                    elif not self._arrived(item.data, stream.session):
-                        return
+                        arrived.append(item)
+                    else:
+                        self._note(item.data, stream.session)
+                        arrived.append(item.data)
+                if not self.channel.feed_all(arrived):  # one wake-up of the connection per piece
+                    return
             error = ConnectionClosed(f"{self.endpoint.url}: the server ended the event stream")
         except ConnectionClosed as exc:
             error = exc
@@ -326,9 +331,8 @@ class HttpClient:
                 elif stream.status == 200 and self._streams.get(stream.session) is stream:
                     self._fail_session(stream.session, 0, b"")
 
-    def _arrived(self, data: bytes, stream_session: Optional[str]) -> bool:
-        """Note the routes of a message from the server, then hand it to the connection; False
-        once the connection is gone."""
+    def _note(self, data: bytes, stream_session: Optional[str]) -> None:
+        """Note the routes of a message from the server, before it goes to the connection."""
         message = peek(data)
         if message is not None and message.id is not msgspec.UNSET:
             key = id_key(message.id)
@@ -351,7 +355,6 @@ class HttpClient:
                 created = session_of(message.result)
                 if created is not None and created not in self._plain and not self._failed.get(created):
                     self._start_stream(created)
-        return self.channel.feed(data, timeout=None)
 
     def _hold_behind(self, session: str) -> None:
         """Connection stream: wait until S's stream has been quiet a moment: nothing read, and
