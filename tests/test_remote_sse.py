@@ -40,6 +40,24 @@ def test_every_line_ending_at_every_cut(eol):
         assert read_all(stream, cuts) == [b'{"a":1}', b"x\ny"], cuts
 
 
+def test_ids_carry_over_to_the_events_without_one_whether_read_whole_or_line_by_line():
+    # Whole events of the writer's shape are read at once, others line by line: the same ids.
+    stream = b"id: 5\ndata: a\n\ndata: b\n\nid: x\0y\ndata: c\n\nevent: e\ndata: d\n\nid: 6\ndata:e\n\n"
+    for cuts in every_cut(stream):
+        reader = SseReader(1 << 20)
+        start, events = 0, []
+        for cut in [*cuts, len(stream)]:
+            events += reader.feed(stream[start:cut])
+            start = cut
+        assert [(e.data, e.event, e.id) for e in events] == [
+            (b"a", None, "5"),
+            (b"b", None, "5"),
+            (b"c", None, "5"),
+            (b"d", "e", "5"),
+            (b"e", None, "6"),
+        ], cuts
+
+
 def test_mixed_line_endings_and_a_crlf_split_across_reads_is_one_line_end():
     stream = b"data: a\r\ndata: b\rdata: c\n\r\n"
     for cuts in every_cut(stream):

@@ -96,6 +96,47 @@ class SseReader:
         else:
             self._after_cr = False
         items: List[SseItem] = []
+        if not self._between_events():
+            end = chunk.find(b"\n\n")  # the end of the event under way (or of some event after it)
+            self._lines(chunk if end < 0 else chunk[: end + 2], items)
+            chunk = b"" if end < 0 else chunk[end + 2 :]
+        if chunk and self._between_events():
+            # The events this chunk holds whole, each read at once when it has the shape our
+            # server (and most) write, else line by line; the rest is the next event's start.
+            *whole, chunk = chunk.split(b"\n\n")
+            self._whole_events(whole, items)
+        if chunk:
+            self._lines(chunk, items)
+        return items
+
+    def _between_events(self) -> bool:
+        """True when nothing of an event is pending (the last id may be)."""
+        return not (
+            self._partial or self._skipping or self._data or self._event is not None or self._oversized_head is not None
+        )
+
+    def _whole_events(self, events: List[bytes], items: List[SseItem]) -> None:
+        """Whole events (their blank lines cut off): one of the form ``[id: N LF] data: JSON``
+        (one data line within the size limit, as ``encode_event`` writes them) is read at once,
+        any other line by line. Between events only."""
+        limit = self.max_event_size
+        for event in events:
+            if event[:4] == b"id: ":
+                end = event.find(b"\n")
+                data_at = end + 7
+                plain = end > 0 and event[end + 1 : data_at] == b"data: "
+            else:
+                end, data_at = -1, 6
+                plain = event[:6] == b"data: "
+            if not plain or len(event) - data_at > limit or event.find(b"\n", data_at) >= 0:
+                self._lines(event + b"\n\n", items)
+                continue
+            if end > 0 and b"\0" not in event[4:end]:
+                self._last_id = event[4:end].decode("utf-8", "replace")
+            items.append(SseEvent(event[data_at:], None, self._last_id))
+
+    def _lines(self, chunk: bytes, items: List[SseItem]) -> None:
+        """Read ``chunk`` line by line (a CR-free piece of the stream)."""
         start = 0
         end = chunk.find(b"\n")
         while end >= 0:
@@ -113,7 +154,6 @@ class SseReader:
             end = chunk.find(b"\n", start)
         if start < len(chunk):
             self._keep_partial(chunk[start:] if start else chunk)
-        return items
 
     # -- lines --------------------------------------------------------------------------------
     def _keep_partial(self, piece: bytes) -> None:
