@@ -68,6 +68,9 @@ _decode_head = msgspec.json.Decoder(MessageHead).decode
 _decode_params = msgspec.json.Decoder(_Params).decode
 
 
+_NO_HEAD = MessageHead()
+
+
 def read_head(message: bytes) -> MessageHead:
     """The head of one JSON-RPC message object; ``msgspec.DecodeError`` when it is not one."""
     return _decode_head(message)
@@ -193,11 +196,14 @@ class RemoteConnection:
 
     # -- outbound (the agent's threads) --------------------------------------------------------
     def route(self, frame: bytes) -> None:
-        """The channel's router: queue ``frame`` on its stream and have the loop write it."""
-        try:
-            head = read_head(frame)
-        except msgspec.DecodeError:
-            head = MessageHead()
+        """The channel's router: queue ``frame`` on its stream and have the loop write it. Over
+        WebSocket there is one stream and no held initialize: the frame is not read."""
+        head = _NO_HEAD
+        if not self.websocket:
+            try:
+                head = read_head(frame)
+            except msgspec.DecodeError:
+                pass
         waiter = None
         with self._lock:
             if self._initialize_waiter is not None and head.method is None and head.id == self._initialize_id:
