@@ -1,7 +1,8 @@
 """Workloads A and C over the remote transports (issue 31, item 6): acp_lite's client and server
 beside the official SDKs' own pairs, over Streamable HTTP (POST + SSE) and over WebSocket.
 
-    python -m bench.remote_speed [--runs R] [--updates N] [--requests K] [--no-peers] [--name NAME] [--out DIR]
+    python -m bench.remote_speed [--runs R] [--updates N] [--requests K] [--no-peers] [--baseline REV]
+                                 [--name NAME] [--out DIR]
 
 Each pair is one SDK's client talking to the same SDK's server: acp_lite's (``serve_remote``,
 ``RemoteAgent.connect_url``), the TypeScript SDK's (``AcpServer`` with ``createHttpStream`` and
@@ -21,8 +22,11 @@ versions, same folder: ``tests/interop/interop_peers.py`` installs them if missi
 Every measurement starts a fresh server process and a fresh client process; a run goes through
 every subject in turn, so the figures of one run are taken seconds apart; a figure is the median
 (min, max) over the runs, a ratio is taken run by run. "faster official pair" is, run by run, the
-faster of the two SDKs on that transport. Results: ``OUT/NAME.json`` and ``OUT/NAME.md``, with the
-load average (``uptime``) at the start and end and before every run.
+faster of the two SDKs on that transport. ``--baseline REV`` adds acp_lite as it was at git
+revision REV (its package extracted, today's adapter, as ``python -m bench --baseline`` does) as
+one more remote pair, ``acp_lite@REV``, and a table of today's figures over its, run by run.
+Results: ``OUT/NAME.json`` and ``OUT/NAME.md``, with the load average (``uptime``) at the start and
+end and before every run.
 """
 
 import argparse
@@ -281,6 +285,17 @@ def markdown(doc: dict) -> str:
             cells = " | ".join(report._fmt(s.get(key)) for key in ("median", "min", "max"))
             lines.append(f"| {f['subject']} | {f['metric']} | {cells} |")
         lines.append("")
+    if doc.get("before_after"):
+        lines += [
+            f"## acp_lite / acp_lite@{meta['baseline']} (run by run)",
+            "",
+            "| workload | subject | metric | median | min | max |",
+            "| --- | --- | --- | ---: | ---: | ---: |",
+        ]
+        for f in doc["before_after"]:
+            cells = " | ".join(report._fmt((f["summary"] or {}).get(key)) for key in ("median", "min", "max"))
+            lines.append(f"| {f['workload']} | {f['subject']} | {f['metric']} | {cells} |")
+        lines.append("")
     lines += ["## Targets (issue 31)", "", "| workload | target | measured median (min–max) | met |"]
     lines.append("| --- | --- | ---: | :---: |")
     for t in doc["targets"]:
@@ -307,13 +322,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--updates", type=int, default=50_000, help="updates in A's turn (default 50,000)")
     parser.add_argument("--requests", type=int, default=1_000, help="round trips per C measurement (default 1,000)")
     parser.add_argument("--no-peers", action="store_true", help="acp_lite only")
+    parser.add_argument("--baseline", metavar="REV", help="also measure acp_lite's pair as it was at this revision")
     parser.add_argument("--name", default="remote-speed", help="results file name")
     parser.add_argument("--out", type=Path, default=BENCH / "results", help="results folder")
     args = parser.parse_args(argv)
     peer_list = [] if args.no_peers else official_peers()
+    if args.baseline:
+        peer_list.insert(0, run.baseline_peer(args.baseline, args.out / "tmp"))
     subjects = [run.acp_lite_peer(), *peer_list]
     jobs = measurements(subjects, args.updates, args.requests, args.out / "tmp")
     meta = run.machine_meta(args.name, peer_list)
+    if args.baseline:
+        meta["baseline"] = peer_list[0].version
     meta["uptime_at_start"] = uptime()
     meta["uptime_before_run"] = []
     figures: Dict[tuple, List[Optional[float]]] = {}
