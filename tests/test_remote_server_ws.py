@@ -44,6 +44,23 @@ def test_a_websocket_session_streams_prompts_asks_and_cancels(server):
     ws.close()
 
 
+def test_a_burst_of_updates_arrives_whole_in_batches_and_a_large_one_alone(server):
+    # The pump writes a stream's small frames in batches of up to 64 KiB, each batch one write,
+    # and a large frame alone: every frame must still arrive whole and in order.
+    ws = WsClient(server.address)
+    ws.send(INITIALIZE)
+    ws.message()
+    ws.send(rpc("session/new", {"cwd": "/w", "mcpServers": []}, 1))
+    session = ws.message()["result"]["sessionId"]
+    for request_id, (text, count) in enumerate([("many 300", 300), ("large 3", 3), ("many 100", 100)], 2):
+        ws.send(rpc("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]}, request_id))
+        seen = ws.messages_until(lambda m, request_id=request_id: m.get("id") == request_id)
+        texts = [m["params"]["update"]["content"]["text"] for m in seen if m.get("method") == "session/update"]
+        assert len(texts) == count and seen[-1]["result"]["stopReason"] == "end_turn"
+        assert [t.split()[1] for t in texts] == [str(n) for n in range(count)]
+    ws.close()
+
+
 def test_the_first_message_must_be_initialize(server):
     ws = WsClient(server.address)
     ws.send(rpc("session/new", {"cwd": "/w", "mcpServers": []}, 1))

@@ -397,7 +397,7 @@ class SseStream(Sink):
             events += event_pieces(frame, event_id)
         # A batch of small events is one chunk; a large frame (alone in its batch) goes as chunks
         # of its event's pieces, itself among them, not copied (the budget it holds stays its size).
-        chunks = events if size >= LARGE_FRAME else [b"".join(events)]
+        chunks = events if len(frames) == 1 and size >= LARGE_FRAME else [b"".join(events)]
         pieces = []
         for chunk in chunks:
             pieces.extend(self.handler.h11.send_with_data_passthrough(h11.Data(data=chunk)) or [])

@@ -148,7 +148,7 @@ class WebSocketHandler(Handler, Sink):
         if self._ended or self.ws.state is not ConnectionState.OPEN:
             release(size)
             return
-        if size >= LARGE_FRAME:  # alone in its batch: written as it is
+        if len(frames) == 1 and size >= LARGE_FRAME:  # a large frame, alone in its batch: as it is
             self.peer.write(text_frame_header(size))
             self.peer.write(frames[0], release, size)
             return
