@@ -480,3 +480,90 @@ def test_a_connection_the_server_sheds_is_asked_for_again_after_its_retry_after(
         finally:
             for agent in agents:
                 agent.close()
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 65535, 65536, 1 << 20])
+def test_client_frames_are_final_masked_and_sized_as_rfc_6455_says(size):
+    from wsproto.frame_protocol import FrameProtocol, Opcode
+
+    from acp_lite.remote.client import OP_TEXT, client_frame
+
+    text = "".join(chr(97 + i % 26) for i in range(size))
+    frames = [client_frame(OP_TEXT, text.encode()), client_frame(OP_TEXT, text.encode())]
+    assert frames[0][1] & 0x80 and frames[0] != frames[1]  # masked, each with a key of its own
+    server_side = FrameProtocol(client=False, extensions=[])  # refuses an unmasked client frame
+    server_side.receive_bytes(b"".join(frames))
+    received = list(server_side.received_frames())
+    assert [(frame.opcode, frame.frame_finished, frame.message_finished, frame.payload) for frame in received] == [
+        (Opcode.TEXT, True, True, text)
+    ] * 2
+
+
+class SilentWebSocketServer:
+    """Accepts the upgrade, then stops reading what the client sends: its socket buffers fill up.
+    ``speak()`` then sends a ping and a notification (the client must read them all the same)."""
+
+    def __init__(self):
+        from wsproto import ConnectionType, WSConnection
+
+        self.ws = WSConnection(ConnectionType.SERVER)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted = threading.Event()
+        self.sock = None
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        from wsproto.events import AcceptConnection, Request
+
+        self.sock, _ = self.listener.accept()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        while not self.accepted.is_set():
+            self.ws.receive_data(self.sock.recv(65536))
+            for event in self.ws.events():
+                if isinstance(event, Request):
+                    self.sock.sendall(self.ws.send(AcceptConnection()))
+                    self.accepted.set()
+
+    def speak(self):
+        from wsproto.events import Ping, TextMessage
+
+        self.sock.sendall(self.ws.send(Ping(payload=b"p")))
+        note = {"jsonrpc": "2.0", "method": "x/note", "params": {"n": 1}}
+        self.sock.sendall(self.ws.send(TextMessage(data=json.dumps(note))))
+
+    def close(self):
+        self.thread.join(WAIT)
+        if self.sock is not None:
+            self.sock.close()
+        self.listener.close()
+
+
+def test_a_server_that_stops_reading_does_not_stop_the_client_reading():
+    # The client's reader answers pings through the writing lane: with the socket full it must not
+    # wait for room (it once waited, holding up every message behind the ping, for 20 s).
+    server = SilentWebSocketServer()
+    try:
+        channel = open_url(Endpoint(f"ws://127.0.0.1:{server.port}/acp"))
+        assert server.accepted.wait(WAIT)
+        connection = Connection(channel)
+        notes = queue.Queue()
+        connection.on_notification("x/note", notes.put)
+        connection.start()
+        try:
+            big = "z" * (1 << 20)
+            for _ in range(8):  # far more than the socket buffers hold: the lane's thread blocks writing
+                connection.notify("x/big", {"data": big})
+            deadline = time.monotonic() + WAIT
+            while channel.pending == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert channel.pending > 0  # stuck in the lane
+            server.speak()
+            assert notes.get(timeout=3) == {"n": 1}
+            assert connection.notify("x/after", {}) is None  # sending still only queues
+        finally:
+            server.sock.shutdown(socket.SHUT_RDWR)  # the lane's blocked write fails: close() is quick
+            connection.close(2.0)
+    finally:
+        server.close()

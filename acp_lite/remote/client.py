@@ -8,23 +8,27 @@ connection to the same endpoint and loads (or resumes) a session there.
 
 Rules this module keeps:
 
-- Messages go out in the order they were sent, through one ``Lane`` per connection: a thread that
-  writes them one at a time (a POST, or a WebSocket frame), so a ``session/cancel`` can never
-  overtake its prompt, and a sender never blocks on the network (the channel bounds what waits).
+- Messages go out in the order they were sent, through one ``Lane`` per connection, which writes
+  them one at a time (a POST, or a WebSocket frame), so a ``session/cancel`` can never overtake
+  its prompt, and a sender never blocks on the network (the channel bounds what waits). Over a
+  plain WebSocket an idle lane's sender writes its own frame when the socket takes it at once.
 - WebSocket: text frames only (binary ones are ignored), fragments joined, a message over
   ``max_message_size`` dropped as it arrives and reported as an ``OversizedFrame``; pings are
   answered at once; after ``ping_interval`` seconds of silence the client pings, and a server
-  silent for another ``ping_interval`` is declared gone. Close sends 1000 and waits briefly for
-  the server's close. wsproto does the handshake and frames what the client sends; the server's
-  frames are read by ``FrameReader`` (a burst of small messages costs wsproto several
-  microseconds each, most of a client's time per update).
+  silent for another ``ping_interval`` is declared gone. Pings, pongs and closes queue in the
+  lane like messages: the reader never waits for the network. Close sends 1000 and waits briefly
+  for the server's close. wsproto does the handshake only; ``client_frame`` frames what the
+  client sends and ``FrameReader`` reads the server's frames (a burst of small messages costs
+  wsproto several microseconds each, most of a client's time per update).
 - Threads per WebSocket connection: ``acp-ws-<name>`` (reading) and ``acp-lane-<name>``
   (writing); all end in ``close()``, which the connection's ``close()`` calls.
 """
 
 import collections
 import logging
+import os
 import socket
+import ssl
 import threading
 import time
 from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
@@ -34,13 +38,9 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
 from wsproto.events import (
     AcceptConnection,
-    CloseConnection,
-    Ping,
-    Pong,
     RejectConnection,
     RejectData,
     Request,
-    TextMessage,
 )
 from wsproto.frame_protocol import CloseReason
 
@@ -63,24 +63,51 @@ _RECV_BYTES = 64 * 1024
 
 
 class Lane:
-    """A thread writing frames one at a time, in order, through ``write``; each frame's size is
-    reported to the channel as sent once written (or failed). Any thread puts; ``stop`` ends it."""
+    """Frames written to the network one at a time, in the order they were put; each frame's
+    ``charge`` (the bytes of the channel's it carries) is reported to the channel as sent once
+    the frame is written (or failed). A frame put while the lane is idle is written by the
+    putting thread itself when ``write_now`` (a write that never blocks) takes it whole: a lone
+    request costs no thread hop. Everything else, and what ``write_now`` left of a frame, goes
+    to the lane's thread, which writes with ``write``: ``put`` never waits for the network. A
+    frame put with ``last`` is the last: later puts raise ``ConnectionClosed``, and the thread
+    ends once it is written. Any thread puts; ``stop`` ends the lane at once."""
 
-    def __init__(self, name: str, write: Callable[[bytes], None]):
+    def __init__(self, name: str, write: Callable[[bytes], None], write_now: Optional[Callable[[bytes], int]] = None):
         self.channel: Optional[Channel] = None  # set once the channel exists
         self._write = write
-        self._frames: Deque[bytes] = collections.deque()
+        self._write_now = write_now
+        self._frames: Deque[Tuple[bytes, int]] = collections.deque()
         self._cond = threading.Condition()
+        self._writing = False  # a thread (a putter or the lane's) is writing a frame
+        self._ending = False  # the last frame was put
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name=f"acp-lane-{name}", daemon=True)
         self._thread.start()
 
-    def put(self, frame: bytes) -> None:
+    def put(self, frame: bytes, charge: int, last: bool = False) -> None:
         with self._cond:
-            if self._stopped:
+            if self._stopped or self._ending:
                 raise ConnectionClosed("the connection is closed")
-            self._frames.append(frame)
-            self._cond.notify()
+            self._ending = last
+            if self._write_now is None or self._writing or self._frames:
+                self._frames.append((frame, charge))
+                self._cond.notify()
+                return
+            self._writing = True
+        written = -1  # stays so on a Ctrl-C in the write: the frame is dropped (the channel says so)
+        try:
+            written = self._write_now(frame)
+        except OSError as exc:  # the reader ends the channel with the reason
+            _log.debug("sending a message failed: %s", exc)
+            written = len(frame)
+        finally:
+            with self._cond:
+                self._writing = False
+                if 0 <= written < len(frame):
+                    self._frames.appendleft((frame[written:], charge))  # the rest goes first
+                self._cond.notify()
+        if written == len(frame):
+            self._report(charge)
 
     def stop(self) -> None:
         with self._cond:
@@ -94,10 +121,11 @@ class Lane:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._frames or self._stopped)
-                if self._stopped:
+                self._cond.wait_for(lambda: ((self._frames or self._ending) and not self._writing) or self._stopped)
+                if self._stopped or not self._frames:
                     return
-                frame = self._frames.popleft()
+                frame, charge = self._frames.popleft()
+                self._writing = True
             try:
                 self._write(frame)
             except ConnectionClosed as exc:  # the reader ends the channel with the reason
@@ -105,8 +133,14 @@ class Lane:
             except Exception:
                 _log.exception("sending a message failed")
             finally:
-                if self.channel is not None:
-                    self.channel.sent(len(frame))
+                with self._cond:
+                    self._writing = False
+                    self._cond.notify()
+                self._report(charge)
+
+    def _report(self, charge: int) -> None:
+        if charge and self.channel is not None:
+            self.channel.sent(charge)
 
 
 class Peek(msgspec.Struct):
@@ -161,6 +195,26 @@ def error_answer(message_id: Any, text: str, data: Any = None) -> bytes:
 
 # -- WebSocket --------------------------------------------------------------------------------------
 OP_CONTINUATION, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
+
+# _XOR[k] maps each byte b to b ^ k: masking with bytes.translate, a quarter of the payload at a time.
+_XOR = [bytes(b ^ k for b in range(256)) for k in range(256)]
+
+
+def client_frame(opcode: int, payload: bytes) -> bytes:
+    """``payload`` as one final frame from a client (RFC 6455, section 5): masked, with a fresh
+    key from the system's random source."""
+    size = len(payload)
+    if size < 126:
+        head = bytes((0x80 | opcode, 0x80 | size))
+    elif size < 0x10000:
+        head = bytes((0x80 | opcode, 0x80 | 126)) + size.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 0x80 | 127)) + size.to_bytes(8, "big")
+    key = os.urandom(4)
+    masked = bytearray(payload)
+    for offset in range(4):
+        masked[offset::4] = masked[offset::4].translate(_XOR[key[offset]])
+    return head + key + masked
 
 
 class FrameError(Exception):
@@ -235,13 +289,11 @@ class WebSocketClient:
         self.name = name
         self.ping_interval = ping_interval
         self.connection_id: Optional[str] = None
-        self._ws_lock = threading.Lock()  # wsproto is not thread-safe; also keeps frames whole
         deadline = time.monotonic() + endpoint.connect_timeout
         while True:
-            self._ws = WSConnection(ConnectionType.CLIENT)
             self._sock = endpoint.dial()
             try:
-                delay = self._handshake(deadline)
+                delay = self._handshake(WSConnection(ConnectionType.CLIENT), deadline)
             except BaseException:
                 self._sock.close()
                 raise
@@ -249,13 +301,16 @@ class WebSocketClient:
                 break
             self._sock.close()  # shed: asked again once the server said it may take it
             time.sleep(delay)
-        self._lane = Lane(name, self._send_text)
-        self.channel = Channel(self._lane.put, name=name, max_message_size=max_message_size, on_close=self._close)
+        # A frame written at once needs a plain socket (TLS writes through its own object), whose
+        # descriptor is non-blocking (it has a timeout).
+        write_now = None if isinstance(self._sock, ssl.SSLSocket) or os.name != "posix" else self._write_now
+        self._lane = Lane(name, self._sock.sendall, write_now)
+        self.channel = Channel(self._route, name=name, max_message_size=max_message_size, on_close=self._close)
         self._lane.channel = self.channel
         self._reader = threading.Thread(target=self._read_loop, name=f"acp-ws-{name}", daemon=True)
         self._reader.start()
 
-    def _handshake(self, deadline: float) -> Optional[float]:
+    def _handshake(self, ws: WSConnection, deadline: float) -> Optional[float]:
         # None once upgraded; the seconds to wait before asking again if the server shed the
         # connection (see dial.retry_delay); else ConnectionClosed.
         headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in self.endpoint.request_headers()]
@@ -266,7 +321,7 @@ class WebSocketClient:
         head = b""
         after_head: Optional[bytes] = None
         try:
-            self._sock.sendall(self._ws.send(request))
+            self._sock.sendall(ws.send(request))
             rejected: Optional[RejectConnection] = None
             body = b""
             while True:
@@ -275,15 +330,15 @@ class WebSocketClient:
                 if not data or received > MAX_HEAD_BYTES + ERROR_BODY_BYTES:
                     break
                 if after_head is not None:
-                    self._ws.receive_data(data)
+                    ws.receive_data(data)
                 else:
                     head += data
                     end = head.find(b"\r\n\r\n")
                     if end < 0:
                         continue
-                    self._ws.receive_data(head[: end + 4])
+                    ws.receive_data(head[: end + 4])
                     after_head = head[end + 4 :]
-                for event in self._ws.events():
+                for event in ws.events():
                     if isinstance(event, AcceptConnection):
                         self.endpoint.store_cookies(event.extra_headers)
                         self.connection_id = header(event.extra_headers, b"acp-connection-id")
@@ -297,13 +352,13 @@ class WebSocketClient:
                         if not event.has_body:
                             break
                         if after_head:  # the start of the body (b"" would tell wsproto the end)
-                            self._ws.receive_data(after_head)
+                            ws.receive_data(after_head)
                             after_head = b""
                     elif isinstance(event, RejectData):
                         body += event.data
                         if event.body_finished:
                             break
-                if rejected is not None and (not rejected.has_body or self._ws.state is ConnectionState.CLOSED):
+                if rejected is not None and (not rejected.has_body or ws.state is ConnectionState.CLOSED):
                     break
         except OSError as exc:
             raise ConnectionClosed(f"{self.endpoint.url}: WebSocket handshake failed: {exc}") from exc
@@ -317,19 +372,21 @@ class WebSocketClient:
             raise ConnectionClosed(f"{self.endpoint.url}: WebSocket upgrade refused: {rejected.status_code} {text}")
         raise ConnectionClosed(f"{self.endpoint.url}: the server closed the WebSocket handshake")
 
-    def _send_text(self, frame: bytes) -> None:
-        with self._ws_lock:
-            if self._ws.state is not ConnectionState.OPEN:
-                raise ConnectionClosed(f"{self.name}: the WebSocket is closed")
-            self._sock.sendall(self._ws.send(TextMessage(data=frame.decode("utf-8", "replace"))))
+    def _route(self, message: bytes) -> None:
+        self._lane.put(client_frame(OP_TEXT, message), len(message))
 
-    def _send(self, event: Any) -> None:
-        with self._ws_lock:
-            if self._ws.state in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
-                try:
-                    self._sock.sendall(self._ws.send(event))
-                except OSError:
-                    pass
+    def _write_now(self, data: bytes) -> int:
+        try:
+            return os.write(self._sock.fileno(), data)
+        except BlockingIOError:
+            return 0
+
+    def _control(self, opcode: int, payload: bytes, last: bool = False) -> None:
+        # A ping, pong or close: queued behind the frames already put, never waiting for the network.
+        try:
+            self._lane.put(client_frame(opcode, payload), 0, last)
+        except ConnectionClosed:  # a close was sent already
+            pass
 
     def _read_loop(self) -> None:
         parts: List[bytes] = []
@@ -348,7 +405,7 @@ class WebSocketClient:
                     if pinged:
                         reason = f"no answer from the server for {2 * self.ping_interval:g} s"
                         break
-                    self._send(Ping())
+                    self._control(OP_PING, b"")
                     pinged = True
                     continue
                 if not data:
@@ -358,10 +415,10 @@ class WebSocketClient:
                 for opcode, piece, ends_message in frames.feed(data):
                     if opcode >= OP_CLOSE:
                         if opcode == OP_PING:
-                            self._send(Pong(payload=piece))
+                            self._control(OP_PONG, piece)
                         elif opcode == OP_CLOSE:
                             code = int.from_bytes(piece[:2], "big") if len(piece) >= 2 else CloseReason.NO_STATUS_RCVD
-                            self._send(CloseConnection(code=code))  # the answer echoes the code
+                            self._control(OP_CLOSE, piece[:2], last=True)  # the answer echoes the code
                             said = piece[2:].decode("utf-8", "replace")
                             reason = f"the server closed the WebSocket ({code} {said})".strip()
                             ended = True
@@ -396,11 +453,11 @@ class WebSocketClient:
 
     def _close(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        self._lane.stop()
-        self._lane.join(max(0.0, min(1.0, deadline - time.monotonic())))
-        self._send(CloseConnection(code=1000))
+        self._control(OP_CLOSE, (1000).to_bytes(2, "big"), last=True)
+        self._lane.join(max(0.0, min(1.0, deadline - time.monotonic())))  # it ends after the close
         # The server answers the close; the reader ends on it (or on the socket's end).
         self._reader.join(max(0.0, min(1.0, deadline - time.monotonic())))
+        self._lane.stop()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:

@@ -91,10 +91,13 @@ class HttpClient:
         self._reattaching: Dict[str, str] = {}  # our load/resume requests: key -> session
         self._post: Optional[HttpExchange] = None
         self._lane = Lane(name, self._deliver)
-        self.channel = Channel(self._lane.put, name=name, max_message_size=max_message_size, on_close=self._close)
+        self.channel = Channel(self._route, name=name, max_message_size=max_message_size, on_close=self._close)
         self._lane.channel = self.channel
 
     # -- sending (the lane's thread) ------------------------------------------------------------
+    def _route(self, frame: bytes) -> None:  # (the sender's thread)
+        self._lane.put(frame, len(frame))
+
     def _deliver(self, frame: bytes) -> None:
         message = peek(frame)
         if self._closing:
