@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -326,6 +327,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--name", default="remote-speed", help="results file name")
     parser.add_argument("--out", type=Path, default=BENCH / "results", help="results folder")
     args = parser.parse_args(argv)
+    # A SIGTERM (a `timeout`, a CI cancel) unwinds as an exit: the running client is killed and the
+    # server stopped on the way out, not left behind.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     peer_list = [] if args.no_peers else official_peers()
     if args.baseline:
         peer_list.insert(0, run.baseline_peer(args.baseline, args.out / "tmp"))
