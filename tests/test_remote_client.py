@@ -426,6 +426,8 @@ def test_websocket_frames_are_read_leniently_and_bounded_and_closed_with_1000(pi
             connection.call("initialize", {"protocolVersion": 1}, timeout=WAIT)
             answer = connection.call("x/echo", {"n": 1}, timeout=WAIT)
             assert answer == {"echo": {"n": 1}, "text": NON_ASCII}
+            # The connection's reading thread reads the socket: no thread of the client's between them.
+            assert not [thread.name for thread in threading.enumerate() if thread.name.startswith("acp-ws-")]
         finally:
             connection.close()
     finally:

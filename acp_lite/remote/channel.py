@@ -31,7 +31,7 @@ Rules this module keeps:
 import collections
 import threading
 import time
-from typing import Callable, Deque, List, Optional, Union
+from typing import Any, Callable, Deque, Iterable, List, Optional, Union
 
 from ..errors import CallTimeout, ConnectionClosed, UsageError
 from ..wire import DEFAULT_MAX_MESSAGE_SIZE, Block, OversizedFrame
@@ -257,7 +257,43 @@ class Channel:
             self._on_close(max(0.0, deadline - time.monotonic()))
 
 
-def _blocks(messages: Deque[Inbound]) -> List[Block]:
+class PulledChannel(Channel):
+    """A channel whose messages the connection's reading thread fetches itself: ``pull`` returns
+    one read's messages (waiting for them), or None once the remote side is gone (having called
+    ``end``) or ``wake`` was called. No thread stands between the socket and the connection, so a
+    message costs no thread hop. ``stop_reading`` and ``close`` call ``wake``; the feeding members
+    are not used."""
+
+    def __init__(
+        self,
+        pull: Callable[[], Optional[List[Inbound]]],
+        wake: Callable[[], None],
+        route: Callable[[bytes], None],
+        **options: Any,
+    ):
+        super().__init__(route, **options)
+        self._pull = pull
+        self._wake = wake
+
+    def read_blocks(self) -> Optional[List[Block]]:
+        while not (self._closing or self._reading_stopped):
+            messages = self._pull()
+            if messages is None:
+                return None
+            if messages:
+                return _blocks(map(self._inbound, messages))
+        return None
+
+    def stop_reading(self) -> None:
+        super().stop_reading()
+        self._wake()
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._wake()  # (close flushes first: the reading stops meanwhile, as it does on stop_reading)
+        super().close(timeout)
+
+
+def _blocks(messages: Iterable[Inbound]) -> List[Block]:
     """Consecutive messages joined into blocks of about ``_BLOCK_BYTES``; reports stay apart."""
     blocks: List[Block] = []
     run: List[bytes] = []

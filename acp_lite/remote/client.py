@@ -20,13 +20,15 @@ Rules this module keeps:
   for the server's close. wsproto does the handshake only; ``client_frame`` frames what the
   client sends and ``FrameReader`` reads the server's frames (a burst of small messages costs
   wsproto several microseconds each, most of a client's time per update).
-- Threads per WebSocket connection: ``acp-ws-<name>`` (reading) and ``acp-lane-<name>``
-  (writing); all end in ``close()``, which the connection's ``close()`` calls.
+- Threads per WebSocket connection: ``acp-lane-<name>`` (writing), which ends in ``close()``
+  (the connection's ``close()`` calls it). The connection's own reading thread reads the socket
+  (``PulledChannel``): a message from the server costs no thread hop.
 """
 
 import collections
 import logging
 import os
+import select
 import socket
 import ssl
 import threading
@@ -47,7 +49,7 @@ from wsproto.frame_protocol import CloseReason
 from ..errors import CapabilityError, ConnectionClosed, UsageError
 from ..schema import PROTOCOL_VERSION
 from ..wire import OversizedFrame
-from .channel import Channel, Inbound
+from .channel import Channel, Inbound, PulledChannel
 from .dial import ERROR_BODY_BYTES, MAX_HEAD_BYTES, Endpoint, header, retry_delay
 from .sse import OVERSIZED_HEAD
 
@@ -305,10 +307,26 @@ class WebSocketClient:
         # descriptor is non-blocking (it has a timeout).
         write_now = None if isinstance(self._sock, ssl.SSLSocket) or os.name != "posix" else self._write_now
         self._lane = Lane(name, self._sock.sendall, write_now)
-        self.channel = Channel(self._route, name=name, max_message_size=max_message_size, on_close=self._close)
+        # Reading state: the connection's reading thread reads the socket (see _pull).
+        self._reading = threading.Lock()
+        self._wake_fds = os.pipe()
+        os.set_blocking(self._wake_fds[1], False)
+        self._wake_lock = threading.Lock()  # the pipe is written only while open (its numbers get reused)
+        self._wake_open = True
+        self._poll = select.poll()
+        self._poll.register(self._sock, select.POLLIN)
+        self._poll.register(self._wake_fds[0], select.POLLIN)
+        self._woken = False
+        self._gone: Optional[str] = None  # why the server is gone, once it is
+        self._pinged = False
+        self._limit = max_message_size
+        self._parts: List[bytes] = []  # the message under way: its pieces, size and opcode
+        self._size = 0
+        self._message_opcode = 0
+        self.channel = PulledChannel(
+            self._pull, self._wake, self._route, name=name, max_message_size=max_message_size, on_close=self._close
+        )
         self._lane.channel = self.channel
-        self._reader = threading.Thread(target=self._read_loop, name=f"acp-ws-{name}", daemon=True)
-        self._reader.start()
 
     def _handshake(self, ws: WSConnection, deadline: float) -> Optional[float]:
         # None once upgraded; the seconds to wait before asking again if the server shed the
@@ -388,83 +406,128 @@ class WebSocketClient:
         except ConnectionClosed:  # a close was sent already
             pass
 
-    def _read_loop(self) -> None:
-        parts: List[bytes] = []
-        size = 0
-        message_opcode = 0  # of the message under way (its first frame's), 0 between messages
-        pinged = False
-        reason = "the server closed the WebSocket"
-        limit = self.channel.max_message_size
-        frames = self._frames
+    # -- reading (the connection's reading thread: see PulledChannel) ----------------------------
+    def _pull(self) -> Optional[List[Inbound]]:
+        # One read's whole messages (waiting for a read), or None: at the end (the channel is
+        # ended with the reason) or once woken.
+        with self._reading:
+            if self._woken:
+                return None
+            if self._gone is not None:
+                self.channel.end(ConnectionClosed(f"{self.endpoint.url}: {self._gone}"))
+                return None
+            try:
+                return self._read_messages()
+            except OSError as exc:
+                self._gone = f"the WebSocket failed: {exc}"
+            except Exception as exc:  # FrameError: a broken peer
+                self._gone = f"the server broke the WebSocket protocol: {exc}"
+                _log.warning("%s: %s", self.name, self._gone)
+            self.channel.end(ConnectionClosed(f"{self.endpoint.url}: {self._gone}"))
+            return None
+
+    def _read_messages(self) -> Optional[List[Inbound]]:
+        # Under _reading. Pings after ping_interval seconds of silence; the server is gone after
+        # twice that. A close from the server: what came before it is returned, then the end.
+        pending_tls = isinstance(self._sock, ssl.SSLSocket) and self._sock.pending()
+        if not pending_tls:
+            events = self._poll.poll(self.ping_interval * 1000)
+            if not events:
+                if self._pinged:
+                    self._gone = f"no answer from the server for {2 * self.ping_interval:g} s"
+                    return []
+                self._control(OP_PING, b"")
+                self._pinged = True
+                return []
+            if any(fd == self._wake_fds[0] for fd, _ in events):
+                self._woken = True
+                return None
         try:
-            while True:
-                whole_messages: List[Inbound] = []
+            data = self._sock.recv(_RECV_BYTES)
+        except socket.timeout:  # (TLS: a record's rest did not come within ping_interval)
+            return []
+        if not data:
+            self._gone = "the server closed the WebSocket"
+            return []
+        self._pinged = False
+        messages: List[Inbound] = []
+        for opcode, piece, ends_message in self._frames.feed(data):
+            if opcode >= OP_CLOSE:
+                if opcode == OP_PING:
+                    self._control(OP_PONG, piece)
+                elif opcode == OP_CLOSE:
+                    self._control(OP_CLOSE, piece[:2], last=True)  # the answer echoes the code
+                    code = int.from_bytes(piece[:2], "big") if len(piece) >= 2 else CloseReason.NO_STATUS_RCVD
+                    said = piece[2:].decode("utf-8", "replace")
+                    self._gone = f"the server closed the WebSocket ({code} {said})".strip()
+                    break
+                continue  # pongs
+            if opcode != OP_CONTINUATION:
+                if self._message_opcode:
+                    raise FrameError("a new message began before the last one ended")
+                self._message_opcode = opcode
+            elif not self._message_opcode:
+                raise FrameError("a continuation frame outside a message")
+            if self._message_opcode == OP_TEXT:  # binary messages are not ACP: dropped
+                if self._size <= self._limit:
+                    self._parts.append(piece)
+                self._size += len(piece)
+                if self._size > self._limit and len(self._parts) > 1:
+                    self._parts = [b"".join(self._parts)[:OVERSIZED_HEAD]]  # keep the head only
+            if ends_message:
+                if self._message_opcode == OP_TEXT:
+                    whole = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+                    messages.append(whole if self._size <= self._limit else OversizedFrame(self._size, whole))
+                self._parts, self._size, self._message_opcode = [], 0, 0
+        return messages
+
+    def _wake(self) -> None:
+        # A _pull under way returns None, and so does every later one (the pipe stays readable).
+        with self._wake_lock:
+            if self._wake_open:
                 try:
-                    data = self._sock.recv(_RECV_BYTES)
-                except socket.timeout:
-                    if pinged:
-                        reason = f"no answer from the server for {2 * self.ping_interval:g} s"
-                        break
-                    self._control(OP_PING, b"")
-                    pinged = True
-                    continue
-                if not data:
-                    return
-                pinged = False
-                ended = False  # a close came: what came before it still goes to the channel
-                for opcode, piece, ends_message in frames.feed(data):
-                    if opcode >= OP_CLOSE:
-                        if opcode == OP_PING:
-                            self._control(OP_PONG, piece)
-                        elif opcode == OP_CLOSE:
-                            code = int.from_bytes(piece[:2], "big") if len(piece) >= 2 else CloseReason.NO_STATUS_RCVD
-                            self._control(OP_CLOSE, piece[:2], last=True)  # the answer echoes the code
-                            said = piece[2:].decode("utf-8", "replace")
-                            reason = f"the server closed the WebSocket ({code} {said})".strip()
-                            ended = True
-                            break
-                        continue  # pongs
-                    if opcode != OP_CONTINUATION:
-                        if message_opcode:
-                            raise FrameError("a new message began before the last one ended")
-                        message_opcode = opcode
-                    elif not message_opcode:
-                        raise FrameError("a continuation frame outside a message")
-                    if message_opcode == OP_TEXT:  # binary messages are not ACP: dropped
-                        if size <= limit:
-                            parts.append(piece)
-                        size += len(piece)
-                        if size > limit and len(parts) > 1:
-                            parts = [b"".join(parts)[:OVERSIZED_HEAD]]  # keep the head only
-                    if ends_message:
-                        if message_opcode == OP_TEXT:
-                            whole = parts[0] if len(parts) == 1 else b"".join(parts)
-                            whole_messages.append(whole if size <= limit else OversizedFrame(size, whole))
-                        parts, size, message_opcode = [], 0, 0
-                if not self.channel.feed_all(whole_messages) or ended:
-                    return
-        except OSError as exc:
-            reason = f"the WebSocket failed: {exc}"
-        except Exception as exc:  # FrameError, wsproto's errors: a broken peer
-            reason = f"the server broke the WebSocket protocol: {exc}"
-            _log.warning("%s: %s", self.name, reason)
-        finally:
-            self.channel.end(ConnectionClosed(f"{self.endpoint.url}: {reason}"))
+                    os.write(self._wake_fds[1], b"x")
+                except BlockingIOError:  # full: woken already
+                    pass
+
+    def _await_close(self, deadline: float) -> None:
+        # Under _reading, nobody else reading: the server's answer to our close (or the end).
+        while self._gone is None and time.monotonic() < deadline:
+            if not self._poll.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                return
+            try:
+                data = self._sock.recv(_RECV_BYTES)
+            except OSError:
+                return
+            if not data:
+                return
+            if any(opcode == OP_CLOSE for opcode, _, _ in self._frames.feed(data)):
+                return
 
     def _close(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         self._control(OP_CLOSE, (1000).to_bytes(2, "big"), last=True)
+        self._wake()
         self._lane.join(max(0.0, min(1.0, deadline - time.monotonic())))  # it ends after the close
-        # The server answers the close; the reader ends on it (or on the socket's end).
-        self._reader.join(max(0.0, min(1.0, deadline - time.monotonic())))
-        self._lane.stop()
+        if self._reading.acquire(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
+            try:
+                self._poll.unregister(self._wake_fds[0])
+                self._await_close(min(deadline, time.monotonic() + 1.0))
+            except (OSError, FrameError):
+                pass
+            finally:
+                self._reading.release()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self._reader.join(max(0.0, deadline - time.monotonic()))
+        self._lane.stop()
         self._lane.join(max(0.0, deadline - time.monotonic()))
         self._sock.close()
+        with self._wake_lock:
+            self._wake_open = False
+            for fd in self._wake_fds:
+                os.close(fd)
 
 
 # -- opening and reopening ----------------------------------------------------------------------
