@@ -1,73 +1,47 @@
 """A JSON-RPC 2.0 connection: the threads and the transport around the sans-IO core.
 
-``jsonrpc.RpcCore`` decides what every line means; ``delivery`` runs callbacks in order;
-``answering`` holds a request's life (its start in its turn, its handler, its answer);
-``reading`` is what the reading thread does (the read loop, routing a read, running the requests
-it read, the watcher, read-ahead).
-This module starts and stops the threads, sends, closes, and holds the rules between them.
-
-Every thread a connection may have. An idle connection holds its reader alone: the others start
-when there is work for them and end once idle (``delivery.IDLE_SECONDS``, 2 s) or at ``close()``.
+``jsonrpc.RpcCore`` decides what each line means, ``reading`` reads and routes, ``answering`` holds
+a request's life, ``delivery`` runs callbacks in order; this module starts and stops the threads,
+sends and closes. An idle connection holds its reader alone: the others start when there is work
+and end once idle (``delivery.IDLE_SECONDS``) or at ``close()``.
 
 | thread | code | runs |
 | --- | --- | --- |
-| reader ``acp-reader-<name>`` | ``reading`` | reading, decoding, routing; some application code in its turn (below) |
-| delivery ``acp-delivery-<name>`` | ``delivery.CallbackQueue`` | callbacks in arrival order (handlers, done-callbacks) |
+| reader ``acp-reader-<name>`` | ``reading`` | reading, decoding, routing; some application code (below) |
+| delivery ``acp-delivery-<name>`` | ``delivery.CallbackQueue`` | callbacks, in arrival order |
 | workers ``acp-worker-<name>-<n>`` | ``delivery.WorkerPool`` | request handlers (64 at most); the reading, handed on |
-| watcher ``acp-watcher``, one per process | ``watching`` | looks every 2 ms at connections whose reader runs application code; hands a stuck one's reading to a worker |
-| flusher ``acp-flusher-<name>`` | ``wire`` | writes the backlog: a stream's frames, frames sent during a write, what the host thread cannot write at once |
-| the host's thread | ``delivery.HostDelivery`` | what delivery and workers run, inside ``pump()``; it never waits to send |
+| watcher ``acp-watcher``, one per process | ``watching`` | every 2 ms, hands a stuck reader's reading to a worker |
+| flusher ``acp-flusher-<name>`` | ``wire`` | the write backlog |
+| the host's thread | ``host_delivery`` | in ``pump()``, what delivery and workers run; never waits to send |
 | any caller | here, ``answering`` | ``call`` (not in a callback), ``call_future``, ``notify``, ``close`` |
 
-What the reader runs besides reading, and why (each figure: with it over without it, on a quiet
-machine, ``bench/results/ablation-reading-thread-quiet.md``):
+What the reader runs itself, and why (with it over without it on a quiet machine,
+``bench/results/ablation-reading-thread-quiet.md``; the watcher exists for the last two):
 
-- the answer of a blocking ``call`` when nothing is queued before it (no thread hop);
-- the handlers of a read made only of requests, when nothing is queued, one after another,
-  until one sends a request (a worker reads on at once) or the watcher finds it in one handler
-  for a whole tick (2 ms): C 8 in flight 1.50x from threads, 3.29x with futures;
-- a small read's callbacks when nothing is queued or running, holding the delivery role
-  (``CallbackQueue.hold``), under the same watcher: C with futures 1.64-1.71x, A 1.08x.
+- a blocking ``call``'s answer when nothing is queued before it: no thread hop;
+- a read made only of requests, when nothing is queued, their handlers one after another until
+  one sends a request or runs a whole tick: C 8 in flight 1.50x from threads, 3.29x with futures;
+- a small read's callbacks when nothing is queued or running (``CallbackQueue.hold``): C with
+  futures 1.64-1.71x, A 1.08x.
 
-Invariants:
+Invariants (their detail is in the rules of ``reading``, ``answering`` and ``delivery``):
 
-- Ordering: callbacks run in the order their messages arrived, never two at once; a request is
-  started (its arrival hook run, its handler handed to a worker) in its turn among them, so a
-  notification sent after a request (a cancel) finds it registered. The reading thread starts
-  requests itself only when nothing is queued before them, and reads nothing more until they
-  started; the reading thread runs them in that order, and hands whatever of them it has not
-  run yet to workers, in order, when the reading is taken from it. The reading thread runs a
-  small read's callbacks itself only when nothing is queued or running, holding the delivery
-  role (``CallbackQueue.hold``): the delivery thread runs nothing until they ran, and whatever
-  is read meanwhile queues behind them. An answer is never surfaced before a callback for a
-  message that arrived before it: the reader settles a blocking call's answer itself only when
-  nothing waits to be delivered, else it is queued behind.
-- Settle-once: every pending call settles exactly once: its result or error, ``CallTimeout``
-  (a call's timeout bounds the whole call, sending included, and waiting for an answer that came
-  but is queued behind callbacks still running; the id is then forgotten and a late answer
-  dropped), ``ConnectionClosed`` at end of stream or ``close()``, or cancellation through its
-  future (which sends ``$/cancel_request``). Every request is answered once: the first of
-  ``respond``/``respond_error``/the handler's return wins (see ``answering``).
-- Back-pressure: the reader stops reading while about 512 KiB it read wait for the delivery thread
-  or the host's pumps, so a slow application makes a fast peer wait; requests are not started
-  while the peer does not read our answers (the transport's backlog is full), so such a peer
-  stops our reading. Handlers are bounded where they start, not where requests are routed: at
-  most ``HANDLER_LIMIT`` run at once and the next waits, in its turn, for one to end, so such a
-  peer (or a burst of requests) holds at most that many threads, however the reading raced the
-  workers. A request still waiting for its turn when ``close()`` begins is refused, not run.
-  Large answers hold room in an answer budget (``max_message_size`` bytes) from before they are
-  built until they are written, and none is built while the peer does not read (see
-  ``answering``): the bytes a peer's requests make us hold are bounded, not only the threads.
-  In host mode the host thread never waits to send, in ``pump()`` or outside (a UI would freeze):
-  what it cannot write at once goes to the flusher, and once the transport's backlog is full its
-  request or notification raises ``CallTimeout``, nothing sent, and its answer is dropped and
-  logged as an error (no caller is left to raise to).
-- Close: ``close(timeout)`` fails pending calls at once, runs the ``on_closing`` callbacks,
-  cancels running handlers' tokens and gives them until the deadline to answer, answers requests
-  not yet started -32800 (those the reading thread has yet to run too), stops the watcher,
-  flushes and closes the transport, and joins its threads, all within
-  the timeout. After it nothing more is delivered in host mode. It may be called from any
-  thread, a handler's or a callback's included.
+- Ordering: callbacks run one at a time, in arrival order; a request starts in its turn among
+  them, so a cancel sent after it finds it. No answer surfaces before a callback for a message
+  that arrived before it.
+- Settle-once: a pending call settles exactly once: its result or error, ``CallTimeout`` (the
+  timeout bounds the whole call, sending included; a late answer is dropped), ``ConnectionClosed``,
+  or cancellation of its future (which sends ``$/cancel_request``). A request is answered once.
+- Back-pressure: the reader stops while 512 KiB it read wait to be delivered; no request starts
+  while the peer does not read our answers; at most ``HANDLER_LIMIT`` handlers run at once; large
+  answers hold room in a budget. The host thread never waits to send: what it cannot write at
+  once goes to the flusher; once the backlog is full its request or notification raises
+  ``CallTimeout``, nothing sent, and its answer is dropped and logged.
+- Close: ``close(timeout)`` fails pending calls at once, runs the ``on_closing`` callbacks, cancels
+  running handlers' tokens and gives them until the deadline to answer, answers -32800 the
+  requests not yet started, ends the reading (the process's watcher drops the connection at its
+  next look), flushes and closes the transport and joins the threads, all within the timeout.
+  After it nothing more is delivered in host mode. Any thread may call it, a callback's included.
 """
 
 import logging
