@@ -19,29 +19,24 @@ What the reader runs itself, and why (with it over without it on a quiet machine
 ``bench/results/ablation-reading-thread-quiet.md``; the watcher exists for the last two):
 
 - a blocking ``call``'s answer when nothing is queued before it: no thread hop;
-- a read made only of requests, when nothing is queued, their handlers one after another until
-  one sends a request or runs a whole tick: C 8 in flight 1.50x from threads, 3.29x with futures;
+- the handlers of a read made only of requests, when nothing is queued, until one sends a request
+  or runs a whole tick: C 8 in flight 1.50x from threads, 3.29x with futures;
 - a small read's callbacks when nothing is queued or running (``CallbackQueue.hold``): C with
   futures 1.64-1.71x, A 1.08x.
 
-Invariants (their detail is in the rules of ``reading``, ``answering`` and ``delivery``):
+Invariants (``reading``, ``answering`` and ``delivery`` give their detail):
 
-- Ordering: callbacks run one at a time, in arrival order; a request starts in its turn among
-  them, so a cancel sent after it finds it. No answer surfaces before a callback for a message
-  that arrived before it.
-- Settle-once: a pending call settles exactly once: its result or error, ``CallTimeout`` (the
-  timeout bounds the whole call, sending included; a late answer is dropped), ``ConnectionClosed``,
-  or cancellation of its future (which sends ``$/cancel_request``). A request is answered once.
-- Back-pressure: the reader stops while 512 KiB it read wait to be delivered; no request starts
-  while the peer does not read our answers; at most ``HANDLER_LIMIT`` handlers run at once; large
-  answers hold room in a budget. The host thread never waits to send: what it cannot write at
-  once goes to the flusher; once the backlog is full its request or notification raises
-  ``CallTimeout``, nothing sent, and its answer is dropped and logged.
-- Close: ``close(timeout)`` fails pending calls at once, runs the ``on_closing`` callbacks, cancels
-  running handlers' tokens and gives them until the deadline to answer, answers -32800 the
-  requests not yet started, ends the reading (the process's watcher drops the connection at its
-  next look), flushes and closes the transport and joins the threads, all within the timeout.
-  After it nothing more is delivered in host mode. Any thread may call it, a callback's included.
+- Ordering: callbacks run one at a time, in arrival order; a request starts in its turn among them
+  (so a cancel sent after it finds it); no answer surfaces before a callback for an earlier message.
+- Settle-once: a pending call settles exactly once (result, error, ``CallTimeout``,
+  ``ConnectionClosed`` or its future's cancellation); a request is answered once.
+- Back-pressure: the reader stops while 512 KiB it read wait; no request starts while the peer does
+  not read our answers; at most ``HANDLER_LIMIT`` handlers run at once; large answers wait for room
+  in a budget. The host thread never waits to send: what it cannot write at once goes to the
+  flusher, and once the backlog is full its sends raise ``CallTimeout``, nothing sent (its answers
+  are dropped and logged).
+- Close: ``close()`` ends all this within its timeout, from any thread, a callback's included; it
+  ends the reading, and the process's watcher drops the connection at its next look.
 """
 
 import logging
@@ -93,8 +88,7 @@ class Connection:
         self.name = name
         self._transport = transport
         self._log = logger or logging.getLogger("acp_lite.rpc")
-        # Callbacks wait for their turn in a queue with a delivery thread, and handlers run on a pool
-        # of workers; in host mode both run in the host's pumps, and the host thread never waits to send.
+        # Callbacks wait in a queue for the delivery thread, handlers run on workers; in host mode, both in pumps.
         self._queue: Lane = (
             delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue(name, self._log)
         )
@@ -145,11 +139,9 @@ class Connection:
         """Answer requests for ``method`` with ``handler(params, ctx)``, ``params`` decoded into
         ``params_type``, on a worker (the host thread in host mode). The handler returns the result
         (anything encodable), raises (an ``AcpError`` is sent as it is, anything else as -32603), or
-        returns a ``concurrent.futures.Future`` of the result (cancelled if the request is).
-
-        ``on_arrival(params, ctx)`` runs where callbacks run, in arrival order, before any later
-        notification and before the handler starts: the layer above registers the request there,
-        so that a cancel sent right after it finds it even before a worker picked it up."""
+        returns a ``concurrent.futures.Future`` of it (cancelled if the request is). ``on_arrival(params,
+        ctx)`` runs where callbacks run, in arrival order, before the handler starts: a layer above
+        registers the request there, so that a cancel sent right after it finds it."""
         self._core.register(Route(method, handler, params_type, True, on_arrival))
 
     def on_notification(self, method: str, handler: Callable[[Any], Any], params_type: Any = Any) -> None:
@@ -169,12 +161,10 @@ class Connection:
         self._core.unknown_notification = handler
 
     def on_closing(self, fn: Callable[[], Any]) -> None:
-        """Call ``fn()`` once when the connection starts closing: at end of stream where callbacks
-        run, after those before it, or in ``close()`` on its thread. Running requests' tokens are
-        cancelled right after."""
+        """Call ``fn()`` once as closing begins (at end of stream where callbacks run, after those
+        before it; in ``close()``, on its thread), just before running requests' tokens are cancelled."""
         self._closing_callbacks.append(fn)
 
-    # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
         """Start reading (and, in default mode, delivering). Any thread; once."""
         if self._reader is not None:
@@ -194,14 +184,12 @@ class Connection:
         return self._reader_done.wait(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Close the connection and join its threads, within about ``timeout`` seconds.
-
-        Pending calls fail with ``ConnectionClosed`` at once; the ``on_closing`` callbacks run and
-        running handlers' tokens are cancelled, on this thread; handlers get until the deadline to
-        answer; requests not yet started are answered -32800 unrun; what waits to be written is
-        flushed. Callbacks of what arrived before still run (in host mode: are dropped). Idempotent;
-        any thread, a handler's included (its own answer then finds the connection closed: dropped).
-        """
+        """Close the connection and join its threads, within about ``timeout`` seconds: pending
+        calls fail with ``ConnectionClosed`` at once; the ``on_closing`` callbacks run and running
+        handlers' tokens are cancelled, on this thread; handlers get until the deadline to answer;
+        requests not yet started are answered -32800 unrun; what waits to be written is flushed.
+        Callbacks of what arrived before still run (in host mode: are dropped). Idempotent; any
+        thread, a handler's included (its own answer then finds the connection closed: dropped)."""
         deadline = time.monotonic() + timeout
         with self._lock:
             first = self._answering.begin_closing()
@@ -257,7 +245,6 @@ class Connection:
         if self._pool is not None:
             self._pool.shutdown()
 
-    # -- outgoing ---------------------------------------------------------------------------------
     def call(self, method: str, params: Any = None, result_type: Any = Any, timeout: Optional[float] = None) -> Any:
         """Send a request and block until its answer; return the result decoded into ``result_type``.
         Raises the peer's error (a ``ProtocolError``), ``CallTimeout`` after ``timeout`` seconds,
@@ -411,7 +398,6 @@ class Connection:
                 raise CallTimeout(f"{method}: not sent, the host thread never waits for room ({exc})") from None
             raise CallTimeout(f"{method}: could not be sent within {timeout} s (the peer is not reading)") from None
 
-    # -- end of stream (the reading's end) ------------------------------------------------------
     def _on_end_of_stream(self) -> None:
         if not self._answering.closing:
             error = self._transport.closed_error()
