@@ -206,8 +206,7 @@ class Connection:
                 settle(call.future, None, self._close_error)
             self._queue.closing()  # (in host mode what waited goes to _drop_host_items)
             self._run_closing()
-            # Refused at once: one queued behind a blocking callback would wait for it, and close()
-            # does not end callbacks.
+            # At once: behind a blocking callback a request would wait for it, which close() does not end.
             self._answering.refuse_unstarted()
             if self._pool is not None and not delivering:
                 # Handlers, on workers and on the reader, get until the deadline to answer (not when a
@@ -247,11 +246,10 @@ class Connection:
 
     def call(self, method: str, params: Any = None, result_type: Any = Any, timeout: Optional[float] = None) -> Any:
         """Send a request and block until its answer; return the result decoded into ``result_type``.
-        Raises the peer's error (a ``ProtocolError``), ``CallTimeout`` after ``timeout`` seconds,
-        sending included (the peer is sent ``$/cancel_request``, a late answer dropped), or
-        ``ConnectionClosed``. Any thread but where callbacks run (``UsageError``: use
-        ``call_future``). On the main thread a Ctrl-C ends the wait (``KeyboardInterrupt``; the peer
-        is sent ``$/cancel_request``)."""
+        Raises the peer's error (a ``ProtocolError``), ``CallTimeout`` after ``timeout`` seconds, sending
+        included, or ``ConnectionClosed``; on the main thread a Ctrl-C ends the wait (``KeyboardInterrupt``).
+        After a timeout or a Ctrl-C the peer is sent ``$/cancel_request`` and a late answer is dropped.
+        Any thread but where callbacks run (``UsageError``: use ``call_future``)."""
         self.refuse_blocking_here(method)
         answer = Answer()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -292,13 +290,12 @@ class Connection:
         on_done: Optional[Callable[[Future], Any]] = None,
         timeout: Optional[float] = None,
     ) -> Future:
-        """Send a request; a ``Future`` of its result (or error). Cancelling it while the call is
-        pending sends ``$/cancel_request`` and drops the eventual answer; so does ``timeout``, after
-        which the future fails with ``CallTimeout``. The future is settled, and its done-callbacks
-        run, where callbacks run (see ``on_notification``), in order with them; once the connection
-        is closed, on the closing thread. ``on_done(future)`` is added before the request goes out,
-        so it surely runs there (a done-callback added later runs at once, on the adding thread, if
-        the answer already came). Any thread."""
+        """Send a request; a ``Future`` of its result (or error). Cancelling it while the call is pending
+        sends ``$/cancel_request`` and drops the eventual answer; so does ``timeout``, after which the
+        future fails with ``CallTimeout``. The future is settled, and its done-callbacks run, where
+        callbacks run (see ``on_notification``), in order with them; once closed, on the closing thread.
+        ``on_done(future)`` is added before the request goes out, so it surely runs there (one added
+        later runs at once, on the adding thread, if the answer already came). Any thread."""
         future = _CallFuture()
         if on_done is not None:
             future.add_done_callback(on_done)
@@ -321,10 +318,9 @@ class Connection:
             self.notifier(method)(params)
 
     def notifier(self, method: str) -> Callable[[Any], None]:
-        """A function that sends notification ``method`` with the params it is given, for a method
-        sent many times (``session/update``): the envelope is encoded once, here. It leaves the
-        params' checks to its caller (the runtime's own Structs need none), and raises
-        ``ConnectionClosed`` once closed, ``UsageError`` for params that cannot be encoded. Any thread."""
+        """A function sending notification ``method`` with the params it is given, its envelope encoded
+        once (for ``session/update``). It leaves the params' checks to its caller (the runtime's Structs
+        need none); it raises ``ConnectionClosed`` once closed, ``UsageError`` for unencodable params. Any thread."""
         check_method_name(method)
         head = notification_head(method)
         encode = ENCODER.encode
@@ -405,8 +401,7 @@ class Connection:
                 self._closed = True
                 if self._close_error is None:
                     self._close_error = error
-            # The pending calls fail behind every line read before the end: a burst waiting in the
-            # queue, not yet decoded, may hold their answers.
+            # The pending calls fail behind every line read before the end: a queued burst may hold their answers.
             self._queue.put([(self._fail_pending_at_end, None)])
             self._queue.finish()
         self._reader_done.set()
@@ -421,9 +416,8 @@ class Connection:
 
 
 class _CallFuture(Future):
-    """The future of a ``call_future``: cancelling it while the call is pending sends
-    ``$/cancel_request`` (a subclass: a done-callback would cost every call). Its two attributes
-    are set once the request is sent, before its caller has it to cancel."""
+    """The future of a ``call_future``: cancelling it while the call is pending sends ``$/cancel_request``
+    (a subclass: a done-callback would cost every call). Both attributes are set before its caller has it."""
 
     _request_id: Optional[int] = None
     _connection: Optional[Connection] = None
