@@ -28,15 +28,16 @@ Invariants (``reading``, ``answering`` and ``delivery`` give their detail):
 
 - Ordering: callbacks run one at a time, in arrival order; a request starts in its turn among them
   (so a cancel sent after it finds it); no answer surfaces before a callback for an earlier message.
-- Settle-once: a pending call settles exactly once (result, error, ``CallTimeout``,
-  ``ConnectionClosed`` or its future's cancellation); a request is answered once.
+- Settle-once: a pending call settles exactly once: result, error, ``CallTimeout`` (which bounds the
+  whole call, sending and an answer queued behind callbacks included; a late answer is dropped),
+  ``ConnectionClosed``, or its future's cancellation. A request is answered once.
 - Back-pressure: the reader stops while 512 KiB it read wait; no request starts while the peer does
   not read our answers; at most ``HANDLER_LIMIT`` handlers run at once; large answers wait for room
   in a budget. The host thread never waits to send: what it cannot write at once goes to the
   flusher, and once the backlog is full its sends raise ``CallTimeout``, nothing sent (its answers
   are dropped and logged).
-- Close: ``close()`` ends all this within its timeout, from any thread, a callback's included; it
-  ends the reading, and the process's watcher drops the connection at its next look.
+- Close: ``close(timeout)`` ends the connection within its timeout (its docstring says how), from any
+  thread, a callback's included. The watcher is the process's: it drops the connection at its next look.
 """
 
 import logging
