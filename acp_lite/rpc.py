@@ -1,73 +1,43 @@
 """A JSON-RPC 2.0 connection: the threads and the transport around the sans-IO core.
 
-``jsonrpc.RpcCore`` decides what every line means; ``delivery`` runs callbacks in order;
-``answering`` holds a request's life (its start in its turn, its handler, its answer);
-``reading`` is what the reading thread does (the read loop, routing a read, running the requests
-it read, the watcher, read-ahead).
-This module starts and stops the threads, sends, closes, and holds the rules between them.
-
-Every thread a connection may have. An idle connection holds its reader alone: the others start
-when there is work for them and end once idle (``delivery.IDLE_SECONDS``, 2 s) or at ``close()``.
+``jsonrpc.RpcCore`` decides what each line means, ``reading`` reads and routes, ``answering`` holds
+a request's life, ``delivery`` runs callbacks in order; this module starts and stops the threads,
+sends and closes. An idle connection holds its reader alone: the others start when there is work
+and end once idle (``delivery.IDLE_SECONDS``) or at ``close()``.
 
 | thread | code | runs |
 | --- | --- | --- |
-| reader ``acp-reader-<name>`` | ``reading`` | reading, decoding, routing; some application code in its turn (below) |
-| delivery ``acp-delivery-<name>`` | ``delivery.CallbackQueue`` | callbacks in arrival order (handlers, done-callbacks) |
+| reader ``acp-reader-<name>`` | ``reading`` | reading, decoding, routing; some application code (below) |
+| delivery ``acp-delivery-<name>`` | ``delivery.CallbackQueue`` | callbacks, in arrival order |
 | workers ``acp-worker-<name>-<n>`` | ``delivery.WorkerPool`` | request handlers (64 at most); the reading, handed on |
-| watcher ``acp-watcher``, one per process | ``watching`` | looks every 2 ms at connections whose reader runs application code; hands a stuck one's reading to a worker |
-| flusher ``acp-flusher-<name>`` | ``wire`` | writes the backlog: a stream's frames, frames sent during a write, what the host thread cannot write at once |
-| the host's thread | ``delivery.HostDelivery`` | what delivery and workers run, inside ``pump()``; it never waits to send |
+| watcher ``acp-watcher``, one per process | ``watching`` | every 2 ms, hands a stuck reader's reading to a worker |
+| flusher ``acp-flusher-<name>`` | ``wire`` | the write backlog |
+| the host's thread | ``host_delivery`` | in ``pump()``, what delivery and workers run; never waits to send |
 | any caller | here, ``answering`` | ``call`` (not in a callback), ``call_future``, ``notify``, ``close`` |
 
-What the reader runs besides reading, and why (each figure: with it over without it, on a quiet
-machine, ``bench/results/ablation-reading-thread-quiet.md``):
+What the reader runs itself, and why (with it over without it on a quiet machine,
+``bench/results/ablation-reading-thread-quiet.md``; the watcher exists for the last two):
 
-- the answer of a blocking ``call`` when nothing is queued before it (no thread hop);
-- the handlers of a read made only of requests, when nothing is queued, one after another,
-  until one sends a request (a worker reads on at once) or the watcher finds it in one handler
-  for a whole tick (2 ms): C 8 in flight 1.50x from threads, 3.29x with futures;
-- a small read's callbacks when nothing is queued or running, holding the delivery role
-  (``CallbackQueue.hold``), under the same watcher: C with futures 1.64-1.71x, A 1.08x.
+- a blocking ``call``'s answer when nothing is queued before it: no thread hop;
+- the handlers of a read made only of requests, when nothing is queued, until one sends a request
+  or runs a whole tick: C 8 in flight 1.50x from threads, 3.29x with futures;
+- a small read's callbacks when nothing is queued or running (``CallbackQueue.hold``): C with
+  futures 1.64-1.71x, A 1.08x.
 
-Invariants:
+Invariants (``reading``, ``answering`` and ``delivery`` give their detail):
 
-- Ordering: callbacks run in the order their messages arrived, never two at once; a request is
-  started (its arrival hook run, its handler handed to a worker) in its turn among them, so a
-  notification sent after a request (a cancel) finds it registered. The reading thread starts
-  requests itself only when nothing is queued before them, and reads nothing more until they
-  started; the reading thread runs them in that order, and hands whatever of them it has not
-  run yet to workers, in order, when the reading is taken from it. The reading thread runs a
-  small read's callbacks itself only when nothing is queued or running, holding the delivery
-  role (``CallbackQueue.hold``): the delivery thread runs nothing until they ran, and whatever
-  is read meanwhile queues behind them. An answer is never surfaced before a callback for a
-  message that arrived before it: the reader settles a blocking call's answer itself only when
-  nothing waits to be delivered, else it is queued behind.
-- Settle-once: every pending call settles exactly once: its result or error, ``CallTimeout``
-  (a call's timeout bounds the whole call, sending included, and waiting for an answer that came
-  but is queued behind callbacks still running; the id is then forgotten and a late answer
-  dropped), ``ConnectionClosed`` at end of stream or ``close()``, or cancellation through its
-  future (which sends ``$/cancel_request``). Every request is answered once: the first of
-  ``respond``/``respond_error``/the handler's return wins (see ``answering``).
-- Back-pressure: the reader stops reading while about 512 KiB it read wait for the delivery thread
-  or the host's pumps, so a slow application makes a fast peer wait; requests are not started
-  while the peer does not read our answers (the transport's backlog is full), so such a peer
-  stops our reading. Handlers are bounded where they start, not where requests are routed: at
-  most ``HANDLER_LIMIT`` run at once and the next waits, in its turn, for one to end, so such a
-  peer (or a burst of requests) holds at most that many threads, however the reading raced the
-  workers. A request still waiting for its turn when ``close()`` begins is refused, not run.
-  Large answers hold room in an answer budget (``max_message_size`` bytes) from before they are
-  built until they are written, and none is built while the peer does not read (see
-  ``answering``): the bytes a peer's requests make us hold are bounded, not only the threads.
-  In host mode the host thread never waits to send, in ``pump()`` or outside (a UI would freeze):
-  what it cannot write at once goes to the flusher, and once the transport's backlog is full its
-  request or notification raises ``CallTimeout``, nothing sent, and its answer is dropped and
-  logged as an error (no caller is left to raise to).
-- Close: ``close(timeout)`` fails pending calls at once, runs the ``on_closing`` callbacks,
-  cancels running handlers' tokens and gives them until the deadline to answer, answers requests
-  not yet started -32800 (those the reading thread has yet to run too), stops the watcher,
-  flushes and closes the transport, and joins its threads, all within
-  the timeout. After it nothing more is delivered in host mode. It may be called from any
-  thread, a handler's or a callback's included.
+- Ordering: callbacks run one at a time, in arrival order; a request starts in its turn among them
+  (so a cancel sent after it finds it); no answer surfaces before a callback for an earlier message.
+- Settle-once: a pending call settles exactly once: result, error, ``CallTimeout`` (which bounds the
+  whole call, sending and an answer queued behind callbacks included; a late answer is dropped),
+  ``ConnectionClosed``, or its future's cancellation. A request is answered once.
+- Back-pressure: the reader stops while 512 KiB it read wait; no request starts while the peer does
+  not read our answers; at most ``HANDLER_LIMIT`` handlers run at once; large answers wait for room
+  in a budget. The host thread never waits to send: what it cannot write at once goes to the
+  flusher, and once the backlog is full its sends raise ``CallTimeout``, nothing sent (its answers
+  are dropped and logged).
+- Close: ``close(timeout)`` ends the connection within its timeout (its docstring says how), from any
+  thread, a callback's included. The watcher is the process's: it drops the connection at its next look.
 """
 
 import logging
@@ -99,20 +69,14 @@ from .transport import MessageTransport
 
 __all__ = ["CANCEL_REQUEST_METHOD", "CancelToken", "Connection", "ConnectionStats", "HostDelivery", "RequestContext"]
 
-# How long a blocking call on the main thread waits before it looks at signals again: Python runs
-# signal handlers on the main thread between bytecodes, so a Ctrl-C whose C handler ran on another
-# thread, or just before a wait without end, would otherwise never be seen.
+# A blocking call on the main thread wakes this often so that Python, which runs signal handlers
+# there between bytecodes, sees a Ctrl-C whose C handler ran on another thread or just before the wait.
 _MAIN_THREAD_WAIT_SLICE = 0.25
 
 
-# -- the connection --------------------------------------------------------------------------------
 class Connection:
-    """A JSON-RPC 2.0 peer over a transport.
-
-    Register handlers, then ``start()``. ``call``/``call_future``/``notify`` may be used from any
-    thread (``call`` not from a callback, see ``HostDelivery``). The threads are in the module's
-    table; all are daemon threads and ``close()`` joins them.
-    """
+    """A JSON-RPC 2.0 peer over a transport: register handlers, then ``start()``. Its threads (the
+    module's table) are daemon threads, which ``close()`` joins."""
 
     def __init__(
         self,
@@ -125,14 +89,11 @@ class Connection:
         self.name = name
         self._transport = transport
         self._log = logger or logging.getLogger("acp_lite.rpc")
-        self._host = delivery
-        # Where callbacks wait for their turn, and where handlers run: in default mode a queue with
-        # a delivery thread and a pool of workers; in host mode the host's pumps, for both.
+        # Callbacks wait in a queue for the delivery thread, handlers run on workers; in host mode, both in pumps.
         self._queue: Lane = (
             delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue(name, self._log)
         )
         self._pool = None if delivery is not None else WorkerPool(name, self._log)
-        # The host thread in host mode: its sends never wait for the peer (see _on_host_thread).
         self._host_thread = self._queue.owner if delivery is not None else None
         self._lock = threading.Lock()
         self._incoming = IncomingRequests()
@@ -176,46 +137,35 @@ class Connection:
         params_type: Any = Any,
         on_arrival: Optional[Callable[[Any, RequestContext], Any]] = None,
     ) -> None:
-        """Answer requests for ``method`` with ``handler(params, ctx)``.
-
-        ``params`` is decoded into ``params_type``. The handler returns the result (a Struct,
-        dict, None or anything encodable), raises (an ``AcpError`` is sent as it is, anything
-        else as -32603), or returns a ``concurrent.futures.Future`` of the result to answer
-        later (the future is cancelled if the request is). Handlers run on worker threads, or
-        on the host thread in host mode.
-
-        ``on_arrival(params, ctx)``, if given, runs on the delivery (or host) thread in arrival
-        order, before any later notification is delivered and before the handler starts: the
-        layer above can register the request there so that a notification sent right after it
-        (a cancel) finds it even if no worker has picked it up yet.
-        """
+        """Answer requests for ``method`` with ``handler(params, ctx)``, ``params`` decoded into
+        ``params_type``, on a worker (the host thread in host mode). The handler returns the result
+        (anything encodable), raises (an ``AcpError`` is sent as it is, anything else as -32603), or
+        returns a ``concurrent.futures.Future`` of it (cancelled if the request is). ``on_arrival(params,
+        ctx)`` runs where callbacks run, in arrival order, before the handler starts: a layer above
+        registers the request there, so that a cancel sent right after it finds it."""
         self._core.register(Route(method, handler, params_type, True, on_arrival))
 
     def on_notification(self, method: str, handler: Callable[[Any], Any], params_type: Any = Any) -> None:
-        """Call ``handler(params)`` for each ``method`` notification, in arrival order, one
-        callback at a time, where callbacks run (the delivery thread, or the reading thread in
-        its place for a small read when nothing else waits; the host thread in host mode).
-        Exceptions are logged."""
+        """Call ``handler(params)`` for each ``method`` notification where callbacks run: in arrival
+        order, one at a time, on the delivery thread (or the reading thread in its place, for a small
+        read when nothing else waits; the host thread in host mode). Exceptions are logged."""
         self._core.register(Route(method, handler, params_type, False))
 
     def on_unknown_request(self, handler: Callable[[str, Any, RequestContext], Any]) -> None:
-        """Fallback for requests of unregistered methods: ``handler(method, params, ctx)`` with
-        params as plain JSON values (or None), run like ``on_request`` handlers. Without it,
-        such requests answer -32601."""
+        """Fallback for requests of unregistered methods (else answered -32601): ``handler(method,
+        params, ctx)``, params as plain JSON values (or None), run like ``on_request`` handlers."""
         self._core.unknown_request = handler
 
     def on_unknown_notification(self, handler: Callable[[str, Any], Any]) -> None:
-        """Fallback for notifications of unregistered methods: ``handler(method, params)``, run
-        like ``on_notification`` handlers. Without it, they are ignored."""
+        """Fallback for notifications of unregistered methods (else ignored): ``handler(method,
+        params)``, run like ``on_notification`` handlers."""
         self._core.unknown_notification = handler
 
     def on_closing(self, fn: Callable[[], Any]) -> None:
-        """Call ``fn()`` once when the connection starts closing: at end of stream on the
-        delivery (or host) thread after the callbacks before it, or in ``close()`` on the thread
-        calling it. Running requests' tokens are cancelled right after."""
+        """Call ``fn()`` once as closing begins (at end of stream where callbacks run, after those
+        before it; in ``close()``, on its thread), just before running requests' tokens are cancelled."""
         self._closing_callbacks.append(fn)
 
-    # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
         """Start reading (and, in default mode, delivering). Any thread; once."""
         if self._reader is not None:
@@ -231,20 +181,16 @@ class Connection:
 
     def wait_closed(self, timeout: Optional[float] = None) -> bool:
         """Block until the reader has stopped (end of stream or ``close()``); False on timeout.
-        Callbacks for what arrived before the end may still be running: ``close()`` waits for
-        them (within its timeout). Any thread."""
+        Callbacks of what arrived before may still run (``close()`` waits for them). Any thread."""
         return self._reader_done.wait(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Close the connection and join its threads, within about ``timeout`` seconds.
-
-        Pending calls fail with ``ConnectionClosed`` at once; the ``on_closing`` callbacks run
-        and running handlers' tokens are cancelled (both on this thread); handlers get until the
-        deadline to finish and answer; what is waiting to be written is flushed. Callbacks for
-        messages that arrived before still run (in host mode: are dropped); requests not yet
-        started are answered -32800 without running. Idempotent; any thread, including a
-        handler's (that handler's own answer then finds the connection closed and is dropped).
-        """
+        """Close the connection and join its threads, within about ``timeout`` seconds: pending
+        calls fail with ``ConnectionClosed`` at once; the ``on_closing`` callbacks run and running
+        handlers' tokens are cancelled, on this thread; handlers get until the deadline to answer;
+        requests not yet started are answered -32800 unrun; what waits to be written is flushed.
+        Callbacks of what arrived before still run (in host mode: are dropped). Idempotent; any
+        thread, a handler's included (its own answer then finds the connection closed: dropped)."""
         deadline = time.monotonic() + timeout
         with self._lock:
             first = self._answering.begin_closing()
@@ -254,24 +200,18 @@ class Connection:
                     self._close_error = ConnectionClosed(f"{self.name}: connection closed by close()")
                 pending = self._core.take_pending()
         me = threading.current_thread()
-        # A callback calling close(): on the delivery thread, or on the reading thread holding the
-        # delivery role (the delivery thread then waits for it, and ends once it returns).
-        delivering = me.ident == self._queue.owner
+        delivering = me.ident == self._queue.owner  # a callback (or the reader holding the role) closes
         if first:
             self._reading.stop()
             for call in pending:
                 settle(call.future, None, self._close_error)
             self._queue.closing()  # (in host mode what waited goes to _drop_host_items)
-            self._run_closing(None)
-            # Requests not started are refused at once: one queued behind a callback that blocks
-            # (on the delivery thread, or on a worker reading and delivering in its place) would
-            # otherwise wait for that callback, which close() does not end.
+            self._run_closing()
+            # At once: behind a blocking callback a request would wait for it, which close() does not end.
             self._answering.refuse_unstarted()
             if self._pool is not None and not delivering:
-                # Handlers get until the deadline to answer: on workers, and on the reader thread
-                # (see Reading). (On the delivery thread, handlers may wait for answers queued
-                # behind this callback: they end once it returns, and the delivery thread runs
-                # the rest.)
+                # Handlers, on workers and on the reader, get until the deadline to answer (not when a
+                # callback closes: they may wait for answers queued behind it, and end once it returns).
                 if self._reader is not None and self._reader is not me:
                     self._reader.join(max(0.0, deadline - time.monotonic()))
                 self._pool.join(deadline)
@@ -286,15 +226,13 @@ class Connection:
             self._pool.join(deadline)
 
     def _drop_host_items(self, dropped: List[Callback]) -> None:
-        # Host mode, closed: nothing more of this connection is delivered; answers that were
-        # waiting for a pump fail their futures instead (requests left unstarted are refused
-        # by close()). On the closing thread, or on the host thread for what a
-        # running pump held (see HostDelivery).
+        # Host mode, closed (on the closing thread, or on the host thread for what a running pump
+        # held): nothing more is delivered; answers waiting for a pump fail their futures instead.
         for fn, arg in dropped:
             if fn is settle_item:
                 settle(arg[0].future, None, self._closed_error())
 
-    def _run_closing(self, _: Any) -> None:
+    def _run_closing(self) -> None:
         with self._lock:
             if self._closing_ran:
                 return
@@ -307,46 +245,37 @@ class Connection:
         if self._pool is not None:
             self._pool.shutdown()
 
-    # -- outgoing ---------------------------------------------------------------------------------
     def call(self, method: str, params: Any = None, result_type: Any = Any, timeout: Optional[float] = None) -> Any:
-        """Send a request and block until its answer; return the result decoded into
-        ``result_type``. Raises the peer's error (an ``acp_lite`` ``ProtocolError``),
-        ``CallTimeout`` after ``timeout`` seconds, sending included (the peer is sent
-        ``$/cancel_request`` and a late answer is dropped), or ``ConnectionClosed``. Any thread,
-        but not from a callback (where callbacks run, see ``on_notification``): there it raises
-        ``UsageError`` (use ``call_future``). On the main thread a Ctrl-C ends the
-        wait (``KeyboardInterrupt``; the peer is sent ``$/cancel_request``)."""
+        """Send a request and block until its answer; return the result decoded into ``result_type``.
+        Raises the peer's error (a ``ProtocolError``), ``CallTimeout`` after ``timeout`` seconds, sending
+        included, or ``ConnectionClosed``; on the main thread a Ctrl-C ends the wait (``KeyboardInterrupt``).
+        After a timeout or a Ctrl-C the peer is sent ``$/cancel_request`` and a late answer is dropped.
+        Any thread but where callbacks run (``UsageError``: use ``call_future``)."""
         self.refuse_blocking_here(method)
         answer = Answer()
         deadline = None if timeout is None else time.monotonic() + timeout
         request_id = self._send_request(method, params, result_type, answer, True, timeout)
         try:
             if deadline is None:
-                if threading.current_thread() is threading.main_thread():
-                    while not answer.wait(_MAIN_THREAD_WAIT_SLICE):
-                        pass  # signal handlers ran meanwhile, if any
-                else:
-                    answer.wait(None)
+                on_main_thread = threading.current_thread() is threading.main_thread()
+                while not answer.wait(_MAIN_THREAD_WAIT_SLICE if on_main_thread else None):
+                    pass  # signal handlers ran meanwhile, if any
             elif not answer.wait(max(0.0, deadline - time.monotonic())):
                 if self._core.forget(request_id):
                     self._send_cancel_request(request_id)
-                else:
-                    # Its answer came, but waits to be settled behind callbacks still running, or
-                    # for the host's next pump: the timeout bounds the call all the same.
+                else:  # answered, but queued behind callbacks still running (or for the host's pump)
                     self._log.debug(
                         "%s: %s timed out with its answer queued behind callbacks; dropped", self.name, method
                     )
                 raise CallTimeout(f"{method}: no answer within {timeout} s")
             return answer.result()
         except BaseException:  # the peer's error or a timeout (no longer pending), a Ctrl-C
-            if self._core.forget(request_id):
-                self._send_cancel_request(request_id)
+            self._cancel_pending(request_id)
             raise
 
     def refuse_blocking_here(self, method: str) -> None:
-        """Raise ``UsageError`` when called from a callback (where callbacks run, see
-        ``on_notification``): a blocking wait there would wait for itself. For layers above that
-        block on a ``call_future``. Any thread."""
+        """Raise ``UsageError`` where callbacks run (see ``on_notification``): a blocking wait there
+        would wait for itself. For layers above that block on a ``call_future``. Any thread."""
         if threading.get_ident() == self._queue.owner:
             raise UsageError(
                 f"blocking call({method!r}) on the thread that delivers callbacks would wait for itself; "
@@ -362,16 +291,12 @@ class Connection:
         on_done: Optional[Callable[[Future], Any]] = None,
         timeout: Optional[float] = None,
     ) -> Future:
-        """Send a request; a ``Future`` of its result (or error). Cancelling the future while the
-        call is pending sends ``$/cancel_request`` and drops the eventual answer, and so does
-        ``timeout``: once it has passed without an answer the future fails with ``CallTimeout``,
-        as ``call`` raises (one thread, ``deadlines``, times every future out). The future is
-        settled, and its done-callbacks run, where callbacks run (see ``on_notification``), one
-        at a time with them and in order; when the connection is
-        closed, on the thread that closes it. ``on_done(future)`` is added before the request
-        goes out, so it surely runs there, in order with the messages around the answer (a
-        done-callback added once ``call_future`` has returned runs at once, on the adding thread,
-        if the answer has already come). Any thread."""
+        """Send a request; a ``Future`` of its result (or error). Cancelling it while the call is pending
+        sends ``$/cancel_request`` and drops the eventual answer; so does ``timeout``, after which the
+        future fails with ``CallTimeout``. The future is settled, and its done-callbacks run, where
+        callbacks run (see ``on_notification``), in order with them; once closed, on the closing thread.
+        ``on_done(future)`` is added before the request goes out, so it surely runs there (one added
+        later runs at once, on the adding thread, if the answer already came). Any thread."""
         future = _CallFuture()
         if on_done is not None:
             future.add_done_callback(on_done)
@@ -394,19 +319,16 @@ class Connection:
             self.notifier(method)(params)
 
     def notifier(self, method: str) -> Callable[[Any], None]:
-        """A function that sends notification ``method`` with the params it is given, for a layer
-        above that sends one method many times (``session/update``): the envelope is encoded once,
-        here, and only the params each time. Their checks are left to the caller (the runtime's
-        own Structs need none). The function raises ``ConnectionClosed`` once closed and
-        ``UsageError`` for params that cannot be encoded. Any thread."""
+        """A function sending notification ``method`` with the params it is given, its envelope encoded
+        once (for ``session/update``). It leaves the params' checks to its caller (the runtime's Structs
+        need none); it raises ``ConnectionClosed`` once closed, ``UsageError`` for unencodable params. Any thread."""
         check_method_name(method)
         head = notification_head(method)
         encode = ENCODER.encode
         send = self._transport.send
         host_thread = self._host_thread
 
-        def send_notification(params: Any) -> None:
-            # The hot path of a turn's updates: everything it can do once is done above.
+        def send_notification(params: Any) -> None:  # a turn's updates: all it can do once is done above
             if self._closed:
                 raise self._closed_error()
             try:
@@ -437,13 +359,12 @@ class Connection:
         return request_id
 
     def _cancel_pending(self, request_id: int) -> None:
-        # A call's future was cancelled: if the call is still pending, tell the peer.
+        # If the call is still pending, forget it and tell the peer.
         if self._core.forget(request_id):
             self._send_cancel_request(request_id)
 
     def _time_out(self, future: "_CallFuture", method: str, timeout: float) -> None:
-        # The deadline thread: a call_future still pending after its timeout fails where
-        # callbacks run, like its answer would have.
+        # The deadline thread: a call_future pending after its timeout fails where its answer would.
         assert future._request_id is not None
         if self._core.forget(future._request_id):
             self._send_cancel_request(future._request_id)
@@ -463,16 +384,10 @@ class Connection:
     def _closed_error(self) -> ConnectionClosed:
         return self._close_error or ConnectionClosed(f"{self.name}: connection closed")
 
-    def _on_host_thread(self) -> bool:
-        # In host mode the host thread never waits for room in the transport's backlog: its UI
-        # must not freeze on a peer that stopped reading (the transport leaves a frame it cannot
-        # write at once to its flusher thread).
-        return self._host_thread is not None and threading.get_ident() == self._host_thread
-
     def _send_message(self, frame: bytes, method: str, timeout: Optional[float] = None) -> None:
-        # A request or notification of ``method``. No room within ``timeout`` (on the host thread:
-        # now): CallTimeout, nothing sent.
-        host = self._on_host_thread()
+        # A request or notification: CallTimeout, nothing sent, without room within ``timeout``, or
+        # at once on the host thread (its UI must not freeze on a peer that stopped reading).
+        host = threading.get_ident() == self._host_thread
         try:
             self._transport.send(frame, timeout=0 if host else timeout)
         except CallTimeout as exc:
@@ -480,7 +395,6 @@ class Connection:
                 raise CallTimeout(f"{method}: not sent, the host thread never waits for room ({exc})") from None
             raise CallTimeout(f"{method}: could not be sent within {timeout} s (the peer is not reading)") from None
 
-    # -- end of stream (the reading's end) ------------------------------------------------------
     def _on_end_of_stream(self) -> None:
         if not self._answering.closing:
             error = self._transport.closed_error()
@@ -488,26 +402,23 @@ class Connection:
                 self._closed = True
                 if self._close_error is None:
                     self._close_error = error
-            # The calls still pending fail behind every line read before the end: a burst
-            # waiting in the queue, not yet decoded, may hold their answers.
+            # The pending calls fail behind every line read before the end: a queued burst may hold their answers.
             self._queue.put([(self._fail_pending_at_end, None)])
             self._queue.finish()
         self._reader_done.set()
 
     def _fail_pending_at_end(self, _: Any) -> None:
-        # Delivery (or host) thread, after every callback of the lines before the end.
+        # Where callbacks run, after every callback of the lines before the end.
         with self._lock:
             pending = self._core.take_pending()
         for call in pending:
             settle(call.future, None, self._close_error)
-        self._run_closing(None)
+        self._run_closing()
 
 
 class _CallFuture(Future):
-    """The future of a ``call_future``: cancelling it while the call is pending sends
-    ``$/cancel_request`` (the answer, should it come, is dropped). A subclass rather than a
-    done-callback, which every call would pay for and hardly any uses. The two attributes are set
-    once the request is sent: a future is cancelled only once its caller has it."""
+    """The future of a ``call_future``: cancelling it while the call is pending sends ``$/cancel_request``
+    (a subclass: a done-callback would cost every call). Both attributes are set before its caller has it."""
 
     _request_id: Optional[int] = None
     _connection: Optional[Connection] = None

@@ -1,16 +1,12 @@
-"""The watcher: one thread for the whole process that looks, every tick, at the connections whose
-reading thread runs application code itself (see ``reading``).
+"""The watcher: one thread, ``acp-watcher``, for the whole process, that looks every tick at the
+connections whose reading thread runs application code itself (see ``reading``). Its rules:
 
-Rules this module keeps:
-
-- One thread, ``acp-watcher``, for the whole process: started when something asks to be watched
-  and none runs, gone at the first tick with nothing left to watch. A connection costs no thread
-  of its own for this: with one watcher per connection, each waking every tick, a burst on 1,000
-  connections took 4.5-6 s instead of 0.8-1 s (bench/results/connections-m.md).
-- Every ``TICK_SECONDS`` it calls ``look()`` of each watched object, outside its own lock, and
-  drops those whose look returns False. A look must be quick and never block: it hands any
-  real work on (taking a reading over goes to a worker of that connection). One that raises is
-  logged and dropped.
+- It starts when something asks to be watched and none runs, and is gone at the first tick with
+  nothing left to watch. A thread per connection, each waking every tick, made a burst on 1,000
+  connections take 4.5-6 s instead of 0.8-1 s (bench/results/connections-m.md).
+- Every ``TICK_SECONDS`` it calls each watched object's ``look()``, outside its own lock, and drops
+  those whose look returns False or raises (logged). A look is quick and never blocks: it hands
+  real work on (a reading taken over goes to a worker of that connection).
 - A thread that cannot be started: ``watch`` returns False and nothing is watched.
 """
 
@@ -20,8 +16,7 @@ import threading
 import time
 from typing import List, Optional, Protocol
 
-# How often the watcher looks. A handler that runs longer than one or two ticks on a reading
-# thread has the reading taken from it (see reading).
+# A handler that runs a tick or two on a reading thread has the reading taken from it (see reading).
 TICK_SECONDS = 0.002
 
 _watcher_log = logging.getLogger("acp_lite.rpc")
@@ -30,7 +25,6 @@ _watcher_log = logging.getLogger("acp_lite.rpc")
 class Watched(Protocol):
     def look(self) -> bool:
         """One tick's look; False: stop watching this."""
-        ...
 
 
 def watch(watched: Watched) -> bool:
