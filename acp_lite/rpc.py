@@ -49,7 +49,7 @@ from typing import Any, Callable, List, Optional
 from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
 from .codec import ENCODER
 from .deadlines import call_after
-from .delivery import Callback, CallbackQueue, Lane, WorkerPool
+from .delivery import Callback, CallbackQueue, Lane, WorkerPool, run_callbacks
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .host_delivery import HostDelivery
 from .jsonrpc import CANCEL_REQUEST_METHOD, IncomingRequests, RpcCore, settle_item
@@ -403,7 +403,15 @@ class Connection:
                 if self._close_error is None:
                     self._close_error = error
             # The pending calls fail behind every line read before the end: a queued burst may hold their answers.
-            self._queue.put([(self._fail_pending_at_end, None)])
+            # With nothing queued or running, here (a thousand connections ending start no thread).
+            last = [(self._fail_pending_at_end, None)]
+            if self._queue.hold(1):
+                try:
+                    run_callbacks(last, self._log)
+                finally:
+                    self._queue.release(1)
+            else:
+                self._queue.put(last)
             self._queue.finish()
         self._reader_done.set()
 

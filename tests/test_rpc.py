@@ -975,7 +975,7 @@ def test_end_of_stream_fails_pending_calls_with_the_transports_error_and_cancels
     with pytest.raises(ConnectionClosed):
         connection.notify("x/after")
     connection.close()
-    assert closing == ["acp-delivery-eof"]
+    assert len(closing) == 1 and closing[0] != threading.current_thread().name  # where callbacks run, once
 
 
 def test_close_while_calls_are_pending_fails_them_all_once(linked):

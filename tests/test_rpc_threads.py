@@ -399,6 +399,35 @@ def test_an_idle_connection_holds_its_reader_alone_before_and_after_traffic():
         b.close()
 
 
+def test_the_end_of_an_idle_connections_stream_starts_no_thread():
+    """Closing a server's thousand idle connections must not start a thousand threads: at the end
+    of the stream, with nothing queued or running, the reader runs what is left itself (failing
+    what is pending, the ``on_closing`` callbacks)."""
+    ours, theirs = memory_pair()
+    a, b = Connection(ours, name="eos-a"), Connection(theirs, name="eos-b")
+    b.on_request("x/echo", lambda params, ctx: params)
+    closing: List[str] = []
+    a.on_closing(lambda: closing.append(threading.current_thread().name))
+    started = set()
+    try:
+        a.start()
+        b.start()
+        assert a.call("x/echo", {"n": 1}, timeout=WAIT) == {"n": 1}
+        time.sleep(0.1)  # (what the call started, if anything, has settled)
+        threading.setprofile(lambda *_: started.add(threading.current_thread().name))
+        try:
+            b.close()
+            assert a.wait_closed(WAIT)
+            a.close()
+        finally:
+            threading.setprofile(None)  # type: ignore[arg-type]
+    finally:
+        a.close()
+        b.close()
+    assert len(closing) == 1  # they ran, once
+    assert not [name for name in started if "eos-a" in name]
+
+
 def test_connections_whose_readers_run_handlers_at_once_share_the_process_watcher():
     """A burst on many connections costs no thread per connection for watching them: quick
     requests on 20 connections, each run by its reader, leave the readers and one
