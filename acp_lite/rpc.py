@@ -22,7 +22,7 @@ What the reader runs itself, and why (with it over without it on a quiet machine
 - the handlers of a read made only of requests, when nothing is queued, until one sends a request
   or runs a whole tick: C 8 in flight 1.50x from threads, 3.29x with futures;
 - a small read's callbacks when nothing is queued or running (``CallbackQueue.hold``): C with
-  futures 1.64-1.71x, A 1.08x.
+  futures 1.64-1.71x, A 1.08x; likewise, at the end of the stream, what is left (no thread starts).
 
 Invariants (``reading``, ``answering`` and ``delivery`` give their detail):
 
