@@ -1,45 +1,31 @@
 """JSON-RPC 2.0 without I/O: lines in; answers to write, callbacks to run, calls to settle out.
 
-This module starts no thread and touches no socket or descriptor (h11's habit): ``rpc.Connection``
-feeds it what its transport read and carries out what it asks. It owns the envelopes, the routing
-of every line, the table of our pending calls, the table of the peer's running requests, batches,
-``$/cancel_request`` and the error rules. Its rules:
+No thread, socket or descriptor here (h11's habit): ``rpc.Connection`` feeds the core what its
+transport read and carries out what it asks. Its rules:
 
-- A line is decoded once. Registered methods with typed params get an envelope struct each, and
-  one tagged-union decoder (tagged by ``method``) turns a line straight into the envelope of its
-  method, params already typed. Anything else (responses, unknown or malformed messages, values
-  only the lenient codec accepts) takes the general path: a generic envelope with the payload kept
-  raw, then ``codec.decode`` once the type is known. A block of several lines made only of
-  registered methods' messages is decoded in one call (the lines as one JSON array, checked to
-  hold exactly one message per line). Decoding runs no application code.
-- Routing a line appends what it asks for to ``items``, in arrival order, as ``(fn, arg)``
-  callbacks: a notification's handler with its params, ``start_request`` with a request's
-  ``RequestContext`` (``Connection`` starts it), ``settle_call`` with a call's outcome. Frames to
-  write at once (error answers to bad input) go to ``replies``. The caller runs the callbacks in
-  that order, one at a time, and writes the replies.
-- Every pending call settles exactly once: the reader pops it from the table before settling, and
-  ``forget`` (a timeout, a cancelled future) or ``take_pending`` (closing) pops it otherwise.
+- A line is decoded once. Registered methods with typed params go through one tagged union (see
+  ``envelopes``) straight into their method's envelope, params typed. Anything else (responses,
+  unknown or malformed messages, values only the lenient codec accepts) takes the general path: a
+  generic envelope with the payload kept raw, then ``codec.decode`` once the type is known. A block
+  of several lines of registered methods' messages is decoded in one call. Decoding runs no
+  application code.
+- Routing appends ``(fn, arg)`` callbacks to ``items`` in arrival order (a notification's handler
+  with its params, ``start_request`` with a request's context, ``settle_item`` with a call's
+  outcome) and the answers to bad input to ``replies``. The caller runs the callbacks in that
+  order, one at a time, and writes the replies.
+- Every pending call settles exactly once, by whoever pops it from the table: the reader, or the
+  callers of ``forget`` (a timeout, a cancelled future) and ``take_pending`` (closing).
 - Bad input never stops the reading. Invalid JSON: -32700 with a null id (and when its first bytes
   show it answers one of our calls, that call fails with ``ParseError``). Valid JSON that cannot
   be decoded (a lone surrogate in a string) and holds a request with a readable id: -32600 with
   that id. Valid JSON that is not a JSON-RPC message: -32600 (id echoed when readable). Responses
-  never get a reply, valid or not, so two peers can never bounce error messages back and forth.
-  Lines that do not even look like JSON (a banner on stdout) are counted and logged now and then,
-  not answered.
-- Error rules for answers: see ``error_rules`` (a handler's protocol error is sent as it is,
-  anything else is -32603, and an error the peer answered to a nested call stays the peer's).
-
-Beside it: ``envelopes`` (the typed envelopes and their one-pass decoders), ``outgoing`` (what we
-write, checked and encoded), ``error_rules``, ``framing`` (the lines, cut out of bytes),
-``salvage`` (what can still be read of a line that does not decode) and ``outcomes`` (settling
-futures once).
-
-The table of our pending calls is the core's alone: nothing outside this module touches it but
-through ``add_pending``, ``forget`` and ``take_pending``. The peer's requests not answered yet
-are an ``IncomingRequests`` the connection hands to the core (which adds them as it routes them)
-and to ``answering`` (which finishes them once answered), so that neither needs the other.
-Threads: both are plain dicts, the reader alone inserts; single dict operations are atomic, and
-``Connection`` serializes the compound ones (closing) with its lock.
+  never get a reply, so two peers can never bounce error messages back and forth. Lines that do
+  not even look like JSON (a banner on stdout) are counted and logged now and then, not answered.
+- Answers follow ``error_rules``.
+- The table of our pending calls is the core's alone (``add_pending``, ``forget``,
+  ``take_pending``); the peer's running requests are an ``IncomingRequests`` shared with
+  ``answering``. Both are plain dicts only the reader inserts into; ``Connection``'s lock
+  serializes the compound operations (closing).
 """
 
 import functools
@@ -52,34 +38,12 @@ import msgspec
 from msgspec import UNSET, Raw, Struct
 
 from .codec import ENCODER, decode, strict_type
-from .envelopes import (
-    envelope_type,
-    fast_decodable,
-    lines_of,
-    several_lines,
-    typed_decoder_may_read,
-    union_decoders,
-)
+from .envelopes import envelope_type, fast_decodable, lines_of, several_lines, typed_decoder_may_read, union_decoders
 from .error_rules import error_from_object, marked_as_answer
-from .errors import (
-    AcpError,
-    InternalError,
-    InvalidRequest,
-    MethodNotFound,
-    ParseError,
-    UsageError,
-)
+from .errors import AcpError, InternalError, InvalidRequest, MethodNotFound, ParseError, UsageError
 from .framing import OversizedFrame
 from .outcomes import settle
-from .outgoing import (
-    ENCODE_FAILURES,
-    OutError,
-    OutRequest,
-    OutResult,
-    check_method_name,
-    check_params,
-    encode_outgoing,
-)
+from .outgoing import ENCODE_FAILURES, OutError, OutRequest, OutResult, check_method_name, check_params, encode_outgoing
 from .records import BatchReply, ConnectionStats, FastPath, PendingCall, Route
 from .salvage import HEAD_ID, lone_surrogate, read_leniently
 
