@@ -63,10 +63,8 @@ def fast_decodable(frame: Any) -> bool:
 
 def typed_decoder_may_read(frame: Any) -> bool:
     """False for a line the typed decoders would reject, where that look is cheaper than their
-    exception: an answer (no ``"method"`` key), an extension method (its name begins with ``_``;
-    the typed decoders know the protocol's methods only), invalid UTF-8 (see fast_decodable),
-    an oversized frame. A wrong True costs only the failed attempt, a wrong False (a nested
-    ``"method"`` key first) only the general path's slower decoding."""
+    exception: an answer (no ``"method"`` key), an extension method (named ``_...``: they know the
+    protocol's methods only), invalid UTF-8 (see fast_decodable), an oversized frame."""
     if type(frame) is not bytes:
         return False
     at = frame.find(b'"method"')

@@ -47,8 +47,7 @@ CANCEL_REQUEST_METHOD = "$/cancel_request"
 # What routing a line asks for: ``fn(arg)``, run by the caller in its turn.
 Routed = Tuple[Callable[[Any], Any], Any]
 
-# Repeated complaints about the peer's input (noise lines, parse errors, oversized frames) are
-# logged at most once per this many seconds, with a running count.
+# Complaints of one kind about the peer's input are logged at most once per this many seconds.
 _COMPLAINT_INTERVAL = 5.0
 
 

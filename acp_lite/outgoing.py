@@ -84,12 +84,10 @@ _ESCAPED = bytes(range(0x20)) + b'"\\'
 _UNESCAPED = bytes(byte for byte in range(256) if byte not in _ESCAPED)
 _SHORT_ESCAPED = b'"\\\b\t\n\f\r'
 
-# Characters of a text measured at a time: the copies measuring makes stay this small (4 MiB at
-# most) whatever the text's size.
+# Characters measured at a time: measuring copies 4 MiB at most, whatever the text's size.
 _MEASURED_CHARS = 1024 * 1024
 
-# The str fields of each Struct type an answer has been, by their attribute names (see
-# answer_text_size); () for other types.
+# answer_text_size's cache: the names of the str fields of each type an answer has been (() if none).
 _TEXT_FIELDS: Dict[type, Tuple[str, ...]] = {}
 
 
