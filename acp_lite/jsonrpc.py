@@ -238,7 +238,7 @@ class RpcCore:
         request_id = next(self._ids)
         return request_id, encode_outgoing(OutRequest("2.0", request_id, method, UNSET if params is None else params))
 
-    # -- the tables (the core's alone: nothing outside this module edits them) -----------------
+    # -- the tables (see the module's rules) --------------------------------------------------
     def add_pending(self, request_id: Any, call: PendingCall) -> None:
         """Our call ``request_id`` was sent (or is about to be): its answer settles ``call``."""
         self._pending[request_id] = call
@@ -374,7 +374,6 @@ class RpcCore:
             self.stats.parse_errors += 1
             self._complain("parse", "invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, problem)
             replies.append(self.error_frame(None, ParseError(f"Parse error: {problem}")))
-            # If it was the answer to one of our calls, its caller must not wait forever.
             self._fail_call_answered_by(text, ParseError(f"the answer could not be read: {problem}"), items)
         else:
             self.stats.noise_lines += 1
