@@ -1,16 +1,14 @@
 """The typed envelopes of registered methods and their one-pass decoders (the routing's fast path),
-of one line or of a block of lines read together.
+of one line or of a block of lines read together. Rules:
 
-Rules this module keeps:
-
-- One envelope struct per method and params type, tagged by ``method``, built once per process:
-  it forbids other fields and requires params, so a line it accepts needs no further check, and
-  anything unusual fails over to the general path, which knows how to complain.
+- One envelope struct per method and params type, tagged by ``method``, built once per process
+  (the connections of one application register the same ones). It forbids other fields and
+  requires params, so a line it accepts needs no further check; anything unusual fails over to
+  the general path, which knows how to complain.
 - The decoders are unions even for one method (``_Unmatchable``), so a message without a
   ``method`` never decodes as the lone envelope.
-- A line the typed decoders would reject is recognised cheaply first where that is cheaper than
-  their exception (answers, extension methods, invalid UTF-8, oversized frames); a wrong guess
-  costs time, never a different outcome.
+- Lines the typed decoders would reject are recognised first where that is cheaper than their
+  exception; a wrong guess costs time, never a different outcome.
 """
 
 import functools
@@ -23,9 +21,7 @@ from .codec import strict_decoder
 
 
 class _Unmatchable(Struct, tag_field="method", tag="\x00"):
-    """Keeps the fast decoders unions even with one method: a lone tagged struct would also
-    accept a message without any ``method``. Never decodes: a line naming its tag goes the
-    general way like any other unknown method."""
+    """Never decodes: a line naming its tag goes the general way like any other unknown method."""
 
     def __post_init__(self) -> None:
         raise ValueError("not a registered method")
@@ -33,13 +29,7 @@ class _Unmatchable(Struct, tag_field="method", tag="\x00"):
 
 @functools.cache
 def envelope_type(method: str, params_type: Any, is_request: bool) -> type:
-    """The envelope struct of ``method``, tagged by it for the union decoders.
-
-    Envelopes forbid other fields and require params, so that a line they accept needs no
-    further check: anything unusual fails over to the general path, which knows how to
-    complain. Built once per process for each method and type, since connections of one
-    application register the same ones.
-    """
+    """The envelope struct of ``method``, tagged by it for the union decoders."""
     fields = [("jsonrpc", Literal["2.0"]), ("params", params_type)]
     if is_request:
         fields.insert(1, ("id", Union[int, str, None]))
@@ -73,10 +63,8 @@ def fast_decodable(frame: Any) -> bool:
 
 def typed_decoder_may_read(frame: Any) -> bool:
     """False for a line the typed decoders would reject, where that look is cheaper than their
-    exception: an answer (no ``"method"`` key), an extension method (its name begins with ``_``;
-    the typed decoders know the protocol's methods only), invalid UTF-8 (see fast_decodable),
-    an oversized frame. A wrong True costs only the failed attempt, a wrong False (a nested
-    ``"method"`` key first) only the general path's slower decoding."""
+    exception: an answer (no ``"method"`` key), an extension method (named ``_...``: they know the
+    protocol's methods only), invalid UTF-8 (see fast_decodable), an oversized frame."""
     if type(frame) is not bytes:
         return False
     at = frame.find(b'"method"')

@@ -1,35 +1,22 @@
 """The error rules of JSON-RPC answers: which error answers a request whose handler raised, and
-how an error the peer answered to one of our calls is marked as the peer's.
-
-Rules this module keeps:
+how an error the peer answered to one of our calls is marked as the peer's. Rules:
 
 - A handler raising an ``acp_lite`` protocol error sends that error; any other exception sends
-  -32603, and is the application's own failure (the caller logs it with its traceback). By
-  default the answer says nothing more: the peer may be untrusted (an editor's agent). An agent's
-  handlers are marked by ``describe_failure``: their -32603 carries ``data`` saying what failed,
-  ``{"type": "ValueError", "message": "..."}`` with the message cut at ``FAILURE_SHOWN_CHARS``;
-  never a traceback or locals (a handler that wants to send more raises an ``AcpError`` carrying
-  its own ``data``).
+  -32603 and is the application's own failure (the caller logs it with its traceback). The answer
+  says nothing more (the peer may be untrusted) unless ``describe_failure`` marked it, as an
+  agent's handlers do: its ``data`` is then ``{"type": "ValueError", "message": "..."}``, the
+  message cut at ``FAILURE_SHOWN_CHARS``; never a traceback or locals.
 - An error the peer answered to a call the handler made stays the peer's: escaping the handler,
-  it is answered -32603 with ``data`` naming that call's method, code and message (a handler that
-  wants to send a code raises a fresh error). Sent as it is, a -32601 for a nested call would read
-  as "this method is not supported".
+  it is answered -32603 with ``data`` naming that call's method, code and message. Sent as it is,
+  a -32601 for a nested call would read as "this method is not supported".
 - A cancelled request answers -32800.
 - An error object from the peer that is not ``{code: int, message: str, ...}`` becomes -32600.
 """
 
 from typing import Any, Optional, Tuple
 
-from .errors import (
-    AcpError,
-    InternalError,
-    InvalidRequest,
-    ProtocolError,
-    RequestCancelled,
-    error_from_wire,
-)
+from .errors import AcpError, InternalError, InvalidRequest, ProtocolError, RequestCancelled, error_from_wire
 
-# How much of a failed handler's exception message its error answer carries.
 FAILURE_SHOWN_CHARS = 200
 
 # The attribute that holds what describe_failure says of an exception.
@@ -59,8 +46,6 @@ def error_for(exc: BaseException, cancelled: bool) -> Tuple[AcpError, bool]:
     if cancelled:
         return (exc if isinstance(exc, RequestCancelled) and nested is None else RequestCancelled()), False
     if nested is not None:
-        # The peer's error to a call the handler made is not the handler's own answer: sent as
-        # it is, a -32601 for a nested call would read as "this method is not supported".
         assert isinstance(exc, AcpError)
         data = {"method": nested, "code": exc.code, "message": exc.message}
         return InternalError(f"Internal error: {nested} failed with {exc.code}: {exc.message}", data=data), False

@@ -1,45 +1,26 @@
 """JSON-RPC 2.0 without I/O: lines in; answers to write, callbacks to run, calls to settle out.
 
-This module starts no thread and touches no socket or descriptor (h11's habit): ``rpc.Connection``
-feeds it what its transport read and carries out what it asks. It owns the envelopes, the routing
-of every line, the table of our pending calls, the table of the peer's running requests, batches,
-``$/cancel_request`` and the error rules. Its rules:
+No thread, socket or descriptor here (h11's habit): ``rpc.Connection`` feeds the core what its
+transport read and carries out what it asks. Its rules:
 
-- A line is decoded once. Registered methods with typed params get an envelope struct each, and
-  one tagged-union decoder (tagged by ``method``) turns a line straight into the envelope of its
-  method, params already typed. Anything else (responses, unknown or malformed messages, values
-  only the lenient codec accepts) takes the general path: a generic envelope with the payload kept
-  raw, then ``codec.decode`` once the type is known. A block of several lines made only of
-  registered methods' messages is decoded in one call (the lines as one JSON array, checked to
-  hold exactly one message per line). Decoding runs no application code.
-- Routing a line appends what it asks for to ``items``, in arrival order, as ``(fn, arg)``
-  callbacks: a notification's handler with its params, ``start_request`` with a request's
-  ``RequestContext`` (``Connection`` starts it), ``settle_call`` with a call's outcome. Frames to
-  write at once (error answers to bad input) go to ``replies``. The caller runs the callbacks in
-  that order, one at a time, and writes the replies.
-- Every pending call settles exactly once: the reader pops it from the table before settling, and
-  ``forget`` (a timeout, a cancelled future) or ``take_pending`` (closing) pops it otherwise.
-- Bad input never stops the reading. Invalid JSON: -32700 with a null id (and when its first bytes
-  show it answers one of our calls, that call fails with ``ParseError``). Valid JSON that cannot
-  be decoded (a lone surrogate in a string) and holds a request with a readable id: -32600 with
-  that id. Valid JSON that is not a JSON-RPC message: -32600 (id echoed when readable). Responses
-  never get a reply, valid or not, so two peers can never bounce error messages back and forth.
-  Lines that do not even look like JSON (a banner on stdout) are counted and logged now and then,
-  not answered.
-- Error rules for answers: see ``error_rules`` (a handler's protocol error is sent as it is,
-  anything else is -32603, and an error the peer answered to a nested call stays the peer's).
-
-Beside it: ``envelopes`` (the typed envelopes and their one-pass decoders), ``outgoing`` (what we
-write, checked and encoded), ``error_rules``, ``framing`` (the lines, cut out of bytes),
-``salvage`` (what can still be read of a line that does not decode) and ``outcomes`` (settling
-futures once).
-
-The table of our pending calls is the core's alone: nothing outside this module touches it but
-through ``add_pending``, ``forget`` and ``take_pending``. The peer's requests not answered yet
-are an ``IncomingRequests`` the connection hands to the core (which adds them as it routes them)
-and to ``answering`` (which finishes them once answered), so that neither needs the other.
-Threads: both are plain dicts, the reader alone inserts; single dict operations are atomic, and
-``Connection`` serializes the compound ones (closing) with its lock.
+- A line is decoded once. Registered methods with typed params go through one tagged union (see
+  ``envelopes``) straight into their method's envelope; anything else (responses, unknown or
+  malformed messages, values only the lenient codec accepts) takes the general path: a generic
+  envelope with the payload kept raw, then ``codec.decode`` once the type is known. A block of
+  registered methods' messages is decoded in one call. Decoding runs no application code.
+- Routing appends ``(fn, arg)`` callbacks to ``items`` in arrival order (a notification's handler,
+  ``start_request`` with a request's context, ``settle_item`` with a call's outcome) and answers
+  to bad input to ``replies``; the caller runs the callbacks in that order, one at a time.
+- Bad input never stops the reading. Invalid JSON: -32700 with a null id (and the call its first
+  bytes show it answers fails with ``ParseError``). Valid JSON that cannot be decoded (a lone
+  surrogate) holding a request with a readable id: -32600 with that id. Valid JSON that is not a
+  JSON-RPC message: -32600 (id echoed when readable). Responses never get a reply, so two peers
+  never bounce errors back and forth. Lines that do not even look like JSON (a banner on stdout)
+  are counted and logged now and then, not answered.
+- The table of our pending calls is the core's alone (``add_pending``, ``forget``,
+  ``take_pending``): each call settles exactly once, by whoever pops it. The peer's running
+  requests are an ``IncomingRequests`` shared with ``answering``. The reader alone inserts into
+  either; ``Connection``'s lock serializes the compound operations (closing).
 """
 
 import functools
@@ -52,44 +33,21 @@ import msgspec
 from msgspec import UNSET, Raw, Struct
 
 from .codec import ENCODER, decode, strict_type
-from .envelopes import (
-    envelope_type,
-    fast_decodable,
-    lines_of,
-    several_lines,
-    typed_decoder_may_read,
-    union_decoders,
-)
+from .envelopes import envelope_type, fast_decodable, lines_of, several_lines, typed_decoder_may_read, union_decoders
 from .error_rules import error_from_object, marked_as_answer
-from .errors import (
-    AcpError,
-    InternalError,
-    InvalidRequest,
-    MethodNotFound,
-    ParseError,
-    UsageError,
-)
+from .errors import AcpError, InternalError, InvalidRequest, MethodNotFound, ParseError, UsageError
 from .framing import OversizedFrame
 from .outcomes import settle
-from .outgoing import (
-    ENCODE_FAILURES,
-    OutError,
-    OutRequest,
-    OutResult,
-    check_method_name,
-    check_params,
-    encode_outgoing,
-)
+from .outgoing import ENCODE_FAILURES, OutError, OutRequest, OutResult, check_method_name, check_params, encode_outgoing
 from .records import BatchReply, ConnectionStats, FastPath, PendingCall, Route
 from .salvage import HEAD_ID, lone_surrogate, read_leniently
 
 CANCEL_REQUEST_METHOD = "$/cancel_request"
 
-# What routing a line asks for, in arrival order: ``fn(arg)``, run by the caller in its turn.
+# What routing a line asks for: ``fn(arg)``, run by the caller in its turn.
 Routed = Tuple[Callable[[Any], Any], Any]
 
-# Repeated complaints about the peer's input (noise lines, parse errors, oversized frames) are
-# logged at most once per this many seconds, with a running count.
+# Complaints of one kind about the peer's input are logged at most once per this many seconds.
 _COMPLAINT_INTERVAL = 5.0
 
 
@@ -173,11 +131,8 @@ def error_frame(request_id: Any, error: AcpError, log: logging.Logger, name: str
 
 
 class IncomingRequests:
-    """The peer's requests not answered yet, by id (started or not): the core adds each as it
-    routes it (refusing an id in use) and finds it for ``$/cancel_request``; ``answering``
-    finishes it once answered and lists them when the connection closes. Made by the connection
-    and handed to both, so that neither needs the other. Single dict operations: the reader alone
-    adds, and ``Connection`` serializes the compound ones with its lock."""
+    """The peer's requests not answered yet (started or not), by id: the core adds each as it
+    routes it and finds it for ``$/cancel_request``; ``answering`` finishes it once answered."""
 
     __slots__ = ("_by_id",)
 
@@ -185,7 +140,6 @@ class IncomingRequests:
         self._by_id: Dict[Any, Any] = {}
 
     def get(self, request_id: Any) -> Any:
-        """The request running under ``request_id``, or None."""
         return self._by_id.get(request_id)
 
     def add(self, request_id: Any, ctx: Any) -> None:
@@ -198,18 +152,15 @@ class IncomingRequests:
             del self._by_id[request_id]
 
     def running(self) -> List[Any]:
-        """The requests not answered yet, started or not."""
         return list(self._by_id.values())
 
 
 class RpcCore:
     """The JSON-RPC state of one connection, with no I/O: routes, tables, routing, answers.
 
-    ``make_context(request_id, route, params, batch)`` builds the object that stands for an
-    incoming request (a ``RequestContext``); ``start_request`` is the callback that starts one
-    (appended to ``items`` in its turn); ``cancel_request(ctx)`` cancels one (for
-    ``$/cancel_request``, also in its turn); ``incoming`` is where the peer's requests wait for
-    their answers.
+    ``make_context(request_id, route, params, batch)`` builds an incoming request's context (a
+    ``RequestContext``); ``start_request(ctx)`` starts one and ``cancel_request(ctx)`` cancels one
+    (for ``$/cancel_request``), both as callbacks in their turn.
     """
 
     def __init__(
@@ -227,7 +178,8 @@ class RpcCore:
         self.stats = ConnectionStats()
         self._pending: Dict[Any, PendingCall] = {}
         self._incoming = incoming
-        self.notifications: Dict[str, Route] = {}
+        cancel_route = Route(CANCEL_REQUEST_METHOD, self._on_cancel_request, _CancelRequestParams, False)
+        self.notifications: Dict[str, Route] = {CANCEL_REQUEST_METHOD: cancel_route}
         self.requests: Dict[str, Route] = {}
         self.unknown_request: Optional[Callable[[str, Any, Any], Any]] = None
         self.unknown_notification: Optional[Callable[[str, Any], Any]] = None
@@ -239,17 +191,12 @@ class RpcCore:
         self._ids = itertools.count(1)
         self._complained_at: Dict[str, float] = {}
         self._fast: Optional[FastPath] = None
-        self.notifications[CANCEL_REQUEST_METHOD] = Route(
-            CANCEL_REQUEST_METHOD, self._cancel_by_id(cancel_request), _CancelRequestParams, False
-        )
+        self._cancel_request = cancel_request
 
-    def _cancel_by_id(self, cancel_request: Callable[[Any], Any]) -> Callable[[_CancelRequestParams], None]:
-        def on_cancel_request(params: _CancelRequestParams) -> None:
-            ctx = self._incoming.get(params.requestId)
-            if ctx is not None:
-                cancel_request(ctx)
-
-        return on_cancel_request
+    def _on_cancel_request(self, params: _CancelRequestParams) -> None:
+        ctx = self._incoming.get(params.requestId)
+        if ctx is not None:
+            self._cancel_request(ctx)
 
     # -- registration -------------------------------------------------------------------------
     def register(self, route: Route) -> None:
@@ -291,7 +238,7 @@ class RpcCore:
         request_id = next(self._ids)
         return request_id, encode_outgoing(OutRequest("2.0", request_id, method, UNSET if params is None else params))
 
-    # -- the tables (the core's alone: nothing outside this module edits them) -----------------
+    # -- the tables (see the module's rules) --------------------------------------------------
     def add_pending(self, request_id: Any, call: PendingCall) -> None:
         """Our call ``request_id`` was sent (or is about to be): its answer settles ``call``."""
         self._pending[request_id] = call
@@ -314,9 +261,8 @@ class RpcCore:
 
     # -- incoming -----------------------------------------------------------------------------
     def route_block(self, block: Any, items: List[Routed], replies: List[bytes]) -> None:
-        """Route a block's lines: append one callback per message to ``items`` (answers to bad
-        input to ``replies``). A block made only of registered methods' messages is decoded in
-        one call."""
+        """``route_lines`` for a block of lines; one made only of registered methods' messages is
+        decoded in one call."""
         fast = self._fast
         assert fast is not None
         envelopes = self._decode_block(block, fast)
@@ -340,10 +286,9 @@ class RpcCore:
     def _decode_block(self, block: Any, fast: FastPath) -> Optional[List[Any]]:
         """The envelopes of a block's lines, or None when it must be read line by line.
 
-        The lines become one JSON array: each newline a comma. A message that is valid JSON
-        across several lines cannot survive that (a comma lands next to a bracket, colon or
-        another comma), and the count check catches two messages on one line, so the array
-        holds exactly one message per line, as line-by-line reading would have found them.
+        Each newline becomes a comma of one JSON array. A message spread over several lines cannot
+        survive that (a comma lands next to a bracket, colon or comma), and the count check catches
+        two messages on one line: the array holds exactly the messages line-by-line reading finds.
         """
         if not several_lines(block) or not fast_decodable(block):
             return None
@@ -384,9 +329,7 @@ class RpcCore:
     def _route_slowly(self, frame: Any, items: List[Routed], replies: List[bytes]) -> None:
         try:
             self._route_generally(frame, items, replies)
-        except Exception:
-            # A bug, or a decode hook failing in a way nobody foresaw: one line is lost, not the
-            # connection.
+        except Exception:  # a bug, or a decode hook failing as nobody foresaw: one line lost, not all
             self._log.exception("%s: could not route a message; dropped it", self.name)
 
     def _route_generally(self, frame: Any, items: List[Routed], replies: List[bytes]) -> None:
@@ -426,19 +369,16 @@ class RpcCore:
             and isinstance(readable.get("method"), str)
             and _sendable_id(readable.get("id", UNSET))
         ):
-            # Valid JSON that msgspec cannot decode (a lone surrogate such as "\ud800" in a
-            # string): a request whose id is readable is answered with its id.
             self._reject(readable["id"], f"valid JSON that cannot be decoded: {problem}", None, replies)
         elif text[:1] in (b"{", b"["):
             self.stats.parse_errors += 1
-            self._complain("parse", "%s: invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, problem)
+            self._complain("parse", "invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, problem)
             replies.append(self.error_frame(None, ParseError(f"Parse error: {problem}")))
-            # If it was the answer to one of our calls, its caller must not wait forever.
             self._fail_call_answered_by(text, ParseError(f"the answer could not be read: {problem}"), items)
         else:
             self.stats.noise_lines += 1
             self._complain(
-                "noise", "%s: ignored a line that is not JSON-RPC (%d so far): %r", self.stats.noise_lines, text[:200]
+                "noise", "ignored a line that is not JSON-RPC (%d so far): %r", self.stats.noise_lines, text[:200]
             )
 
     def _complain(self, kind: str, template: str, *args: Any) -> None:
@@ -446,9 +386,9 @@ class RpcCore:
         last = self._complained_at.get(kind)
         if last is None or now - last >= _COMPLAINT_INTERVAL:
             self._complained_at[kind] = now
-            self._log.warning(template, self.name, *args)
+            self._log.warning("%s: " + template, self.name, *args)
         else:
-            self._log.debug(template, self.name, *args)
+            self._log.debug("%s: " + template, self.name, *args)
 
     def _reply(self, frame: bytes, batch: Optional[BatchReply], replies: List[bytes]) -> None:
         done = frame if batch is None else batch.add(frame)
@@ -457,9 +397,7 @@ class RpcCore:
 
     def _reject(self, request_id: Any, reason: str, batch: Optional[BatchReply], replies: List[bytes]) -> None:
         self.stats.invalid_messages += 1
-        self._complain(
-            "invalid", "%s: invalid message from the peer (%d so far): %s", self.stats.invalid_messages, reason
-        )
+        self._complain("invalid", "invalid message from the peer (%d so far): %s", self.stats.invalid_messages, reason)
         self._reply(self.error_frame(request_id, InvalidRequest(f"Invalid request: {reason}")), batch, replies)
 
     def _route_batch(self, elements: List[Raw], items: List[Routed], replies: List[bytes]) -> None:
@@ -503,7 +441,7 @@ class RpcCore:
         if problem:
             if message.id is UNSET and message.method is not UNSET:
                 # Shaped like a notification: complain here, never to the peer.
-                self._complain("invalid", "%s: dropped an invalid notification: %s", problem)
+                self._complain("invalid", "dropped an invalid notification: %s", problem)
                 return 0
             self._reject(message.id if _valid_id(message.id) else None, problem, batch, replies)
             return 1
@@ -535,7 +473,7 @@ class RpcCore:
         try:
             params = _decode_params(params_raw, route.params_type)
         except AcpError as exc:
-            self._complain("invalid", "%s: dropped a notification %s whose params do not decode: %s", method, exc)
+            self._complain("invalid", "dropped a notification %s whose params do not decode: %s", method, exc)
             return
         items.append((route.handler, params))
 
@@ -584,7 +522,7 @@ class RpcCore:
         limit = self._max_message_size
         self._complain(
             "oversized",
-            "%s: dropped a message of %d bytes (limit %d; %d so far)",
+            "dropped a message of %d bytes (limit %d; %d so far)",
             frame.size,
             limit,
             self.stats.oversized_frames,

@@ -1,13 +1,6 @@
-"""Settling futures: the helpers every layer uses to hand an outcome over exactly once.
-
-A leaf module (standard library only), so that the JSON-RPC core, the connection, the two sides
-and v2 share one copy. Rules it keeps:
-
-- Settle once: the first outcome stays; settling a future that was cancelled (or settled)
-  meanwhile is no error and changes nothing.
-- ``Answer`` is the outcome of one blocking call, for the one thread that waits for it.
-- ``HandlerTask`` is the outcome of a coroutine handler's task, which runs on after its handler
-  returned it: the request is answered, and its handler place given back, once it completes.
+"""Settling futures: how every layer hands an outcome over exactly once (standard library only).
+The rule: the first outcome stays; settling a future cancelled (or settled) meanwhile is no error
+and changes nothing.
 """
 
 import threading
@@ -22,7 +15,7 @@ def settle(future: Any, value: Any, error: Optional[BaseException]) -> None:
             future.set_result(value)
         else:
             future.set_exception(error)
-    except Exception:  # InvalidStateError (3.8+) or the older RuntimeError-like errors
+    except Exception:  # InvalidStateError: settled or cancelled meanwhile
         pass
 
 
@@ -36,9 +29,10 @@ def settle_from(target: Future, source: Future) -> None:
 
 
 class HandlerTask(Future):
-    """The outcome of a coroutine handler's task (see ``aio.start``). Running from the start, so
-    ``cancel()`` changes nothing: ``cancel_task()`` cancels the task, which then ends the future
-    with its outcome (``RequestCancelled`` if it ended cancelled)."""
+    """The outcome of a coroutine handler's task (see ``aio.start``), which runs on after its
+    handler returned it: the request is answered, and its handler place given back, once it
+    completes. Running from the start, so ``cancel()`` changes nothing: ``cancel_task()`` cancels
+    the task, which then ends the future with its outcome (``RequestCancelled`` if cancelled)."""
 
     def __init__(self, cancel_task: Any) -> None:
         super().__init__()
@@ -49,9 +43,8 @@ class HandlerTask(Future):
 class Answer:
     """The outcome of one blocking ``call``, for the one thread that waits for it: a lock taken at
     creation and released once the outcome is set. Lighter than a ``Future`` (no ``Condition``, no
-    done-callbacks, no states), which shows when many threads call at once. One party settles it
-    (whoever pops the call from the pending table); should a close racing the reader settle it
-    too, the first outcome stays (appending to a list is atomic)."""
+    callbacks), which shows when many threads call at once. Should a close racing the reader
+    settle it too, the first outcome stays (appending to a list is atomic)."""
 
     __slots__ = ("_outcomes", "_ready")
 

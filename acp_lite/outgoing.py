@@ -1,19 +1,14 @@
 """What we write: the envelopes of our requests, notifications and answers, the checks a call's
-method and params pass before anything is sent, and the encoding.
+method and params pass before anything is sent, and the encoding. Rules:
 
-Rules this module keeps:
-
-- A method name starting with ``rpc.`` is refused (JSON-RPC reserves them), and so are params that
-  are not an object or an array (``UsageError``), before anything is written.
-- A value that cannot be encoded is the application's error (``UsageError``), never a frame
-  half written. ``ENCODE_FAILURES`` lists what encoding may raise, for the answers' fallbacks.
-- Absent params are left out of the message (``UNSET``), never written as null.
-- A notification's frame is the same bytes whichever way it is encoded: with params, it is its
-  ``notification_head``, the params encoded and ``}``, so that a stream of updates encodes the
-  envelope around them once, not once per update.
-- The size of a text once encoded is known before encoding it (``json_text_size``, exact, and
-  ``JSON_ESCAPE_BOUND``, a bound from its length alone), so that an answer too large to send is
-  refused without being built.
+- A method name starting with ``rpc.`` (reserved by JSON-RPC) and params that are not an object
+  or an array are refused (``UsageError``) before anything is written.
+- A value that cannot be encoded is the application's error (``UsageError``), never a frame half
+  written. Absent params are left out (``UNSET``), never written as null.
+- A notification's frame is its ``notification_head``, the params encoded and ``}``: the same
+  bytes as its ``OutNotification`` encoded, so a stream of updates encodes the envelope once.
+- The size of a text once encoded is known before encoding it (``json_text_size``, exact;
+  ``JSON_ESCAPE_BOUND``, from its length alone): an answer too large to send is refused unbuilt.
 """
 
 from typing import Any, Dict, Tuple
@@ -22,17 +17,13 @@ import msgspec
 from msgspec import UNSET, Struct
 
 from .codec import ENCODER
-from .errors import (
-    UsageError,
-)
+from .errors import UsageError
 
 # What encoding a value the application gave us may raise: a type msgspec cannot write, a string
 # that is not valid Unicode (a lone surrogate), or nesting deeper than the stack allows.
 ENCODE_FAILURES = (TypeError, ValueError, NotImplementedError, msgspec.EncodeError, RecursionError)
 
-
-# Params that JSON-RPC does not allow (it wants an object or an array); bool is an int. A module
-# constant, since building the tuple on every outgoing message shows in the cost of a send.
+# Params that JSON-RPC does not allow (it wants an object or an array); bool is an int.
 _SCALAR_PARAMS = (str, bytes, int, float)
 
 
@@ -93,12 +84,10 @@ _ESCAPED = bytes(range(0x20)) + b'"\\'
 _UNESCAPED = bytes(byte for byte in range(256) if byte not in _ESCAPED)
 _SHORT_ESCAPED = b'"\\\b\t\n\f\r'
 
-# Characters of a text measured at a time: the copies measuring makes stay this small (4 MiB at
-# most) whatever the text's size.
+# Characters measured at a time: measuring copies 4 MiB at most, whatever the text's size.
 _MEASURED_CHARS = 1024 * 1024
 
-# The str fields of each Struct type an answer has been, by their attribute names (see
-# answer_text_size); () for other types.
+# answer_text_size's cache: the names of the str fields of each type an answer has been (() if none).
 _TEXT_FIELDS: Dict[type, Tuple[str, ...]] = {}
 
 
@@ -138,6 +127,5 @@ def answer_text_size(result: Any, smallest: int) -> int:
 
 
 def notification_head(method: str) -> bytes:
-    """What the frame of notification ``method`` holds before its params: that frame is this, the
-    params encoded and ``}``, byte for byte what encoding its ``OutNotification`` gives."""
+    """What the frame of notification ``method`` holds before its params (see the module's rules)."""
     return b'{"jsonrpc":"2.0","method":' + encode_outgoing(method) + b',"params":'

@@ -1,8 +1,5 @@
 """What can still be read of a line that does not decode, so that bad input is answered as
-precisely as it can be: the id at the head of a frame too large or too broken to read
-(``HEAD_ID``), a line as Python's json module reads it (``read_leniently``), and where it holds a
-lone surrogate (``lone_surrogate``). Plain functions, no I/O; ``jsonrpc`` uses them on the rare
-lines that take this path.
+precisely as it can be. Used only on the rare lines that take this path.
 """
 
 import json
@@ -19,7 +16,7 @@ HEAD_ID = re.compile(
 
 def read_leniently(text: bytes) -> Any:
     """A line msgspec refused, as Python's json module reads it (it accepts lone surrogates), or
-    None if that fails too. Only for the rare lines that take this path."""
+    None if that fails too."""
     try:
         return json.loads(text.decode("utf-8"))  # (json.loads of bytes would let encoded surrogates through)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
