@@ -15,9 +15,9 @@ import time
 
 import h11
 import pytest
-from remote_agent import RemoteTestAgent
+from remote_agent import BIG, RemoteTestAgent
 
-from acp_lite.client import RemoteAgent
+from acp_lite.client import Client, RemoteAgent
 from acp_lite.errors import AcpError, ConnectionClosed, UsageError
 from acp_lite.remote.client import open_url
 from acp_lite.remote.dial import Endpoint
@@ -569,3 +569,30 @@ def test_a_server_that_stops_reading_does_not_stop_the_client_reading():
             connection.close(2.0)
     finally:
         server.close()
+
+
+class Collecting(Client):
+    def __init__(self):
+        self.texts = []
+
+    def session_update(self, params):
+        self.texts.append(params.update.content.text)
+
+
+@pytest.mark.timeout(120)
+def test_wss_streams_a_1_mib_update_and_many_small_ones_through_tls(tls_pair):
+    # The client over TLS: the connection's reader reads the TLS socket itself (a 1 MiB message
+    # spans many records; a burst, many messages a record).
+    server_context, client_context = tls_pair
+    with serve_remote(RemoteTestAgent, ssl_context=server_context) as server:
+        client = Collecting()
+        agent = RemoteAgent.connect_url(server.ws_url, client, ssl_context=client_context)
+        try:
+            agent.initialize(timeout=WAIT)
+            session = agent.new_session("/w", timeout=WAIT).session_id
+            assert agent.prompt(session, "big", timeout=WAIT).stop_reason == "end_turn"
+            assert agent.prompt(session, "many 300", timeout=WAIT).stop_reason == "end_turn"
+            assert agent.prompt(session, NON_ASCII, timeout=WAIT).stop_reason == "end_turn"
+        finally:
+            agent.close()
+    assert len(client.texts[0]) == BIG and len(client.texts) == 302 and client.texts[-1] == NON_ASCII
