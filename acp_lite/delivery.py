@@ -1,20 +1,16 @@
 """Delivery: who runs a connection's callbacks, in which order, on which thread.
 
-- ``CallbackQueue``: the ordered queue between a connection's reader and its delivery thread. Callbacks run one at
-  a time, in the order put, on the one thread that takes them. While nothing waits (``unfinished`` is zero), the
-  reader may settle a blocking call's answer itself, or ``hold`` the delivery role and run a read's callbacks itself,
-  without overtaking anything.
-- ``Lane``: what this queue and the host's lanes (``host_delivery``: the same order, on the host's own thread inside
-  ``pump()``) both provide.
-- ``WorkerPool``: the threads request handlers run on, at most ``HANDLER_LIMIT`` handlers at once.
+A connection's callbacks (``(fn, arg)`` pairs: nothing here knows JSON-RPC) wait in its ``Lane``, a ``CallbackQueue``
+run by its delivery thread or a lane of the host's (``host_delivery``), and run one at a time, in the order put.
+While nothing waits (``unfinished`` is zero), the reader may settle a blocking call's answer itself, or ``hold`` the
+delivery role and run a read's callbacks itself, without overtaking anything. Request handlers run on a
+``WorkerPool``, at most ``HANDLER_LIMIT`` at once.
 
 One exception rule for every path (the delivery thread, the reader delivering in its place, a burst's blocks, the
 host's pumps): whatever a callback raises, the callbacks after it still run, so nothing read after it is lost. On
 the connection's own threads anything raised is logged, ``SystemExit`` and ``KeyboardInterrupt`` included (the
 thread must go on); on the host thread an ``Exception`` goes to ``on_error`` and any other ``BaseException`` (the
 host's Ctrl-C) ends that pump, what it had not run waiting, in order, for the next one.
-
-Nothing here knows JSON-RPC; a callback is a ``(fn, arg)`` pair.
 """
 
 import collections
@@ -45,40 +41,25 @@ class Lane(Protocol):
     """Where a connection's callbacks wait for their turn: a ``CallbackQueue`` (its own delivery thread) or a
     ``HostLane`` (the host's pumps). Both run what is put in order, one at a time, ``Expand`` items included."""
 
-    #: Items put and not yet run to completion (zero only when nothing waits or runs).
-    unfinished: int
+    unfinished: int  # items put and not yet run to completion (zero only when nothing waits or runs)
 
     @property
-    def owner(self) -> Optional[int]:
-        """The identity of the thread that delivers now (a blocking call there would wait for itself)."""
-
-    def put(self, items: Sequence[HostItem]) -> None:
-        """Queue ``items`` behind what waits. Any thread."""
-
-    def hold(self, count: int) -> bool:
-        """Take the delivery role for ``count`` callbacks the calling thread runs itself, then ``release(count)``;
-        what is put meanwhile waits behind them. False: something waits or runs, the lane is finished, or it is a
-        host lane."""
-
-    def release(self, count: int) -> None:
-        """Give back the role taken by ``hold``."""
-
-    def closing(self) -> None:
-        """The connection closes: a host lane drops what waits (it never runs); a callback queue runs it still."""
-
-    def finish(self) -> None:
-        """Nothing more will be put: a delivery thread ends once the rest has run."""
-
-    def join(self, deadline: float) -> None:
-        """Wait, until ``deadline`` (``time.monotonic()``), for the lane's own threads to end (not the caller)."""
+    def owner(self) -> Optional[int]: ...  # the thread that delivers now (a blocking call there would wait for itself)
+    def put(self, items: Sequence[HostItem]) -> None: ...  # behind what waits; any thread
+    # Take the delivery role for ``count`` callbacks the calling thread runs itself, then ``release(count)``; what is
+    # put meanwhile waits behind them. False: something waits or runs, the lane is finished, or it is a host lane.
+    def hold(self, count: int) -> bool: ...
+    def release(self, count: int) -> None: ...
+    def closing(self) -> None: ...  # the connection closes: a host lane drops what waits, a callback queue runs it
+    def finish(self) -> None: ...  # nothing more will be put: a delivery thread ends once the rest has run
+    def join(self, deadline: float) -> None: ...  # wait until ``deadline`` (monotonic) for the lane's own threads
 
 
 class CallbackQueue:
     """A ``Lane`` run by its own delivery thread (``acp-delivery-<name>``): started when a callback is put and none
     runs, it ends after ``IDLE_SECONDS`` with nothing to run, or once finished and empty. While it finds nothing it
     may run, it sleeps on a lock that the next ``put`` (or ``release``) releases: lighter than a ``Condition``,
-    whose wait makes a lock and runs Python code each time, and it sleeps about once per read.
-    """
+    whose wait makes a lock and runs Python code each time, and it sleeps about once per read."""
 
     def __init__(self, name: str, log: logging.Logger) -> None:
         self._name = name
@@ -104,8 +85,8 @@ class CallbackQueue:
             self._wakeup.release()
 
     def _wake_or_start(self) -> bool:
-        # Under the lock: when callbacks wait and the role is not held, start the delivery thread
-        # if none runs, or return True if it sleeps (marked awake: the caller releases _wakeup).
+        # Under the lock: when callbacks wait and the role is not held, start the delivery thread if none runs, or
+        # return True if it sleeps (marked awake: the caller releases _wakeup).
         if not (self._items or self._finished) or self._held:
             return False
         if self._thread is None:
@@ -119,8 +100,7 @@ class CallbackQueue:
         return wake
 
     def _take(self) -> Optional[List[HostItem]]:
-        """Every callback waiting (blocks while none does, or while the role is held); None once finished and empty,
-        or idle for ``IDLE_SECONDS``: the thread then ends."""
+        # Every callback waiting (blocks while none does, or while the role is held); None: the thread ends.
         while True:
             with self._lock:
                 if self._items and not self._held:

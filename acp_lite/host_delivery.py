@@ -35,17 +35,14 @@ class HostLane:
     """One connection's ``Lane`` in a ``HostDelivery``. ``unfinished`` counts queue items, a block being run as its one
     item until its last callback has run. Once ``closed``, nothing of it runs: ``on_drop`` gets what waited."""
 
-    __slots__ = ("_delivery", "closed", "on_drop", "unfinished")
+    __slots__ = ("_delivery", "closed", "on_drop", "owner", "unfinished")
 
     def __init__(self, delivery: "HostDelivery", on_drop: Callable[[List[Callback]], Any]):
         self._delivery = delivery
         self.on_drop = on_drop
         self.unfinished = 0
         self.closed = False
-
-    @property
-    def owner(self) -> Optional[int]:
-        return self._delivery._owner
+        self.owner = delivery._owner  # (the host thread, for good)
 
     def put(self, items: Sequence[HostItem]) -> None:
         self._delivery._put(self, items)
@@ -228,8 +225,7 @@ class HostDelivery:
             return ()
 
     def _settle_lane(self, lane: HostLane, put_back: int, dropped: Sequence[Any]) -> None:
-        # One item of ``lane`` has left the queue: run, or ``put_back`` (0 or 1) items took its place; ``dropped``
-        # will not run, the lane being closed.
+        # One item of ``lane`` has left the queue: run, or replaced by ``put_back`` (0 or 1) items, or ``dropped``.
         with self._lock:
             lane.unfinished += put_back - 1
         if dropped:
