@@ -159,7 +159,6 @@ class CallbackQueue:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
-        # The delivery thread: run what is put, in order, until idle or finished.
         with self._lock:
             if not self._held:
                 self.owner = threading.get_ident()
@@ -198,15 +197,12 @@ class Expand:
 
 
 class WorkerPool:
-    """Threads for request handlers, which may block for minutes and call the peer.
-
-    At most ``HANDLER_LIMIT`` handlers run at once; the next ones wait, in submission order, for one of them to end.
-    A worker starts only for a task that may run now when no worker is idle, so that a burst of requests, or a peer
-    that does not read the answers its requests' handlers block in, costs at most that many threads. A handler that
-    returns a ``Future`` (a coroutine handler's task, run on the event loop) keeps its place until it completes,
-    without its thread: the limit counts handlers, not threads. The reading, handed on (``hand_off``), is no
-    handler: it never waits. Workers exit after ``IDLE_SECONDS`` idle.
-    """
+    """Threads for request handlers, which may block for minutes and call the peer. At most ``HANDLER_LIMIT``
+    handlers run at once; the next ones wait, in submission order. A worker starts only for a task that may run now
+    when no worker is idle, so that a burst of requests, or a peer that does not read the answers its requests'
+    handlers block in, costs at most that many threads. A handler that returns a ``Future`` (a coroutine handler's
+    task, run on the event loop) keeps its place until it completes, without its thread: the limit counts handlers,
+    not threads. The reading, handed on (``hand_off``), is no handler: it never waits. Workers exit once idle."""
 
     def __init__(self, name: str, logger: logging.Logger):
         self._name = name
@@ -249,8 +245,7 @@ class WorkerPool:
             self._start_worker()
 
     def release_when_done(self, future: Future) -> None:
-        """Give back a place taken by ``claim()`` (or a worker's handler) once ``future`` completes: the handler's
-        task runs on after it returned."""
+        """Give back a place taken by ``claim()`` (or a worker's handler) once ``future``, its task, completes."""
         with self._lock:
             self._tasks_held += 1
         future.add_done_callback(self._release_task)

@@ -54,8 +54,7 @@ class HostLane:
         raise AssertionError("a host lane is never held")
 
     def closing(self) -> None:
-        """``on_drop`` gets what waits, on this thread (what a running pump holds: on the host thread, before that pump
-        returns)."""
+        """``on_drop`` gets what waits, here (what a running pump holds: on the host thread, before it returns)."""
         self._delivery._close_lane(self)
 
     def finish(self) -> None:
@@ -80,15 +79,13 @@ class HostDelivery:
     ``UsageError`` (its answer would wait for a pump that cannot happen): use ``call_future``.
 
     A callback that raises an ``Exception`` is reported to ``on_error(exc)`` on the host thread (default: logged with
-    its traceback to the ``acp_lite.delivery`` logger), and the next one runs. Once a connection is closed, nothing
-    more of it is delivered: its waiting callbacks are dropped (the answers among them fail their futures with
-    ``ConnectionClosed``).
+    its traceback to the ``acp_lite.delivery`` logger) and the next one runs. A closed connection's waiting callbacks
+    are dropped (the answers among them fail their futures with ``ConnectionClosed``).
 
-    A pump takes what waits in one go under the lock and runs it outside, item by item (an ``Expand`` item's
-    callbacks straight from the list it returns). What it took and does not run (``max_items`` or ``budget`` reached,
-    a callback raising ``BaseException``) goes back to the front of the queue, in order (the rest of a block as one
-    item), before it returns. Before each callback it looks whether its lane was closed meanwhile (by a callback, or
-    by another thread), and drops the rest of that lane's if so.
+    A pump takes what waits in one go under the lock and runs it outside. What it took and does not run (``max_items``
+    or ``budget`` reached, a callback raising ``BaseException``) goes back to the front of the queue, in order, before
+    it returns. Before each callback it looks whether its lane was closed meanwhile (by a callback or another thread),
+    and drops the rest of that lane's if so.
     """
 
     def __init__(
