@@ -154,7 +154,7 @@ class HostDelivery:
                         return ran
                 lane, item, value = batch.popleft()
                 if lane.closed:
-                    self._settle_lane(lane, 0, [(item, value)])
+                    self._settle_lane(lane, [(item, value)])
                     continue
                 callbacks: Sequence[Callback] = self._expand(item, value) if type(item) is Expand else ((item, value),)
                 started = 0  # (counted before each runs: one that raises BaseException is not run again)
@@ -173,15 +173,13 @@ class HostDelivery:
                             stop = True
                             break
                 finally:
-                    # The item has left the queue: what of it did not run takes its place as one item (or is
-                    # dropped, the lane being closed).
+                    # The item has left the queue: what of it did not run takes its place as one item (the lane's
+                    # count unchanged), or is dropped, the lane being closed.
                     rest = callbacks[started:]
-                    if lane.closed:
-                        self._settle_lane(lane, 0, rest)
+                    if rest and not lane.closed:
+                        batch.appendleft((lane, _REST, rest))
                     else:
-                        if rest:
-                            batch.appendleft((lane, _REST, rest))
-                        self._settle_lane(lane, 1 if rest else 0, [])
+                        self._settle_lane(lane, rest)
                 ran += started
                 if stop:
                     return ran
@@ -221,10 +219,10 @@ class HostDelivery:
             _delivery_log.exception("routing a block of messages failed")
             return ()
 
-    def _settle_lane(self, lane: HostLane, put_back: int, dropped: Sequence[Any]) -> None:
-        # One item of ``lane`` has left the queue: run, or replaced by ``put_back`` (0 or 1) items, or ``dropped``.
+    def _settle_lane(self, lane: HostLane, dropped: Sequence[Any]) -> None:
+        # One item of ``lane`` has left the queue, run or ``dropped`` (queue items that will not run).
         with self._lock:
-            lane.unfinished += put_back - 1
+            lane.unfinished -= 1
         if dropped:
             self._drop(lane, dropped)
 
