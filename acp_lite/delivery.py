@@ -30,10 +30,10 @@ HostItem = Tuple[Union[Callable[[Any], Any], "Expand"], Any]
 IDLE_SECONDS = 2.0
 
 # At most this many request handlers of a connection run at once. Each holds a thread (it may block for minutes), so
-# this bounds the threads started by a burst of requests, or held blocked in their replies by a peer that does not
-# read our answers. The price: 64 handlers that each wait for a later request of the same peer would wait for good;
-# far more than an editor or an agent keeps busy (a prompt turn per session, a few tool calls each). A handler that
-# waits long without a thread answers with a Future and frees its place at once, as terminal/wait_for_exit does.
+# this bounds the threads started by a burst of requests, or held blocked in replies by a peer that does not read our
+# answers. The price: 64 handlers that each wait for a later request of the same peer would wait for good; far more
+# than an editor or agent keeps busy (a prompt turn per session, a few tool calls each). A handler waiting long answers
+# with a Future, freeing its place at once: terminal/wait_for_exit does, so pending waits never hold back a kill.
 HANDLER_LIMIT = 64
 
 

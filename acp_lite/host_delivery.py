@@ -140,7 +140,7 @@ class HostDelivery:
         return ran
 
     def lane(self, on_drop: Callable[[List[Callback]], Any]) -> HostLane:
-        """A new connection's place in this delivery; ``on_drop`` gets what of it never runs, closed first."""
+        """A new connection's lane; ``on_drop`` gets the callbacks of it that never run, the connection closed first."""
         return HostLane(self, on_drop)
 
     def _run(self, quota: Optional[int], deadline: Optional[float]) -> int:
