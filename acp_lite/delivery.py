@@ -1,27 +1,16 @@
-"""Delivery: who runs the callbacks, in which order, on which thread.
+"""Delivery: who runs a connection's callbacks, in which order, on which thread.
 
-- ``CallbackQueue``: the ordered queue between a connection's reader and its delivery thread.
-  Callbacks run one at a time, in the order they were put, on the one thread that takes them;
-  ``unfinished`` counts those put and not yet run to completion, so the reader knows when
-  nothing waits (then it may settle a blocking call's answer itself without overtaking anything).
-  When nothing waits, the reader may also ``hold`` the delivery role and run a read's callbacks
-  itself; the delivery thread then runs nothing until it is ``release``d, and ``owner`` names
-  the reader meanwhile.
-- ``Lane``: what both ways of delivering provide, this queue and the host's lanes
-  (``host_delivery``: the same order, but on the host application's own thread, inside
-  ``pump()``).
-- ``WorkerPool``: the threads request handlers run on (they may block for minutes and call the
-  peer): it grows when every worker is busy, up to ``HANDLER_LIMIT`` handlers at once (the next
-  ones wait their turn), and shrinks when a worker has been idle for a while.
+A connection's callbacks (``(fn, arg)`` pairs: nothing here knows JSON-RPC) wait in its ``Lane``, a ``CallbackQueue``
+run by its delivery thread or a lane of the host's (``host_delivery``), and run one at a time, in the order put.
+While nothing waits (``unfinished`` is zero), the reader may settle a blocking call's answer itself, or ``hold`` the
+delivery role and run a read's callbacks itself, without overtaking anything. Request handlers run on a
+``WorkerPool``, at most ``HANDLER_LIMIT`` at once.
 
-One exception rule for every path (the delivery thread, the reading thread delivering in its
-place, a burst's blocks, the host's pumps): whatever a callback raises, the callbacks after it
-still run, so nothing read after it is lost. On the connection's own threads anything raised is
-logged, ``SystemExit`` and ``KeyboardInterrupt`` included (the thread must go on; ``run_callbacks``);
-on the host thread an ``Exception`` goes to ``on_error`` and any other ``BaseException`` (the
+One exception rule for every path (the delivery thread, the reader delivering in its place, a burst's blocks, the
+host's pumps): whatever a callback raises, the callbacks after it still run, so nothing read after it is lost. On
+the connection's own threads anything raised is logged, ``SystemExit`` and ``KeyboardInterrupt`` included (the
+thread must go on); on the host thread an ``Exception`` goes to ``on_error`` and any other ``BaseException`` (the
 host's Ctrl-C) ends that pump, what it had not run waiting, in order, for the next one.
-
-Nothing here knows JSON-RPC; a callback is a ``(fn, arg)`` pair.
 """
 
 import collections
@@ -33,77 +22,44 @@ from concurrent.futures import Future
 from typing import Any, Callable, Deque, List, Optional, Protocol, Sequence, Tuple, Union
 
 Callback = Tuple[Callable[[Any], Any], Any]
-# What a host lane holds: a callback, or an ``Expand`` that turns into callbacks when pumped.
+# What a lane holds: a callback, or an ``Expand`` that turns into callbacks in its turn.
 HostItem = Tuple[Union[Callable[[Any], Any], "Expand"], Any]
 
-# The threads started on demand (the delivery thread, workers) exit once idle this long: an idle
-# connection holds its reader alone. Starting one again costs about what a request costs.
+# The threads started on demand (the delivery thread, workers) exit once idle this long, so that an idle connection
+# holds its reader alone. Starting one again costs about what a request costs.
 IDLE_SECONDS = 2.0
 
-# At most this many request handlers of a connection run at once. Each holds a thread (it may
-# block for minutes), so this bounds the threads a burst of requests starts before the first
-# ones answered, and those a peer that does not read our answers holds blocked in their replies.
-# The price: a request beyond it waits for a handler to end, so 64 handlers that each wait for a
-# later request of the same peer would wait for good; it is far above the handlers an editor or
-# an agent keeps busy at once (a prompt turn per session, a few tool calls each). A handler that
-# waits on something long without holding a thread answers with a Future and frees its place at
-# once: the workspace's terminal/wait_for_exit does, so pending waits never hold back a kill.
+# At most this many request handlers of a connection run at once. Each holds a thread (it may block for minutes), so
+# this bounds the threads started by a burst of requests, or held blocked in replies by a peer that does not read our
+# answers. The price: 64 handlers that each wait for a later request of the same peer would wait for good; far more
+# than an editor or agent keeps busy (a prompt turn per session, a few tool calls each). A handler waiting long answers
+# with a Future, freeing its place at once: terminal/wait_for_exit does, so pending waits never hold back a kill.
 HANDLER_LIMIT = 64
 
 
 class Lane(Protocol):
-    """Where a connection's callbacks wait for their turn: a ``CallbackQueue`` (its own delivery
-    thread) or a ``HostLane`` (the host's pumps). Both run what is put in order, one at a time,
-    ``Expand`` items included."""
+    """Where a connection's callbacks wait for their turn: a ``CallbackQueue`` (its own delivery thread) or a
+    ``HostLane`` (the host's pumps). Both run what is put in order, one at a time, ``Expand`` items included."""
 
-    #: Items put and not yet run to completion (zero only when nothing waits or runs).
-    unfinished: int
+    unfinished: int  # items put and not yet run to completion (zero only when nothing waits or runs)
 
     @property
-    def owner(self) -> Optional[int]:
-        """The identity of the thread that delivers now (a blocking call there would wait for
-        itself)."""
-        ...
-
-    def put(self, items: Sequence[HostItem]) -> None:
-        """Queue ``items`` behind what waits. Any thread."""
-        ...
-
-    def hold(self, count: int) -> bool:
-        """Take the delivery role for ``count`` callbacks the calling thread runs itself (False:
-        not now, or never for this lane); then ``release(count)``."""
-        ...
-
-    def release(self, count: int) -> None:
-        """Give back the role taken by ``hold``."""
-        ...
-
-    def closing(self) -> None:
-        """The connection closes: a host lane drops what waits (it never runs); a callback queue
-        runs it still."""
-        ...
-
-    def finish(self) -> None:
-        """Nothing more will be put: a delivery thread ends once the rest has run."""
-        ...
-
-    def join(self, deadline: float) -> None:
-        """Wait, until ``deadline`` (``time.monotonic()``), for the lane's own threads to end."""
-        ...
+    def owner(self) -> Optional[int]: ...  # the thread that delivers now (a blocking call there would wait for itself)
+    def put(self, items: Sequence[HostItem]) -> None: ...  # behind what waits; any thread
+    # Take the delivery role for ``count`` callbacks the calling thread runs itself, then ``release(count)``; what is
+    # put meanwhile waits behind them. False: something waits or runs, the lane is finished, or it is a host lane.
+    def hold(self, count: int) -> bool: ...
+    def release(self, count: int) -> None: ...
+    def closing(self) -> None: ...  # the connection closes: a host lane drops what waits, a callback queue runs it
+    def finish(self) -> None: ...  # nothing more will be put: a delivery thread ends once the rest has run
+    def join(self, deadline: float) -> None: ...  # wait until ``deadline`` (monotonic) for the lane's own threads
 
 
 class CallbackQueue:
-    """The ordered queue of ``(fn, arg)`` callbacks between the reader and the delivery thread.
-
-    The delivery thread (``acp-delivery-<name>``) starts when a callback is put and none runs,
-    and exits once it has found nothing to run for ``IDLE_SECONDS`` (or the queue is finished and
-    empty): an idle connection holds no delivery thread. ``owner`` is the identity of the thread
-    that delivers now (the delivery thread, or the reader holding the delivery role): a blocking
-    call there would wait for itself. When it finds nothing it may run, the delivery thread sleeps
-    on a lock that the next ``put`` (or ``release``) releases: lighter than a ``Condition``, whose
-    wait makes a lock and runs Python code each time, and the delivery thread sleeps about once
-    per read in request and answer traffic.
-    """
+    """A ``Lane`` run by its own delivery thread (``acp-delivery-<name>``): started when a callback is put and none
+    runs, it ends after ``IDLE_SECONDS`` with nothing to run, or once finished and empty. While it finds nothing it
+    may run, it sleeps on a lock that the next ``put`` (or ``release``) releases: lighter than a ``Condition``,
+    whose wait makes a lock and runs Python code each time, and it sleeps about once per read."""
 
     def __init__(self, name: str, log: logging.Logger) -> None:
         self._name = name
@@ -129,8 +85,8 @@ class CallbackQueue:
             self._wakeup.release()
 
     def _wake_or_start(self) -> bool:
-        # Under the lock: when callbacks wait and the role is not held, start the delivery thread
-        # if none runs, or return True if it sleeps (marked awake: the caller releases _wakeup).
+        # Under the lock: when callbacks wait and the role is not held, start the delivery thread if none runs, or
+        # return True if it sleeps (marked awake: the caller releases _wakeup).
         if not (self._items or self._finished) or self._held:
             return False
         if self._thread is None:
@@ -144,9 +100,7 @@ class CallbackQueue:
         return wake
 
     def _take(self) -> Optional[List[HostItem]]:
-        """Every callback waiting (blocks while none does, or while the role is held); None once
-        finished and empty, or idle for ``IDLE_SECONDS``: the thread then ends. The delivery
-        thread only."""
+        # Every callback waiting (blocks while none does, or while the role is held); None: the thread ends.
         while True:
             with self._lock:
                 if self._items and not self._held:
@@ -170,14 +124,7 @@ class CallbackQueue:
         if not self._held:
             self.owner = None
 
-    def done(self, count: int) -> None:
-        with self._lock:
-            self.unfinished -= count
-
     def hold(self, count: int) -> bool:
-        """Take the delivery role for ``count`` callbacks the calling thread runs itself, if
-        nothing is queued or running and the queue is not finished (False otherwise); then
-        ``release(count)`` once they ran. Meanwhile whatever is put waits behind them."""
         with self._lock:
             if self.unfinished or self._finished:
                 return False
@@ -199,7 +146,6 @@ class CallbackQueue:
         """(What arrived before the close still runs.)"""
 
     def finish(self) -> None:
-        """No more callbacks will come; the delivery thread ends once the rest has run."""
         with self._lock:
             self._finished = True
             wake = self._wake_or_start()
@@ -207,15 +153,12 @@ class CallbackQueue:
             self._wakeup.release()
 
     def join(self, deadline: float) -> None:
-        """Wait, until ``deadline`` (``time.monotonic()``), for the delivery threads started so
-        far to end (not for the calling thread itself)."""
         with self._lock:
             threads = [t for t in self._started if t is not threading.current_thread()]
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
-        """The delivery thread's loop: run what is put, in order, until idle or finished."""
         with self._lock:
             if not self._held:
                 self.owner = threading.get_ident()
@@ -226,13 +169,13 @@ class CallbackQueue:
             try:
                 run_callbacks(items, self._log)
             finally:
-                self.done(len(items))
+                with self._lock:
+                    self.unfinished -= len(items)
 
 
 def run_callbacks(items: Sequence[HostItem], log: logging.Logger) -> None:
-    """Run each callback in order (an ``Expand`` item: the callbacks it turns into); one that
-    raises anything is logged and the next still runs (the module's exception rule, on the
-    connection's own threads)."""
+    """Run each callback in order (an ``Expand`` item: the callbacks it turns into) under the module's exception
+    rule for the connection's own threads: one that raises anything is logged and the next still runs."""
     for fn, arg in items:
         try:
             if type(fn) is Expand:
@@ -244,9 +187,8 @@ def run_callbacks(items: Sequence[HostItem], log: logging.Logger) -> None:
 
 
 class Expand:
-    """Marks a host-queue item that is not an application callback but work that turns into
-    some (decoding a block of a burst, releasing read-ahead): ``fn(arg)`` returns the callbacks
-    that take its place in the queue, and a pump does not count it."""
+    """Marks a lane item that is no application callback but work that turns into some (decoding a block of a
+    burst, releasing read-ahead): ``fn(arg)`` returns the callbacks that take its place; a pump does not count it."""
 
     __slots__ = ("fn",)
 
@@ -255,22 +197,18 @@ class Expand:
 
 
 class WorkerPool:
-    """Threads for request handlers, which may block for minutes and call the peer.
-
-    At most ``HANDLER_LIMIT`` handlers run at once; the next ones wait, in submission order, for
-    one of them to end. A worker is started only for a task that may run now, when no worker is
-    idle, so that a burst of requests, or a peer that does not read the answers its requests'
-    handlers block in, costs at most that many threads. A handler that returns a ``Future`` (a
-    coroutine handler's task, which runs on the event loop) keeps its place until the future
-    completes, without its thread: the limit counts handlers, not threads. The reading, handed
-    on (``hand_off``), is not a handler: it never waits. Workers exit after a while idle.
-    """
+    """Threads for request handlers, which may block for minutes and call the peer. At most ``HANDLER_LIMIT``
+    handlers run at once; the next ones wait, in submission order. A worker starts only for a task that may run now
+    when no worker is idle, so that a burst of requests, or a peer that does not read the answers its requests'
+    handlers block in, costs at most that many threads. A handler that returns a ``Future`` (a coroutine handler's
+    task, run on the event loop) keeps its place until it completes, without its thread: the limit counts handlers,
+    not threads. The reading, handed on (``hand_off``), is no handler: it never waits. Workers exit once idle."""
 
     def __init__(self, name: str, logger: logging.Logger):
         self._name = name
         self._logger = logger
-        # Taken as ``with self._lock``, around ``self._cond.wait()`` too: a Condition's own ``with``
-        # is a Python call each way, and a request takes this lock twice.
+        # Taken as ``with self._lock``, around ``self._cond.wait()`` too: a Condition's own ``with`` is a Python call
+        # each way, and a request takes this lock twice.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._tasks: Deque[Callback] = collections.deque()  # handlers waiting for a worker
@@ -284,18 +222,16 @@ class WorkerPool:
         self._shut = False
 
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> bool:
-        """Run the handler ``fn(arg)`` on a worker, once fewer than ``HANDLER_LIMIT`` run; False
-        once the pool is shut down."""
+        """Run the handler ``fn(arg)`` on a worker, once fewer than ``HANDLER_LIMIT`` run; False once shut down."""
         return self._add(self._tasks, fn, arg)
 
     def hand_off(self, fn: Callable[[Any], Any], arg: Any) -> bool:
-        """Run ``fn(arg)`` (the reading, not a handler) on a worker at once; False once the pool
-        is shut down."""
+        """Run ``fn(arg)`` (the reading, not a handler) on a worker at once; False once shut down."""
         return self._add(self._handed, fn, arg)
 
     def claim(self) -> bool:
-        """Take a handler's place for one the caller runs on its own thread; False when no place
-        is left once the handlers submitted before it have theirs. Then ``release()``."""
+        """Take a handler's place for one the caller runs on its own thread, then ``release()``; False when no place
+        is left once the handlers submitted before it have theirs."""
         with self._lock:
             if self._running + len(self._tasks) >= HANDLER_LIMIT:
                 return False
@@ -309,8 +245,7 @@ class WorkerPool:
             self._start_worker()
 
     def release_when_done(self, future: Future) -> None:
-        """Give back a place taken by ``claim()`` (or a worker's handler) once ``future``
-        completes: the handler's task runs on after it returned."""
+        """Give back a place taken by ``claim()`` (or a worker's handler) once ``future``, its task, completes."""
         with self._lock:
             self._tasks_held += 1
         future.add_done_callback(self._release_task)
@@ -336,9 +271,8 @@ class WorkerPool:
         return len(self._handed) + min(len(self._tasks), HANDLER_LIMIT - self._running)
 
     def _start_worker(self) -> None:
-        # Under the lock, after one more task may start: wake an idle worker for it, or start one
-        # if every idle (or starting) worker already has one to take. None once shut down: what
-        # still waits then is refused by the connection's close().
+        # Under the lock, after one more task may start: wake an idle worker for it, or start one if every idle (or
+        # starting) worker already has one to take. None once shut down: close() refuses what still waits.
         runnable = self._runnable()
         if runnable == 0 or self._shut:
             return
@@ -356,8 +290,8 @@ class WorkerPool:
         starting, handler = True, False
         while True:
             with self._lock:
-                # Counted as starting, or as running a handler, until it holds the lock to look for
-                # a task: counted as neither between those, _start_worker would start one too many.
+                # Counted as starting, or as running a handler, until it holds the lock to look for a task: counted
+                # as neither between those, _start_worker would start one too many.
                 if starting:
                     self._starting -= 1
                     starting = False
@@ -395,8 +329,8 @@ class WorkerPool:
             self._cond.notify_all()
 
     def join(self, deadline: float) -> None:
-        """Wait until ``deadline`` for the workers to end, and for the handlers' tasks that keep
-        a place (``release_when_done``) to complete."""
+        """Wait until ``deadline`` for the workers to end, and for the handlers' tasks that keep a place
+        (``release_when_done``) to complete."""
         me = threading.current_thread()
         with self._lock:
             threads = [t for t in self._threads if t is not me]

@@ -1,11 +1,6 @@
-"""Delivery on the host's own thread: ``HostDelivery`` and its ``HostLane`` per connection.
+"""Delivery on the host's own thread: ``HostDelivery``, and in it a ``HostLane`` (a ``delivery.Lane``) per connection.
 
-For applications whose UI has a single thread (Vim, gedit): every callback of the connections
-that share one ``HostDelivery`` waits in its queue until the host thread calls ``pump()``. Each
-connection has a lane in it (a ``delivery.Lane``), dropped at its close. The exception rule is
-``delivery``'s: on the host thread an ``Exception`` goes to ``on_error`` and the next callback
-runs; any other ``BaseException`` (the host's Ctrl-C) ends that pump, the rest waiting, in
-order, for the next one.
+For applications whose UI has a single thread (Vim, gedit). The exception rule is ``delivery``'s.
 """
 
 import collections
@@ -31,28 +26,23 @@ def _the_rest(callbacks: Sequence[Callback]) -> Sequence[Callback]:
     return callbacks
 
 
-# What a pump puts back when it stops inside a block: the callbacks of it still to run, as one
-# queue item (one per message would cost the next pump a queue step per message).
+# What a pump puts back when it stops inside a block: the callbacks of it still to run, as one queue item (one per
+# message would cost the next pump a queue step per message).
 _REST = Expand(_the_rest)
 
 
 class HostLane:
-    """One connection's place in a ``HostDelivery``: what it puts there, whether anything of it
-    waits or runs (``unfinished``: zero only when nothing does; it counts queue items, and a block
-    being run counts as its one item until its last callback has run), and whether it is closed
-    (then nothing of it runs any more; what it had waiting goes to ``on_drop``)."""
+    """One connection's ``Lane`` in a ``HostDelivery``. ``unfinished`` counts queue items, a block being run as its one
+    item until its last callback has run. Once ``closed``, nothing of it runs: ``on_drop`` gets what waited."""
 
-    __slots__ = ("_delivery", "closed", "on_drop", "unfinished")
+    __slots__ = ("_delivery", "closed", "on_drop", "owner", "unfinished")
 
     def __init__(self, delivery: "HostDelivery", on_drop: Callable[[List[Callback]], Any]):
         self._delivery = delivery
         self.on_drop = on_drop
         self.unfinished = 0
         self.closed = False
-
-    @property
-    def owner(self) -> Optional[int]:
-        return self._delivery._owner
+        self.owner = delivery._owner  # (the host thread, for good)
 
     def put(self, items: Sequence[HostItem]) -> None:
         self._delivery._put(self, items)
@@ -64,8 +54,7 @@ class HostLane:
         raise AssertionError("a host lane is never held")
 
     def closing(self) -> None:
-        """Nothing more of this lane runs; what it has waiting goes to ``on_drop``, on this
-        thread (or, for what a running pump holds, on the host thread before that pump returns)."""
+        """``on_drop`` gets what waits, here (what a running pump holds: on the host thread, before it returns)."""
         self._delivery._close_lane(self)
 
     def finish(self) -> None:
@@ -78,31 +67,25 @@ class HostLane:
 class HostDelivery:
     """Delivery on the host's own thread, for applications whose UI has a single thread.
 
-    Pass one to ``Connection(..., delivery=...)`` (several connections may share one). Then every
-    callback (notification handlers, request handlers, done-callbacks of futures from
-    ``call_future``) waits in this queue until the host thread calls ``pump()``. ``set_wakeup``
-    registers a function called, from any thread, whenever work starts waiting (and after a pump
-    that leaves some behind), so the host can schedule a pump on its loop, e.g.::
+    Pass one to ``Connection(..., delivery=...)`` (connections may share one): every callback (notification and
+    request handlers, done-callbacks of ``call_future``'s futures) then waits here until the host thread calls
+    ``pump()``. ``set_wakeup`` registers a function called, from any thread, whenever work starts waiting (and after a
+    pump that leaves some behind), so the host can schedule a pump on its loop, e.g.::
 
         delivery = HostDelivery()
         delivery.set_wakeup(lambda: sublime.set_timeout(delivery.pump, 0))
 
-    The host thread is the thread that creates the object (or ``host_thread``). A blocking
-    ``Connection.call`` on that thread raises ``UsageError`` (its answer would wait for a pump
-    that cannot happen); use ``call_future`` there.
+    The host thread is ``host_thread``, or the one that creates the object. A blocking ``Connection.call`` there raises
+    ``UsageError`` (its answer would wait for a pump that cannot happen): use ``call_future``.
 
-    A callback that raises is reported to ``on_error(exc)`` on the host thread (default: logged
-    with its traceback to the ``acp_lite.delivery`` logger); the callbacks after it still run.
-    Once a connection is closed, nothing more of it is delivered: its waiting callbacks are
-    dropped (the answers among them fail their futures with ``ConnectionClosed``).
+    A callback that raises an ``Exception`` is reported to ``on_error(exc)`` on the host thread (default: logged with
+    its traceback to the ``acp_lite.delivery`` logger) and the next one runs. A closed connection's waiting callbacks
+    are dropped (the answers among them fail their futures with ``ConnectionClosed``).
 
-    How a pump runs (the rules its speed rests on): it takes what waits in one go under the
-    lock and runs it outside, item by item; an ``Expand`` item's callbacks run straight from the
-    list it returns. Whatever it took and does not run (``max_items`` or ``budget`` reached, a
-    callback raising ``BaseException``) goes back to the front of the queue, in order (the rest
-    of a block as one item), before it returns. Before each callback it looks whether the
-    callback's lane was closed meanwhile (by a callback, or by another thread), and drops the
-    rest of that lane's if so.
+    A pump takes what waits in one go under the lock and runs it outside. What it took and does not run (``max_items``
+    or ``budget`` reached, a callback raising ``BaseException``) goes back to the front of the queue, in order, before
+    it returns. Before each callback it looks whether its lane was closed meanwhile (by a callback or another thread),
+    and drops the rest of that lane's if so.
     """
 
     def __init__(
@@ -115,8 +98,7 @@ class HostDelivery:
         self._on_error = on_error
         self._lock = threading.Lock()
         self._items: Deque[Tuple[HostLane, Any, Any]] = collections.deque()
-        # True while a pump holds items it took from ``_items`` (they still wait).
-        self._holding = False
+        self._holding = False  # a pump holds items it took from ``_items`` (they still wait)
         self._pumping = False
         self._wakeup: Optional[Callable[[], Any]] = None
 
@@ -132,16 +114,12 @@ class HostDelivery:
         return bool(self._items) or self._holding
 
     def pump(self, max_items: Optional[int] = None, budget: Optional[float] = None) -> int:
-        """Run waiting callbacks in order, on this (the host) thread; return how many ran.
-
-        One item is one callback: one notification's handler, one request's handler, or the
-        settling of one answered ``call_future`` (with its done-callbacks). ``max_items`` caps
-        how many run (all that wait if None); ``budget`` (seconds) stops the pump at the first
-        callback boundary once that much time has passed (at least one callback runs if any
-        waits), so a host loop can bound its pumps however fast the peer sends. A pump from
-        inside a callback returns 0 (running later callbacks there would overtake the rest of
-        the outer pump's). Host thread only.
-        """
+        """Run waiting callbacks in order, on the host thread; return how many ran. One callback is one notification's
+        or request's handler, or the settling of one answered ``call_future`` (with its done-callbacks).
+        ``max_items`` caps how many run (None: all that wait); ``budget`` (seconds) stops the pump at the first
+        callback boundary once that much time has passed (at least one runs if any waits), so a host loop bounds its
+        pumps however fast the peer sends. A pump from inside a callback returns 0 (running later callbacks there
+        would overtake the rest of the outer pump's)."""
         if threading.get_ident() != self._owner:
             raise UsageError("HostDelivery.pump() must be called on the host thread")
         if max_items is not None and (type(max_items) is not int or max_items < 0):
@@ -161,8 +139,11 @@ class HostDelivery:
             call_wakeup(wakeup)
         return ran
 
+    def lane(self, on_drop: Callable[[List[Callback]], Any]) -> HostLane:
+        """A new connection's lane; ``on_drop`` gets the callbacks of it that never run, the connection closed first."""
+        return HostLane(self, on_drop)
+
     def _run(self, quota: Optional[int], deadline: Optional[float]) -> int:
-        """Run callbacks until ``quota`` have run, the deadline has passed or none waits."""
         ran = 0
         batch: Deque[Tuple[HostLane, Any, Any]] = collections.deque()
         try:
@@ -173,7 +154,7 @@ class HostDelivery:
                         return ran
                 lane, item, value = batch.popleft()
                 if lane.closed:
-                    self._settle_lane(lane, 0, [(item, value)])
+                    self._settle_lane(lane, [(item, value)])
                     continue
                 callbacks: Sequence[Callback] = self._expand(item, value) if type(item) is Expand else ((item, value),)
                 started = 0  # (counted before each runs: one that raises BaseException is not run again)
@@ -192,15 +173,13 @@ class HostDelivery:
                             stop = True
                             break
                 finally:
-                    # The item has left the queue; the callbacks of it that did not run take its
-                    # place as one item (or are dropped, the lane being closed).
+                    # The item has left the queue: what of it did not run takes its place as one item (the lane's
+                    # count unchanged), or is dropped, the lane being closed.
                     rest = callbacks[started:]
-                    if lane.closed:
-                        self._settle_lane(lane, 0, rest)
+                    if rest and not lane.closed:
+                        batch.appendleft((lane, _REST, rest))
                     else:
-                        if rest:
-                            batch.appendleft((lane, _REST, rest))
-                        self._settle_lane(lane, 1 if rest else 0, [])
+                        self._settle_lane(lane, rest)
                 ran += started
                 if stop:
                     return ran
@@ -208,8 +187,7 @@ class HostDelivery:
             self._give_back(batch)
 
     def _take(self, most: Optional[int]) -> Deque[Tuple[HostLane, Any, Any]]:
-        """What waits (at most ``most`` items), taken out of the queue in one go; the pump holds
-        it until it runs it or gives it back."""
+        # What waits (at most ``most`` items), in one go: the pump holds it until it runs it or gives it back.
         with self._lock:
             if most is None or most >= len(self._items):
                 batch, self._items = self._items, collections.deque()
@@ -219,8 +197,7 @@ class HostDelivery:
         return batch
 
     def _give_back(self, batch: Deque[Tuple[HostLane, Any, Any]]) -> None:
-        """What a pump took and did not run goes back to the front of the queue, in order;
-        what of it belongs to a lane closed meanwhile is dropped instead."""
+        # What a pump took and did not run goes back to the front of the queue, in order; a closed lane's is dropped.
         dropped: Dict[HostLane, List[Any]] = {}
         kept = []
         with self._lock:
@@ -242,17 +219,15 @@ class HostDelivery:
             _delivery_log.exception("routing a block of messages failed")
             return ()
 
-    def _settle_lane(self, lane: HostLane, put_back: int, dropped: Sequence[Any]) -> None:
-        """One item of ``lane`` has left the queue: run, or ``put_back`` (0 or 1) items took its
-        place (``dropped``: will not run, the lane being closed)."""
+    def _settle_lane(self, lane: HostLane, dropped: Sequence[Any]) -> None:
+        # One item of ``lane`` has left the queue, run or ``dropped`` (queue items that will not run).
         with self._lock:
-            lane.unfinished += put_back - 1
+            lane.unfinished -= 1
         if dropped:
             self._drop(lane, dropped)
 
     def _drop(self, lane: HostLane, items: Sequence[Any]) -> None:
-        """``items`` (queue items of ``lane``, without the lane) will not run: ``on_drop`` gets
-        the callbacks they stand for."""
+        # ``items`` (queue items of ``lane``) will not run: ``on_drop`` gets the callbacks they stand for.
         callbacks = [pair for fn, arg in items for pair in (arg if fn is _REST else ((fn, arg),))]
         try:
             lane.on_drop(callbacks)
@@ -267,11 +242,6 @@ class HostDelivery:
             self._on_error(exc)
         except Exception:
             _delivery_log.exception("the on_error hook failed on %r", exc)
-
-    def lane(self, on_drop: Callable[[List[Callback]], Any]) -> HostLane:
-        """A new connection's place in this delivery; ``on_drop`` gets what of it never runs
-        because it was closed first."""
-        return HostLane(self, on_drop)
 
     def _put(self, lane: HostLane, items: Sequence[HostItem]) -> None:
         with self._lock:
