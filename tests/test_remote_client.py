@@ -596,3 +596,36 @@ def test_wss_streams_a_1_mib_update_and_many_small_ones_through_tls(tls_pair):
         finally:
             agent.close()
     assert len(client.texts[0]) == BIG and len(client.texts) == 302 and client.texts[-1] == NON_ASCII
+
+
+def test_replies_written_from_many_threads_and_a_stream_share_a_websocket_whole_and_in_order():
+    # The server writes a lone reply from the agent's thread at once and leaves bursts to its loop:
+    # both at the same time, from many threads, every frame must arrive whole, in each sender's order.
+    with serve_remote(RemoteTestAgent) as server:
+        client = Collecting()
+        agent = RemoteAgent.connect_url(server.ws_url, client)
+        failures = []
+
+        def caller():
+            try:
+                for _ in range(200):
+                    with pytest.raises(AcpError) as refused:
+                        agent.connection.call("x/unknown", {}, timeout=WAIT)
+                    assert refused.value.code == -32601
+            except BaseException as exc:  # reported below
+                failures.append(exc)
+
+        try:
+            agent.initialize(timeout=WAIT)
+            session = agent.new_session("/w", timeout=WAIT).session_id
+            callers = [threading.Thread(target=caller) for _ in range(6)]
+            for thread in callers:
+                thread.start()
+            for _ in range(5):
+                assert agent.prompt(session, "many 200", timeout=WAIT).stop_reason == "end_turn"
+            for thread in callers:
+                thread.join(WAIT)
+        finally:
+            agent.close()
+    assert not failures
+    assert [text.split()[1] for text in client.texts] == [str(n) for n in range(200)] * 5

@@ -72,7 +72,8 @@ class Handler:
 
 
 class Peer:
-    """One accepted socket and its output queue. Loop thread only."""
+    """One accepted socket and its output queue. Loop thread only, but for ``write_now`` (the
+    output and the socket's writes are under ``output_lock`` for it)."""
 
     def __init__(self, loop: "Loop", sock: socket.socket, address: Any):
         self.loop = loop
@@ -90,22 +91,48 @@ class Peer:
         self.reading = True
         self.handshaking = isinstance(sock, ssl.SSLSocket)
         self._mask = 0
+        self._broken = False  # a send failed: the loop closes the socket
+        self._tls = isinstance(sock, ssl.SSLSocket)  # (TLS objects are for one thread at a time)
+        # The output and the socket's writes, for write_now; a handler that ends its output takes it
+        # to say so (its last frame is then the last on the wire).
+        self.output_lock = threading.Lock()
 
     # -- output --------------------------------------------------------------------------------
     def write(self, data: bytes, release: Optional[Release] = None, charge: int = 0) -> None:
         """Queue ``data``; ``release(charge)`` runs once it is all sent (or dropped at close)."""
-        if self.closed:
-            if release is not None and charge:
-                release(charge)
-            return
-        if data:
-            self._queue(data, release, charge)
-            self.out_bytes += len(data)
-        elif release is not None and charge:
+        with self.output_lock:
+            if not self.closed and data:
+                self._queue(data, release, charge)
+                self.out_bytes += len(data)
+                release = None
+            done = [] if self.handshaking else self._flush()
+        if release is not None and charge:
+            done.append((release, charge))
+        self._settle(done)
+
+    def write_now(self, data: bytes, release: Release, charge: int, still_open: Callable[[], bool]) -> bool:
+        """From another thread than the loop's: send ``data`` at once, as far as the socket takes
+        it (the rest queued for the loop), when nothing waits before it on a plain socket and
+        ``still_open()`` (asked under the output's lock: a handler's end and its last frame take
+        it too); else False, having done nothing. Spares a reply the loop's wake-up."""
+        with self.output_lock:
+            if self.closed or self._out or self.handshaking or self._tls or not still_open():
+                return False
+            try:
+                sent = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:  # the loop finds the socket broken and closes it
+                return False
+            self.last_sent = time.monotonic()
+            if sent < len(data):
+                self._out.append((memoryview(data)[sent:], release, charge))
+                self.out_bytes += len(data) - sent
+        if sent < len(data):
+            self.loop.call_soon(self._update_mask)  # the loop writes the rest when it may
+        elif charge:
             release(charge)
-        if not self.handshaking:
-            self._flush()
-        self._update_mask()
+        return True
 
     def _queue(self, data: bytes, release: Optional[Release], charge: int) -> None:
         if len(data) < _SMALL_BYTES:
@@ -139,7 +166,9 @@ class Peer:
         """Close once the queued output is on the wire (at once if there is none)."""
         self._close_when_sent = True
         self.pause_reading()
-        if not self._out:
+        with self.output_lock:
+            sent = not self._out
+        if sent:
             self.close()
 
     def pause_reading(self) -> None:
@@ -154,43 +183,55 @@ class Peer:
     def close(self) -> None:
         if self.closed:
             return
-        self.closed = True
         self.loop.forget(self)
-        for _, release, charge in self._out:
-            if release is not None and charge:
-                release(charge)
-        self._out.clear()
-        self.out_bytes = 0
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        with self.output_lock:
+            self.closed = True
+            dropped = [(release, charge) for _, release, charge in self._out if release is not None and charge]
+            self._out.clear()
+            self.out_bytes = 0
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        for release, charge in dropped:
+            release(charge)
         try:
             self.handler.on_eof()
         except Exception:
             log.exception("closing handler failed")
 
     # -- loop side -----------------------------------------------------------------------------
-    def _flush(self) -> None:
+    def _flush(self) -> List[Tuple[Release, int]]:
+        # Under output_lock: send what the socket takes; returns the releases now due (see _settle).
+        done: List[Tuple[Release, int]] = []
         while self._out:
             view, release, charge = self._out[0]
             try:
                 sent = self.sock.send(view)
             except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-                return
+                return done
             except OSError:
-                self.close()
-                return
+                self._broken = True
+                return done
             self.out_bytes -= sent
             self.last_sent = time.monotonic()
             if sent < len(view):
                 self._out[0] = (memoryview(view)[sent:], release, charge)
-                return
+                return done
             self._out.popleft()
             if release is not None and charge:
-                release(charge)
-        if self._close_when_sent:
+                done.append((release, charge))
+        return done
+
+    def _settle(self, done: List[Tuple[Release, int]]) -> None:
+        # Loop thread, outside output_lock: run the releases a flush made due; close a broken socket,
+        # or one to close once its output is sent.
+        for release, charge in done:
+            release(charge)
+        if not self.closed and (self._broken or (self._close_when_sent and not self._out)):
             self.close()
+        else:
+            self._update_mask()
 
     def _handshake(self) -> None:
         assert isinstance(self.sock, ssl.SSLSocket)
@@ -203,7 +244,9 @@ class Peer:
             self.close()
             return
         self.handshaking = False
-        self._flush()
+        with self.output_lock:
+            done = self._flush()
+        self._settle(done)
 
     def _read(self) -> None:
         chunks: List[bytes] = []
@@ -234,7 +277,9 @@ class Peer:
             self._handshake()
         else:
             if mask & selectors.EVENT_WRITE and not self.closed:
-                self._flush()
+                with self.output_lock:
+                    done = self._flush()
+                self._settle(done)
             if mask & selectors.EVENT_READ and not self.closed:
                 self._read()
         self._update_mask()

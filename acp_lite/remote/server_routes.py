@@ -44,6 +44,8 @@ _SESSION_OPENERS = frozenset({"session/new", "session/fork"})
 # not one or more per frame); a frame of LARGE_FRAME bytes or more goes alone, written uncopied.
 _BATCH_BYTES = 64 * 1024
 LARGE_FRAME = 16 * 1024
+# A frame sent within this many seconds of the one before belongs to a burst (see route).
+_BURST_GAP = 50e-6
 _LOADERS = frozenset({"session/load", "session/resume"})
 
 
@@ -91,12 +93,18 @@ Start = Callable[[Channel], Served]
 
 
 class Sink:
-    """A stream's reader: an SSE response or a WebSocket. Loop thread only."""
+    """A stream's reader: an SSE response or a WebSocket. Loop thread only, but for
+    ``deliver_now``."""
 
     def deliver(self, frames: List[bytes], first_id: int, release: Callable[[int], None]) -> None:
         """Write ``frames`` (event ids ``first_id`` on: a batch of small ones, or one large one);
         call ``release`` with their total size once all are written or dropped."""
         raise NotImplementedError
+
+    def deliver_now(self, frame: bytes, release: Callable[[int], None]) -> bool:
+        """From any thread: write one small frame at once, as ``deliver`` would, and True; or
+        False, having done nothing, when it must wait for the loop."""
+        return False
 
     def end(self, code: int = 1000) -> None:
         """End the stream (an SSE final chunk, a WebSocket close with ``code``)."""
@@ -143,6 +151,8 @@ class RemoteConnection:
         self._loaders: Dict[Union[int, str], str] = {}
         self._loading: Dict[str, Key] = {}
         self._pump_scheduled = False
+        self._pumping = False  # frames taken from a stream are being handed to its reader
+        self._routed_at = 0.0  # when the agent last sent a frame (WebSocket)
         self._initialize_waiter: Optional[Callable[[bytes], None]] = None
         self._initialize_id: Union[int, str, None] = None
         self.ended = False
@@ -197,7 +207,15 @@ class RemoteConnection:
     # -- outbound (the agent's threads) --------------------------------------------------------
     def route(self, frame: bytes) -> None:
         """The channel's router: queue ``frame`` on its stream and have the loop write it. Over
-        WebSocket there is one stream and no held initialize: the frame is not read."""
+        WebSocket there is one stream and no held initialize: the frame is not read, and when
+        nothing waits before it, a small one that does not follow another closely is written at
+        once by this thread (``deliver_now``: a reply spares the loop's wake-up; a burst, a
+        stream's updates, is the loop's to batch)."""
+        if self.websocket and len(frame) < LARGE_FRAME:
+            now = time.monotonic()
+            lone, self._routed_at = now - self._routed_at >= _BURST_GAP, now
+            if lone and self._write_now(frame):
+                return
         head = _NO_HEAD
         if not self.websocket:
             try:
@@ -221,6 +239,30 @@ class RemoteConnection:
             self._loop.call_soon(lambda: self._initialize_answered(waiter, frame))
         elif schedule:
             self._loop.call_soon(self.pump)
+
+    def _write_now(self, frame: bytes) -> bool:
+        # The stream held as a pump holds it (what is routed meanwhile queues behind), if nothing
+        # waits in it or is being handed over: True once the reader wrote the frame.
+        with self._lock:
+            stream = self._streams[None]
+            reader = stream.reader
+            if reader is None or stream.queue or self._pump_scheduled or self._pumping:
+                return False
+            self._pumping = True
+        written = False
+        try:
+            written = reader.deliver_now(frame, self.channel.sent)
+        finally:
+            with self._lock:
+                self._pumping = False
+                if not written:
+                    stream.queue.appendleft(frame)  # (it was routed before what queued meanwhile)
+                schedule = bool(stream.queue) and not self._pump_scheduled
+                if schedule:
+                    self._pump_scheduled = True
+            if schedule:
+                self._loop.call_soon(self.pump)
+        return True
 
     def _initialize_answered(self, waiter: Callable[[bytes], None], frame: bytes) -> None:
         try:
@@ -297,6 +339,8 @@ class RemoteConnection:
         work: Deque[Tuple[Sink, List[bytes], int]] = collections.deque()
         with self._lock:
             self._pump_scheduled = False
+            if self._pumping:  # a frame is being written from another thread: it pumps after it
+                return
             for stream in self._streams.values():
                 if stream.reader is not None and stream.queue:
                     while stream.queue:
@@ -312,10 +356,16 @@ class RemoteConnection:
                             batch.append(stream.queue.popleft())
                         work.append((stream.reader, batch, stream.next_id))
                         stream.next_id += len(batch)
-        while work:
-            reader, frames, first_id = work.popleft()
-            reader.deliver(frames, first_id, self.channel.sent)
-            del frames
+            self._pumping = bool(work)
+        try:
+            while work:
+                reader, frames, first_id = work.popleft()
+                reader.deliver(frames, first_id, self.channel.sent)
+                del frames
+        finally:
+            if self._pumping:
+                with self._lock:
+                    self._pumping = False
 
     # -- the end -------------------------------------------------------------------------------
     def end(self, code: int = 1000) -> None:

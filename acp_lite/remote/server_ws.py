@@ -96,9 +96,9 @@ class WebSocketHandler(Handler, Sink):
                 elif isinstance(event, Pong):
                     continue
                 elif isinstance(event, CloseConnection):
+                    self._end_output()
                     if self.ws.state is ConnectionState.REMOTE_CLOSING:
                         self.peer.write(self.ws.send(event.response()))
-                    self._ended = True
                     self.peer.close_when_sent()
                     self.connection.end()
         except (RemoteProtocolError, LocalProtocolError) as exc:
@@ -157,12 +157,25 @@ class WebSocketHandler(Handler, Sink):
             pieces += (text_frame_header(len(frame)), frame)
         self.peer.write(b"".join(pieces), release, size)
 
+    def deliver_now(self, frame: bytes, release: Callable[[int], None]) -> bool:
+        """``deliver`` of one small frame from the agent's thread, written at once if the socket
+        takes it (see ``Peer.write_now``); False if it must go through the loop."""
+        return self.peer.write_now(text_frame_header(len(frame)) + frame, release, len(frame), self._open)
+
+    def _open(self) -> bool:
+        return not self._ended  # (under the peer's output lock, as _end_output sets it)
+
+    def _end_output(self) -> None:
+        # Before a close frame: no frame may follow it, not even one written from another thread.
+        with self.peer.output_lock:
+            self._ended = True
+
     def end(self, code: int = 1000) -> None:
         self._close(code)
 
     def _close(self, code: int) -> None:
         if not self._ended:
-            self._ended = True
+            self._end_output()
             if self.ws.state is ConnectionState.OPEN:
                 self.peer.write(self.ws.send(CloseConnection(code=code)))
         self.peer.close_when_sent()
