@@ -1,31 +1,24 @@
 """An incoming request's life: ``RequestContext``, its ``CancelToken``, and ``Answering``, which
-starts a request in its turn, runs its handler and sends its answer (``rpc`` decides which thread
-runs a handler). Rules:
+starts it in its turn, runs its handler and sends its answer. Rules:
 
-- Started in its turn: its arrival hook runs in arrival order among the callbacks, then its
-  handler starts unless it was answered meanwhile. None starts while the peer does not read our
-  answers (more handlers would only block in their replies), nor once ``close()`` began: each is
-  then refused, its token cancelled first so the layer above may answer its own way (else -32800).
-- Answered once: the first of ``respond``, ``respond_error``, the handler's return and a close's
-  refusal wins, from any thread; later ones are dropped. A batch's answer goes out once its last
-  request is answered.
-- A raised exception is answered by ``error_rules``; one that is no ``Exception`` (``SystemExit``)
-  is answered, then raised on, for the thread that ran the handler to decide. A returned
-  ``Future`` answers once it completes; cancelling the request cancels it (-32800).
+- Started in its turn, after its arrival hook, unless answered meanwhile. None starts while the
+  peer does not read our answers (more handlers would only block in their replies), nor once
+  ``close()`` began: each is refused, its token cancelled first so the layer above may answer its
+  own way (else -32800).
+- Answered once, from any thread: the first of ``respond``, ``respond_error``, the handler's
+  outcome and a refusal wins. A raised exception is answered by ``error_rules``; one that is no
+  ``Exception`` (``SystemExit``) is answered, then raised on. A returned ``Future`` answers once
+  it completes; cancelling the request cancels it.
 - A request cancelled before its handler started still runs it: the handler sees the token and
   decides, so the outcome never depends on how the cancel raced the start.
-- Sized: an answer over the transport's ``max_message_size`` is refused -32603, naming both sizes,
-  before it is encoded when its text tells (``outgoing.answer_text_size``), else once encoded.
+- Sized: an answer over ``max_message_size`` is refused -32603, naming both sizes.
 - Bounded: answers with ``LARGE_ANSWER`` bytes or more of text hold room in the connection's
-  answer budget (``max_message_size`` bytes) from before they are built until written. A handler
-  about to build one reserves an upper bound first (``reserve_answer``); others take room when
-  answered. Room is waited for, not refused (that would fail honest concurrent reads); one answer
-  alone always gets room; nothing waits while the transport is ``backed_up``, so a peer that stops
-  reading stops answers being built. A wait ends, the answer unbuilt, on cancel (-32800) or close
-  (dropped). A request holding room never waits for more (two could wait for each other): an
-  answer over its reservation takes the difference at once. Unfinished batches' answers hold at
-  most ``max_message_size`` bytes together (a batch's answer is one message); one over is refused
-  -32603 and never waits.
+  budget of ``max_message_size`` bytes from before they are built (``reserve_answer``) until they
+  are written. Room is waited for, not refused (that would fail honest concurrent reads); one
+  answer alone always gets room; nothing waits while the transport is ``backed_up``, so a peer
+  that stops reading stops answers being built. A request holding room never waits for more (two
+  could wait for each other). The answers of unfinished batches hold at most ``max_message_size``
+  bytes together (a batch's answer is one message); one over is refused -32603, never waits.
 """
 
 import logging
@@ -57,12 +50,9 @@ _serving = threading.local()
 
 
 class CancelToken:
-    """Tells a running handler that its request was cancelled.
-
-    Any thread may read it, wait on it or cancel it. Callbacks run once, on the thread that
-    cancels (or at once, on the caller's thread, when added to a token already cancelled); one
-    that raises is logged and the others still run.
-    """
+    """Tells a running handler that its request was cancelled; any thread may read, wait on or
+    cancel it. Callbacks run once, on the thread that cancels (or at once when added after); one
+    that raises is logged and the others still run."""
 
     __slots__ = ("_callbacks", "_cancelled", "_event", "_lock")
 
@@ -123,11 +113,8 @@ def run_logged(fn: Callable[[], Any]) -> None:
 
 
 class RequestContext:
-    """One incoming request: its ``id``, ``method`` and ``cancel_token``.
-
-    ``respond``/``respond_error`` answer it from any thread, at any time; the first answer wins
-    and later ones (including the handler's own return value) are dropped.
-    """
+    """One incoming request: its ``id``, ``method`` and ``cancel_token``. ``respond`` and
+    ``respond_error`` answer it from any thread; the first answer wins, even over the handler's."""
 
     __slots__ = ("_answered", "_answering", "_batch", "_params", "_reserved", "_route", "cancel_token", "id", "method")
 
@@ -138,8 +125,7 @@ class RequestContext:
         self._answering = answering
         self._batch = batch
         self._answered = False
-        # The handler and its params until the handler starts: a request with a route has not started.
-        self._route: Optional[Route] = route
+        self._route: Optional[Route] = route  # until the handler starts
         self._params: Any = params
         self._reserved = 0  # bytes of the answer budget held for its answer (reserve_answer)
 
@@ -171,14 +157,9 @@ def cancel_incoming(ctx: RequestContext) -> None:
 
 
 class Answering:
-    """The requests of one connection, from their turn to their answer: ``start`` is what the core
-    queues for a request, ``admit`` lets it start, ``run_on_worker``/``run_handler`` run its
-    handler, ``answer`` answers it.
-
-    ``lock`` is the connection's, and guards ``incoming`` (the core adds requests, this finishes
-    them); ``pool`` is None in host mode (the host's pumps run handlers); ``closed()`` ends the
-    waits for room; ``host_thread`` (host mode) never waits for room or a write (nor does an event
-    loop's thread): the transport bounds what it leaves to its flusher instead.
+    """The requests of one connection. ``lock`` is the connection's and guards ``incoming``;
+    ``pool`` is None in host mode; ``closed()`` ends the waits for room; ``host_thread`` (host
+    mode) never waits for room or a write: the transport bounds what it leaves to its flusher.
     """
 
     def __init__(
@@ -224,7 +205,7 @@ class Answering:
                 if size > self._limit:
                     result, error = None, self._too_large(ctx.method, size)
                 elif size > held:
-                    if held:
+                    if held:  # never waits for more
                         self._hold(size - held)
                     elif not self._wait_for_room(size, self._closed):
                         self._log.debug("%s: the answer to %s dropped, the connection closed", self.name, ctx.method)
@@ -239,8 +220,11 @@ class Answering:
                 if ctx._batch is not None:
                     with self._room:
                         self._batched -= ctx._batch.size
-                if held:
-                    self._wait_written()
+                if held and self._may_wait():
+                    # Its room is given back once it is written (not past the close).
+                    while not self._transport.flush(_POLL_SECONDS):
+                        if self._closed():
+                            break
         finally:
             if held:
                 self._give_back(held)
@@ -273,9 +257,8 @@ class Answering:
         return ctx._batch.add(frame)
 
     def send_frame(self, frame: bytes) -> None:
-        """Write an answer (or a batch's), or a reply to a line that is no request. On the host
-        thread, with no room: dropped, logged as an error (there is no caller to raise to, and the
-        peer, not reading, is far behind)."""
+        """Write an answer, or a reply to a line that is no request. On the host thread, with no
+        room, it is dropped and logged (no caller to raise to; the peer, not reading, is far behind)."""
         try:
             self._transport.send(frame, timeout=0 if threading.get_ident() == self._host_thread else None)
         except ConnectionClosed:
@@ -291,8 +274,7 @@ class Answering:
         )
 
     def _wait_for_room(self, size: int, give_up: Callable[[], bool]) -> bool:
-        # Hold ``size`` bytes once they fit beside what is held (alone, anything fits) and the
-        # peer reads; False, holding nothing, once give_up() is true.
+        # Hold ``size`` bytes once they fit (alone, anything does) and the peer reads; False once give_up().
         waits = self._may_wait()
         with self._room:
             while waits and ((self._held and self._held + size > self._limit) or self._transport.backed_up):
@@ -304,8 +286,7 @@ class Answering:
 
     def _may_wait(self) -> bool:
         # Neither the host thread (its UI) nor an event loop's (a coroutine handler's task answers
-        # there) waits for room or a write: both would freeze. (asyncio is never imported here:
-        # only a loop's user has it.)
+        # there) waits for room or a write: both would freeze. (Only a loop's user imports asyncio.)
         if threading.get_ident() == self._host_thread:
             return False
         try:
@@ -323,15 +304,6 @@ class Answering:
             self._held -= size
             self._room.notify_all()
 
-    def _wait_written(self) -> None:
-        # A large answer holds its room while it waits in the transport's backlog; not past the
-        # close (a peer that does not read keeps the write pending), nor where nothing may wait.
-        if not self._may_wait():
-            return
-        while not self._transport.flush(_POLL_SECONDS):
-            if self._closed():
-                return
-
     # -- a request's turn, its start, its handler -----------------------------------------------
     @property
     def closing(self) -> bool:
@@ -345,8 +317,7 @@ class Answering:
         return first
 
     def start(self, ctx: RequestContext) -> None:
-        """Delivery (or host) thread, in arrival order: admitted, the handler goes to a worker (in
-        host mode: runs here)."""
+        """Delivery (or host) thread, in arrival order: admitted, the handler goes to a worker."""
         if not self.admit(ctx):
             return
         if self._pool is None:
@@ -355,9 +326,8 @@ class Answering:
             self.refuse_to_start(ctx)  # closing
 
     def admit(self, ctx: RequestContext) -> bool:
-        """A request's turn: run its arrival hook (one that raises is logged); True if it may start
-        now. False if it was answered already (refused by a close while it waited), or refused now
-        (closing)."""
+        """Run a request's arrival hook in its turn (one that raises is logged); True if it may
+        start now, False if it was answered already or is refused now (closing)."""
         route = ctx._route
         if ctx._answered:
             return False
@@ -375,10 +345,8 @@ class Answering:
         return True
 
     def run_on_worker(self, ctx: RequestContext) -> Optional[HandlerTask]:
-        """A worker (or the reading thread in its place) runs an admitted request's handler, or
-        refuses it if closing began meanwhile. Workers go on after any handler: a ``SystemExit``
-        has been answered and logged like any failure. A coroutine handler's task is returned: it
-        keeps the handler's place (see ``WorkerPool``)."""
+        """On a worker (or the reading thread): ``run_handler`` unless closing began meanwhile. The
+        thread goes on after any handler: a ``SystemExit`` has been answered like any failure."""
         if self._closing:
             self.refuse_to_start(ctx)
             return None
@@ -394,18 +362,15 @@ class Answering:
         self.answer(ctx, None, RequestCancelled("the connection is closing"))
 
     def refuse_unstarted(self) -> None:
-        """Refuse every request whose handler has not started (waiting for its turn, a handler
-        place or a worker) when the connection closes."""
+        """Closing: refuse every request whose handler has not started."""
         with self._lock:
             waiting = [ctx for ctx in self._incoming.running() if ctx._route is not None]
         for ctx in waiting:
             self.refuse_to_start(ctx)
 
     def run_handler(self, ctx: RequestContext) -> Optional[HandlerTask]:
-        """Run the request's handler here and answer with what it returns or raises (a ``Future``:
-        once it completes); a ``BaseException`` that is no ``Exception`` is answered, then raised
-        on. Returns the task of a coroutine handler (``outcomes.HandlerTask``), which keeps its
-        handler place until it completes."""
+        """Run the request's handler here and answer with its outcome. Returns the task of a
+        coroutine handler (``outcomes.HandlerTask``): it keeps its handler place until it ends."""
         route, params = ctx._route, ctx._params
         ctx._route = ctx._params = None
         assert route is not None
