@@ -40,12 +40,10 @@ from .transport import MessageTransport
 # limit bound them, and counting them would cost every answer.
 LARGE_ANSWER = 64 * 1024
 
-# How often a wait looks again whether the peer reads (the transport tells nobody when it is no
-# longer backed up), the request was cancelled or the connection closed.
+# How often a wait looks again (the transport tells nobody when it is no longer backed up).
 _POLL_SECONDS = 0.05
 
-# ``ctx``: the request whose handler this thread runs, for reserve_answer (the handlers of an
-# application's Client take their params alone).
+# ``ctx``: the request whose handler this thread runs, for reserve_answer (a Client's handlers get no ctx).
 _serving = threading.local()
 
 
@@ -206,7 +204,8 @@ class Answering:
                     result, error = None, self._too_large(ctx.method, size)
                 elif size > held:
                     if held:  # never waits for more
-                        self._hold(size - held)
+                        with self._room:
+                            self._held += size - held
                     elif not self._wait_for_room(size, self._closed):
                         self._log.debug("%s: the answer to %s dropped, the connection closed", self.name, ctx.method)
                         return True
@@ -232,8 +231,9 @@ class Answering:
 
     def reserve(self, ctx: RequestContext, size: int) -> None:
         """Hold ``size`` bytes of the budget for ``ctx``'s answer (see ``reserve_answer``)."""
-        if ctx._reserved:
-            self._hold(size)
+        if ctx._reserved:  # never waits for more
+            with self._room:
+                self._held += size
         elif not self._wait_for_room(size, lambda: self._closed() or ctx.cancel_token.is_cancelled):
             raise RequestCancelled("the connection closed" if self._closed() else None)
         with self._lock:
@@ -295,10 +295,6 @@ class Answering:
             return True
         return False
 
-    def _hold(self, size: int) -> None:
-        with self._room:
-            self._held += size
-
     def _give_back(self, size: int) -> None:
         with self._room:
             self._held -= size
@@ -311,8 +307,7 @@ class Answering:
         return self._closing
 
     def begin_closing(self) -> bool:
-        """``close()`` begins (under the connection's lock): no request starts any more. True the
-        first time."""
+        """``close()`` begins (under the connection's lock); True the first time."""
         first, self._closing = not self._closing, True
         return first
 
@@ -356,9 +351,7 @@ class Answering:
             return None
 
     def refuse_to_start(self, ctx: RequestContext) -> None:
-        # Cancelled like any request, so the layer above may answer its own way (a prompt turn
-        # answers "cancelled"); else -32800.
-        ctx.cancel_token.cancel()
+        ctx.cancel_token.cancel()  # first, so the layer above may answer its own way
         self.answer(ctx, None, RequestCancelled("the connection is closing"))
 
     def refuse_unstarted(self) -> None:

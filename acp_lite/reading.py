@@ -1,21 +1,17 @@
 """A connection's reading: the read loop, routing what one read brought, and running the requests
-it read on the reading thread itself (``rpc.Connection`` starts the first reading thread). Rules:
+it read on the reading thread itself. Rules:
 
 - One reading thread at a time, the reader at first. The reading moves, never is shared: the
   watcher takes it from a reading thread stuck in a handler, and a worker takes it when a handler
-  the reading thread runs sends a request (its answer must be read meanwhile). A thread that gave
-  the reading up reads nothing more.
-- Small reads are routed here: one line, or several in at most ``_ROUTE_HERE_BYTES``. More is
+  the reading thread runs sends a request (its answer must be read meanwhile).
+- Small reads (one line, or several in at most ``_ROUTE_HERE_BYTES``) are routed here; more is
   queued as blocks that whoever delivers decodes, so that the reader reads on.
-- Nothing overtakes what is queued. The reading thread settles the answers of blocking calls, or
-  starts requests, only when a read holds nothing else and nothing waits to be delivered; it runs
-  a small read's other callbacks itself only when nothing is queued or running, holding the
-  delivery role, so that what is read meanwhile (by a thread that took the reading over) queues
-  behind them.
-- The requests it started, the reading thread runs in order, each taking a handler place like
-  any other; those it has not run when the reading is taken from it start on workers, in order.
-- Back-pressure: bytes queued and not yet routed count as read-ahead; the reading waits while
-  more than ``_READ_AHEAD_LIMIT`` do.
+- Nothing overtakes what is queued: the reading thread settles answers, starts requests or runs
+  callbacks itself only when nothing waits to be delivered (callbacks: holding the delivery role,
+  so that what is read meanwhile queues behind them). It runs the requests it started in order,
+  each in a handler place; those left when the reading is taken from it start on workers.
+- Back-pressure: the reading waits while more than ``_READ_AHEAD_LIMIT`` bytes queued are not yet
+  routed.
 """
 
 import logging
@@ -40,10 +36,8 @@ _WATCH_QUIET_TICKS = 50
 
 
 class Reading:
-    """The reading of one connection, on whichever thread holds it. ``pool`` is None in host mode;
-    ``lock`` is the connection's, and guards the reading thread's own runs too; ``end_of_stream()``
-    ends the connection once the reading ends.
-    """
+    """The reading of one connection. ``pool`` is None in host mode; ``lock`` is the connection's
+    and guards the reading thread's runs too; ``end_of_stream()`` runs once the reading ends."""
 
     def __init__(
         self,
@@ -73,8 +67,8 @@ class Reading:
         self._read_ahead_cond = threading.Condition(self._read_ahead_lock)
         self._expand_item = Expand(self._expand_block)
         self._release_item = Expand(self._release_expanded)
-        # Under _lock: the reading thread while it runs callbacks or requests itself, the requests
-        # it has yet to run, how many runs it began; whether the watcher looks, and what it saw.
+        # Under _lock: the reading thread running callbacks or requests itself, the requests it has
+        # yet to run, how many runs it began; whether the watcher looks, and what it saw.
         self._here_thread: Optional[int] = None
         self._here: List[RequestContext] = []
         self._runs = 0
@@ -99,8 +93,7 @@ class Reading:
 
     # -- the read loop ----------------------------------------------------------------------------
     def read_loop(self, _: Any = None) -> None:
-        """The reading, on whichever thread holds it. This thread runs the callbacks or requests
-        ``_route_read`` leaves it, then reads on, unless the reading was taken over meanwhile."""
+        """Read on whichever thread holds the reading, which leaves once another took it over."""
         try:
             while self._wait_for_read_ahead_room():
                 blocks = self._transport.read_blocks()
@@ -149,15 +142,13 @@ class Reading:
 
     # -- the reading thread running callbacks and requests itself, and the watcher --------------
     def _deliver_here(self, callbacks: List[Callback]) -> bool:
-        """Run a small read's callbacks here, holding the delivery role, while the watcher looks:
-        when one blocks or runs long, another thread reads on. True if this thread still holds
-        the reading afterwards."""
+        """Run a small read's callbacks here, holding the delivery role, while the watcher looks.
+        True if this thread still holds the reading afterwards."""
         assert self._pool is not None  # (a lane that lets the role be held has a pool beside it)
         me = threading.get_ident()
         with self._lock:
-            self._here_thread = me
             self._runs += 1
-            self._start_watching()
+            self._begin_here(me)
         try:
             run_callbacks(callbacks, self._log)
         finally:
@@ -169,14 +160,13 @@ class Reading:
             return True
 
     def _run_here(self, requests: List[RequestContext]) -> bool:
-        """Run the handlers of the requests this thread started, in order, while the watcher looks:
-        when one blocks or runs long, or sends a request (``hand_reading_on``), another thread
-        reads on and the rest start on workers. True if this thread still holds the reading."""
+        """Run the handlers of the requests this thread started, in order, while the watcher looks.
+        True if this thread still holds the reading afterwards."""
         assert self._pool is not None
         me = threading.get_ident()
         with self._lock:
-            self._here_thread, self._here = me, requests
-            self._start_watching()
+            self._here = requests
+            self._begin_here(me)
         while True:
             with self._lock:
                 if self._here_thread != me:
@@ -212,8 +202,9 @@ class Reading:
             if not self._pool.submit(self._answering.run_on_worker, ctx):
                 self._answering.refuse_to_start(ctx)  # closing
 
-    def _start_watching(self) -> None:
-        # Under _lock, on the reading thread about to run application code: the watcher looks.
+    def _begin_here(self, me: int) -> None:
+        # Under _lock: the reading thread is about to run application code, while the watcher looks.
+        self._here_thread = me
         if not self._watching:
             self._seen_runs = self._looked_runs = -1
             self._quiet_looks = 0
@@ -226,19 +217,14 @@ class Reading:
         assert self._pool is not None
         with self._lock:
             busy = self._here_thread is not None
-            if busy and self._runs == self._seen_runs and not self._answering.closing:
-                rest = self._here
-                if self._pool.hand_off(self._read_on, rest):
-                    self._take_reading()
-                self._watching = False
-                return False
+            stuck = busy and self._runs == self._seen_runs and not self._answering.closing
+            if stuck and self._pool.hand_off(self._read_on, self._here):
+                self._take_reading()
             self._seen_runs = self._runs if busy else -1
             self._quiet_looks = 0 if self._runs != self._looked_runs else self._quiet_looks + 1
             self._looked_runs = self._runs
-            if self._answering.closing or self._quiet_looks >= _WATCH_QUIET_TICKS:
-                self._watching = False
-                return False
-            return True
+            self._watching = not (stuck or self._answering.closing or self._quiet_looks >= _WATCH_QUIET_TICKS)
+            return self._watching
 
     def _read_on(self, rest: List[RequestContext]) -> None:
         # A worker taking the reading over from the watcher's look.
@@ -247,8 +233,7 @@ class Reading:
 
     def hand_reading_on(self) -> None:
         """A handler sends a request: on the reading thread, a worker reads on at once, so that the
-        answer does not wait for the watcher (closing, the call fails with the close instead). On
-        any other thread, nothing happens."""
+        answer does not wait for the watcher. Any thread."""
         me = threading.get_ident()
         if self._here_thread != me or self._queue.owner == me:
             return  # (a callback this thread delivers may send, not wait: see refuse_blocking_here)
