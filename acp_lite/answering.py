@@ -140,10 +140,9 @@ class RequestContext:
 
 
 def reserve_answer(size: int) -> None:
-    """From a request's handler, before it builds a large answer: wait for room for ``size`` bytes
-    (an upper bound of its encoded size) in the connection's answer budget, held until the answer
-    is written. Does nothing under ``LARGE_ANSWER`` or outside a handler's thread. Raises
-    ``RequestCancelled`` when the request is cancelled or the connection closes meanwhile."""
+    """From a request's handler, before it builds a large answer: wait for room for ``size`` bytes (an
+    upper bound of its encoded size) in the answer budget. Does nothing under ``LARGE_ANSWER`` or off
+    a handler's thread. Raises ``RequestCancelled`` if the request is cancelled or the connection closes."""
     ctx = getattr(_serving, "ctx", None)
     if ctx is not None and size >= LARGE_ANSWER:
         ctx._answering.reserve(ctx, size)
@@ -243,8 +242,7 @@ class Answering:
         self._give_back(size)  # answered meanwhile (cancelled, refused by a close): nothing to hold
 
     def _add_to_batch(self, ctx: RequestContext, frame: bytes) -> Optional[bytes]:
-        # None until the batch's last answer. Never waits for room: the answer it would wait for
-        # may be its own batch's.
+        # None until the batch's last answer. Never waits for room (it could wait for its own batch).
         assert ctx._batch is not None
         with self._room:
             if self._batched + len(frame) > self._limit:
@@ -371,12 +369,12 @@ class Answering:
         try:
             result = route.handler(params, ctx)
         except BaseException as exc:
-            _serving.ctx = None
             self._answer_exception(ctx, exc)
             if not isinstance(exc, Exception):
                 raise
             return None
-        _serving.ctx = None
+        finally:
+            _serving.ctx = None
         if isinstance(result, Future):
             ctx.cancel_token.add_callback(result.cancel)
             result.add_done_callback(lambda f: self._answer_future(ctx, f))

@@ -83,10 +83,9 @@ class Reading:
         return self._read_ahead
 
     def stop(self) -> None:
-        """``close()`` began (``answering.closing`` is true): wake a reading that waits for read-ahead
-        room and end a read under way, so that the reading ends on whichever thread holds it (a
-        worker's too: joining the workers then waits for handlers only). The watcher stops by
-        itself, at its next look. Any thread."""
+        """``close()`` began: wake a reading that waits for read-ahead room and end a read under way,
+        so that the reading ends on whichever thread holds it (joining the workers then waits for
+        handlers only; the watcher stops by itself at its next look). Any thread."""
         with self._read_ahead_lock:
             self._read_ahead_cond.notify_all()
         self._transport.stop_reading()
@@ -113,31 +112,30 @@ class Reading:
         callbacks (the delivery role held), that the reading thread is to run itself, if any."""
         queue = self._queue
         if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
-            self._add_read_ahead(_burst_size(blocks))
-            queue.put([item for block in blocks for item in self._block_items(block)])
-            return [], []
-        items: List[Callback] = []
-        replies: List[bytes] = []
-        self._core.route_lines(lines_of(blocks[0]), items, replies)
-        for frame in replies:
-            self._answering.send_frame(frame)
-        if not items:
-            return [], []
-        if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
-            # Answers to blocking calls only: no application code runs (only call() waits on them).
-            for _, outcome in items:
-                settle_item(outcome)
-            return [], []
-        if self._pool is not None and queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
-            # Requests only, whose handlers run on threads of ours: started here, in order (their
-            # arrival hooks are the runtime's bookkeeping).
-            return [ctx for _, ctx in items if self._answering.admit(ctx)], []
-        if queue.hold(len(items)):  # nothing queued or running: spares the delivery thread's wake-up
-            return [], items
-        # Behind what waits: counted as read-ahead until its last callback has run.
-        size = _burst_size(blocks)
-        self._add_read_ahead(size)
-        queue.put([*items, (self._release_item, size)])
+            queued = [item for block in blocks for item in self._block_items(block)]
+        else:
+            items: List[Callback] = []
+            replies: List[bytes] = []
+            self._core.route_lines(lines_of(blocks[0]), items, replies)
+            for frame in replies:
+                self._answering.send_frame(frame)
+            if not items:
+                return [], []
+            if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
+                # Answers to blocking calls only: no application code runs (only call() waits on them).
+                for _, outcome in items:
+                    settle_item(outcome)
+                return [], []
+            if self._pool is not None and queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
+                # Requests only, handlers on our threads: admitted here in order (arrival hooks are bookkeeping).
+                return [ctx for _, ctx in items if self._answering.admit(ctx)], []
+            if queue.hold(len(items)):  # nothing queued or running: spares the delivery thread's wake-up
+                return [], items
+            # Behind what waits: counted as read-ahead until its last callback has run.
+            queued = [*items, (self._release_item, _burst_size(blocks))]
+        with self._read_ahead_lock:
+            self._read_ahead += _burst_size(blocks)
+        queue.put(queued)
         return [], []
 
     # -- the reading thread running callbacks and requests itself, and the watcher --------------
@@ -176,7 +174,7 @@ class Reading:
                     return True
                 closing = self._answering.closing
                 if not closing and not self._pool.claim():  # no handler place: the rest wait on workers
-                    waiting, self._here, self._here_thread = self._here, [], None
+                    waiting = self._take_reading()
                     break
                 ctx = self._here.pop(0)
                 self._runs += 1
@@ -192,7 +190,7 @@ class Reading:
         return True
 
     def _take_reading(self) -> List[RequestContext]:
-        # Under _lock: another thread reads on; returns the requests to start on workers.
+        # Under _lock: this thread runs no more requests itself; returns the rest, to start on workers.
         rest, self._here, self._here_thread = self._here, [], None
         return rest
 
@@ -211,9 +209,8 @@ class Reading:
             self._watching = watch(self)
 
     def look(self) -> bool:
-        """The watcher's look, every tick: a reading thread in the same run as at the last look
-        blocks or runs long, and a worker reads on in its place, starting first the requests it
-        had yet to run. False, to stop watching: closing, taken over, or quiet."""
+        """The watcher's look, every tick: a reading thread still in the run of the last look is stuck,
+        and a worker reads on in its place. False stops watching (closing, taken over, or quiet)."""
         assert self._pool is not None
         with self._lock:
             busy = self._here_thread is not None
@@ -253,10 +250,6 @@ class Reading:
                 while self._read_ahead > _READ_AHEAD_LIMIT and not self._answering.closing:
                     self._read_ahead_cond.wait()
         return not self._answering.closing
-
-    def _add_read_ahead(self, size: int) -> None:
-        with self._read_ahead_lock:
-            self._read_ahead += size
 
     def _block_items(self, block: Any) -> Tuple[HostItem, HostItem]:
         return (self._expand_item, block), (self._release_item, _burst_size([block]))
