@@ -58,8 +58,7 @@ class CancelToken:
         self._cancelled = False
         self._lock = threading.Lock()
         self._callbacks: List[Callable[[], Any]] = []
-        # Made by the first wait(): few tokens are waited on, and an Event costs more to make than
-        # the rest of a small request's handling.
+        # Made by the first wait(): few tokens are waited on, and an Event costs more than a small request.
         self._event: Optional[threading.Event] = None
 
     @property
@@ -156,8 +155,7 @@ def cancel_incoming(ctx: RequestContext) -> None:
 class Answering:
     """The requests of one connection. ``lock`` is the connection's and guards ``incoming``;
     ``pool`` is None in host mode; ``closed()`` ends the waits for room; ``host_thread`` (host
-    mode) never waits for room or a write: the transport bounds what it leaves to its flusher.
-    """
+    mode) never waits for room or a write: the transport bounds what it leaves to its flusher."""
 
     def __init__(
         self,
@@ -218,8 +216,7 @@ class Answering:
                 if ctx._batch is not None:
                     with self._room:
                         self._batched -= ctx._batch.size
-                if held and self._may_wait():
-                    # Its room is given back once it is written (not past the close).
+                if held and self._may_wait():  # its room is given back once it is written, not past the close
                     while not self._transport.flush(_POLL_SECONDS):
                         if self._closed():
                             break
@@ -298,7 +295,6 @@ class Answering:
             self._held -= size
             self._room.notify_all()
 
-    # -- a request's turn, its start, its handler -----------------------------------------------
     @property
     def closing(self) -> bool:
         """True once the connection's ``close()`` began: no request starts any more."""

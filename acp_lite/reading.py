@@ -90,7 +90,6 @@ class Reading:
             self._read_ahead_cond.notify_all()
         self._transport.stop_reading()
 
-    # -- the read loop ----------------------------------------------------------------------------
     def read_loop(self, _: Any = None) -> None:
         """Read on whichever thread holds the reading, which leaves once another took it over."""
         try:
@@ -138,10 +137,8 @@ class Reading:
         queue.put(queued)
         return [], []
 
-    # -- the reading thread running callbacks and requests itself, and the watcher --------------
     def _deliver_here(self, callbacks: List[Callback]) -> bool:
-        """Run a small read's callbacks here, holding the delivery role, while the watcher looks.
-        True if this thread still holds the reading afterwards."""
+        """Run a small read's callbacks here (the delivery role held); True if this thread still reads."""
         assert self._pool is not None  # (a lane that lets the role be held has a pool beside it)
         me = threading.get_ident()
         with self._lock:
@@ -158,8 +155,7 @@ class Reading:
             return True
 
     def _run_here(self, requests: List[RequestContext]) -> bool:
-        """Run the handlers of the requests this thread started, in order, while the watcher looks.
-        True if this thread still holds the reading afterwards."""
+        """Run the handlers of the requests this thread started, in order; True if this thread still reads."""
         assert self._pool is not None
         me = threading.get_ident()
         with self._lock:
@@ -241,10 +237,8 @@ class Reading:
             rest = self._take_reading()
         self._start_on_workers(rest)
 
-    # -- read-ahead and bursts --------------------------------------------------------------------
     def _wait_for_read_ahead_room(self) -> bool:
-        """Wait while whoever delivers is far behind, so that memory stays bounded and the peer
-        feels the back-pressure; False once closing."""
+        """Wait while whoever delivers is far behind (memory stays bounded, the peer feels it); False once closing."""
         if self._read_ahead > _READ_AHEAD_LIMIT:  # (only this thread adds: a stale look is high)
             with self._read_ahead_lock:
                 while self._read_ahead > _READ_AHEAD_LIMIT and not self._answering.closing:
@@ -255,8 +249,7 @@ class Reading:
         return (self._expand_item, block), (self._release_item, _burst_size([block]))
 
     def _expand_block(self, block: Any) -> List[Callback]:
-        """A queued block becomes one callback per message, in its place in the queue (a host's
-        pump counts, and stops between, messages)."""
+        """A queued block becomes one callback per message, in its place (a host's pump counts messages)."""
         items: List[Callback] = []
         replies: List[bytes] = []
         self._core.route_block(block, items, replies)
