@@ -6,12 +6,12 @@ it read on the reading thread itself. Rules:
   the reading thread runs sends a request (its answer must be read meanwhile).
 - Small reads (one line, or several in at most ``_ROUTE_HERE_BYTES``) are routed here; more is
   queued as blocks that whoever delivers decodes, so that the reader reads on.
-- Nothing overtakes what is queued: the reading thread settles answers, starts requests or runs
-  callbacks itself only when nothing waits to be delivered (callbacks: holding the delivery role,
-  so that what is read meanwhile queues behind them). It runs the requests it started in order,
-  each in a handler place; those left when the reading is taken from it start on workers.
-- Back-pressure: the reading waits while more than ``_READ_AHEAD_LIMIT`` bytes queued are not yet
-  routed.
+- Nothing overtakes what is queued: the reading thread settles the answers of blocking calls,
+  starts requests or runs callbacks itself only when nothing waits to be delivered (callbacks:
+  holding the delivery role, so that what is read meanwhile queues behind them). It runs the
+  requests it started in order, each in a handler place; those left when the reading is taken
+  from it start on workers.
+- Back-pressure: the reading waits while over ``_READ_AHEAD_LIMIT`` queued bytes are not routed.
 """
 
 import logging
@@ -226,7 +226,7 @@ class Reading:
 
     def hand_reading_on(self) -> None:
         """A handler sends a request: on the reading thread, a worker reads on at once, so that the
-        answer does not wait for the watcher. Any thread."""
+        answer does not wait for the watcher; on any other thread, nothing happens."""
         me = threading.get_ident()
         if self._here_thread != me or self._queue.owner == me:
             return  # (a callback this thread delivers may send, not wait: see refuse_blocking_here)
