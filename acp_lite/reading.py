@@ -1,28 +1,17 @@
 """A connection's reading: the read loop, routing what one read brought, and running the requests
-it read on the reading thread itself.
+it read on the reading thread itself. Rules:
 
-``rpc.Connection`` owns one ``Reading``, starts its first thread (the reader) and holds the table
-of every thread a connection may have. Rules this module keeps:
-
-- One reading thread at a time. The reading is on the reader thread at first; it moves, never is
-  shared: the watcher takes it from a reading thread stuck in a handler, and a worker takes it
-  when a handler the reading thread runs sends a request (its answer must be read meanwhile). A
-  thread that gave the reading up reads nothing more.
-- Small reads are routed here; bursts go to whoever delivers. One line, or several in at most
-  ``_ROUTE_HERE_BYTES``, is decoded and routed on the reading thread; more is queued as blocks
-  that the delivery thread decodes (or the host's pumps expand), so that the reader reads on.
-- Nothing overtakes what is queued. The reading thread settles the answers of blocking calls, or
-  starts requests, only when a read holds nothing else and nothing waits to be delivered; it
-  runs a small read's callbacks itself (notifications, the done-callbacks of answered futures)
-  only when nothing is queued or running, holding the delivery role: whatever is read meanwhile
-  (by a thread that took the reading over) queues behind them, and the delivery thread runs
-  nothing until they ran. Everything else is queued behind what waits.
-- Requests the reading thread started, it runs one after another, in order, each taking a
-  handler place of the pool like any other; what it has not run when the reading is taken from
-  it starts on workers, in order.
-- Back-pressure: bytes queued for delivery and not yet routed count as read-ahead; the reading
-  waits while more than ``_READ_AHEAD_LIMIT`` do. ``stop()`` (the connection closing) ends every
-  wait here and the reading itself.
+- One reading thread at a time, the reader at first. The reading moves, never is shared: the
+  watcher takes it from a reading thread stuck in a handler, and a worker takes it when a handler
+  the reading thread runs sends a request (its answer must be read meanwhile).
+- Small reads (one line, or several in at most ``_ROUTE_HERE_BYTES``) are routed here; more is
+  queued as blocks that whoever delivers decodes, so that the reader reads on.
+- Nothing overtakes what is queued: the reading thread settles the answers of blocking calls,
+  starts requests or runs callbacks itself only when nothing waits to be delivered (callbacks:
+  holding the delivery role, so that what is read meanwhile queues behind them). It runs the
+  requests it started in order, each in a handler place; those left when the reading is taken
+  from it start on workers.
+- Back-pressure: the reading waits while over ``_READ_AHEAD_LIMIT`` queued bytes are not routed.
 """
 
 import logging
@@ -35,31 +24,20 @@ from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
 from .transport import MessageTransport
 from .watching import watch
 
-# The reader stops reading while this many bytes it read wait for the delivery thread. About 2,000
-# updates, milliseconds of work for the delivery thread: enough to keep it busy while the reader
-# reads on (2 MiB was no faster), little enough that a connection's memory does not grow with the
-# length of a turn (bench/results/read-ahead.md).
+# Enough to keep the delivery thread busy while the reader reads on, little enough that memory does
+# not grow with a turn's length (bench/results/read-ahead.md).
 _READ_AHEAD_LIMIT = 512 * 1024
 
-# What the reader routes itself: one line, or several in at most this many bytes (a few messages,
-# as pipelined requests and their answers come); more is a burst, which the delivery thread
-# decodes in blocks while the reader reads on.
+# A few messages, as pipelined requests and their answers come.
 _ROUTE_HERE_BYTES = 4096
 
-# After how many of the watcher's looks without a new handler run on the reading thread it stops
-# watching this connection (see look): 100 ms.
+# The watcher stops watching after this many looks (100 ms) without a new run on the reading thread.
 _WATCH_QUIET_TICKS = 50
 
 
 class Reading:
-    """The reading of one connection, on whichever thread holds it (see the module's rules).
-
-    What it needs of its connection: the JSON-RPC ``core``, the delivery ``queue``, the worker
-    ``pool`` (None in host mode), the ``transport``, the connection's ``lock`` (which guards the
-    state of the reading thread's own runs too), the ``answering`` of its requests (their start,
-    their handlers, their refusal, whether ``close()`` began, the replies the core makes), and
-    ``end_of_stream()``, the connection's end once the reading ends.
-    """
+    """The reading of one connection. ``pool`` is None in host mode; ``lock`` is the connection's
+    and guards the reading thread's runs too; ``end_of_stream()`` runs once the reading ends."""
 
     def __init__(
         self,
@@ -82,17 +60,15 @@ class Reading:
         self._transport = transport
         self._lock = lock
         self._answering = answering
-        self._start_request = answering.start  # (what the core queues for a request: see _route_read)
+        self._start_request = answering.start  # what the core queues for a request
         self._end_of_stream = end_of_stream
-        # Bytes the reader has queued for the delivery thread (or the host) and not yet routed.
         self._read_ahead = 0
         self._read_ahead_lock = threading.Lock()  # taken as ``with`` (see delivery.WorkerPool)
         self._read_ahead_cond = threading.Condition(self._read_ahead_lock)
         self._expand_item = Expand(self._expand_block)
         self._release_item = Expand(self._release_expanded)
-        # The reading thread running requests itself (see _run_here), under _lock: its identity
-        # while it does, the requests it has yet to run, how many it has run; whether the
-        # watcher looks at this connection, and what it saw at its last looks (see look).
+        # Under _lock: the reading thread running callbacks or requests itself, the requests it has
+        # yet to run, how many runs it began; whether the watcher looks, and what it saw.
         self._here_thread: Optional[int] = None
         self._here: List[RequestContext] = []
         self._runs = 0
@@ -107,19 +83,15 @@ class Reading:
         return self._read_ahead
 
     def stop(self) -> None:
-        """``close()`` began (``answering.closing`` is true): the watcher stops, a reading waiting for
-        room stops, and the reading ends, on whichever thread it is (a worker's too), so that
-        joining the workers waits for handlers only. Any thread."""
+        """``close()`` began: wake a reading that waits for read-ahead room and end a read under way,
+        so that the reading ends on whichever thread holds it (joining the workers then waits for
+        handlers only; the watcher stops by itself at its next look). Any thread."""
         with self._read_ahead_lock:
             self._read_ahead_cond.notify_all()
         self._transport.stop_reading()
 
-    # -- the read loop ----------------------------------------------------------------------------
     def read_loop(self, _: Any = None) -> None:
-        """The reading, on whichever thread holds it: the reader thread at first. When what it
-        read is requests it may run (see _route_read), this thread runs them itself (see
-        _run_here) and reads on afterwards, unless another thread has taken the reading over
-        meanwhile (then this one leaves)."""
+        """Read on whichever thread holds the reading, which leaves once another took it over."""
         try:
             while self._wait_for_read_ahead_room():
                 blocks = self._transport.read_blocks()
@@ -135,59 +107,43 @@ class Reading:
         self._end_of_stream()
 
     def _route_read(self, blocks: List[Any]) -> Tuple[List[RequestContext], List[Callback]]:
-        """Route what one read brought: decoded here when it is small, else left to whoever
-        delivers (the delivery thread, or the host's thread as it pumps) as a burst of blocks,
-        so that the reader is back at reading at once. Returns the requests whose handlers, or
-        the callbacks (the delivery role held), the reading thread is to run itself (see
-        read_loop), if any."""
+        """Route what one read brought (a burst is queued as blocks). Returns the requests, or the
+        callbacks (the delivery role held), that the reading thread is to run itself, if any."""
         queue = self._queue
         if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
-            # Each block is routed in its turn by whoever delivers, its bytes released once its
-            # callbacks ran (a host's pump counts, and stops between, its messages).
-            self._add_read_ahead(_burst_size(blocks))
-            queue.put([item for block in blocks for item in self._block_items(block)])
-            return [], []
-        items: List[Callback] = []
-        replies: List[bytes] = []
-        self._core.route_lines(lines_of(blocks[0]), items, replies)
-        for frame in replies:
-            self._answering.send_frame(frame)
-        if not items:
-            return [], []
-        if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
-            # Answers only, to blocking calls, with nothing before them to deliver: settled here
-            # (no application code runs: only call() waits on such a future).
-            for _, outcome in items:
-                settle_item(outcome)
-            return [], []
-        if self._pool is not None and queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
-            # Requests only, with nothing before them to deliver, and handlers that run on threads
-            # of ours: started here, in order (their arrival hooks are the runtime's bookkeeping),
-            # and run by this thread (see _run_here).
-            return [ctx for _, ctx in items if self._answering.admit(ctx)], []
-        if queue.hold(len(items)):
-            # Nothing queued or running: the callbacks run on this thread, in order (see
-            # _deliver_here), sparing the delivery thread's wake-up.
-            return [], items
-        # Behind what waits: what this read brought counts against the read-ahead until its
-        # last callback has run.
-        size = _burst_size(blocks)
-        self._add_read_ahead(size)
-        queue.put([*items, (self._release_item, size)])
+            queued = [item for block in blocks for item in self._block_items(block)]
+        else:
+            items: List[Callback] = []
+            replies: List[bytes] = []
+            self._core.route_lines(lines_of(blocks[0]), items, replies)
+            for frame in replies:
+                self._answering.send_frame(frame)
+            if not items:
+                return [], []
+            if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
+                # Answers to blocking calls only: no application code runs (only call() waits on them).
+                for _, outcome in items:
+                    settle_item(outcome)
+                return [], []
+            if self._pool is not None and queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
+                # Requests only, handlers on our threads: admitted here in order (arrival hooks are bookkeeping).
+                return [ctx for _, ctx in items if self._answering.admit(ctx)], []
+            if queue.hold(len(items)):  # nothing queued or running: spares the delivery thread's wake-up
+                return [], items
+            # Behind what waits: counted as read-ahead until its last callback has run.
+            queued = [*items, (self._release_item, _burst_size(blocks))]
+        with self._read_ahead_lock:
+            self._read_ahead += _burst_size(blocks)
+        queue.put(queued)
         return [], []
 
-    # -- the reading thread running callbacks and requests itself, and the watcher --------------
     def _deliver_here(self, callbacks: List[Callback]) -> bool:
-        """Reading thread, holding the delivery role (see _route_read): run a small read's
-        callbacks here, in order, while the watcher looks (see look): when one blocks or runs
-        long, another thread reads on, and what it reads queues behind the rest of them. True if
-        this thread still holds the reading afterwards."""
+        """Run a small read's callbacks here (the delivery role held); True if this thread still reads."""
         assert self._pool is not None  # (a lane that lets the role be held has a pool beside it)
         me = threading.get_ident()
         with self._lock:
-            self._here_thread = me
             self._runs += 1
-            self._start_watching()
+            self._begin_here(me)
         try:
             run_callbacks(callbacks, self._log)
         finally:
@@ -199,15 +155,12 @@ class Reading:
             return True
 
     def _run_here(self, requests: List[RequestContext]) -> bool:
-        """Reading thread: run the handlers of requests it started, one after another, here,
-        sparing the wake-up of another thread, while the watcher looks (see look): when a
-        handler blocks or runs long, or sends a request (see hand_reading_on), another thread
-        reads on and the rest start on workers. True if this thread still holds the reading."""
+        """Run the handlers of the requests this thread started, in order; True if this thread still reads."""
         assert self._pool is not None
         me = threading.get_ident()
         with self._lock:
-            self._here_thread, self._here = me, requests
-            self._start_watching()
+            self._here = requests
+            self._begin_here(me)
         while True:
             with self._lock:
                 if self._here_thread != me:
@@ -216,10 +169,8 @@ class Reading:
                     self._here_thread = None
                     return True
                 closing = self._answering.closing
-                if not closing and not self._pool.claim():
-                    # No handler place left (see WorkerPool): the rest wait for theirs on
-                    # workers, in order, and this thread reads on.
-                    waiting, self._here, self._here_thread = self._here, [], None
+                if not closing and not self._pool.claim():  # no handler place: the rest wait on workers
+                    waiting = self._take_reading()
                     break
                 ctx = self._here.pop(0)
                 self._runs += 1
@@ -235,8 +186,7 @@ class Reading:
         return True
 
     def _take_reading(self) -> List[RequestContext]:
-        # Under _lock: another thread reads on; the requests the reading thread had yet to run
-        # are returned, to start on workers.
+        # Under _lock: this thread runs no more requests itself; returns the rest, to start on workers.
         rest, self._here, self._here_thread = self._here, [], None
         return rest
 
@@ -246,85 +196,60 @@ class Reading:
             if not self._pool.submit(self._answering.run_on_worker, ctx):
                 self._answering.refuse_to_start(ctx)  # closing
 
-    def _start_watching(self) -> None:
-        # Under _lock, on the reading thread about to run application code: the watcher looks.
+    def _begin_here(self, me: int) -> None:
+        # Under _lock: the reading thread is about to run application code, while the watcher looks.
+        self._here_thread = me
         if not self._watching:
             self._seen_runs = self._looked_runs = -1
             self._quiet_looks = 0
             self._watching = watch(self)
 
     def look(self) -> bool:
-        """The watcher's look, every tick (see ``watching``): once the reading thread has been in
-        one handler (or callback) since the last look, it blocks or runs long, and a worker reads
-        on in its place, starting first the requests it had yet to run. False, to stop watching:
-        closing, taken over, or ``_WATCH_QUIET_TICKS`` looks without a run here."""
+        """The watcher's look, every tick: a reading thread still in the run of the last look is stuck,
+        and a worker reads on in its place. False stops watching (closing, taken over, or quiet)."""
         assert self._pool is not None
         with self._lock:
             busy = self._here_thread is not None
-            if busy and self._runs == self._seen_runs and not self._answering.closing:
-                rest = self._here
-                if self._pool.hand_off(self._read_on, rest):
-                    self._take_reading()
-                self._watching = False
-                return False
+            stuck = busy and self._runs == self._seen_runs and not self._answering.closing
+            if stuck and self._pool.hand_off(self._read_on, self._here):
+                self._take_reading()
             self._seen_runs = self._runs if busy else -1
             self._quiet_looks = 0 if self._runs != self._looked_runs else self._quiet_looks + 1
             self._looked_runs = self._runs
-            if self._answering.closing or self._quiet_looks >= _WATCH_QUIET_TICKS:
-                self._watching = False
-                return False
-            return True
+            self._watching = not (stuck or self._answering.closing or self._quiet_looks >= _WATCH_QUIET_TICKS)
+            return self._watching
 
     def _read_on(self, rest: List[RequestContext]) -> None:
-        # A worker, the reading taken over by the watcher (see look): the requests the reading
-        # thread had yet to run start first, then this thread reads on.
+        # A worker taking the reading over from the watcher's look.
         self._start_on_workers(rest)
         self.read_loop()
 
     def hand_reading_on(self) -> None:
-        """A handler sends a request: when the reading thread runs it itself, a worker reads on
-        at once, so that the answer does not wait for the watcher. (If the pool is shut down,
-        closing, this thread keeps the reading: the call fails with the close.) Any thread; on
-        any other than the reading thread in a handler of its own, nothing happens."""
+        """A handler sends a request: on the reading thread, a worker reads on at once, so that the
+        answer does not wait for the watcher; on any other thread, nothing happens."""
         me = threading.get_ident()
         if self._here_thread != me or self._queue.owner == me:
             return  # (a callback this thread delivers may send, not wait: see refuse_blocking_here)
         assert self._pool is not None
         with self._lock:
-            if self._here_thread != threading.get_ident() or not self._pool.hand_off(self.read_loop, None):
+            if self._here_thread != me or not self._pool.hand_off(self.read_loop, None):
                 return
             rest = self._take_reading()
         self._start_on_workers(rest)
 
-    # -- read-ahead and bursts --------------------------------------------------------------------
     def _wait_for_read_ahead_room(self) -> bool:
-        """Wait while the delivery thread (or the host's pumps) is far behind (a slow callback, a
-        fast peer), so that memory stays bounded and the peer feels the back-pressure; False
-        once closing."""
+        """Wait while whoever delivers is far behind (memory stays bounded, the peer feels it); False once closing."""
         if self._read_ahead > _READ_AHEAD_LIMIT:  # (only this thread adds: a stale look is high)
             with self._read_ahead_lock:
                 while self._read_ahead > _READ_AHEAD_LIMIT and not self._answering.closing:
                     self._read_ahead_cond.wait()
         return not self._answering.closing
 
-    def _add_read_ahead(self, size: int) -> None:
-        with self._read_ahead_lock:
-            self._read_ahead += size
-
-    def _release_read_ahead(self, size: int) -> None:
-        # The delivery (or host) thread, once it has routed and run what ``size`` bytes brought.
-        with self._read_ahead_lock:
-            self._read_ahead -= size
-            if self._read_ahead <= _READ_AHEAD_LIMIT:
-                self._read_ahead_cond.notify()
-
     def _block_items(self, block: Any) -> Tuple[HostItem, HostItem]:
-        # A block of a burst, as queued: routed in its turn, then its bytes released.
         return (self._expand_item, block), (self._release_item, _burst_size([block]))
 
     def _expand_block(self, block: Any) -> List[Callback]:
-        """Delivery (or host) thread: a block of a burst becomes one callback per message, which
-        take its place in the queue (so that a host's pump counts, and stops between, messages)."""
+        """A queued block becomes one callback per message, in its place (a host's pump counts messages)."""
         items: List[Callback] = []
         replies: List[bytes] = []
         self._core.route_block(block, items, replies)
@@ -333,9 +258,11 @@ class Reading:
         return items
 
     def _release_expanded(self, size: int) -> List[Callback]:
-        # Delivery (or host) thread, as an item after the last callback of what ``size`` bytes
-        # brought: they are released.
-        self._release_read_ahead(size)
+        # Queued after the last callback of what ``size`` bytes brought.
+        with self._read_ahead_lock:
+            self._read_ahead -= size
+            if self._read_ahead <= _READ_AHEAD_LIMIT:
+                self._read_ahead_cond.notify()
         return []
 
 
