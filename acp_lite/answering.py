@@ -101,12 +101,12 @@ class CancelToken:
             raise RequestCancelled()
 
 
-def run_logged(fn: Callable[[], Any]) -> None:
-    """Run ``fn()``; if it raises, log it and go on (cancellation and closing callbacks)."""
+def run_logged(fn: Callable[[], Any], what: str = "cancellation callback") -> None:
+    """Run ``fn()``; if it raises, log it (as the ``what`` that failed) and go on."""
     try:
         fn()
     except Exception:
-        logging.getLogger("acp_lite.rpc").exception("cancellation callback %r failed", fn)
+        logging.getLogger("acp_lite.rpc").exception("%s %r failed", what, fn)
 
 
 class RequestContext:

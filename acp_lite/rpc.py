@@ -239,7 +239,7 @@ class Connection:
             self._closing_ran = True
             contexts = self._incoming.running()
         for fn in self._closing_callbacks:
-            run_logged(fn)
+            run_logged(fn, "closing callback")
         for ctx in contexts:
             ctx.cancel_token.cancel()
         if self._pool is not None:

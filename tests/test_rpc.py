@@ -978,6 +978,24 @@ def test_end_of_stream_fails_pending_calls_with_the_transports_error_and_cancels
     assert len(closing) == 1 and closing[0] != threading.current_thread().name  # where callbacks run, once
 
 
+def test_a_closing_callback_that_raises_is_logged_as_one_and_the_others_still_run(caplog):
+    ours, theirs = memory_pair()
+    connection = Connection(ours, name="closing")
+    ran: List[str] = []
+
+    def failing() -> None:
+        raise RuntimeError("closing went wrong")
+
+    connection.on_closing(failing)
+    connection.on_closing(lambda: ran.append("second"))
+    with caplog.at_level(logging.ERROR, logger="acp_lite.rpc"):
+        connection.start()
+        connection.close()
+    theirs.close()
+    assert ran == ["second"]
+    assert [r.getMessage().split(" <")[0] for r in caplog.records] == ["closing callback"]
+
+
 def test_close_while_calls_are_pending_fails_them_all_once(linked):
     a, b = linked
     b.on_request("x/never", lambda params, ctx: Future())  # never answered
