@@ -150,9 +150,10 @@ def test_a_command_ended_by_sigterm_or_sighup_stops_its_agent_first(starters, co
 # An application: spawns the agent (argv[1:] after the mode), initializes, says so, then either
 # returns without close() or waits for a signal.
 APPLICATION = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
     from acp_lite import RemoteAgent
 
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # (under nohup the test runner ignores it, and so would we)
     mode, argv = sys.argv[1], sys.argv[2:]
     agent = RemoteAgent.spawn(argv)
     agent.initialize(timeout=30)
