@@ -71,7 +71,12 @@ def test_the_gedit_plugin_streams_asks_permission_cancels_and_quits_cleanly(gedi
         gedit.wait_for("the prompt entry focused", lambda s: s["entry_focused"])
         gedit.type("Check this project for configuration issues")
         gedit.key("Return")
-        asked = gedit.wait_for("the permission question", lambda s: s["question"])
+        # The chat shows streamed lines in batches, on the main loop's next turns, and a question at
+        # once: the tool call's line may follow its question by a turn.
+        asked = gedit.wait_for(
+            "the permission question and the tool call's line",
+            lambda s: s["question"] and s["chat"].endswith("[tool] Reading configuration file: pending"),
+        )
         assert asked["question"] == "Allow Reading configuration file?"
         assert [label for label, _ in asked["buttons"]] == ["Allow once", "Reject once"]
         assert "Analyzing request: Check this project for configuration issues" in asked["chat"]  # streamed
