@@ -27,7 +27,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional
 
-from .delivery import WorkerPool
+from .delivery import Workers
 from .error_rules import error_for
 from .errors import AcpError, CallTimeout, ConnectionClosed, InternalError, RequestCancelled
 from .jsonrpc import IncomingRequests, answer_frame, error_frame
@@ -154,8 +154,8 @@ def cancel_incoming(ctx: RequestContext) -> None:
 
 class Answering:
     """The requests of one connection. ``lock`` is the connection's and guards ``incoming``;
-    ``pool`` is None in host mode; ``closed()`` ends the waits for room; ``host_thread`` (host
-    mode) never waits for room or a write: the transport bounds what it leaves to its flusher."""
+    ``pool`` runs the handlers; ``closed()`` ends the waits for room; ``host_thread`` (host mode)
+    never waits for room or a write: the transport bounds what it leaves to its flusher."""
 
     def __init__(
         self,
@@ -164,7 +164,7 @@ class Answering:
         lock: Any,
         incoming: IncomingRequests,
         transport: MessageTransport,
-        pool: Optional[WorkerPool],
+        pool: Workers,
         closed: Callable[[], bool],
         host_thread: Optional[int],
     ):
@@ -309,9 +309,7 @@ class Answering:
         """Delivery (or host) thread, in arrival order: admitted, the handler goes to a worker."""
         if not self.admit(ctx):
             return
-        if self._pool is None:
-            self.run_handler(ctx)
-        elif not self._pool.submit(self.run_on_worker, ctx):
+        if not self._pool.submit(self.run_on_worker, ctx):
             self.refuse_to_start(ctx)  # closing
 
     def admit(self, ctx: RequestContext) -> bool:
@@ -325,7 +323,7 @@ class Answering:
                 route.on_arrival(ctx._params, ctx)
             except Exception:
                 self._log.exception("%s: arrival hook for %s failed", self.name, ctx.method)
-        if self._pool is not None:
+        if threading.get_ident() != self._host_thread:
             while self._transport.backed_up and not self._closing:  # the reading stops too
                 self._transport.flush(_POLL_SECONDS)
         if self._closing:
@@ -334,14 +332,17 @@ class Answering:
         return True
 
     def run_on_worker(self, ctx: RequestContext) -> Optional[HandlerTask]:
-        """On a worker (or the reading thread): ``run_handler`` unless closing began meanwhile. The
-        thread goes on after any handler: a ``SystemExit`` has been answered like any failure."""
+        """Where handlers run (a worker, the reading thread, a host's pump): ``run_handler`` unless
+        closing began meanwhile. A thread of ours goes on after any handler (a ``SystemExit`` has
+        been answered like any failure); on the host thread it ends the pump (see ``delivery``)."""
         if self._closing:
             self.refuse_to_start(ctx)
             return None
         try:
             return self.run_handler(ctx)
         except BaseException:
+            if threading.get_ident() == self._host_thread:
+                raise
             return None
 
     def refuse_to_start(self, ctx: RequestContext) -> None:

@@ -3,8 +3,8 @@
 A connection's callbacks (``(fn, arg)`` pairs: nothing here knows JSON-RPC) wait in its ``Lane``, a ``CallbackQueue``
 run by its delivery thread or a lane of the host's (``host_delivery``), and run one at a time, in the order put.
 While nothing waits (``unfinished`` is zero), the reader may settle a blocking call's answer itself, or ``hold`` the
-delivery role and run a read's callbacks itself, without overtaking anything. Request handlers run on a
-``WorkerPool``, at most ``HANDLER_LIMIT`` at once.
+delivery role and run a read's callbacks itself, without overtaking anything. Request handlers run on its
+``Workers``: a ``WorkerPool``, at most ``HANDLER_LIMIT`` at once, or the host's pumps (``host_delivery``).
 
 One exception rule for every path (the delivery thread, the reader delivering in its place, a burst's blocks, the
 host's pumps): whatever a callback raises, the callbacks after it still run, so nothing read after it is lost. On
@@ -53,6 +53,21 @@ class Lane(Protocol):
     def closing(self) -> None: ...  # the connection closes: a host lane drops what waits, a callback queue runs it
     def finish(self) -> None: ...  # nothing more will be put: a delivery thread ends once the rest has run
     def join(self, deadline: float) -> None: ...  # wait until ``deadline`` (monotonic) for the lane's own threads
+
+
+class Workers(Protocol):
+    """Where a connection's request handlers run: a ``WorkerPool`` (threads of ours) or ``HostWorkers`` (the host's
+    pumps, where ``Answering.start`` runs them at once)."""
+
+    ours: bool  # handlers run on threads of ours: the reading thread may run some itself (claim), workers read on
+
+    def submit(self, fn: Callable[[Any], Any], arg: Any) -> bool: ...  # run the handler fn(arg); False once shut down
+    def hand_off(self, fn: Callable[[Any], Any], arg: Any) -> bool: ...  # run the reading fn(arg) elsewhere, now
+    def claim(self) -> bool: ...  # a handler place for the calling thread, then release(); False: none left
+    def release(self) -> None: ...
+    def release_when_done(self, future: Future) -> None: ...  # release once the handler's task completes
+    def shutdown(self) -> None: ...  # refuse new handlers
+    def join(self, deadline: float) -> None: ...  # wait until ``deadline`` (monotonic) for the threads and tasks
 
 
 class CallbackQueue:
@@ -203,6 +218,8 @@ class WorkerPool:
     handlers block in, costs at most that many threads. A handler that returns a ``Future`` (a coroutine handler's
     task, run on the event loop) keeps its place until it completes, without its thread: the limit counts handlers,
     not threads. The reading, handed on (``hand_off``), is no handler: it never waits. Workers exit once idle."""
+
+    ours = True
 
     def __init__(self, name: str, logger: logging.Logger):
         self._name = name

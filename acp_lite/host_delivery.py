@@ -7,6 +7,7 @@ import collections
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .delivery import Callback, Expand, HostItem
@@ -62,6 +63,35 @@ class HostLane:
 
     def join(self, deadline: float) -> None:
         """(The host thread is the host's.)"""
+
+
+class HostWorkers:
+    """The ``Workers`` of a connection in host mode: a handler runs at once, on the host thread, in the pump that
+    starts its request; the reading thread runs none and is never handed on."""
+
+    ours = False
+
+    def submit(self, fn: Callable[[Any], Any], arg: Any) -> bool:
+        fn(arg)
+        return True
+
+    def hand_off(self, fn: Callable[[Any], Any], arg: Any) -> bool:
+        return False
+
+    def claim(self) -> bool:
+        return False
+
+    def release(self) -> None:
+        raise AssertionError("no place is ever claimed")
+
+    def release_when_done(self, future: Future) -> None:
+        """(No place is held: a coroutine handler's task runs on without one.)"""
+
+    def shutdown(self) -> None:
+        """(Nothing to refuse: a closed connection's pumps run nothing more.)"""
+
+    def join(self, deadline: float) -> None:
+        """(No thread of ours.)"""
 
 
 class HostDelivery:

@@ -19,7 +19,7 @@ import threading
 from typing import Any, Callable, List, Optional, Tuple
 
 from .answering import Answering, RequestContext
-from .delivery import Callback, Expand, HostItem, Lane, WorkerPool, run_callbacks
+from .delivery import Callback, Expand, HostItem, Lane, Workers, run_callbacks
 from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
 from .transport import MessageTransport
 from .watching import watch
@@ -36,7 +36,7 @@ _WATCH_QUIET_TICKS = 50
 
 
 class Reading:
-    """The reading of one connection. ``pool`` is None in host mode; ``lock`` is the connection's
+    """The reading of one connection. ``pool`` runs the handlers; ``lock`` is the connection's
     and guards the reading thread's runs too; ``end_of_stream()`` runs once the reading ends."""
 
     def __init__(
@@ -45,7 +45,7 @@ class Reading:
         log: logging.Logger,
         core: RpcCore,
         queue: Lane,
-        pool: Optional[WorkerPool],
+        pool: Workers,
         transport: MessageTransport,
         lock: threading.Lock,
         answering: Answering,
@@ -125,7 +125,7 @@ class Reading:
                 for _, outcome in items:
                     settle_item(outcome)
                 return [], []
-            if self._pool is not None and queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
+            if self._pool.ours and queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
                 # Requests only, handlers on our threads: admitted here in order (arrival hooks are bookkeeping).
                 return [ctx for _, ctx in items if self._answering.admit(ctx)], []
             if queue.hold(len(items)):  # nothing queued or running: spares the delivery thread's wake-up
@@ -139,7 +139,6 @@ class Reading:
 
     def _deliver_here(self, callbacks: List[Callback]) -> bool:
         """Run a small read's callbacks here (the delivery role held); True if this thread still reads."""
-        assert self._pool is not None  # (a lane that lets the role be held has a pool beside it)
         me = threading.get_ident()
         with self._lock:
             self._runs += 1
@@ -156,7 +155,6 @@ class Reading:
 
     def _run_here(self, requests: List[RequestContext]) -> bool:
         """Run the handlers of the requests this thread started, in order; True if this thread still reads."""
-        assert self._pool is not None
         me = threading.get_ident()
         with self._lock:
             self._here = requests
@@ -191,7 +189,6 @@ class Reading:
         return rest
 
     def _start_on_workers(self, requests: List[RequestContext]) -> None:
-        assert self._pool is not None
         for ctx in requests:
             if not self._pool.submit(self._answering.run_on_worker, ctx):
                 self._answering.refuse_to_start(ctx)  # closing
@@ -207,7 +204,6 @@ class Reading:
     def look(self) -> bool:
         """The watcher's look, every tick: a reading thread still in the run of the last look is stuck,
         and a worker reads on in its place. False stops watching (closing, taken over, or quiet)."""
-        assert self._pool is not None
         with self._lock:
             busy = self._here_thread is not None
             stuck = busy and self._runs == self._seen_runs and not self._answering.closing
@@ -230,7 +226,6 @@ class Reading:
         me = threading.get_ident()
         if self._here_thread != me or self._queue.owner == me:
             return  # (a callback this thread delivers may send, not wait: see refuse_blocking_here)
-        assert self._pool is not None
         with self._lock:
             if self._here_thread != me or not self._pool.hand_off(self.read_loop, None):
                 return

@@ -49,9 +49,9 @@ from typing import Any, Callable, List, Optional
 from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
 from .codec import ENCODER
 from .deadlines import call_after
-from .delivery import Callback, CallbackQueue, Lane, WorkerPool, run_callbacks
+from .delivery import Callback, CallbackQueue, Lane, WorkerPool, Workers, run_callbacks
 from .errors import CallTimeout, ConnectionClosed, UsageError
-from .host_delivery import HostDelivery
+from .host_delivery import HostDelivery, HostWorkers
 from .jsonrpc import CANCEL_REQUEST_METHOD, IncomingRequests, RpcCore, settle_item
 from .outcomes import Answer, settle
 from .outgoing import (
@@ -93,7 +93,7 @@ class Connection:
         self._queue: Lane = (
             delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue(name, self._log)
         )
-        self._pool = None if delivery is not None else WorkerPool(name, self._log)
+        self._pool: Workers = HostWorkers() if delivery is not None else WorkerPool(name, self._log)
         self._host_thread = self._queue.owner if delivery is not None else None
         self._lock = threading.Lock()
         self._incoming = IncomingRequests()
@@ -209,7 +209,7 @@ class Connection:
             self._run_closing()
             # At once: behind a blocking callback a request would wait for it, which close() does not end.
             self._answering.refuse_unstarted()
-            if self._pool is not None and not delivering:
+            if not delivering:
                 # Handlers, on workers and on the reader, get until the deadline to answer (not when a
                 # callback closes: they may wait for answers queued behind it, and end once it returns).
                 if self._reader is not None and self._reader is not me:
@@ -222,8 +222,7 @@ class Connection:
             self._reader.join(max(0.0, deadline - time.monotonic()))
         if not delivering:
             self._queue.join(deadline)
-        if self._pool is not None:
-            self._pool.join(deadline)
+        self._pool.join(deadline)
 
     def _drop_host_items(self, dropped: List[Callback]) -> None:
         # Host mode, closed (on the closing thread, or on the host thread for what a running pump
@@ -242,8 +241,7 @@ class Connection:
             run_logged(fn, "closing callback")
         for ctx in contexts:
             ctx.cancel_token.cancel()
-        if self._pool is not None:
-            self._pool.shutdown()
+        self._pool.shutdown()
 
     def call(self, method: str, params: Any = None, result_type: Any = Any, timeout: Optional[float] = None) -> Any:
         """Send a request and block until its answer; return the result decoded into ``result_type``.
