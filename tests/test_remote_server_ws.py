@@ -1,7 +1,9 @@
 """The remote server's WebSocket side and TLS, over real loopback sockets (a wsproto client)."""
 
+import json
 import ssl
 import subprocess
+import threading
 import time
 
 import pytest
@@ -172,3 +174,32 @@ def test_tls_serves_https_and_wss(certificate):
         assert response.status == 200 and response.getheader("acp-connection-id")
         response.read()
         conn.close()
+
+
+def test_lone_replies_to_a_client_that_reads_late_arrive_whole_and_none_lost(server):
+    # Each reply (a 15 KB error: the method name comes back in it) is a lone frame, which the agent's
+    # thread writes itself while nothing waits before it; as the client reads nothing the socket
+    # fills, later replies wait for the loop, and all arrive whole, once each. (Replies to separate
+    # requests may come in any order: bursts and single reads are answered by different threads.
+    # The requests go from a thread of their own: the server stops reading while its replies wait.)
+    from wsproto.events import TextMessage
+
+    ws = WsClient(server.address)
+    ws.send(INITIALIZE)
+    assert ws.message()["result"]["protocolVersion"] == 1
+    name = "x/" + "n" * 15_000
+    frames = [ws.ws.send(TextMessage(data=json.dumps(rpc(name, {}, n)))) for n in range(1, 601)]
+
+    def send_them():
+        for frame in frames:  # 9 MB of replies to come, more than the socket buffers hold
+            ws.send_raw(frame)
+            time.sleep(0.001)
+
+    sender = threading.Thread(target=send_them)
+    sender.start()
+    time.sleep(1.5)  # the replies pile up unread
+    replies = [ws.message() for _ in range(600)]
+    sender.join(10)
+    assert sorted(reply["id"] for reply in replies) == list(range(1, 601))
+    assert all(reply["error"]["code"] == -32601 and name in reply["error"]["message"] for reply in replies)
+    ws.close()
