@@ -163,7 +163,9 @@ class Connection:
 
     def on_closing(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` once as closing begins (at end of stream where callbacks run, after those
-        before it; in ``close()``, on its thread), just before running requests' tokens are cancelled."""
+        before it; in ``close()``, on its thread), just before running requests' tokens are cancelled.
+        One that raises stops nothing: an ``Exception`` is logged; anything else ``close()`` raises
+        again once the connection is closed."""
         self._closing_callbacks.append(fn)
 
     def start(self) -> None:
@@ -201,12 +203,13 @@ class Connection:
                 pending = self._core.take_pending()
         me = threading.current_thread()
         delivering = me.ident == self._queue.owner  # a callback (or the reader holding the role) closes
+        stopped: Optional[BaseException] = None
         if first:
             self._reading.stop()
             for call in pending:
                 settle(call.future, None, self._close_error)
             self._queue.closing()  # (in host mode what waited goes to _drop_host_items)
-            self._run_closing()
+            stopped = self._run_closing()
             # At once: behind a blocking callback a request would wait for it, which close() does not end.
             self._answering.refuse_unstarted()
             if not delivering:
@@ -223,6 +226,8 @@ class Connection:
         if not delivering:
             self._queue.join(deadline)
         self._pool.join(deadline)
+        if stopped is not None:
+            raise stopped  # (a closing callback's Ctrl-C or SystemExit, once the connection is closed)
 
     def _drop_host_items(self, dropped: List[Callback]) -> None:
         # Host mode, closed (on the closing thread, or on the host thread for what a running pump
@@ -231,17 +236,24 @@ class Connection:
             if fn is settle_item:
                 settle(arg[0].future, None, self._closed_error())
 
-    def _run_closing(self) -> None:
+    def _run_closing(self) -> Optional[BaseException]:
+        # Returns what a callback raised that is no Exception (a Ctrl-C, a SystemExit), for the
+        # caller to raise once its own work is done: the other callbacks and the cancellations ran.
         with self._lock:
             if self._closing_ran:
-                return
+                return None
             self._closing_ran = True
             contexts = self._incoming.running()
+        stopped: Optional[BaseException] = None
         for fn in self._closing_callbacks:
-            run_logged(fn, "closing callback")
+            try:
+                run_logged(fn, "closing callback")
+            except BaseException as exc:
+                stopped = stopped or exc
         for ctx in contexts:
             ctx.cancel_token.cancel()
         self._pool.shutdown()
+        return stopped
 
     def call(self, method: str, params: Any = None, result_type: Any = Any, timeout: Optional[float] = None) -> Any:
         """Send a request and block until its answer; return the result decoded into ``result_type``.
@@ -419,7 +431,9 @@ class Connection:
             pending = self._core.take_pending()
         for call in pending:
             settle(call.future, None, self._close_error)
-        self._run_closing()
+        stopped = self._run_closing()
+        if stopped is not None:
+            raise stopped  # (the exception rule of where callbacks run)
 
 
 class _CallFuture(Future):

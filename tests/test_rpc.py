@@ -8,6 +8,7 @@ back. The method names are made up; this layer knows no ACP method.
 import json
 import logging
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -994,6 +995,35 @@ def test_a_closing_callback_that_raises_is_logged_as_one_and_the_others_still_ru
     theirs.close()
     assert ran == ["second"]
     assert [r.getMessage().split(" <")[0] for r in caplog.records] == ["closing callback"]
+
+
+def test_a_closing_callback_raising_system_exit_stops_nothing_and_close_raises_it_last():
+    ours, theirs = memory_pair()
+    a, b = Connection(ours, name="exits"), Connection(theirs, name="peer")
+    started, cancelled = threading.Event(), threading.Event()
+
+    def waits(params, ctx):
+        started.set()
+        if ctx.cancel_token.wait(WAIT):
+            cancelled.set()
+        return "done"
+
+    a.on_request("x/wait", waits)
+    ran: List[str] = []
+    a.on_closing(lambda: sys.exit(3))
+    a.on_closing(lambda: ran.append("second"))
+    a.start()
+    b.start()
+    try:
+        b.call_future("x/wait")
+        assert started.wait(WAIT)
+        with pytest.raises(SystemExit):
+            a.close()
+        assert ran == ["second"] and cancelled.is_set()  # the rest ran, the handler was cancelled
+        assert b.wait_closed(WAIT)  # and the connection was closed all the same
+    finally:
+        a.close()
+        b.close()
 
 
 def test_close_while_calls_are_pending_fails_them_all_once(linked):
