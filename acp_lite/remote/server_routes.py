@@ -356,14 +356,15 @@ class RemoteConnection:
                             batch.append(stream.queue.popleft())
                         work.append((stream.reader, batch, stream.next_id))
                         stream.next_id += len(batch)
-            self._pumping = bool(work)
+            # (a local: once the lock is let go, a direct write may set _pumping for itself)
+            pumping = self._pumping = bool(work)
         try:
             while work:
                 reader, frames, first_id = work.popleft()
                 reader.deliver(frames, first_id, self.channel.sent)
                 del frames
         finally:
-            if self._pumping:
+            if pumping:
                 with self._lock:
                     self._pumping = False
 
