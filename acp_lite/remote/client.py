@@ -319,7 +319,6 @@ class WebSocketClient:
         self._woken = False
         self._gone: Optional[str] = None  # why the server is gone, once it is
         self._pinged = False
-        self._limit = max_message_size
         self._parts: List[bytes] = []  # the message under way: its pieces, size and opcode
         self._size = 0
         self._message_opcode = 0
@@ -413,16 +412,14 @@ class WebSocketClient:
         with self._reading:
             if self._woken:
                 return None
-            if self._gone is not None:
-                self.channel.end(ConnectionClosed(f"{self.endpoint.url}: {self._gone}"))
-                return None
-            try:
-                return self._read_messages()
-            except OSError as exc:
-                self._gone = f"the WebSocket failed: {exc}"
-            except Exception as exc:  # FrameError: a broken peer
-                self._gone = f"the server broke the WebSocket protocol: {exc}"
-                _log.warning("%s: %s", self.name, self._gone)
+            if self._gone is None:
+                try:
+                    return self._read_messages()
+                except OSError as exc:
+                    self._gone = f"the WebSocket failed: {exc}"
+                except Exception as exc:  # FrameError: a broken peer
+                    self._gone = f"the server broke the WebSocket protocol: {exc}"
+                    _log.warning("%s: %s", self.name, self._gone)
             self.channel.end(ConnectionClosed(f"{self.endpoint.url}: {self._gone}"))
             return None
 
@@ -450,6 +447,7 @@ class WebSocketClient:
             self._gone = "the server closed the WebSocket"
             return []
         self._pinged = False
+        limit = self.channel.max_message_size
         messages: List[Inbound] = []
         for opcode, piece, ends_message in self._frames.feed(data):
             if opcode >= OP_CLOSE:
@@ -469,15 +467,15 @@ class WebSocketClient:
             elif not self._message_opcode:
                 raise FrameError("a continuation frame outside a message")
             if self._message_opcode == OP_TEXT:  # binary messages are not ACP: dropped
-                if self._size <= self._limit:
+                if self._size <= limit:
                     self._parts.append(piece)
                 self._size += len(piece)
-                if self._size > self._limit and len(self._parts) > 1:
+                if self._size > limit and len(self._parts) > 1:
                     self._parts = [b"".join(self._parts)[:OVERSIZED_HEAD]]  # keep the head only
             if ends_message:
                 if self._message_opcode == OP_TEXT:
                     whole = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
-                    messages.append(whole if self._size <= self._limit else OversizedFrame(self._size, whole))
+                    messages.append(whole if self._size <= limit else OversizedFrame(self._size, whole))
                 self._parts, self._size, self._message_opcode = [], 0, 0
         return messages
 
