@@ -223,6 +223,12 @@ class Peer:
                 done.append((release, charge))
         return done
 
+    def _send_queued(self) -> None:
+        # Loop thread: what waits goes out, as far as the socket takes it.
+        with self.output_lock:
+            done = self._flush()
+        self._settle(done)
+
     def _settle(self, done: List[Tuple[Release, int]]) -> None:
         # Loop thread, outside output_lock: run the releases a flush made due; close a broken socket,
         # or one to close once its output is sent.
@@ -244,9 +250,7 @@ class Peer:
             self.close()
             return
         self.handshaking = False
-        with self.output_lock:
-            done = self._flush()
-        self._settle(done)
+        self._send_queued()
 
     def _read(self) -> None:
         chunks: List[bytes] = []
@@ -277,9 +281,7 @@ class Peer:
             self._handshake()
         else:
             if mask & selectors.EVENT_WRITE and not self.closed:
-                with self.output_lock:
-                    done = self._flush()
-                self._settle(done)
+                self._send_queued()
             if mask & selectors.EVENT_READ and not self.closed:
                 self._read()
         self._update_mask()
