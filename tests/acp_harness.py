@@ -151,6 +151,16 @@ def agent_with_raw_client(
         raw.close()
 
 
+class TextsClient(Client):
+    """A ``Client`` that keeps the text of each ``session_update`` it gets, in order, in ``texts``."""
+
+    def __init__(self) -> None:
+        self.texts: List[str] = []
+
+    def session_update(self, params: Any) -> None:
+        self.texts.append(params.update.content.text)
+
+
 @contextlib.contextmanager
 def client_with_raw_agent(
     client: Optional[Client] = None, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, **connect: Any

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from acp_harness import TextsClient
 
 from acp_lite import updates
 from acp_lite.client import Client, RemoteAgent
@@ -76,21 +77,13 @@ NOISY_AGENT = textwrap.dedent(
 )
 
 
-class Collect(Client):
-    def __init__(self):
-        self.texts = []
-
-    def session_update(self, params):
-        self.texts.append(params.update.content.text)
-
-
 @pytest.mark.timeout(30)
 @pytest.mark.req("ACP-V1-TRANSPORT-AGENT-STDOUT-ONLY-ACP", "ACP-V1-TRANSPORT-STDIO-SHOULD")
 def test_stdio_agent_prints_go_to_stderr_and_stdin_close_ends_the_process(tmp_path):
     script = tmp_path / "noisy_agent.py"
     script.write_text(NOISY_AGENT)
     stderr_lines = []
-    client = Collect()
+    client = TextsClient()
     remote = RemoteAgent.spawn([sys.executable, str(script)], client, on_stderr_line=stderr_lines.append)
     try:
         remote.initialize()

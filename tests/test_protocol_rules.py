@@ -6,7 +6,7 @@ import textwrap
 from functools import partial
 
 import pytest
-from acp_harness import WAIT, agent_and_client, background, client_with_raw_agent, initialized, refused
+from acp_harness import WAIT, TextsClient, agent_and_client, background, client_with_raw_agent, initialized, refused
 
 from acp_lite import schema, updates
 from acp_lite.agent import Agent, serve
@@ -54,14 +54,6 @@ CWD_AGENT = textwrap.dedent(
 )
 
 
-class Texts(Client):
-    def __init__(self):
-        self.texts = []
-
-    def session_update(self, params):
-        self.texts.append(params.update.content.text)
-
-
 @pytest.mark.timeout(30)
 @pytest.mark.req("ACP-V1-SETUP-CWD-USED-REGARDLESS-OF-SPAWN", "ACP-V1-SETUP-CWD-RELATIVE-BASE")
 def test_the_session_cwd_reaches_the_agent_whatever_the_process_cwd(tmp_path):
@@ -69,7 +61,7 @@ def test_the_session_cwd_reaches_the_agent_whatever_the_process_cwd(tmp_path):
     script.write_text(CWD_AGENT)
     spawn_dir = tmp_path / "spawned-here"
     spawn_dir.mkdir()
-    client = Texts()
+    client = TextsClient()
     with RemoteAgent.spawn([sys.executable, str(script)], client, cwd=str(spawn_dir)) as remote:
         remote.initialize()
         session = remote.new_session("/work/project").session_id

@@ -15,9 +15,10 @@ import time
 
 import h11
 import pytest
+from acp_harness import TextsClient
 from remote_agent import BIG, RemoteTestAgent
 
-from acp_lite.client import Client, RemoteAgent
+from acp_lite.client import RemoteAgent
 from acp_lite.errors import AcpError, ConnectionClosed, UsageError
 from acp_lite.remote.client import open_url
 from acp_lite.remote.dial import Endpoint
@@ -571,21 +572,13 @@ def test_a_server_that_stops_reading_does_not_stop_the_client_reading():
         server.close()
 
 
-class Collecting(Client):
-    def __init__(self):
-        self.texts = []
-
-    def session_update(self, params):
-        self.texts.append(params.update.content.text)
-
-
 @pytest.mark.timeout(120)
 def test_wss_streams_a_1_mib_update_and_many_small_ones_through_tls(tls_pair):
     # The client over TLS: the connection's reader reads the TLS socket itself (a 1 MiB message
     # spans many records; a burst, many messages a record).
     server_context, client_context = tls_pair
     with serve_remote(RemoteTestAgent, ssl_context=server_context) as server:
-        client = Collecting()
+        client = TextsClient()
         agent = RemoteAgent.connect_url(server.ws_url, client, ssl_context=client_context)
         try:
             agent.initialize(timeout=WAIT)
@@ -602,7 +595,7 @@ def test_replies_written_from_many_threads_and_a_stream_share_a_websocket_whole_
     # The server writes a lone reply from the agent's thread at once and leaves bursts to its loop:
     # both at the same time, from many threads, every frame must arrive whole, in each sender's order.
     with serve_remote(RemoteTestAgent) as server:
-        client = Collecting()
+        client = TextsClient()
         agent = RemoteAgent.connect_url(server.ws_url, client)
         failures = []
 
