@@ -20,6 +20,37 @@ NON_ASCII = "h\u00e9llo \u6f22\u5b57 \U0001f600"
 STEP_SECONDS = 20
 
 
+class Recorded:
+    """The SDK's transport, noting the updates it reads before the next answer: the order on the
+    wire, which is what a server controls. The SDK's handling order is not: ``send_request``
+    (acp/connection.py:117-126 in 0.12.1) awaits the HTTP POST before it awaits the answer's
+    future, and runs each notification as a task of its own (:157-160). When the replay and the
+    answer are read while the POST is still returning, the future is settled before the
+    caller awaits it, so ``load_session`` returns before the replay's tasks have run (about 1 load
+    in 30 with the CPU busy)."""
+
+    def __init__(self, transport):
+        self.transport = transport
+        self.before_answer = None  # a list while recording
+
+    async def send(self, message):
+        await self.transport.send(message)
+
+    async def receive(self):
+        message = await self.transport.receive()
+        recording = self.before_answer
+        if recording is not None and message is not None:
+            if message.get("method") == "session/update":
+                recording.append(message["params"]["update"].get("content", {}).get("text"))
+            elif "method" not in message:
+                self.before_answer = None
+                recording.append("answer")
+        return message
+
+    async def close(self):
+        await self.transport.close()
+
+
 class Client:
     def __init__(self):
         self.updates = []
@@ -47,7 +78,8 @@ async def main(transport, url, report_path):
         print(f"{name}: {time.monotonic() - started:.2f} s", file=sys.stderr)
 
     async def connect():
-        stream = await create_websocket_stream(url) if transport == "ws" else create_http_stream(url)
+        nonlocal stream
+        stream = Recorded(await create_websocket_stream(url) if transport == "ws" else create_http_stream(url))
         return connect_to_agent(client, stream)
 
     async def prompt(conn, session_id, text, updates=0):
@@ -61,6 +93,7 @@ async def main(transport, url, report_path):
             await asyncio.sleep(0.01)
         return answer.stop_reason
 
+    stream = None
     conn = await connect()
     state = {}
 
@@ -118,10 +151,16 @@ async def main(transport, url, report_path):
         conn = await connect()
         await conn.initialize(protocol_version=1, client_capabilities=schema.ClientCapabilities())
         client.updates = []
+        read = stream.before_answer = []
         await conn.load_session(cwd="/w", session_id=state["session"], mcp_servers=[])
-        replay = list(client.updates)
+        for _ in range(200):  # (see Recorded)
+            if len(client.updates) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        if read != client.updates + ["answer"]:
+            return {"read before the answer": read, "handled": client.updates}
         stop = await prompt(conn, state["session"], "after", 1)
-        return {"replay": replay, "stop": stop, "text": client.updates[0] if client.updates else None}
+        return {"replay": read[:-1], "stop": stop, "text": client.updates[0] if client.updates else None}
 
     async def dropped():
         await prompt(conn, state["session"], "drop")
