@@ -10,7 +10,10 @@ Each run measures, one after the other (see pacing.py for the turns and the stam
 * for each build: its agent to the bare reader (the sending side), the bare writer to its client
   (the receiving side), and its agent to its client (end to end, the figure of the targets); a
   build that changes one side only (``:send`` or ``:receive`` after its ROOT) skips the other's pair;
-* the Python SDK's agent to its own client, end to end (unless ``--no-peers``), as a reference.
+* each official SDK's agent to its own client, end to end (unless ``--no-peers``), as a reference.
+
+The results end with issue 30's D targets for each build, ratios taken run by run: end to end,
+p50 ≤ 1.5× and p99 ≤ 2× the bare pair's, and p50 and p99 below each SDK's own pair.
 
 A build is a folder holding an ``acp_lite`` package (e.g. ``git archive REV acp_lite`` unpacked
 there), imported through ``PYTHONPATH``; without ``--build``, the working tree's. The builds go in
@@ -40,8 +43,11 @@ JOB_TIMEOUT = 300
 STATS = ("p50_us", "p99_us", "max_us")
 
 
+BARE = "bare writer → bare reader"
+
+
 def pairs(
-    builds: List[Tuple[str, Optional[str], str]], py_sdk: Optional[peers.Peer], rates: List[float], seconds: float
+    builds: List[Tuple[str, Optional[str], str]], sdks: List[peers.Peer], rates: List[float], seconds: float
 ) -> List[Tuple[str, Optional[str], List[str]]]:
     """(label, PYTHONPATH root or None, argv) of each measurement of one run."""
     options = [*peers.paced_options(rates, seconds)]
@@ -49,15 +55,15 @@ def pairs(
     bare_reader = [PY, str(BENCH / "raw.py"), "latency", *options, "--"]
     client = [PY, str(BENCH / "lite.py"), "client-d", *options, "--"]
     agent = [PY, str(BENCH / "lite.py"), "agent", "--paced"]
-    jobs: List[Tuple[str, Optional[str], List[str]]] = [("bare writer → bare reader", None, bare_reader + bare_writer)]
+    jobs: List[Tuple[str, Optional[str], List[str]]] = [(BARE, None, bare_reader + bare_writer)]
     for name, root, side in builds:
         if side != "receive":
             jobs.append((f"{name}: agent → bare reader", root, bare_reader + agent))
         if side != "send":
             jobs.append((f"{name}: bare writer → client", root, client + bare_writer))
         jobs.append((f"{name}: end to end", root, client + agent))
-    if py_sdk is not None:
-        jobs.append(("python-sdk: end to end", None, py_sdk.client_d(rates, seconds, py_sdk.paced_agent())))
+    for sdk in sdks:
+        jobs.append((f"{sdk.name}: end to end", None, sdk.client_d(rates, seconds, sdk.paced_agent())))
     return jobs
 
 
@@ -89,14 +95,14 @@ def main() -> int:
     args = parser.parse_args()
     rates = [float(rate) for rate in args.rates.split(",")]
     builds = [_build(spec) for spec in args.build] or [("acp_lite", None, "both")]
-    py_sdk = None if args.no_peers else peers.install_python_sdk()
+    sdks = [] if args.no_peers else peers.install_peers()
     # figures[label][turn][stat] = one value per run; loads[label] = the 1-minute load average at each start
     figures: Dict[str, Dict[str, Dict[str, List[float]]]] = {}
     loads: Dict[str, List[float]] = {}
     for number in range(args.runs):
         shift = number % len(builds)
         order = builds[shift:] + builds[:shift]
-        for label, root, argv in pairs(order, py_sdk, rates, args.seconds):
+        for label, root, argv in pairs(order, sdks, rates, args.seconds):
             loads.setdefault(label, []).append(os.getloadavg()[0])
             result = run_one(argv, root)
             for turn in result["turns"] if result else []:
@@ -145,6 +151,7 @@ def write_results(
                 + " | ".join(_cell(stats.get(stat, [])) for stat in STATS)
                 + f" | {statistics.median(loads[label]):.1f} |"
             )
+    lines += targets(builds, figures)
     out = BENCH / "results"
     (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     (out / f"{args.name}.json").write_text(
@@ -154,6 +161,31 @@ def write_results(
         + "\n"
     )
     print("\n".join(lines))
+
+
+def targets(
+    builds: List[Tuple[str, Optional[str], str]], figures: Dict[str, Dict[str, Dict[str, List[float]]]]
+) -> List[str]:
+    """Issue 30's D targets for each build's end to end pair, as table lines: each ratio taken run
+    by run (the pairs of one run ran seconds apart), then its median and spread."""
+    lines = ["", "Issue 30's D targets, end to end (ratio run by run: median (min–max)):", ""]
+    lines += ["| build | turn | target | ratio | met |", "| --- | --- | --- | ---: | :---: |"]
+    references = [(BARE, "p50_us", 1.5), (BARE, "p99_us", 2.0)]
+    references += [(label, stat, 1.0) for label in figures if label.endswith("sdk: end to end") for stat in STATS[:2]]
+    for name, _, _ in builds:
+        ours = figures.get(f"{name}: end to end", {})
+        for turn, stats in ours.items():
+            for label, stat, bound in references:
+                theirs = figures.get(label, {}).get(turn, {}).get(stat, [])
+                mine = stats.get(stat, [])
+                if not theirs or len(theirs) != len(mine):
+                    continue  # a run failed on one side: no run-by-run ratio
+                ratios = [a / b for a, b in zip(mine, theirs)]
+                met = "yes" if statistics.median(ratios) <= bound else "**no**"
+                target = f"{stat[:3]} ≤ {bound:g}× {label.replace(': end to end', '')}"
+                cell = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
+                lines.append(f"| {name} | {turn} | {target} | {cell} | {met} |")
+    return lines
 
 
 if __name__ == "__main__":
