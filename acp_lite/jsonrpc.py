@@ -256,9 +256,6 @@ class RpcCore:
         """The ids of our calls still waiting for their answers."""
         return list(self._pending)
 
-    def error_frame(self, request_id: Any, error: AcpError) -> bytes:
-        return error_frame(request_id, error, self._log, self.name)
-
     # -- incoming -----------------------------------------------------------------------------
     def route_block(self, block: Any, items: List[Routed], replies: List[bytes]) -> None:
         """``route_lines`` for a block of lines; one made only of registered methods' messages is
@@ -319,42 +316,35 @@ class RpcCore:
             handler = handlers.get(type(envelope))
             if handler is not None:
                 items.append((handler, envelope.params))
-                continue
-            route = requests.get(type(envelope))
-            if route is not None:
-                self._accept_request(route, envelope.id, envelope.params, items, replies, None)
-            else:
-                self._route_slowly(frame, items, replies)
+            else:  # each envelope type is a notification's or a request's (see FastPath)
+                self._accept_request(requests[type(envelope)], envelope.id, envelope.params, items, replies, None)
 
     def _route_slowly(self, frame: Any, items: List[Routed], replies: List[bytes]) -> None:
         try:
-            self._route_generally(frame, items, replies)
-        except Exception:  # a bug, or a decode hook failing as nobody foresaw: one line lost, not all
-            self._log.exception("%s: could not route a message; dropped it", self.name)
-
-    def _route_generally(self, frame: Any, items: List[Routed], replies: List[bytes]) -> None:
-        if isinstance(frame, OversizedFrame):
-            self._on_oversized(frame, items, replies)
-            return
-        if not frame.isascii():
-            # msgspec checks the UTF-8 of what it decodes, not of fields it skips.
+            if isinstance(frame, OversizedFrame):
+                self._on_oversized(frame, items, replies)
+                return
+            if not frame.isascii():
+                # msgspec checks the UTF-8 of what it decodes, not of fields it skips.
+                try:
+                    frame.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    self._on_undecodable(frame, exc, items, replies)
+                    return
             try:
-                frame.decode("utf-8")
-            except UnicodeDecodeError as exc:
+                message = _ANY_LINE.decode(frame)
+            except msgspec.ValidationError:
+                self._reject(None, "not a JSON-RPC message", None, replies)
+                return
+            except (msgspec.DecodeError, RecursionError) as exc:  # nested deeper than the stack allows
                 self._on_undecodable(frame, exc, items, replies)
                 return
-        try:
-            message = _ANY_LINE.decode(frame)
-        except msgspec.ValidationError:
-            self._reject(None, "not a JSON-RPC message", None, replies)
-            return
-        except (msgspec.DecodeError, RecursionError) as exc:  # nested deeper than the stack allows
-            self._on_undecodable(frame, exc, items, replies)
-            return
-        if isinstance(message, list):
-            self._route_batch(message, items, replies)
-        else:
-            self._route_message(message, items, replies, None)
+            if isinstance(message, list):
+                self._route_batch(message, items, replies)
+            else:
+                self._route_message(message, items, replies, None)
+        except Exception:  # a bug, or a decode hook failing as nobody foresaw: one line lost, not all
+            self._log.exception("%s: could not route a message; dropped it", self.name)
 
     def _on_undecodable(self, frame: bytes, exc: Exception, items: List[Routed], replies: List[bytes]) -> None:
         text = frame.strip()
@@ -373,7 +363,7 @@ class RpcCore:
         elif text[:1] in (b"{", b"["):
             self.stats.parse_errors += 1
             self._complain("parse", "invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, problem)
-            replies.append(self.error_frame(None, ParseError(f"Parse error: {problem}")))
+            self._reply_error(None, ParseError(f"Parse error: {problem}"), None, replies)
             self._fail_call_answered_by(text, ParseError(f"the answer could not be read: {problem}"), items)
         else:
             self.stats.noise_lines += 1
@@ -390,7 +380,8 @@ class RpcCore:
         else:
             self._log.debug("%s: " + template, self.name, *args)
 
-    def _reply(self, frame: bytes, batch: Optional[BatchReply], replies: List[bytes]) -> None:
+    def _reply_error(self, request_id: Any, error: AcpError, batch: Optional[BatchReply], replies: List[bytes]) -> None:
+        frame = error_frame(request_id, error, self._log, self.name)
         done = frame if batch is None else batch.add(frame)
         if done is not None:
             replies.append(done)
@@ -398,7 +389,7 @@ class RpcCore:
     def _reject(self, request_id: Any, reason: str, batch: Optional[BatchReply], replies: List[bytes]) -> None:
         self.stats.invalid_messages += 1
         self._complain("invalid", "invalid message from the peer (%d so far): %s", self.stats.invalid_messages, reason)
-        self._reply(self.error_frame(request_id, InvalidRequest(f"Invalid request: {reason}")), batch, replies)
+        self._reply_error(request_id, InvalidRequest(f"Invalid request: {reason}"), batch, replies)
 
     def _route_batch(self, elements: List[Raw], items: List[Routed], replies: List[bytes]) -> None:
         if not elements:
@@ -454,12 +445,12 @@ class RpcCore:
         if route is None and self.unknown_request is not None:
             route = Route(method, functools.partial(self.unknown_request, method), Any, True)
         if route is None:
-            self._reply(self.error_frame(request_id, MethodNotFound(f"Method not found: {method}")), batch, replies)
+            self._reply_error(request_id, MethodNotFound(f"Method not found: {method}"), batch, replies)
             return 1
         try:
             params = _decode_params(params_raw, route.params_type)
         except AcpError as exc:
-            self._reply(self.error_frame(request_id, exc), batch, replies)
+            self._reply_error(request_id, exc, batch, replies)
             return 1
         return self._accept_request(route, request_id, params, items, replies, batch)
 
@@ -533,7 +524,7 @@ class RpcCore:
         request_id = msgspec.json.decode(match.group("id"))
         reason = f"message of {frame.size} bytes exceeds the limit of {limit} bytes"
         if b'"method"' in match.group("before") or match.group("next") == b"method":
-            replies.append(self.error_frame(request_id, InvalidRequest(f"Invalid request: {reason}")))
+            self._reply_error(request_id, InvalidRequest(f"Invalid request: {reason}"), None, replies)
         else:
             self._fail_call_answered_by(frame.head, InvalidRequest(f"response dropped: {reason}"), items)
 
