@@ -19,12 +19,8 @@ from .errors import AcpError, InternalError, InvalidRequest, ProtocolError, Requ
 
 FAILURE_SHOWN_CHARS = 200
 
-# The attribute that holds what describe_failure says of an exception.
-_DESCRIPTION = "_acp_failure_data"
-
-# The attribute that marks an error as the answer (received, or read from what the peer sent) to
-# one of our calls: the name of the call's method (see ``error_for``).
-_ANSWER_TO = "_acp_answer_to"
+_DESCRIPTION = "_acp_failure_data"  # the attribute holding what describe_failure says of an exception
+_ANSWER_TO = "_acp_answer_to"  # the attribute marking an error as the peer's answer to our call of a method
 
 
 def error_from_object(error: Any) -> ProtocolError:

@@ -3,11 +3,10 @@
 No thread, socket or descriptor here (h11's habit): ``rpc.Connection`` feeds the core what its
 transport read and carries out what it asks. Its rules:
 
-- A line is decoded once. Registered methods with typed params go through one tagged union (see
-  ``envelopes``) straight into their method's envelope; anything else (responses, unknown or
-  malformed messages, values only the lenient codec accepts) takes the general path: a generic
-  envelope with the payload kept raw, then ``codec.decode`` once the type is known. A block of
-  registered methods' messages is decoded in one call. Decoding runs no application code.
+- A line is decoded once: a registered method's message with typed params straight into its
+  envelope (see ``envelopes``), a block of them in one call; anything else into a generic envelope
+  keeping the payload raw, then ``codec.decode`` once the type is known. Decoding runs no
+  application code.
 - Routing appends ``(fn, arg)`` callbacks to ``items`` in arrival order (a notification's handler,
   ``start_request`` with a request's context, ``settle_item`` with a call's outcome) and answers
   to bad input to ``replies``; the caller runs the callbacks in that order, one at a time.
@@ -44,11 +43,9 @@ from .salvage import HEAD_ID, lone_surrogate, read_leniently
 
 CANCEL_REQUEST_METHOD = "$/cancel_request"
 
-# What routing a line asks for: ``fn(arg)``, run by the caller in its turn.
 Routed = Tuple[Callable[[Any], Any], Any]
 
-# Complaints of one kind about the peer's input are logged at most once per this many seconds.
-_COMPLAINT_INTERVAL = 5.0
+_COMPLAINT_INTERVAL = 5.0  # seconds between two warnings of one kind (the others are logged at debug)
 
 
 # -- messages --------------------------------------------------------------------------------------
@@ -143,11 +140,9 @@ class IncomingRequests:
         return self._by_id.get(request_id)
 
     def add(self, request_id: Any, ctx: Any) -> None:
-        """``ctx`` runs under ``request_id`` (an id not in use: see ``get``)."""
         self._by_id[request_id] = ctx
 
     def finish(self, request_id: Any, ctx: Any) -> None:
-        """``ctx`` was answered: its id may be used again."""
         if self._by_id.get(request_id) is ctx:
             del self._by_id[request_id]
 
@@ -299,8 +294,7 @@ class RpcCore:
         return envelopes
 
     def route_lines(self, frames: Sequence[Any], items: List[Routed], replies: List[bytes]) -> None:
-        """Decode each line once, straight into the typed envelope of its method, and append
-        what it asks for to ``items`` (answers to bad input to ``replies``)."""
+        """Route each line (see the module's rules)."""
         fast = self._fast
         assert fast is not None
         decode_envelope, handlers, requests = fast.decoder.decode, fast.handlers, fast.requests
@@ -436,23 +430,21 @@ class RpcCore:
                 return 0
             self._reject(message.id if _valid_id(message.id) else None, problem, batch, replies)
             return 1
-        request_id = message.id
-        method = message.method
         if message.id is UNSET:
-            self._route_notification(method, params_raw, items)
+            self._route_notification(message.method, params_raw, items)
             return 0
-        route = self.requests.get(method)
+        route = self.requests.get(message.method)
         if route is None and self.unknown_request is not None:
-            route = Route(method, functools.partial(self.unknown_request, method), Any, True)
+            route = Route(message.method, functools.partial(self.unknown_request, message.method), Any, True)
         if route is None:
-            self._reply_error(request_id, MethodNotFound(f"Method not found: {method}"), batch, replies)
+            self._reply_error(message.id, MethodNotFound(f"Method not found: {message.method}"), batch, replies)
             return 1
         try:
             params = _decode_params(params_raw, route.params_type)
         except AcpError as exc:
-            self._reply_error(request_id, exc, batch, replies)
+            self._reply_error(message.id, exc, batch, replies)
             return 1
-        return self._accept_request(route, request_id, params, items, replies, batch)
+        return self._accept_request(route, message.id, params, items, replies, batch)
 
     def _route_notification(self, method: str, params_raw: Any, items: List[Routed]) -> None:
         route = self.notifications.get(method)
