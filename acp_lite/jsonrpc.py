@@ -127,27 +127,18 @@ def error_frame(request_id: Any, error: AcpError, log: logging.Logger, name: str
         return ENCODER.encode(OutError("2.0", request_id, {"code": error.code, "message": error.message}))
 
 
-class IncomingRequests:
+class IncomingRequests(Dict[Any, Any]):
     """The peer's requests not answered yet (started or not), by id: the core adds each as it
     routes it and finds it for ``$/cancel_request``; ``answering`` finishes it once answered."""
 
-    __slots__ = ("_by_id",)
-
-    def __init__(self) -> None:
-        self._by_id: Dict[Any, Any] = {}
-
-    def get(self, request_id: Any) -> Any:
-        return self._by_id.get(request_id)
-
-    def add(self, request_id: Any, ctx: Any) -> None:
-        self._by_id[request_id] = ctx
+    __slots__ = ()
 
     def finish(self, request_id: Any, ctx: Any) -> None:
-        if self._by_id.get(request_id) is ctx:
-            del self._by_id[request_id]
+        if self.get(request_id) is ctx:
+            del self[request_id]
 
     def running(self) -> List[Any]:
-        return list(self._by_id.values())
+        return list(self.values())
 
 
 class RpcCore:
@@ -276,12 +267,10 @@ class RpcCore:
                 self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, replies, None)
 
     def _decode_block(self, block: Any, fast: FastPath) -> Optional[List[Any]]:
-        """The envelopes of a block's lines, or None when it must be read line by line.
-
-        Each newline becomes a comma of one JSON array. A message spread over several lines cannot
-        survive that (a comma lands next to a bracket, colon or comma), and the count check catches
-        two messages on one line: the array holds exactly the messages line-by-line reading finds.
-        """
+        """The envelopes of a block's lines, or None when it must be read line by line. Each newline
+        becomes a comma of one JSON array. A message spread over several lines cannot survive that
+        (a comma lands next to a bracket, colon or comma), and the count check catches two messages
+        on one line: the array holds exactly the messages line-by-line reading finds."""
         if not several_lines(block) or not fast_decodable(block):
             return None
         try:
@@ -345,7 +334,6 @@ class RpcCore:
         if not text:
             return  # a blank line between messages
         readable = read_leniently(text) if text[:1] == b"{" else None
-        # msgspec's message for a lone surrogate speaks of truncation or pairs: say what it is.
         surrogate = lone_surrogate(readable) if readable is not None else None
         problem = f"{surrogate}, which is not Unicode: no text or file name can hold it" if surrogate else str(exc)
         if (
@@ -473,7 +461,7 @@ class RpcCore:
             self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch, replies)
             return 1
         ctx = self._make_context(request_id, route, params, batch)
-        self._incoming.add(request_id, ctx)
+        self._incoming[request_id] = ctx
         items.append((self._start_request, ctx))
         return 1
 
