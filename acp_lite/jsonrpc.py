@@ -48,7 +48,6 @@ Routed = Tuple[Callable[[Any], Any], Any]
 _COMPLAINT_INTERVAL = 5.0  # seconds between two warnings of one kind (the others are logged at debug)
 
 
-# -- messages --------------------------------------------------------------------------------------
 class _AnyMessage(Struct):
     """Any JSON object, read loosely so that every field can be checked by hand."""
 
@@ -216,7 +215,7 @@ class RpcCore:
                 handlers[envelope] = route.handler
         self._fast = FastPath(union_decoders(tuple(handlers) + tuple(requests)), handlers, requests)
 
-    # -- outgoing -----------------------------------------------------------------------------
+    # -- our calls and their table (see the module's rules) ---------------------------------------
     def request(self, method: str, params: Any) -> Tuple[int, bytes]:
         """A new request id and the request's frame (``UsageError`` for what cannot be sent)."""
         check_method_name(method)
@@ -224,7 +223,6 @@ class RpcCore:
         request_id = next(self._ids)
         return request_id, encode_outgoing(OutRequest("2.0", request_id, method, UNSET if params is None else params))
 
-    # -- the tables (see the module's rules) --------------------------------------------------
     def add_pending(self, request_id: Any, call: PendingCall) -> None:
         """Our call ``request_id`` was sent (or is about to be): its answer settles ``call``."""
         self._pending[request_id] = call
@@ -362,16 +360,18 @@ class RpcCore:
         else:
             self._log.debug("%s: " + template, self.name, *args)
 
-    def _reply_error(self, request_id: Any, error: AcpError, batch: Optional[BatchReply], replies: List[bytes]) -> None:
+    def _reply_error(self, request_id: Any, error: AcpError, batch: Optional[BatchReply], replies: List[bytes]) -> int:
+        """Answer ``request_id`` with ``error``; returns the count of replies made (1), as ``_route_message``."""
         frame = error_frame(request_id, error, self._log, self.name)
         done = frame if batch is None else batch.add(frame)
         if done is not None:
             replies.append(done)
+        return 1
 
-    def _reject(self, request_id: Any, reason: str, batch: Optional[BatchReply], replies: List[bytes]) -> None:
+    def _reject(self, request_id: Any, reason: str, batch: Optional[BatchReply], replies: List[bytes]) -> int:
         self.stats.invalid_messages += 1
         self._complain("invalid", "invalid message from the peer (%d so far): %s", self.stats.invalid_messages, reason)
-        self._reply_error(request_id, InvalidRequest(f"Invalid request: {reason}"), batch, replies)
+        return self._reply_error(request_id, InvalidRequest(f"Invalid request: {reason}"), batch, replies)
 
     def _route_batch(self, elements: List[Raw], items: List[Routed], replies: List[bytes]) -> None:
         if not elements:
@@ -383,8 +383,7 @@ class RpcCore:
             try:
                 message = _ANY_MESSAGE.decode(element)
             except msgspec.DecodeError:
-                expected += 1
-                self._reject(None, "a batch element is not a JSON-RPC message", batch, replies)
+                expected += self._reject(None, "a batch element is not a JSON-RPC message", batch, replies)
                 continue
             expected += self._route_message(message, items, replies, batch)
         done = batch.seal(expected)
@@ -416,8 +415,7 @@ class RpcCore:
                 # Shaped like a notification: complain here, never to the peer.
                 self._complain("invalid", "dropped an invalid notification: %s", problem)
                 return 0
-            self._reject(message.id if _valid_id(message.id) else None, problem, batch, replies)
-            return 1
+            return self._reject(message.id if _valid_id(message.id) else None, problem, batch, replies)
         if message.id is UNSET:
             self._route_notification(message.method, params_raw, items)
             return 0
@@ -425,13 +423,11 @@ class RpcCore:
         if route is None and self.unknown_request is not None:
             route = Route(message.method, functools.partial(self.unknown_request, message.method), Any, True)
         if route is None:
-            self._reply_error(message.id, MethodNotFound(f"Method not found: {message.method}"), batch, replies)
-            return 1
+            return self._reply_error(message.id, MethodNotFound(f"Method not found: {message.method}"), batch, replies)
         try:
             params = _decode_params(params_raw, route.params_type)
         except AcpError as exc:
-            self._reply_error(message.id, exc, batch, replies)
-            return 1
+            return self._reply_error(message.id, exc, batch, replies)
         return self._accept_request(route, message.id, params, items, replies, batch)
 
     def _route_notification(self, method: str, params_raw: Any, items: List[Routed]) -> None:
@@ -458,8 +454,7 @@ class RpcCore:
         batch: Optional[BatchReply],
     ) -> int:
         if self._incoming.get(request_id) is not None:
-            self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch, replies)
-            return 1
+            return self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch, replies)
         ctx = self._make_context(request_id, route, params, batch)
         self._incoming[request_id] = ctx
         items.append((self._start_request, ctx))
