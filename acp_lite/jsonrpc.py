@@ -243,11 +243,20 @@ class RpcCore:
     # -- incoming -----------------------------------------------------------------------------
     def route_block(self, block: Any, items: List[Routed], replies: List[bytes]) -> None:
         """``route_lines`` for a block of lines; one made only of registered methods' messages is
-        decoded in one call."""
+        decoded in one call. Each newline becomes a comma of one JSON array: a message spread over
+        several lines cannot survive that (a comma lands next to a bracket, colon or comma), and the
+        count check catches two messages on one line, so the array holds exactly the messages
+        line-by-line reading finds."""
         fast = self._fast
         assert fast is not None
-        envelopes = self._decode_block(block, fast)
-        if envelopes is None:
+        envelopes: Optional[List[Any]] = None
+        if several_lines(block) and fast_decodable(block):
+            try:
+                envelopes = fast.block_decoder.decode(b"".join((b"[", block.replace(b"\n", b","), b"]")))
+            except Exception:  # a line of another kind (a response), or anything unusual
+                pass
+        # Counting newlines by deleting them is several times faster than bytes.count.
+        if envelopes is None or len(envelopes) != len(block) - len(block.replace(b"\n", b"")) + 1:
             self.route_lines(lines_of(block), items, replies)
             return
         handlers = fast.handlers
@@ -263,22 +272,6 @@ class RpcCore:
                 items.append((handler, envelope.params))
             else:
                 self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, replies, None)
-
-    def _decode_block(self, block: Any, fast: FastPath) -> Optional[List[Any]]:
-        """The envelopes of a block's lines, or None when it must be read line by line. Each newline
-        becomes a comma of one JSON array. A message spread over several lines cannot survive that
-        (a comma lands next to a bracket, colon or comma), and the count check catches two messages
-        on one line: the array holds exactly the messages line-by-line reading finds."""
-        if not several_lines(block) or not fast_decodable(block):
-            return None
-        try:
-            envelopes = fast.block_decoder.decode(b"".join((b"[", block.replace(b"\n", b","), b"]")))
-        except Exception:  # a line of another kind (a response), or anything unusual
-            return None
-        # Counting newlines by deleting them is several times faster than bytes.count.
-        if len(envelopes) != len(block) - len(block.replace(b"\n", b"")) + 1:
-            return None
-        return envelopes
 
     def route_lines(self, frames: Sequence[Any], items: List[Routed], replies: List[bytes]) -> None:
         """Route each line (see the module's rules)."""
