@@ -71,14 +71,17 @@ def _valid_id(value: Any) -> bool:
     return value is None or type(value) in (int, str, float)
 
 
-def _sendable_id(value: Any) -> bool:
-    # A valid id that can be written back (not a string holding a lone surrogate itself).
-    if type(value) is str:
+def _answerable(readable: Any) -> bool:
+    # A request with a valid id that can be written back (not a string holding a lone surrogate).
+    if not isinstance(readable, dict) or not isinstance(readable.get("method"), str):
+        return False
+    request_id = readable.get("id", UNSET)
+    if type(request_id) is str:
         try:
-            value.encode("utf-8")
+            request_id.encode("utf-8")
         except UnicodeEncodeError:
             return False
-    return _valid_id(value)
+    return _valid_id(request_id)
 
 
 def _decode_params(raw: Any, params_type: Any) -> Any:
@@ -324,14 +327,10 @@ class RpcCore:
         text = frame.strip()
         if not text:
             return  # a blank line between messages
-        readable = read_leniently(text) if text[:1] == b"{" else None
+        readable: Any = read_leniently(text) if text[:1] == b"{" else None
         surrogate = lone_surrogate(readable) if readable is not None else None
         problem = f"{surrogate}, which is not Unicode: no text or file name can hold it" if surrogate else str(exc)
-        if (
-            isinstance(readable, dict)
-            and isinstance(readable.get("method"), str)
-            and _sendable_id(readable.get("id", UNSET))
-        ):
+        if _answerable(readable):
             self._reject(readable["id"], f"valid JSON that cannot be decoded: {problem}", None, replies)
         elif text[:1] in (b"{", b"["):
             self.stats.parse_errors += 1
