@@ -240,16 +240,14 @@ class RpcCore:
         return list(pending.values())
 
     def pending_ids(self) -> List[Any]:
-        """The ids of our calls still waiting for their answers."""
         return list(self._pending)
 
     # -- incoming -----------------------------------------------------------------------------
     def route_block(self, block: Any, items: List[Routed], replies: List[bytes]) -> None:
-        """``route_lines`` for a block of lines; one made only of registered methods' messages is
-        decoded in one call. Each newline becomes a comma of one JSON array: a message spread over
-        several lines cannot survive that (a comma lands next to a bracket, colon or comma), and the
-        count check catches two messages on one line, so the array holds exactly the messages
-        line-by-line reading finds."""
+        """``route_lines`` for a block of lines, decoded in one call if made only of registered methods'
+        messages: its newlines become the commas of one JSON array, which holds exactly the messages
+        line-by-line reading finds (a message spread over several lines cannot survive that, a comma
+        landing next to a bracket, colon or comma; the count check catches two on one line)."""
         fast = self._fast
         assert fast is not None
         envelopes: Optional[List[Any]] = None
