@@ -1,5 +1,4 @@
-"""The error rules of JSON-RPC answers: which error answers a request whose handler raised, and
-how an error the peer answered to one of our calls is marked as the peer's. Rules:
+"""Which error answers a request whose handler raised, and how the peer's errors stay the peer's:
 
 - A handler raising an ``acp_lite`` protocol error sends that error; any other exception sends
   -32603 and is the application's own failure (the caller logs it with its traceback). The answer

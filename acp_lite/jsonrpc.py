@@ -299,19 +299,14 @@ class RpcCore:
             if isinstance(frame, OversizedFrame):
                 self._on_oversized(frame, items, replies)
                 return
-            if not frame.isascii():
-                # msgspec checks the UTF-8 of what it decodes, not of fields it skips.
-                try:
-                    frame.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    self._on_undecodable(frame, exc, items, replies)
-                    return
             try:
+                if not frame.isascii():  # msgspec checks the UTF-8 of what it decodes, not of fields it skips
+                    frame.decode("utf-8")
                 message = _ANY_LINE.decode(frame)
             except msgspec.ValidationError:
                 self._reject(None, "not a JSON-RPC message", None, replies)
                 return
-            except (msgspec.DecodeError, RecursionError) as exc:  # nested deeper than the stack allows
+            except (UnicodeDecodeError, msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested too deep
                 self._on_undecodable(frame, exc, items, replies)
                 return
             if isinstance(message, list):
