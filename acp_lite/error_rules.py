@@ -19,7 +19,7 @@ from .errors import AcpError, InternalError, InvalidRequest, ProtocolError, Requ
 FAILURE_SHOWN_CHARS = 200
 
 _DESCRIPTION = "_acp_failure_data"  # the attribute holding what describe_failure says of an exception
-_ANSWER_TO = "_acp_answer_to"  # the attribute marking an error as the peer's answer to our call of a method
+_ANSWER_TO = "_acp_answer_to"  # on an error answering our call (as received, or as read): the call's method
 
 
 def error_from_object(error: Any) -> ProtocolError:
