@@ -4,9 +4,8 @@ No thread, socket or descriptor here (h11's habit): ``rpc.Connection`` feeds the
 transport read and carries out what it asks. Its rules:
 
 - A line is decoded once: a registered method's message with typed params straight into its
-  envelope (see ``envelopes``), a block of them in one call; anything else into a generic envelope
-  keeping the payload raw, then ``codec.decode`` once the type is known. Decoding runs no
-  application code.
+  envelope (see ``envelopes``), a block of them in one call; anything else into a generic envelope,
+  its payload kept raw until ``codec.decode`` knows its type. Decoding runs no application code.
 - Routing appends ``(fn, arg)`` callbacks to ``items`` in arrival order (a notification's handler,
   ``start_request`` with a request's context, ``settle_item`` with a call's outcome) and answers
   to bad input to ``replies``; the caller runs the callbacks in that order, one at a time.
@@ -120,8 +119,7 @@ def answer_frame(
 
 
 def error_frame(request_id: Any, error: AcpError, log: logging.Logger, name: str) -> bytes:
-    """The frame answering request ``request_id`` with ``error``; sent without its ``data`` if
-    that cannot be encoded."""
+    """The frame answering request ``request_id`` with ``error``, without its ``data`` if that cannot be encoded."""
     try:
         return ENCODER.encode(OutError("2.0", request_id, error.to_wire()))
     except ENCODE_FAILURES:

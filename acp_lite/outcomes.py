@@ -1,6 +1,5 @@
-"""Settling futures: how every layer hands an outcome over exactly once (standard library only).
-The rule: the first outcome stays; settling a future cancelled (or settled) meanwhile is no error
-and changes nothing.
+"""Settling futures: how every layer hands an outcome over exactly once (standard library only). The
+rule: the first outcome stays; settling a future cancelled or settled meanwhile is no error.
 """
 
 import threading
