@@ -344,7 +344,7 @@ class RpcCore:
             self._log.debug("%s: " + template, self.name, *args)
 
     def _reply_error(self, request_id: Any, error: AcpError, batch: Optional[BatchReply], replies: List[bytes]) -> int:
-        """Answer ``request_id`` with ``error``; returns the count of replies made (1), as ``_route_message``."""
+        """Answer ``request_id`` with ``error``; returns the one reply made, for ``_route_message``'s count."""
         frame = error_frame(request_id, error, self._log, self.name)
         done = frame if batch is None else batch.add(frame)
         if done is not None:
