@@ -468,19 +468,12 @@ class RpcCore:
 
     def _on_oversized(self, frame: OversizedFrame, items: List[Routed], replies: List[bytes]) -> None:
         self.stats.oversized_frames += 1
-        limit = self._max_message_size
-        self._complain(
-            "oversized",
-            "dropped a message of %d bytes (limit %d; %d so far)",
-            frame.size,
-            limit,
-            self.stats.oversized_frames,
-        )
+        reason = f"message of {frame.size} bytes exceeds the limit of {self._max_message_size} bytes"
+        self._complain("oversized", "dropped an oversized message (%d so far): %s", self.stats.oversized_frames, reason)
         match = HEAD_ID.match(frame.head)
         if match is None:
             return
         request_id = msgspec.json.decode(match.group("id"))
-        reason = f"message of {frame.size} bytes exceeds the limit of {limit} bytes"
         if b'"method"' in match.group("before") or match.group("next") == b"method":
             self._reply_error(request_id, InvalidRequest(f"Invalid request: {reason}"), None, replies)
         else:
