@@ -259,8 +259,7 @@ class RpcCore:
             self.route_lines(lines_of(block), items, replies)
             return
         handlers = fast.handlers
-        try:
-            # Notifications only, as a stream of updates is: one pass.
+        try:  # notifications only, as a stream of updates is: one pass
             items.extend([(handlers[type(envelope)], envelope.params) for envelope in envelopes])
             return
         except KeyError:  # a request among them: each message in its turn
@@ -383,6 +382,7 @@ class RpcCore:
         params_raw: Any = message.params
         if params_raw is not UNSET and bytes(memoryview(params_raw)[:1]) == b"n":
             params_raw = UNSET  # null params are read as absent
+        problem = ""
         if message.jsonrpc != "2.0":
             problem = 'jsonrpc must be "2.0"'
         elif not isinstance(message.method, str):
@@ -391,8 +391,6 @@ class RpcCore:
             problem = "id must be a string, a number or null"
         elif params_raw is not UNSET and bytes(memoryview(params_raw)[:1]) not in (b"{", b"["):
             problem = "params must be an object or an array"
-        else:
-            problem = ""
         if problem:
             if message.id is UNSET and message.method is not UNSET:
                 # Shaped like a notification: complain here, never to the peer.
