@@ -62,9 +62,8 @@ def fast_decodable(frame: Any) -> bool:
 
 
 def typed_decoder_may_read(frame: Any) -> bool:
-    """False for a line the typed decoders would reject, where that look is cheaper than their
-    exception: an answer (no ``"method"`` key), an extension method (named ``_...``: they know the
-    protocol's methods only), invalid UTF-8 (see fast_decodable), an oversized frame."""
+    """False for a line the typed decoders would reject (see the module's rules): an answer, a
+    ``_...`` extension method (they know the protocol's methods only), invalid UTF-8, an oversized frame."""
     if type(frame) is not bytes:
         return False
     at = frame.find(b'"method"')

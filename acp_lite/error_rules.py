@@ -1,5 +1,4 @@
-"""The error rules of JSON-RPC answers: which error answers a request whose handler raised, and
-how an error the peer answered to one of our calls is marked as the peer's. Rules:
+"""Which error answers a request whose handler raised, and how the peer's errors stay the peer's:
 
 - A handler raising an ``acp_lite`` protocol error sends that error; any other exception sends
   -32603 and is the application's own failure (the caller logs it with its traceback). The answer
@@ -19,12 +18,8 @@ from .errors import AcpError, InternalError, InvalidRequest, ProtocolError, Requ
 
 FAILURE_SHOWN_CHARS = 200
 
-# The attribute that holds what describe_failure says of an exception.
-_DESCRIPTION = "_acp_failure_data"
-
-# The attribute that marks an error as the answer (received, or read from what the peer sent) to
-# one of our calls: the name of the call's method (see ``error_for``).
-_ANSWER_TO = "_acp_answer_to"
+_DESCRIPTION = "_acp_failure_data"  # the attribute holding what describe_failure says of an exception
+_ANSWER_TO = "_acp_answer_to"  # on an error answering our call (as received, or as read): the call's method
 
 
 def error_from_object(error: Any) -> ProtocolError:

@@ -3,11 +3,9 @@
 No thread, socket or descriptor here (h11's habit): ``rpc.Connection`` feeds the core what its
 transport read and carries out what it asks. Its rules:
 
-- A line is decoded once. Registered methods with typed params go through one tagged union (see
-  ``envelopes``) straight into their method's envelope; anything else (responses, unknown or
-  malformed messages, values only the lenient codec accepts) takes the general path: a generic
-  envelope with the payload kept raw, then ``codec.decode`` once the type is known. A block of
-  registered methods' messages is decoded in one call. Decoding runs no application code.
+- A line is decoded once: a registered method's message with typed params straight into its
+  envelope (see ``envelopes``), a block of them in one call; anything else into a generic envelope,
+  its payload kept raw until ``codec.decode`` knows its type. Decoding runs no application code.
 - Routing appends ``(fn, arg)`` callbacks to ``items`` in arrival order (a notification's handler,
   ``start_request`` with a request's context, ``settle_item`` with a call's outcome) and answers
   to bad input to ``replies``; the caller runs the callbacks in that order, one at a time.
@@ -44,14 +42,11 @@ from .salvage import HEAD_ID, lone_surrogate, read_leniently
 
 CANCEL_REQUEST_METHOD = "$/cancel_request"
 
-# What routing a line asks for: ``fn(arg)``, run by the caller in its turn.
 Routed = Tuple[Callable[[Any], Any], Any]
 
-# Complaints of one kind about the peer's input are logged at most once per this many seconds.
-_COMPLAINT_INTERVAL = 5.0
+_COMPLAINT_INTERVAL = 5.0  # seconds between two warnings of one kind (the others are logged at debug)
 
 
-# -- messages --------------------------------------------------------------------------------------
 class _AnyMessage(Struct):
     """Any JSON object, read loosely so that every field can be checked by hand."""
 
@@ -75,14 +70,17 @@ def _valid_id(value: Any) -> bool:
     return value is None or type(value) in (int, str, float)
 
 
-def _sendable_id(value: Any) -> bool:
-    # A valid id that can be written back (not a string holding a lone surrogate itself).
-    if type(value) is str:
+def _answerable(readable: Any) -> bool:
+    # A request with a valid id that can be written back (not a string holding a lone surrogate).
+    if not isinstance(readable, dict) or not isinstance(readable.get("method"), str):
+        return False
+    request_id = readable.get("id", UNSET)
+    if type(request_id) is str:
         try:
-            value.encode("utf-8")
+            request_id.encode("utf-8")
         except UnicodeEncodeError:
             return False
-    return _valid_id(value)
+    return _valid_id(request_id)
 
 
 def _decode_params(raw: Any, params_type: Any) -> Any:
@@ -121,8 +119,7 @@ def answer_frame(
 
 
 def error_frame(request_id: Any, error: AcpError, log: logging.Logger, name: str) -> bytes:
-    """The frame answering request ``request_id`` with ``error``; sent without its ``data`` if
-    that cannot be encoded."""
+    """The frame answering request ``request_id`` with ``error``, without its ``data`` if that cannot be encoded."""
     try:
         return ENCODER.encode(OutError("2.0", request_id, error.to_wire()))
     except ENCODE_FAILURES:
@@ -130,29 +127,18 @@ def error_frame(request_id: Any, error: AcpError, log: logging.Logger, name: str
         return ENCODER.encode(OutError("2.0", request_id, {"code": error.code, "message": error.message}))
 
 
-class IncomingRequests:
+class IncomingRequests(Dict[Any, Any]):
     """The peer's requests not answered yet (started or not), by id: the core adds each as it
     routes it and finds it for ``$/cancel_request``; ``answering`` finishes it once answered."""
 
-    __slots__ = ("_by_id",)
-
-    def __init__(self) -> None:
-        self._by_id: Dict[Any, Any] = {}
-
-    def get(self, request_id: Any) -> Any:
-        return self._by_id.get(request_id)
-
-    def add(self, request_id: Any, ctx: Any) -> None:
-        """``ctx`` runs under ``request_id`` (an id not in use: see ``get``)."""
-        self._by_id[request_id] = ctx
+    __slots__ = ()
 
     def finish(self, request_id: Any, ctx: Any) -> None:
-        """``ctx`` was answered: its id may be used again."""
-        if self._by_id.get(request_id) is ctx:
-            del self._by_id[request_id]
+        if self.get(request_id) is ctx:
+            del self[request_id]
 
     def running(self) -> List[Any]:
-        return list(self._by_id.values())
+        return list(self.values())
 
 
 class RpcCore:
@@ -230,7 +216,7 @@ class RpcCore:
                 handlers[envelope] = route.handler
         self._fast = FastPath(union_decoders(tuple(handlers) + tuple(requests)), handlers, requests)
 
-    # -- outgoing -----------------------------------------------------------------------------
+    # -- our calls and their table (see the module's rules) ---------------------------------------
     def request(self, method: str, params: Any) -> Tuple[int, bytes]:
         """A new request id and the request's frame (``UsageError`` for what cannot be sent)."""
         check_method_name(method)
@@ -238,7 +224,6 @@ class RpcCore:
         request_id = next(self._ids)
         return request_id, encode_outgoing(OutRequest("2.0", request_id, method, UNSET if params is None else params))
 
-    # -- the tables (see the module's rules) --------------------------------------------------
     def add_pending(self, request_id: Any, call: PendingCall) -> None:
         """Our call ``request_id`` was sent (or is about to be): its answer settles ``call``."""
         self._pending[request_id] = call
@@ -253,25 +238,28 @@ class RpcCore:
         return list(pending.values())
 
     def pending_ids(self) -> List[Any]:
-        """The ids of our calls still waiting for their answers."""
         return list(self._pending)
-
-    def error_frame(self, request_id: Any, error: AcpError) -> bytes:
-        return error_frame(request_id, error, self._log, self.name)
 
     # -- incoming -----------------------------------------------------------------------------
     def route_block(self, block: Any, items: List[Routed], replies: List[bytes]) -> None:
-        """``route_lines`` for a block of lines; one made only of registered methods' messages is
-        decoded in one call."""
+        """``route_lines`` for a block of lines, decoded in one call if made only of registered methods'
+        messages: its newlines become the commas of one JSON array, which holds exactly the messages
+        line-by-line reading finds (a message spread over several lines cannot survive that, a comma
+        landing next to a bracket, colon or comma; the count check catches two on one line)."""
         fast = self._fast
         assert fast is not None
-        envelopes = self._decode_block(block, fast)
-        if envelopes is None:
+        envelopes: Optional[List[Any]] = None
+        if several_lines(block) and fast_decodable(block):
+            try:
+                envelopes = fast.block_decoder.decode(b"".join((b"[", block.replace(b"\n", b","), b"]")))
+            except Exception:  # a line of another kind (a response), or anything unusual
+                pass
+        # Counting newlines by deleting them is several times faster than bytes.count.
+        if envelopes is None or len(envelopes) != len(block) - len(block.replace(b"\n", b"")) + 1:
             self.route_lines(lines_of(block), items, replies)
             return
         handlers = fast.handlers
-        try:
-            # Notifications only, as a stream of updates is: one pass.
+        try:  # notifications only, as a stream of updates is: one pass
             items.extend([(handlers[type(envelope)], envelope.params) for envelope in envelopes])
             return
         except KeyError:  # a request among them: each message in its turn
@@ -283,27 +271,8 @@ class RpcCore:
             else:
                 self._accept_request(fast.requests[type(envelope)], envelope.id, envelope.params, items, replies, None)
 
-    def _decode_block(self, block: Any, fast: FastPath) -> Optional[List[Any]]:
-        """The envelopes of a block's lines, or None when it must be read line by line.
-
-        Each newline becomes a comma of one JSON array. A message spread over several lines cannot
-        survive that (a comma lands next to a bracket, colon or comma), and the count check catches
-        two messages on one line: the array holds exactly the messages line-by-line reading finds.
-        """
-        if not several_lines(block) or not fast_decodable(block):
-            return None
-        try:
-            envelopes = fast.block_decoder.decode(b"".join((b"[", block.replace(b"\n", b","), b"]")))
-        except Exception:  # a line of another kind (a response), or anything unusual
-            return None
-        # Counting newlines by deleting them is several times faster than bytes.count.
-        if len(envelopes) != len(block) - len(block.replace(b"\n", b"")) + 1:
-            return None
-        return envelopes
-
     def route_lines(self, frames: Sequence[Any], items: List[Routed], replies: List[bytes]) -> None:
-        """Decode each line once, straight into the typed envelope of its method, and append
-        what it asks for to ``items`` (answers to bad input to ``replies``)."""
+        """Route each line (see the module's rules)."""
         fast = self._fast
         assert fast is not None
         decode_envelope, handlers, requests = fast.decoder.decode, fast.handlers, fast.requests
@@ -319,61 +288,44 @@ class RpcCore:
             handler = handlers.get(type(envelope))
             if handler is not None:
                 items.append((handler, envelope.params))
-                continue
-            route = requests.get(type(envelope))
-            if route is not None:
-                self._accept_request(route, envelope.id, envelope.params, items, replies, None)
-            else:
-                self._route_slowly(frame, items, replies)
+            else:  # each envelope type is a notification's or a request's (see FastPath)
+                self._accept_request(requests[type(envelope)], envelope.id, envelope.params, items, replies, None)
 
     def _route_slowly(self, frame: Any, items: List[Routed], replies: List[bytes]) -> None:
         try:
-            self._route_generally(frame, items, replies)
-        except Exception:  # a bug, or a decode hook failing as nobody foresaw: one line lost, not all
-            self._log.exception("%s: could not route a message; dropped it", self.name)
-
-    def _route_generally(self, frame: Any, items: List[Routed], replies: List[bytes]) -> None:
-        if isinstance(frame, OversizedFrame):
-            self._on_oversized(frame, items, replies)
-            return
-        if not frame.isascii():
-            # msgspec checks the UTF-8 of what it decodes, not of fields it skips.
+            if isinstance(frame, OversizedFrame):
+                self._on_oversized(frame, items, replies)
+                return
             try:
-                frame.decode("utf-8")
-            except UnicodeDecodeError as exc:
+                if not frame.isascii():  # msgspec checks the UTF-8 of what it decodes, not of fields it skips
+                    frame.decode("utf-8")
+                message = _ANY_LINE.decode(frame)
+            except msgspec.ValidationError:
+                self._reject(None, "not a JSON-RPC message", None, replies)
+                return
+            except (UnicodeDecodeError, msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested too deep
                 self._on_undecodable(frame, exc, items, replies)
                 return
-        try:
-            message = _ANY_LINE.decode(frame)
-        except msgspec.ValidationError:
-            self._reject(None, "not a JSON-RPC message", None, replies)
-            return
-        except (msgspec.DecodeError, RecursionError) as exc:  # nested deeper than the stack allows
-            self._on_undecodable(frame, exc, items, replies)
-            return
-        if isinstance(message, list):
-            self._route_batch(message, items, replies)
-        else:
-            self._route_message(message, items, replies, None)
+            if isinstance(message, list):
+                self._route_batch(message, items, replies)
+            else:
+                self._route_message(message, items, replies, None)
+        except Exception:  # a bug, or a decode hook failing as nobody foresaw: one line lost, not all
+            self._log.exception("%s: could not route a message; dropped it", self.name)
 
     def _on_undecodable(self, frame: bytes, exc: Exception, items: List[Routed], replies: List[bytes]) -> None:
         text = frame.strip()
         if not text:
             return  # a blank line between messages
-        readable = read_leniently(text) if text[:1] == b"{" else None
-        # msgspec's message for a lone surrogate speaks of truncation or pairs: say what it is.
+        readable: Any = read_leniently(text) if text[:1] == b"{" else None
         surrogate = lone_surrogate(readable) if readable is not None else None
         problem = f"{surrogate}, which is not Unicode: no text or file name can hold it" if surrogate else str(exc)
-        if (
-            isinstance(readable, dict)
-            and isinstance(readable.get("method"), str)
-            and _sendable_id(readable.get("id", UNSET))
-        ):
+        if _answerable(readable):
             self._reject(readable["id"], f"valid JSON that cannot be decoded: {problem}", None, replies)
         elif text[:1] in (b"{", b"["):
             self.stats.parse_errors += 1
             self._complain("parse", "invalid JSON from the peer (%d so far): %s", self.stats.parse_errors, problem)
-            replies.append(self.error_frame(None, ParseError(f"Parse error: {problem}")))
+            self._reply_error(None, ParseError(f"Parse error: {problem}"), None, replies)
             self._fail_call_answered_by(text, ParseError(f"the answer could not be read: {problem}"), items)
         else:
             self.stats.noise_lines += 1
@@ -390,15 +342,18 @@ class RpcCore:
         else:
             self._log.debug("%s: " + template, self.name, *args)
 
-    def _reply(self, frame: bytes, batch: Optional[BatchReply], replies: List[bytes]) -> None:
+    def _reply_error(self, request_id: Any, error: AcpError, batch: Optional[BatchReply], replies: List[bytes]) -> int:
+        """Answer ``request_id`` with ``error``; returns the one reply made, for ``_route_message``'s count."""
+        frame = error_frame(request_id, error, self._log, self.name)
         done = frame if batch is None else batch.add(frame)
         if done is not None:
             replies.append(done)
+        return 1
 
-    def _reject(self, request_id: Any, reason: str, batch: Optional[BatchReply], replies: List[bytes]) -> None:
+    def _reject(self, request_id: Any, reason: str, batch: Optional[BatchReply], replies: List[bytes]) -> int:
         self.stats.invalid_messages += 1
         self._complain("invalid", "invalid message from the peer (%d so far): %s", self.stats.invalid_messages, reason)
-        self._reply(self.error_frame(request_id, InvalidRequest(f"Invalid request: {reason}")), batch, replies)
+        return self._reply_error(request_id, InvalidRequest(f"Invalid request: {reason}"), batch, replies)
 
     def _route_batch(self, elements: List[Raw], items: List[Routed], replies: List[bytes]) -> None:
         if not elements:
@@ -410,8 +365,7 @@ class RpcCore:
             try:
                 message = _ANY_MESSAGE.decode(element)
             except msgspec.DecodeError:
-                expected += 1
-                self._reject(None, "a batch element is not a JSON-RPC message", batch, replies)
+                expected += self._reject(None, "a batch element is not a JSON-RPC message", batch, replies)
                 continue
             expected += self._route_message(message, items, replies, batch)
         done = batch.seal(expected)
@@ -428,6 +382,7 @@ class RpcCore:
         params_raw: Any = message.params
         if params_raw is not UNSET and bytes(memoryview(params_raw)[:1]) == b"n":
             params_raw = UNSET  # null params are read as absent
+        problem = ""
         if message.jsonrpc != "2.0":
             problem = 'jsonrpc must be "2.0"'
         elif not isinstance(message.method, str):
@@ -436,32 +391,25 @@ class RpcCore:
             problem = "id must be a string, a number or null"
         elif params_raw is not UNSET and bytes(memoryview(params_raw)[:1]) not in (b"{", b"["):
             problem = "params must be an object or an array"
-        else:
-            problem = ""
         if problem:
             if message.id is UNSET and message.method is not UNSET:
                 # Shaped like a notification: complain here, never to the peer.
                 self._complain("invalid", "dropped an invalid notification: %s", problem)
                 return 0
-            self._reject(message.id if _valid_id(message.id) else None, problem, batch, replies)
-            return 1
-        request_id = message.id
-        method = message.method
+            return self._reject(message.id if _valid_id(message.id) else None, problem, batch, replies)
         if message.id is UNSET:
-            self._route_notification(method, params_raw, items)
+            self._route_notification(message.method, params_raw, items)
             return 0
-        route = self.requests.get(method)
+        route = self.requests.get(message.method)
         if route is None and self.unknown_request is not None:
-            route = Route(method, functools.partial(self.unknown_request, method), Any, True)
+            route = Route(message.method, functools.partial(self.unknown_request, message.method), Any, True)
         if route is None:
-            self._reply(self.error_frame(request_id, MethodNotFound(f"Method not found: {method}")), batch, replies)
-            return 1
+            return self._reply_error(message.id, MethodNotFound(f"Method not found: {message.method}"), batch, replies)
         try:
             params = _decode_params(params_raw, route.params_type)
         except AcpError as exc:
-            self._reply(self.error_frame(request_id, exc), batch, replies)
-            return 1
-        return self._accept_request(route, request_id, params, items, replies, batch)
+            return self._reply_error(message.id, exc, batch, replies)
+        return self._accept_request(route, message.id, params, items, replies, batch)
 
     def _route_notification(self, method: str, params_raw: Any, items: List[Routed]) -> None:
         route = self.notifications.get(method)
@@ -487,10 +435,9 @@ class RpcCore:
         batch: Optional[BatchReply],
     ) -> int:
         if self._incoming.get(request_id) is not None:
-            self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch, replies)
-            return 1
+            return self._reject(request_id, f"id {request_id!r} is already in use by a running request", batch, replies)
         ctx = self._make_context(request_id, route, params, batch)
-        self._incoming.add(request_id, ctx)
+        self._incoming[request_id] = ctx
         items.append((self._start_request, ctx))
         return 1
 
@@ -519,21 +466,14 @@ class RpcCore:
 
     def _on_oversized(self, frame: OversizedFrame, items: List[Routed], replies: List[bytes]) -> None:
         self.stats.oversized_frames += 1
-        limit = self._max_message_size
-        self._complain(
-            "oversized",
-            "dropped a message of %d bytes (limit %d; %d so far)",
-            frame.size,
-            limit,
-            self.stats.oversized_frames,
-        )
+        reason = f"message of {frame.size} bytes exceeds the limit of {self._max_message_size} bytes"
+        self._complain("oversized", "dropped an oversized message (%d so far): %s", self.stats.oversized_frames, reason)
         match = HEAD_ID.match(frame.head)
         if match is None:
             return
         request_id = msgspec.json.decode(match.group("id"))
-        reason = f"message of {frame.size} bytes exceeds the limit of {limit} bytes"
         if b'"method"' in match.group("before") or match.group("next") == b"method":
-            replies.append(self.error_frame(request_id, InvalidRequest(f"Invalid request: {reason}")))
+            self._reply_error(request_id, InvalidRequest(f"Invalid request: {reason}"), None, replies)
         else:
             self._fail_call_answered_by(frame.head, InvalidRequest(f"response dropped: {reason}"), items)
 

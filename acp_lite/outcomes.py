@@ -1,6 +1,5 @@
-"""Settling futures: how every layer hands an outcome over exactly once (standard library only).
-The rule: the first outcome stays; settling a future cancelled (or settled) meanwhile is no error
-and changes nothing.
+"""Settling futures: how every layer hands an outcome over exactly once (standard library only). The
+rule: the first outcome stays; settling a future cancelled or settled meanwhile is no error.
 """
 
 import threading
@@ -9,7 +8,6 @@ from typing import Any, List, Optional, Tuple
 
 
 def settle(future: Any, value: Any, error: Optional[BaseException]) -> None:
-    """Settle ``future`` once: one already cancelled (or settled) keeps its first outcome."""
     try:
         if error is None:
             future.set_result(value)
@@ -29,9 +27,8 @@ def settle_from(target: Future, source: Future) -> None:
 
 
 class HandlerTask(Future):
-    """The outcome of a coroutine handler's task (see ``aio.start``), which runs on after its
-    handler returned it: the request is answered, and its handler place given back, once it
-    completes. Running from the start, so ``cancel()`` changes nothing: ``cancel_task()`` cancels
+    """The outcome of a coroutine handler's task (see ``aio.start``), which runs on after its handler
+    returned it. Running from the start, so ``cancel()`` changes nothing: ``cancel_task()`` cancels
     the task, which then ends the future with its outcome (``RequestCancelled`` if cancelled)."""
 
     def __init__(self, cancel_task: Any) -> None:

@@ -15,8 +15,7 @@ HEAD_ID = re.compile(
 
 
 def read_leniently(text: bytes) -> Any:
-    """A line msgspec refused, as Python's json module reads it (it accepts lone surrogates), or
-    None if that fails too."""
+    """A line msgspec refused, as the json module reads it (it accepts lone surrogates), or None if that fails too."""
     try:
         return json.loads(text.decode("utf-8"))  # (json.loads of bytes would let encoded surrogates through)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
