@@ -46,7 +46,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional
 
-from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
+from .answering import Answering, CancelToken, RequestContext, run_logged
 from .codec import ENCODER
 from .deadlines import call_after
 from .delivery import Callback, CallbackQueue, Lane, WorkerPool, Workers, run_callbacks
@@ -105,7 +105,7 @@ class Connection:
             self._log,
             self._answering.make_context,
             self._answering.start,
-            cancel_incoming,
+            lambda ctx: ctx.cancel_token.cancel(),  # $/cancel_request: the handler decides what to answer
             self._incoming,
             threading.Lock,
             transport.max_message_size,
@@ -195,8 +195,9 @@ class Connection:
         thread, a handler's included (its own answer then finds the connection closed: dropped)."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            first = self._answering.begin_closing()
+            first = not self._answering.closing
             if first:
+                self._answering.closing = True
                 self._closed = True
                 if self._close_error is None:
                     self._close_error = ConnectionClosed(f"{self.name}: connection closed by close()")
