@@ -177,9 +177,6 @@ class Answering:
         self._batched = 0  # bytes of the answers of unfinished batches (see _add_to_batch)
         self._room = threading.Condition(threading.Lock())
 
-    def make_context(self, request_id: Any, route: Route, params: Any, batch: Optional[BatchReply]) -> RequestContext:
-        return RequestContext(self, request_id, route, params, batch)
-
     def answer(self, ctx: RequestContext, result: Any, error: Optional[AcpError]) -> bool:
         """Send the answer unless the request has one; True if this one was sent (or dropped: the
         connection closed while it waited for room)."""

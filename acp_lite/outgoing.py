@@ -23,9 +23,6 @@ from .errors import UsageError
 # that is not valid Unicode (a lone surrogate), or nesting deeper than the stack allows.
 ENCODE_FAILURES = (TypeError, ValueError, NotImplementedError, msgspec.EncodeError, RecursionError)
 
-# Params that JSON-RPC does not allow (it wants an object or an array); bool is an int.
-_SCALAR_PARAMS = (str, bytes, int, float)
-
 
 class OutRequest(Struct):
     jsonrpc: str
@@ -58,7 +55,7 @@ def check_method_name(method: str) -> None:
 
 
 def check_params(params: Any) -> None:
-    if isinstance(params, _SCALAR_PARAMS):
+    if isinstance(params, (str, bytes, int, float)):  # JSON-RPC wants an object or an array (bool is an int)
         raise UsageError(f"params must be an object or an array, not {type(params).__name__}")
 
 

@@ -44,7 +44,10 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, Callable, List, Optional
+
+from msgspec import UNSET
 
 from .answering import Answering, CancelToken, RequestContext, run_logged
 from .codec import ENCODER
@@ -103,7 +106,7 @@ class Connection:
         self._core = RpcCore(
             name,
             self._log,
-            self._answering.make_context,
+            partial(RequestContext, self._answering),
             self._answering.start,
             lambda ctx: ctx.cancel_token.cancel(),  # $/cancel_request: the handler decides what to answer
             self._incoming,
@@ -272,9 +275,7 @@ class Connection:
                 while not answer.wait(_MAIN_THREAD_WAIT_SLICE if on_main_thread else None):
                     pass  # signal handlers ran meanwhile, if any
             elif not answer.wait(max(0.0, deadline - time.monotonic())):
-                if self._core.forget(request_id):
-                    self._send_cancel_request(request_id)
-                else:  # answered, but queued behind callbacks still running (or for the host's pump)
+                if not self._cancel_pending(request_id):  # answered, queued behind callbacks (or for the host's pump)
                     self._log.debug(
                         "%s: %s timed out with its answer queued behind callbacks; dropped", self.name, method
                     )
@@ -324,10 +325,7 @@ class Connection:
         if self._closed:
             raise self._closed_error()
         check_params(params)
-        if params is None:
-            self._send_message(encode_outgoing(OutNotification("2.0", method)), method)
-        else:
-            self.notifier(method)(params)
+        self._send_message(encode_outgoing(OutNotification("2.0", method, UNSET if params is None else params)), method)
 
     def notifier(self, method: str) -> Callable[[Any], None]:
         """A function sending notification ``method`` with the params it is given, its envelope encoded
@@ -369,16 +367,17 @@ class Connection:
             raise
         return request_id
 
-    def _cancel_pending(self, request_id: int) -> None:
-        # If the call is still pending, forget it and tell the peer.
-        if self._core.forget(request_id):
+    def _cancel_pending(self, request_id: int) -> bool:
+        # If the call is still pending, forget it and tell the peer; False if it was not.
+        pending = self._core.forget(request_id)
+        if pending:
             self._send_cancel_request(request_id)
+        return pending
 
     def _time_out(self, future: "_CallFuture", method: str, timeout: float) -> None:
         # The deadline thread: a call_future pending after its timeout fails where its answer would.
         assert future._request_id is not None
-        if self._core.forget(future._request_id):
-            self._send_cancel_request(future._request_id)
+        if self._cancel_pending(future._request_id):
             error = CallTimeout(f"{method}: no answer within {timeout} s")
             self._queue.put([(settle_item, (PendingCall(method, future, Any, False), None, error))])
 
