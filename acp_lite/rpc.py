@@ -15,14 +15,11 @@ and end once idle (``delivery.IDLE_SECONDS``) or at ``close()``.
 | the host's thread | ``host_delivery`` | in ``pump()``, what delivery and workers run; never waits to send |
 | any caller | here, ``answering`` | ``call`` (not in a callback), ``call_future``, ``notify``, ``close`` |
 
-What the reader runs itself, and why (with it over without it on a quiet machine,
-``bench/results/ablation-reading-thread-quiet.md``; the watcher exists for the last two):
-
-- a blocking ``call``'s answer when nothing is queued before it: no thread hop;
-- the handlers of a read made only of requests, when nothing is queued, until one sends a request
-  or runs a whole tick: C 8 in flight 1.50x from threads, 3.29x with futures;
-- a small read's callbacks when nothing is queued or running (``CallbackQueue.hold``): C with
-  futures 1.64-1.71x, A 1.08x; likewise, at the end of the stream, what is left (no thread starts).
+The reader runs itself, sparing a thread hop (``bench/results/ablation-reading-thread-quiet.md``):
+a blocking ``call``'s answer when nothing is queued before it; the handlers of a read made only of
+requests, when nothing is queued, until one sends a request or runs a whole tick; a small read's
+callbacks (at the end of the stream, what is left) when nothing is queued or running
+(``CallbackQueue.hold``). The watcher exists for the last two.
 
 Invariants (``reading``, ``answering`` and ``delivery`` give their detail):
 
@@ -33,11 +30,10 @@ Invariants (``reading``, ``answering`` and ``delivery`` give their detail):
   ``ConnectionClosed``, or its future's cancellation. A request is answered once.
 - Back-pressure: the reader stops while 512 KiB it read wait; no request starts while the peer does
   not read our answers; at most ``HANDLER_LIMIT`` handlers run at once; large answers wait for room
-  in a budget. The host thread never waits to send: what it cannot write at once goes to the
-  flusher, and once the backlog is full its sends raise ``CallTimeout``, nothing sent (its answers
-  are dropped and logged).
-- Close: ``close(timeout)`` ends the connection within its timeout (its docstring says how), from any
-  thread, a callback's included. The watcher is the process's: it drops the connection at its next look.
+  in a budget. The host thread never waits to send: its sends raise ``CallTimeout``, nothing sent,
+  once the flusher's backlog is full (its answers are then dropped and logged).
+- Close: ``close(timeout)`` ends the connection within its timeout, from any thread, a callback's
+  included. The watcher is the process's: it drops the connection at its next look.
 """
 
 import logging
@@ -101,7 +97,7 @@ class Connection:
         self._lock = threading.Lock()
         self._incoming = IncomingRequests()
         self._answering = Answering(
-            name, self._log, self._lock, self._incoming, transport, self._pool, lambda: self._closed, self._host_thread
+            name, self._log, self._lock, self._incoming, transport, self._pool, lambda: self.closed, self._host_thread
         )
         self._core = RpcCore(
             name,
@@ -127,8 +123,7 @@ class Connection:
             end_of_stream=self._on_end_of_stream,
         )
         self._reader: Optional[threading.Thread] = None
-        self._closed = False
-        self._close_error: Optional[ConnectionClosed] = None
+        self._close_error: Optional[ConnectionClosed] = None  # set once closed (end of stream or close())
         self._closing_ran = False
         self._reader_done = threading.Event()
 
@@ -182,7 +177,7 @@ class Connection:
     @property
     def closed(self) -> bool:
         """True once the stream ended or ``close()`` began: new calls raise ``ConnectionClosed``."""
-        return self._closed
+        return self._close_error is not None
 
     def wait_closed(self, timeout: Optional[float] = None) -> bool:
         """Block until the reader has stopped (end of stream or ``close()``); False on timeout.
@@ -201,7 +196,6 @@ class Connection:
             first = not self._answering.closing
             if first:
                 self._answering.closing = True
-                self._closed = True
                 if self._close_error is None:
                     self._close_error = ConnectionClosed(f"{self.name}: connection closed by close()")
                 pending = self._core.take_pending()
@@ -322,7 +316,7 @@ class Connection:
     def notify(self, method: str, params: Any = None) -> None:
         """Send a notification. Raises ``ConnectionClosed`` once closed. Any thread."""
         check_method_name(method)
-        if self._closed:
+        if self._close_error is not None:
             raise self._closed_error()
         check_params(params)
         self._send_message(encode_outgoing(OutNotification("2.0", method, UNSET if params is None else params)), method)
@@ -338,7 +332,7 @@ class Connection:
         host_thread = self._host_thread
 
         def send_notification(params: Any) -> None:  # a turn's updates: all it can do once is done above
-            if self._closed:
+            if self._close_error is not None:
                 raise self._closed_error()
             try:
                 frame = head + encode(params) + b"}"
@@ -357,7 +351,7 @@ class Connection:
         request_id, frame = self._core.request(method, params)
         self._reading.hand_reading_on()  # (in a handler the reading thread runs) its answer must be read meanwhile
         with self._lock:
-            if self._closed:
+            if self._close_error is not None:
                 raise self._closed_error()
             self._core.add_pending(request_id, PendingCall(method, future, result_type, direct))
         try:
@@ -383,7 +377,7 @@ class Connection:
 
     def _send_cancel_request(self, request_id: int) -> None:
         # Never blocks: a peer too far behind to take it (no room to send) is not listening.
-        if self._closed:
+        if self._close_error is not None:
             return
         try:
             frame = encode_outgoing(OutNotification("2.0", CANCEL_REQUEST_METHOD, {"requestId": request_id}))
@@ -409,7 +403,6 @@ class Connection:
         if not self._answering.closing:
             error = self._transport.closed_error()
             with self._lock:
-                self._closed = True
                 if self._close_error is None:
                     self._close_error = error
             # The pending calls fail behind every line read before the end: a queued burst may hold their answers.
