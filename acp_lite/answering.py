@@ -255,8 +255,8 @@ class Answering:
         )
 
     def _wait_for_room(self, size: int, holding: int, give_up: Callable[[], bool]) -> bool:
-        # Hold ``size`` more bytes once they fit (alone, anything does) and the peer reads; False once
-        # give_up(). A request already ``holding`` room takes more at once (two could wait for each other).
+        # Hold ``size`` more bytes once they fit (alone, anything does) and the peer reads, or at once if
+        # ``holding`` some already (see the rules); False once give_up().
         waits = not holding and self._may_wait()
         with self._room:
             while waits and ((self._held and self._held + size > self._limit) or self._transport.backed_up):

@@ -75,11 +75,10 @@ def cannot_encode(exc: BaseException) -> UsageError:
 # a short escape is written ``\u0000``.
 JSON_ESCAPE_BOUND = 6
 
-# The bytes the encoder escapes: the controls, the quote and the backslash. Of them these seven
-# take two bytes (``\"``, ``\\``, ``\b``, ``\t``, ``\n``, ``\f``, ``\r``), the others six.
+# The bytes the encoder escapes (the controls, the quote, the backslash); of them, those escaped in two bytes.
 _ESCAPED = bytes(range(0x20)) + b'"\\'
-_UNESCAPED = bytes(byte for byte in range(256) if byte not in _ESCAPED)
 _SHORT_ESCAPED = b'"\\\b\t\n\f\r'
+_UNESCAPED = bytes(byte for byte in range(256) if byte not in _ESCAPED)
 
 # Characters measured at a time: measuring copies 4 MiB at most, whatever the text's size.
 _MEASURED_CHARS = 1024 * 1024

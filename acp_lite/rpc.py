@@ -88,7 +88,6 @@ class Connection:
         self.name = name
         self._transport = transport
         self._log = logger or logging.getLogger("acp_lite.rpc")
-        # Callbacks wait in a queue for the delivery thread, handlers run on workers; in host mode, both in pumps.
         self._queue: Lane = (
             delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue(name, self._log)
         )
@@ -362,11 +361,17 @@ class Connection:
         return request_id
 
     def _cancel_pending(self, request_id: int) -> bool:
-        # If the call is still pending, forget it and tell the peer; False if it was not.
-        pending = self._core.forget(request_id)
-        if pending:
-            self._send_cancel_request(request_id)
-        return pending
+        # If the call is still pending, forget it and tell the peer; False if it was not. Never blocks:
+        # a peer too far behind to take the cancel (no room to send) is not listening.
+        if not self._core.forget(request_id):
+            return False
+        if self._close_error is None:
+            frame = encode_outgoing(OutNotification("2.0", CANCEL_REQUEST_METHOD, {"requestId": request_id}))
+            try:
+                self._transport.send(frame, timeout=0)
+            except (ConnectionClosed, CallTimeout):
+                pass
+        return True
 
     def _time_out(self, future: "_CallFuture", method: str, timeout: float) -> None:
         # The deadline thread: a call_future pending after its timeout fails where its answer would.
@@ -374,16 +379,6 @@ class Connection:
         if self._cancel_pending(future._request_id):
             error = CallTimeout(f"{method}: no answer within {timeout} s")
             self._queue.put([(settle_item, (PendingCall(method, future, Any, False), None, error))])
-
-    def _send_cancel_request(self, request_id: int) -> None:
-        # Never blocks: a peer too far behind to take it (no room to send) is not listening.
-        if self._close_error is not None:
-            return
-        try:
-            frame = encode_outgoing(OutNotification("2.0", CANCEL_REQUEST_METHOD, {"requestId": request_id}))
-            self._transport.send(frame, timeout=0)
-        except (ConnectionClosed, CallTimeout):
-            pass
 
     def _closed_error(self) -> ConnectionClosed:
         return self._close_error or ConnectionClosed(f"{self.name}: connection closed")
