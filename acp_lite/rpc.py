@@ -305,10 +305,10 @@ class Connection:
         future = _CallFuture()
         if on_done is not None:
             future.add_done_callback(on_done)
-        future._request_id = self._send_request(method, params, result_type, future, False, None)
-        future._connection = self
+        request_id = self._send_request(method, params, result_type, future, False, None)
+        future._on_cancel = partial(self._cancel_pending, request_id)
         if timeout is not None:
-            deadline = call_after(timeout, lambda: self._time_out(future, method, timeout))
+            deadline = call_after(timeout, lambda: self._time_out(future, request_id, method, timeout))
             future.add_done_callback(lambda _: deadline.cancel())
         return future
 
@@ -373,10 +373,9 @@ class Connection:
                 pass
         return True
 
-    def _time_out(self, future: "_CallFuture", method: str, timeout: float) -> None:
+    def _time_out(self, future: Future, request_id: int, method: str, timeout: float) -> None:
         # The deadline thread: a call_future pending after its timeout fails where its answer would.
-        assert future._request_id is not None
-        if self._cancel_pending(future._request_id):
+        if self._cancel_pending(request_id):
             error = CallTimeout(f"{method}: no answer within {timeout} s")
             self._queue.put([(settle_item, (PendingCall(method, future, Any, False), None, error))])
 
@@ -426,13 +425,12 @@ class Connection:
 
 class _CallFuture(Future):
     """The future of a ``call_future``: cancelling it while the call is pending sends ``$/cancel_request``
-    (a subclass: a done-callback would cost every call). Both attributes are set before its caller has it."""
+    (a subclass: a done-callback would cost every call). ``_on_cancel`` is set before its caller has it."""
 
-    _request_id: Optional[int] = None
-    _connection: Optional[Connection] = None
+    _on_cancel: Optional[Callable[[], Any]] = None
 
     def cancel(self) -> bool:
         cancelled = super().cancel()
-        if cancelled and self._connection is not None and self._request_id is not None:
-            self._connection._cancel_pending(self._request_id)
+        if cancelled and self._on_cancel is not None:
+            self._on_cancel()
         return cancelled
