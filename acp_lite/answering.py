@@ -148,9 +148,8 @@ def reserve_answer(size: int) -> None:
 
 
 class Answering:
-    """The requests of one connection. ``lock`` is the connection's and guards ``incoming``;
-    ``pool`` runs the handlers; ``closed()`` ends the waits for room; ``host_thread`` (host mode)
-    never waits for room or a write: the transport bounds what it leaves to its flusher."""
+    """The requests of one connection. ``lock`` is the connection's and guards ``incoming``; ``pool``
+    runs the handlers; ``closed()`` ends the waits for room; ``host_thread`` never waits (``_may_wait``)."""
 
     def __init__(
         self,
@@ -292,12 +291,11 @@ class Answering:
     def admit(self, ctx: RequestContext) -> bool:
         """Run a request's arrival hook in its turn (one that raises is logged); True if it may
         start now, False if it was answered already or is refused now (closing)."""
-        route = ctx._route
         if ctx._answered:
             return False
-        if route is not None and route.on_arrival is not None:
+        if ctx._route is not None and ctx._route.on_arrival is not None:
             try:
-                route.on_arrival(ctx._params, ctx)
+                ctx._route.on_arrival(ctx._params, ctx)
             except Exception:
                 self._log.exception("%s: arrival hook for %s failed", self.name, ctx.method)
         if threading.get_ident() != self._host_thread:

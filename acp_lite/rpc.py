@@ -222,7 +222,7 @@ class Connection:
         # held): nothing more is delivered; answers waiting for a pump fail their futures instead.
         for fn, arg in dropped:
             if fn is settle_item:
-                settle(arg[0].future, None, self._closed_error())
+                settle(arg[0].future, None, self._close_error)
 
     def _run_closing(self) -> Optional[BaseException]:
         # Returns what a callback raised that is no Exception (a Ctrl-C, a SystemExit), for the
@@ -307,7 +307,7 @@ class Connection:
         """Send a notification. Raises ``ConnectionClosed`` once closed. Any thread."""
         check_method_name(method)
         if self._close_error is not None:
-            raise self._closed_error()
+            raise self._close_error
         check_params(params)
         self._send_message(encode_outgoing(OutNotification("2.0", method, UNSET if params is None else params)), method)
 
@@ -322,7 +322,7 @@ class Connection:
 
         def send_notification(params: Any) -> None:  # a turn's updates: all it can do once is done above
             if self._close_error is not None:
-                raise self._closed_error()
+                raise self._close_error
             frame = head + encode_outgoing(params) + b"}"
             if host_thread is None:
                 send(frame)
@@ -338,7 +338,7 @@ class Connection:
         self._reading.hand_reading_on()  # (in a handler the reading thread runs) its answer must be read meanwhile
         with self._lock:
             if self._close_error is not None:
-                raise self._closed_error()
+                raise self._close_error
             self._core.add_pending(request_id, PendingCall(method, future, result_type, direct))
         try:
             self._send_message(frame, method, timeout)
@@ -365,9 +365,6 @@ class Connection:
         if self._cancel_pending(request_id):
             error = CallTimeout(f"{method}: no answer within {timeout} s")
             self._queue.put([(settle_item, (PendingCall(method, future, Any, False), None, error))])
-
-    def _closed_error(self) -> ConnectionClosed:
-        return self._close_error or ConnectionClosed(f"{self.name}: connection closed")
 
     def _send_message(self, frame: bytes, method: str, timeout: Optional[float] = None) -> None:
         # A request or notification: CallTimeout, nothing sent, without room within ``timeout``, or
