@@ -49,8 +49,7 @@ _serving = threading.local()
 
 class CancelToken:
     """Tells a running handler that its request was cancelled; any thread may read, wait on or
-    cancel it. Callbacks run once, on the thread that cancels (or at once when added after); one
-    that raises is logged and the others still run."""
+    cancel it. A callback that raises is logged and the others still run."""
 
     __slots__ = ("_callbacks", "_cancelled", "_event", "_lock")
 
@@ -76,7 +75,7 @@ class CancelToken:
         return event.wait(timeout)
 
     def add_callback(self, fn: Callable[[], Any]) -> None:
-        """Run ``fn()`` when the token is cancelled (now, if it already is)."""
+        """Run ``fn()`` once, on the thread that cancels (now, on this thread, if it already is)."""
         with self._lock:
             if not self._cancelled:
                 self._callbacks.append(fn)
@@ -283,9 +282,7 @@ class Answering:
 
     def start(self, ctx: RequestContext) -> None:
         """Delivery (or host) thread, in arrival order: admitted, the handler goes to a worker."""
-        if not self.admit(ctx):
-            return
-        if not self._pool.submit(self.run_on_worker, ctx):
+        if self.admit(ctx) and not self._pool.submit(self.run_on_worker, ctx):
             self.refuse_to_start(ctx)  # closing
 
     def admit(self, ctx: RequestContext) -> bool:

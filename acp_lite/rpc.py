@@ -218,8 +218,7 @@ class Connection:
             raise stopped  # (a closing callback's Ctrl-C or SystemExit, once the connection is closed)
 
     def _drop_host_items(self, dropped: List[Callback]) -> None:
-        # Host mode, closed (on the closing thread, or on the host thread for what a running pump
-        # held): nothing more is delivered; answers waiting for a pump fail their futures instead.
+        # Host mode, closed: of what no pump will deliver (``HostLane.closing``), the answers fail their futures.
         for fn, arg in dropped:
             if fn is settle_item:
                 settle(arg[0].future, None, self._close_error)
