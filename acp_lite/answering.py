@@ -49,8 +49,7 @@ _serving = threading.local()
 
 class CancelToken:
     """Tells a running handler that its request was cancelled; any thread may read, wait on or
-    cancel it. Callbacks run once, on the thread that cancels (or at once when added after); one
-    that raises is logged and the others still run."""
+    cancel it. A callback that raises is logged and the others still run."""
 
     __slots__ = ("_callbacks", "_cancelled", "_event", "_lock")
 
@@ -76,7 +75,7 @@ class CancelToken:
         return event.wait(timeout)
 
     def add_callback(self, fn: Callable[[], Any]) -> None:
-        """Run ``fn()`` when the token is cancelled (now, if it already is)."""
+        """Run ``fn()`` once, on the thread that cancels (now, on this thread, if it already is)."""
         with self._lock:
             if not self._cancelled:
                 self._callbacks.append(fn)
@@ -147,15 +146,9 @@ def reserve_answer(size: int) -> None:
         ctx._answering.reserve(ctx, size)
 
 
-def cancel_incoming(ctx: RequestContext) -> None:
-    """Cancel a request (for ``$/cancel_request``): its handler decides what to answer."""
-    ctx.cancel_token.cancel()
-
-
 class Answering:
-    """The requests of one connection. ``lock`` is the connection's and guards ``incoming``;
-    ``pool`` runs the handlers; ``closed()`` ends the waits for room; ``host_thread`` (host mode)
-    never waits for room or a write: the transport bounds what it leaves to its flusher."""
+    """The requests of one connection. ``lock`` is the connection's and guards ``incoming``; ``pool``
+    runs the handlers; ``closed()`` ends the waits for room; ``host_thread`` never waits (``_may_wait``)."""
 
     def __init__(
         self,
@@ -176,14 +169,11 @@ class Answering:
         self._pool = pool
         self._closed = closed
         self._host_thread = host_thread
-        self._closing = False  # close() began: requests not started are refused
+        self.closing = False  # close() began (set under the connection's lock): no request starts any more
         self._limit = transport.max_message_size  # the answer budget; _held bytes are held in it
         self._held = 0
         self._batched = 0  # bytes of the answers of unfinished batches (see _add_to_batch)
         self._room = threading.Condition(threading.Lock())
-
-    def make_context(self, request_id: Any, route: Route, params: Any, batch: Optional[BatchReply]) -> RequestContext:
-        return RequestContext(self, request_id, route, params, batch)
 
     def answer(self, ctx: RequestContext, result: Any, error: Optional[AcpError]) -> bool:
         """Send the answer unless the request has one; True if this one was sent (or dropped: the
@@ -200,10 +190,7 @@ class Answering:
                 if size > self._limit:
                     result, error = None, self._too_large(ctx.method, size)
                 elif size > held:
-                    if held:  # never waits for more
-                        with self._room:
-                            self._held += size - held
-                    elif not self._wait_for_room(size, self._closed):
+                    if not self._wait_for_room(size - held, held, self._closed):
                         self._log.debug("%s: the answer to %s dropped, the connection closed", self.name, ctx.method)
                         return True
                     held = size
@@ -227,10 +214,7 @@ class Answering:
 
     def reserve(self, ctx: RequestContext, size: int) -> None:
         """Hold ``size`` bytes of the budget for ``ctx``'s answer (see ``reserve_answer``)."""
-        if ctx._reserved:  # never waits for more
-            with self._room:
-                self._held += size
-        elif not self._wait_for_room(size, lambda: self._closed() or ctx.cancel_token.is_cancelled):
+        if not self._wait_for_room(size, ctx._reserved, lambda: self._closed() or ctx.cancel_token.is_cancelled):
             raise RequestCancelled("the connection closed" if self._closed() else None)
         with self._lock:
             if not ctx._answered:
@@ -268,9 +252,10 @@ class Answering:
             "bytes a message has on this connection"
         )
 
-    def _wait_for_room(self, size: int, give_up: Callable[[], bool]) -> bool:
-        # Hold ``size`` bytes once they fit (alone, anything does) and the peer reads; False once give_up().
-        waits = self._may_wait()
+    def _wait_for_room(self, size: int, holding: int, give_up: Callable[[], bool]) -> bool:
+        # Hold ``size`` more bytes once they fit (alone, anything does) and the peer reads, or at once if
+        # ``holding`` some already (see the rules); False once give_up().
+        waits = not holding and self._may_wait()
         with self._room:
             while waits and ((self._held and self._held + size > self._limit) or self._transport.backed_up):
                 if give_up():
@@ -295,38 +280,25 @@ class Answering:
             self._held -= size
             self._room.notify_all()
 
-    @property
-    def closing(self) -> bool:
-        """True once the connection's ``close()`` began: no request starts any more."""
-        return self._closing
-
-    def begin_closing(self) -> bool:
-        """``close()`` begins (under the connection's lock); True the first time."""
-        first, self._closing = not self._closing, True
-        return first
-
     def start(self, ctx: RequestContext) -> None:
         """Delivery (or host) thread, in arrival order: admitted, the handler goes to a worker."""
-        if not self.admit(ctx):
-            return
-        if not self._pool.submit(self.run_on_worker, ctx):
+        if self.admit(ctx) and not self._pool.submit(self.run_on_worker, ctx):
             self.refuse_to_start(ctx)  # closing
 
     def admit(self, ctx: RequestContext) -> bool:
         """Run a request's arrival hook in its turn (one that raises is logged); True if it may
         start now, False if it was answered already or is refused now (closing)."""
-        route = ctx._route
         if ctx._answered:
             return False
-        if route is not None and route.on_arrival is not None:
+        if ctx._route is not None and ctx._route.on_arrival is not None:
             try:
-                route.on_arrival(ctx._params, ctx)
+                ctx._route.on_arrival(ctx._params, ctx)
             except Exception:
                 self._log.exception("%s: arrival hook for %s failed", self.name, ctx.method)
         if threading.get_ident() != self._host_thread:
-            while self._transport.backed_up and not self._closing:  # the reading stops too
+            while self._transport.backed_up and not self.closing:  # the reading stops too
                 self._transport.flush(_POLL_SECONDS)
-        if self._closing:
+        if self.closing:
             self.refuse_to_start(ctx)
             return False
         return True
@@ -335,7 +307,7 @@ class Answering:
         """Where handlers run (a worker, the reading thread, a host's pump): ``run_handler`` unless
         closing began meanwhile. A thread of ours goes on after any handler (a ``SystemExit`` has
         been answered like any failure); on the host thread it ends the pump (see ``delivery``)."""
-        if self._closing:
+        if self.closing:
             self.refuse_to_start(ctx)
             return None
         try:

@@ -23,9 +23,6 @@ from .errors import UsageError
 # that is not valid Unicode (a lone surrogate), or nesting deeper than the stack allows.
 ENCODE_FAILURES = (TypeError, ValueError, NotImplementedError, msgspec.EncodeError, RecursionError)
 
-# Params that JSON-RPC does not allow (it wants an object or an array); bool is an int.
-_SCALAR_PARAMS = (str, bytes, int, float)
-
 
 class OutRequest(Struct):
     jsonrpc: str
@@ -58,7 +55,7 @@ def check_method_name(method: str) -> None:
 
 
 def check_params(params: Any) -> None:
-    if isinstance(params, _SCALAR_PARAMS):
+    if isinstance(params, (str, bytes, int, float)):  # JSON-RPC wants an object or an array (bool is an int)
         raise UsageError(f"params must be an object or an array, not {type(params).__name__}")
 
 
@@ -66,23 +63,17 @@ def encode_outgoing(message: Any) -> bytes:
     try:
         return ENCODER.encode(message)
     except ENCODE_FAILURES as exc:
-        raise cannot_encode(exc) from exc
-
-
-def cannot_encode(exc: BaseException) -> UsageError:
-    """The application's error for a value that encoding refused with ``exc``."""
-    return UsageError(f"cannot encode the params: {exc}")
+        raise UsageError(f"cannot encode the params: {exc}") from exc
 
 
 # A byte of UTF-8 text takes at most this many bytes in a JSON string: a control character without
 # a short escape is written ``\u0000``.
 JSON_ESCAPE_BOUND = 6
 
-# The bytes the encoder escapes: the controls, the quote and the backslash. Of them these seven
-# take two bytes (``\"``, ``\\``, ``\b``, ``\t``, ``\n``, ``\f``, ``\r``), the others six.
+# The bytes the encoder escapes (the controls, the quote, the backslash); of them, those escaped in two bytes.
 _ESCAPED = bytes(range(0x20)) + b'"\\'
-_UNESCAPED = bytes(byte for byte in range(256) if byte not in _ESCAPED)
 _SHORT_ESCAPED = b'"\\\b\t\n\f\r'
+_UNESCAPED = bytes(byte for byte in range(256) if byte not in _ESCAPED)
 
 # Characters measured at a time: measuring copies 4 MiB at most, whatever the text's size.
 _MEASURED_CHARS = 1024 * 1024

@@ -15,14 +15,11 @@ and end once idle (``delivery.IDLE_SECONDS``) or at ``close()``.
 | the host's thread | ``host_delivery`` | in ``pump()``, what delivery and workers run; never waits to send |
 | any caller | here, ``answering`` | ``call`` (not in a callback), ``call_future``, ``notify``, ``close`` |
 
-What the reader runs itself, and why (with it over without it on a quiet machine,
-``bench/results/ablation-reading-thread-quiet.md``; the watcher exists for the last two):
-
-- a blocking ``call``'s answer when nothing is queued before it: no thread hop;
-- the handlers of a read made only of requests, when nothing is queued, until one sends a request
-  or runs a whole tick: C 8 in flight 1.50x from threads, 3.29x with futures;
-- a small read's callbacks when nothing is queued or running (``CallbackQueue.hold``): C with
-  futures 1.64-1.71x, A 1.08x; likewise, at the end of the stream, what is left (no thread starts).
+The reader runs itself, sparing a thread hop (``bench/results/ablation-reading-thread-quiet.md``):
+a blocking ``call``'s answer when nothing is queued before it; the handlers of a read made only of
+requests, when nothing is queued, until one sends a request or runs a whole tick; a small read's
+callbacks (at the end of the stream, what is left) when nothing is queued or running
+(``CallbackQueue.hold``). The watcher exists for the last two.
 
 Invariants (``reading``, ``answering`` and ``delivery`` give their detail):
 
@@ -33,36 +30,29 @@ Invariants (``reading``, ``answering`` and ``delivery`` give their detail):
   ``ConnectionClosed``, or its future's cancellation. A request is answered once.
 - Back-pressure: the reader stops while 512 KiB it read wait; no request starts while the peer does
   not read our answers; at most ``HANDLER_LIMIT`` handlers run at once; large answers wait for room
-  in a budget. The host thread never waits to send: what it cannot write at once goes to the
-  flusher, and once the backlog is full its sends raise ``CallTimeout``, nothing sent (its answers
-  are dropped and logged).
-- Close: ``close(timeout)`` ends the connection within its timeout (its docstring says how), from any
-  thread, a callback's included. The watcher is the process's: it drops the connection at its next look.
+  in a budget. The host thread never waits to send: its sends raise ``CallTimeout``, nothing sent,
+  once the flusher's backlog is full (its answers are then dropped and logged).
+- Close: ``close(timeout)`` ends the connection within its timeout, from any thread, a callback's
+  included. The watcher is the process's: it drops the connection at its next look.
 """
 
 import logging
 import threading
 import time
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, Callable, List, Optional
 
-from .answering import Answering, CancelToken, RequestContext, cancel_incoming, run_logged
-from .codec import ENCODER
+from msgspec import UNSET
+
+from .answering import Answering, CancelToken, RequestContext, run_logged
 from .deadlines import call_after
 from .delivery import Callback, CallbackQueue, Lane, WorkerPool, Workers, run_callbacks
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .host_delivery import HostDelivery, HostWorkers
 from .jsonrpc import CANCEL_REQUEST_METHOD, IncomingRequests, RpcCore, settle_item
 from .outcomes import Answer, settle
-from .outgoing import (
-    ENCODE_FAILURES,
-    OutNotification,
-    cannot_encode,
-    check_method_name,
-    check_params,
-    encode_outgoing,
-    notification_head,
-)
+from .outgoing import OutNotification, check_method_name, check_params, encode_outgoing, notification_head
 from .reading import Reading
 from .records import ConnectionStats, PendingCall, Route
 from .transport import MessageTransport
@@ -89,7 +79,6 @@ class Connection:
         self.name = name
         self._transport = transport
         self._log = logger or logging.getLogger("acp_lite.rpc")
-        # Callbacks wait in a queue for the delivery thread, handlers run on workers; in host mode, both in pumps.
         self._queue: Lane = (
             delivery.lane(self._drop_host_items) if delivery is not None else CallbackQueue(name, self._log)
         )
@@ -98,14 +87,14 @@ class Connection:
         self._lock = threading.Lock()
         self._incoming = IncomingRequests()
         self._answering = Answering(
-            name, self._log, self._lock, self._incoming, transport, self._pool, lambda: self._closed, self._host_thread
+            name, self._log, self._lock, self._incoming, transport, self._pool, lambda: self.closed, self._host_thread
         )
         self._core = RpcCore(
             name,
             self._log,
-            self._answering.make_context,
+            partial(RequestContext, self._answering),
             self._answering.start,
-            cancel_incoming,
+            lambda ctx: ctx.cancel_token.cancel(),  # $/cancel_request: the handler decides what to answer
             self._incoming,
             threading.Lock,
             transport.max_message_size,
@@ -124,8 +113,7 @@ class Connection:
             end_of_stream=self._on_end_of_stream,
         )
         self._reader: Optional[threading.Thread] = None
-        self._closed = False
-        self._close_error: Optional[ConnectionClosed] = None
+        self._close_error: Optional[ConnectionClosed] = None  # set once closed (end of stream or close())
         self._closing_ran = False
         self._reader_done = threading.Event()
 
@@ -179,7 +167,7 @@ class Connection:
     @property
     def closed(self) -> bool:
         """True once the stream ended or ``close()`` began: new calls raise ``ConnectionClosed``."""
-        return self._closed
+        return self._close_error is not None
 
     def wait_closed(self, timeout: Optional[float] = None) -> bool:
         """Block until the reader has stopped (end of stream or ``close()``); False on timeout.
@@ -195,9 +183,9 @@ class Connection:
         thread, a handler's included (its own answer then finds the connection closed: dropped)."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            first = self._answering.begin_closing()
+            first = not self._answering.closing
             if first:
-                self._closed = True
+                self._answering.closing = True
                 if self._close_error is None:
                     self._close_error = ConnectionClosed(f"{self.name}: connection closed by close()")
                 pending = self._core.take_pending()
@@ -230,11 +218,10 @@ class Connection:
             raise stopped  # (a closing callback's Ctrl-C or SystemExit, once the connection is closed)
 
     def _drop_host_items(self, dropped: List[Callback]) -> None:
-        # Host mode, closed (on the closing thread, or on the host thread for what a running pump
-        # held): nothing more is delivered; answers waiting for a pump fail their futures instead.
+        # Host mode, closed: of what no pump will deliver (``HostLane.closing``), the answers fail their futures.
         for fn, arg in dropped:
             if fn is settle_item:
-                settle(arg[0].future, None, self._closed_error())
+                settle(arg[0].future, None, self._close_error)
 
     def _run_closing(self) -> Optional[BaseException]:
         # Returns what a callback raised that is no Exception (a Ctrl-C, a SystemExit), for the
@@ -271,9 +258,7 @@ class Connection:
                 while not answer.wait(_MAIN_THREAD_WAIT_SLICE if on_main_thread else None):
                     pass  # signal handlers ran meanwhile, if any
             elif not answer.wait(max(0.0, deadline - time.monotonic())):
-                if self._core.forget(request_id):
-                    self._send_cancel_request(request_id)
-                else:  # answered, but queued behind callbacks still running (or for the host's pump)
+                if not self._cancel_pending(request_id):  # answered, queued behind callbacks (or for the host's pump)
                     self._log.debug(
                         "%s: %s timed out with its answer queued behind callbacks; dropped", self.name, method
                     )
@@ -310,23 +295,20 @@ class Connection:
         future = _CallFuture()
         if on_done is not None:
             future.add_done_callback(on_done)
-        future._request_id = self._send_request(method, params, result_type, future, False, None)
-        future._connection = self
+        request_id = self._send_request(method, params, result_type, future, False, None)
+        future._on_cancel = partial(self._cancel_pending, request_id)
         if timeout is not None:
-            deadline = call_after(timeout, lambda: self._time_out(future, method, timeout))
+            deadline = call_after(timeout, lambda: self._time_out(future, request_id, method, timeout))
             future.add_done_callback(lambda _: deadline.cancel())
         return future
 
     def notify(self, method: str, params: Any = None) -> None:
         """Send a notification. Raises ``ConnectionClosed`` once closed. Any thread."""
         check_method_name(method)
-        if self._closed:
-            raise self._closed_error()
+        if self._close_error is not None:
+            raise self._close_error
         check_params(params)
-        if params is None:
-            self._send_message(encode_outgoing(OutNotification("2.0", method)), method)
-        else:
-            self.notifier(method)(params)
+        self._send_message(encode_outgoing(OutNotification("2.0", method, UNSET if params is None else params)), method)
 
     def notifier(self, method: str) -> Callable[[Any], None]:
         """A function sending notification ``method`` with the params it is given, its envelope encoded
@@ -334,17 +316,13 @@ class Connection:
         need none); it raises ``ConnectionClosed`` once closed, ``UsageError`` for unencodable params. Any thread."""
         check_method_name(method)
         head = notification_head(method)
-        encode = ENCODER.encode
         send = self._transport.send
         host_thread = self._host_thread
 
         def send_notification(params: Any) -> None:  # a turn's updates: all it can do once is done above
-            if self._closed:
-                raise self._closed_error()
-            try:
-                frame = head + encode(params) + b"}"
-            except ENCODE_FAILURES as exc:
-                raise cannot_encode(exc) from exc
+            if self._close_error is not None:
+                raise self._close_error
+            frame = head + encode_outgoing(params) + b"}"
             if host_thread is None:
                 send(frame)
             else:
@@ -358,8 +336,8 @@ class Connection:
         request_id, frame = self._core.request(method, params)
         self._reading.hand_reading_on()  # (in a handler the reading thread runs) its answer must be read meanwhile
         with self._lock:
-            if self._closed:
-                raise self._closed_error()
+            if self._close_error is not None:
+                raise self._close_error
             self._core.add_pending(request_id, PendingCall(method, future, result_type, direct))
         try:
             self._send_message(frame, method, timeout)
@@ -368,31 +346,24 @@ class Connection:
             raise
         return request_id
 
-    def _cancel_pending(self, request_id: int) -> None:
-        # If the call is still pending, forget it and tell the peer.
-        if self._core.forget(request_id):
-            self._send_cancel_request(request_id)
+    def _cancel_pending(self, request_id: int) -> bool:
+        # If the call is still pending, forget it and tell the peer; False if it was not. Never blocks:
+        # a peer too far behind to take the cancel (no room to send) is not listening.
+        if not self._core.forget(request_id):
+            return False
+        if self._close_error is None:
+            frame = encode_outgoing(OutNotification("2.0", CANCEL_REQUEST_METHOD, {"requestId": request_id}))
+            try:
+                self._transport.send(frame, timeout=0)
+            except (ConnectionClosed, CallTimeout):
+                pass
+        return True
 
-    def _time_out(self, future: "_CallFuture", method: str, timeout: float) -> None:
+    def _time_out(self, future: Future, request_id: int, method: str, timeout: float) -> None:
         # The deadline thread: a call_future pending after its timeout fails where its answer would.
-        assert future._request_id is not None
-        if self._core.forget(future._request_id):
-            self._send_cancel_request(future._request_id)
+        if self._cancel_pending(request_id):
             error = CallTimeout(f"{method}: no answer within {timeout} s")
             self._queue.put([(settle_item, (PendingCall(method, future, Any, False), None, error))])
-
-    def _send_cancel_request(self, request_id: int) -> None:
-        # Never blocks: a peer too far behind to take it (no room to send) is not listening.
-        if self._closed:
-            return
-        try:
-            frame = encode_outgoing(OutNotification("2.0", CANCEL_REQUEST_METHOD, {"requestId": request_id}))
-            self._transport.send(frame, timeout=0)
-        except (ConnectionClosed, CallTimeout):
-            pass
-
-    def _closed_error(self) -> ConnectionClosed:
-        return self._close_error or ConnectionClosed(f"{self.name}: connection closed")
 
     def _send_message(self, frame: bytes, method: str, timeout: Optional[float] = None) -> None:
         # A request or notification: CallTimeout, nothing sent, without room within ``timeout``, or
@@ -409,7 +380,6 @@ class Connection:
         if not self._answering.closing:
             error = self._transport.closed_error()
             with self._lock:
-                self._closed = True
                 if self._close_error is None:
                     self._close_error = error
             # The pending calls fail behind every line read before the end: a queued burst may hold their answers.
@@ -438,13 +408,12 @@ class Connection:
 
 class _CallFuture(Future):
     """The future of a ``call_future``: cancelling it while the call is pending sends ``$/cancel_request``
-    (a subclass: a done-callback would cost every call). Both attributes are set before its caller has it."""
+    (a subclass: a done-callback would cost every call). ``_on_cancel`` is set before its caller has it."""
 
-    _request_id: Optional[int] = None
-    _connection: Optional[Connection] = None
+    _on_cancel: Optional[Callable[[], Any]] = None
 
     def cancel(self) -> bool:
         cancelled = super().cancel()
-        if cancelled and self._connection is not None and self._request_id is not None:
-            self._connection._cancel_pending(self._request_id)
+        if cancelled and self._on_cancel is not None:
+            self._on_cancel()
         return cancelled
