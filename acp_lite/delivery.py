@@ -1,10 +1,9 @@
 """Delivery: who runs a connection's callbacks, in which order, on which thread.
 
-A connection's callbacks (``(fn, arg)`` pairs: nothing here knows JSON-RPC) wait in its ``Lane``, a ``CallbackQueue``
-run by its delivery thread or a lane of the host's (``host_delivery``), and run one at a time, in the order put.
-While nothing waits (``unfinished`` is zero), the reader may settle a blocking call's answer itself, or ``hold`` the
-delivery role and run a read's callbacks itself, without overtaking anything. Request handlers run on its
-``Workers``: a ``WorkerPool``, at most ``HANDLER_LIMIT`` at once, or the host's pumps (``host_delivery``).
+A connection's callbacks (``(fn, arg)`` pairs: nothing here knows JSON-RPC) wait in its ``Lane`` and run one at a
+time, in the order put. While nothing waits (``unfinished`` is zero), the reader may settle a blocking call's answer
+itself, or ``hold`` the delivery role and run a read's callbacks itself, without overtaking anything. Request
+handlers run on its ``Workers``.
 
 One exception rule for every path (the delivery thread, the reader delivering in its place, a burst's blocks, the
 host's pumps): whatever a callback raises, the callbacks after it still run, so nothing read after it is lost. On
@@ -95,24 +94,21 @@ class CallbackQueue:
         with self._lock:
             self._items.extend(items)
             self.unfinished += len(items)
-            wake = self._wake_or_start()
-        if wake:
-            self._wakeup.release()
+            self._wake_or_start()
 
-    def _wake_or_start(self) -> bool:
+    def _wake_or_start(self) -> None:
         # Under the lock: when callbacks wait and the role is not held, start the delivery thread if none runs, or
-        # return True if it sleeps (marked awake: the caller releases _wakeup).
+        # wake it if it sleeps.
         if not (self._items or self._finished) or self._held:
-            return False
+            return
         if self._thread is None:
-            if not self._items:
-                return False
-            self._thread = threading.Thread(target=self._run, name=f"acp-delivery-{self._name}", daemon=True)
-            self._started = [t for t in self._started if t.is_alive()] + [self._thread]
-            self._thread.start()  # (it waits for the lock before anything else)
-            return False
-        wake, self._sleeping = self._sleeping, False
-        return wake
+            if self._items:
+                self._thread = threading.Thread(target=self._run, name=f"acp-delivery-{self._name}", daemon=True)
+                self._started = [t for t in self._started if t.is_alive()] + [self._thread]
+                self._thread.start()  # (it waits for the lock before anything else)
+        elif self._sleeping:
+            self._sleeping = False
+            self._wakeup.release()
 
     def _take(self) -> Optional[List[HostItem]]:
         # Every callback waiting (blocks while none does, or while the role is held); None: the thread ends.
@@ -131,7 +127,7 @@ class CallbackQueue:
                         self._sleeping = False
                         self._end()
                         return None
-                # (else a put marked it awake and releases _wakeup now: taken next round)
+                # (else a put woke it meanwhile: _wakeup is released, taken next round)
 
     def _end(self) -> None:
         # Under the lock: the delivery thread ends; the next put starts another.
@@ -153,9 +149,7 @@ class CallbackQueue:
             self.unfinished -= count
             self._held = False
             self.owner = None if self._thread is None else self._thread.ident
-            wake = self._wake_or_start()
-        if wake:
-            self._wakeup.release()
+            self._wake_or_start()
 
     def closing(self) -> None:
         """(What arrived before the close still runs.)"""
@@ -163,9 +157,7 @@ class CallbackQueue:
     def finish(self) -> None:
         with self._lock:
             self._finished = True
-            wake = self._wake_or_start()
-        if wake:
-            self._wakeup.release()
+            self._wake_or_start()
 
     def join(self, deadline: float) -> None:
         with self._lock:
@@ -213,11 +205,10 @@ class Expand:
 
 class WorkerPool:
     """Threads for request handlers, which may block for minutes and call the peer. At most ``HANDLER_LIMIT``
-    handlers run at once; the next ones wait, in submission order. A worker starts only for a task that may run now
-    when no worker is idle, so that a burst of requests, or a peer that does not read the answers its requests'
-    handlers block in, costs at most that many threads. A handler that returns a ``Future`` (a coroutine handler's
-    task, run on the event loop) keeps its place until it completes, without its thread: the limit counts handlers,
-    not threads. The reading, handed on (``hand_off``), is no handler: it never waits. Workers exit once idle."""
+    handlers run at once, the next ones waiting in submission order; a worker starts only for a task that may run
+    now when no worker is idle. A handler that returns a ``Future`` (a coroutine handler's task, run on the event
+    loop) keeps its place until it completes, without its thread: the limit counts handlers, not threads. The
+    reading, handed on (``hand_off``), is no handler: it never waits. Workers exit once idle."""
 
     ours = True
 
@@ -239,11 +230,9 @@ class WorkerPool:
         self._shut = False
 
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> bool:
-        """Run the handler ``fn(arg)`` on a worker, once fewer than ``HANDLER_LIMIT`` run; False once shut down."""
         return self._add(self._tasks, fn, arg)
 
     def hand_off(self, fn: Callable[[Any], Any], arg: Any) -> bool:
-        """Run ``fn(arg)`` (the reading, not a handler) on a worker at once; False once shut down."""
         return self._add(self._handed, fn, arg)
 
     def claim(self) -> bool:
@@ -256,7 +245,6 @@ class WorkerPool:
         return True
 
     def release(self) -> None:
-        """Give back a place taken by ``claim()``."""
         with self._lock:
             self._running -= 1
             self._start_worker()
