@@ -23,13 +23,9 @@ def call_wakeup(wakeup: Callable[[], Any]) -> None:
         _delivery_log.exception("host wakeup function failed")
 
 
-def _the_rest(callbacks: Sequence[Callback]) -> Sequence[Callback]:
-    return callbacks
-
-
 # What a pump puts back when it stops inside a block: the callbacks of it still to run, as one queue item (one per
 # message would cost the next pump a queue step per message).
-_REST = Expand(_the_rest)
+_REST = Expand(tuple)
 
 
 class HostLane:
@@ -110,12 +106,8 @@ class HostDelivery:
 
     A callback that raises an ``Exception`` is reported to ``on_error(exc)`` on the host thread (default: logged with
     its traceback to the ``acp_lite.delivery`` logger) and the next one runs. A closed connection's waiting callbacks
-    are dropped (the answers among them fail their futures with ``ConnectionClosed``).
-
-    A pump takes what waits in one go under the lock and runs it outside. What it took and does not run (``max_items``
-    or ``budget`` reached, a callback raising ``BaseException``) goes back to the front of the queue, in order, before
-    it returns. Before each callback it looks whether its lane was closed meanwhile (by a callback or another thread),
-    and drops the rest of that lane's if so.
+    are dropped (the answers among them fail their futures with ``ConnectionClosed``), even those a running pump
+    took: it looks before each callback whether its lane was closed meanwhile.
     """
 
     def __init__(
