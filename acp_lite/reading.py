@@ -15,7 +15,7 @@ reading thread itself. Rules:
 
 import logging
 import threading
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .answering import Answering, RequestContext
 from .delivery import Callback, Expand, HostItem, Lane, Workers, run_callbacks
@@ -88,8 +88,10 @@ class Reading:
             self._read_ahead_cond.notify_all()
         self._transport.stop_reading()
 
-    def read_loop(self, _: Any = None) -> None:
-        """Read on whichever thread holds the reading, which leaves once another took it over."""
+    def read_loop(self, rest: Sequence[RequestContext] = ()) -> None:
+        """Read on whichever thread holds the reading, which leaves once another took it over; ``rest``: the requests
+        a reading thread taken over had yet to run, started on workers first."""
+        self._start_on_workers(rest)
         try:
             while self._wait_for_read_ahead_room():
                 blocks = self._transport.read_blocks()
@@ -137,10 +139,9 @@ class Reading:
 
     def _deliver_here(self, callbacks: List[Callback]) -> bool:
         """Run a small read's callbacks here (the delivery role held); True if this thread still reads."""
-        me = threading.get_ident()
         with self._lock:
             self._runs += 1
-            self._begin_here(me)
+            me = self._begin_here()
         try:
             run_callbacks(callbacks, self._log)
         finally:
@@ -153,10 +154,9 @@ class Reading:
 
     def _run_here(self, requests: List[RequestContext]) -> bool:
         """Run the handlers of the requests this thread started, in order; True if this thread still reads."""
-        me = threading.get_ident()
         with self._lock:
             self._here = requests
-            self._begin_here(me)
+            me = self._begin_here()
         while True:
             with self._lock:
                 if self._here_thread != me:
@@ -186,18 +186,20 @@ class Reading:
         rest, self._here, self._here_thread = self._here, [], None
         return rest
 
-    def _start_on_workers(self, requests: List[RequestContext]) -> None:
+    def _start_on_workers(self, requests: Sequence[RequestContext]) -> None:
         for ctx in requests:
             if not self._pool.submit(self._answering.run_on_worker, ctx):
                 self._answering.refuse_to_start(ctx)  # closing
 
-    def _begin_here(self, me: int) -> None:
-        # Under _lock: the reading thread is about to run application code, while the watcher looks.
+    def _begin_here(self) -> int:
+        # Under _lock: the reading thread, returned, is about to run application code, while the watcher looks.
+        me = threading.get_ident()
         self._here_thread = me
         if not self._watching:
             self._seen_runs = self._looked_runs = -1
             self._quiet_looks = 0
             self._watching = watch(self)
+        return me
 
     def look(self) -> bool:
         """The watcher's look, every tick: a reading thread still in the run of the last look is stuck, and a worker
@@ -205,18 +207,13 @@ class Reading:
         with self._lock:
             busy = self._here_thread is not None
             stuck = busy and self._runs == self._seen_runs and not self._answering.closing
-            if stuck and self._pool.hand_off(self._read_on, self._here):
+            if stuck and self._pool.hand_off(self.read_loop, self._here):
                 self._take_reading()
             self._seen_runs = self._runs if busy else -1
             self._quiet_looks = 0 if self._runs != self._looked_runs else self._quiet_looks + 1
             self._looked_runs = self._runs
             self._watching = not (stuck or self._answering.closing or self._quiet_looks >= _WATCH_QUIET_TICKS)
             return self._watching
-
-    def _read_on(self, rest: List[RequestContext]) -> None:
-        # A worker taking the reading over from the watcher's look.
-        self._start_on_workers(rest)
-        self.read_loop()
 
     def hand_reading_on(self) -> None:
         """A handler sends a request: on the reading thread, a worker reads on at once, so that the answer does not wait
@@ -225,7 +222,7 @@ class Reading:
         if self._here_thread != me or self._queue.owner == me:
             return  # (a callback this thread delivers may send, not wait: see refuse_blocking_here)
         with self._lock:
-            if self._here_thread != me or not self._pool.hand_off(self.read_loop, None):
+            if self._here_thread != me or not self._pool.hand_off(self.read_loop, ()):
                 return
             rest = self._take_reading()
         self._start_on_workers(rest)
