@@ -291,7 +291,6 @@ class WorkerPool:
         thread.start()  # under the lock, so that join() never meets a thread not yet started
 
     def _work(self) -> None:
-        me = threading.current_thread()
         starting, handler = True, False
         while True:
             with self._lock:
@@ -316,7 +315,7 @@ class WorkerPool:
                     self._running += 1
                     handler = True
                 else:
-                    self._threads.remove(me)
+                    self._threads.remove(threading.current_thread())
                     return
             try:
                 task = fn(arg)
@@ -336,9 +335,8 @@ class WorkerPool:
     def join(self, deadline: float) -> None:
         """Wait until ``deadline`` for the workers to end, and for the handlers' tasks that keep a place
         (``release_when_done``) to complete."""
-        me = threading.current_thread()
         with self._lock:
-            threads = [t for t in self._threads if t is not me]
+            threads = [t for t in self._threads if t is not threading.current_thread()]
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
