@@ -111,29 +111,22 @@ class CallbackQueue:
             self._wakeup.release()
 
     def _take(self) -> Optional[List[HostItem]]:
-        # Every callback waiting (blocks while none does, or while the role is held); None: the thread ends.
+        # Every callback waiting (blocks while none does, or while the role is held); None: the thread ends, finished
+        # and empty or idle (still asleep after IDLE_SECONDS: no put woke it), and the next put starts another.
+        idle = False
         while True:
             with self._lock:
                 if self._items and not self._held:
                     items, self._items = self._items, []
                     return items
-                if self._finished and not self._items:
-                    self._end()
+                if (self._finished and not self._items) or (idle and self._sleeping):
+                    self._sleeping = False
+                    self._thread = None
+                    if not self._held:
+                        self.owner = None
                     return None
                 self._sleeping = True
-            if not self._wakeup.acquire(True, IDLE_SECONDS):
-                with self._lock:
-                    if self._sleeping:  # nobody is about to wake it: idle
-                        self._sleeping = False
-                        self._end()
-                        return None
-                # (else a put woke it meanwhile: _wakeup is released, taken next round)
-
-    def _end(self) -> None:
-        # Under the lock: the delivery thread ends; the next put starts another.
-        self._thread = None
-        if not self._held:
-            self.owner = None
+            idle = not self._wakeup.acquire(True, IDLE_SECONDS)
 
     def hold(self, count: int) -> bool:
         with self._lock:
