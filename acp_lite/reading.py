@@ -222,10 +222,8 @@ class Reading:
         if self._here_thread != me or self._queue.owner == me:
             return  # (a callback this thread delivers may send, not wait: see refuse_blocking_here)
         with self._lock:
-            if self._here_thread != me or not self._pool.hand_off(self.read_loop, ()):
-                return
-            rest = self._take_reading()
-        self._start_on_workers(rest)
+            if self._here_thread == me and self._pool.hand_off(self.read_loop, self._here):
+                self._take_reading()
 
     def _wait_for_read_ahead_room(self) -> bool:
         """Wait while whoever delivers is far behind (memory stays bounded, the peer feels it); False once closing."""
