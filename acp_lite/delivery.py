@@ -1,9 +1,8 @@
 """Delivery: who runs a connection's callbacks, in which order, on which thread.
 
 A connection's callbacks (``(fn, arg)`` pairs: nothing here knows JSON-RPC) wait in its ``Lane`` and run one at a
-time, in the order put. While nothing waits (``unfinished`` is zero), the reader may settle a blocking call's answer
-itself, or ``hold`` the delivery role and run a read's callbacks itself, without overtaking anything. Request
-handlers run on its ``Workers``.
+time, in the order put (``reading`` says when its reading thread may run some itself); its request handlers run on
+its ``Workers``.
 
 One exception rule for every path (the delivery thread, the reader delivering in its place, a burst's blocks, the
 host's pumps): whatever a callback raises, the callbacks after it still run, so nothing read after it is lost. On
@@ -174,8 +173,7 @@ class CallbackQueue:
 
 
 def run_callbacks(items: Sequence[HostItem], log: logging.Logger) -> None:
-    """Run each callback in order (an ``Expand`` item: the callbacks it turns into) under the module's exception
-    rule for the connection's own threads: one that raises anything is logged and the next still runs."""
+    """Run each callback (an ``Expand``: those it turns into) in order, under the exception rule of our own threads."""
     for fn, arg in items:
         try:
             if type(fn) is Expand:
