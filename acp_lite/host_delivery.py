@@ -42,7 +42,15 @@ class HostLane:
         self.owner = delivery._owner  # (the host thread, for good)
 
     def put(self, items: Sequence[HostItem]) -> None:
-        self._delivery._put(self, items)
+        delivery = self._delivery
+        with delivery._lock:
+            if self.closed:
+                return
+            was_empty = not delivery._items and not delivery._holding
+            self.unfinished += len(items)
+            delivery._items.extend((self, fn, arg) for fn, arg in items)
+        if was_empty and delivery._wakeup is not None:
+            call_wakeup(delivery._wakeup)
 
     def hold(self, count: int) -> bool:
         return False  # (only the host thread delivers)
@@ -52,7 +60,15 @@ class HostLane:
 
     def closing(self) -> None:
         """``on_drop`` gets what waits, here (what a running pump holds: on the host thread, before it returns)."""
-        self._delivery._close_lane(self)
+        delivery = self._delivery
+        with delivery._lock:
+            self.closed = True
+            dropped = [(fn, arg) for lane, fn, arg in delivery._items if lane is self]
+            if dropped:
+                delivery._items = collections.deque(item for item in delivery._items if item[0] is not self)
+                self.unfinished -= len(dropped)
+        if dropped:
+            delivery._drop(self, dropped)
 
     def finish(self) -> None:
         """(The host's pumps go on.)"""
@@ -181,7 +197,6 @@ class HostDelivery:
                 callbacks: Sequence[Callback] = self._expand(item, value) if type(item) is Expand else ((item, value),)
                 started = 0  # (counted before each runs: one that raises BaseException is not run again)
                 room = -1 if quota is None else quota - ran
-                stop = False
                 try:
                     for fn, arg in callbacks:
                         if lane.closed:
@@ -192,8 +207,7 @@ class HostDelivery:
                         except Exception as exc:
                             self._report(exc)
                         if started == room or (deadline is not None and time.monotonic() >= deadline):
-                            stop = True
-                            break
+                            return ran + started  # (once the finally below has put back what did not run)
                 finally:
                     # The item has left the queue: what of it did not run takes its place as one item (the lane's
                     # count unchanged), or is dropped, the lane being closed.
@@ -203,8 +217,6 @@ class HostDelivery:
                     else:
                         self._settle_lane(lane, rest)
                 ran += started
-                if stop:
-                    return ran
         finally:
             self._give_back(batch)
 
@@ -264,23 +276,3 @@ class HostDelivery:
             self._on_error(exc)
         except Exception:
             _delivery_log.exception("the on_error hook failed on %r", exc)
-
-    def _put(self, lane: HostLane, items: Sequence[HostItem]) -> None:
-        with self._lock:
-            if lane.closed:
-                return
-            was_empty = not self._items and not self._holding
-            lane.unfinished += len(items)
-            self._items.extend((lane, fn, arg) for fn, arg in items)
-        if was_empty and self._wakeup is not None:
-            call_wakeup(self._wakeup)
-
-    def _close_lane(self, lane: HostLane) -> None:
-        with self._lock:
-            lane.closed = True
-            dropped = [(fn, arg) for owner, fn, arg in self._items if owner is lane]
-            if dropped:
-                self._items = collections.deque(item for item in self._items if item[0] is not lane)
-                lane.unfinished -= len(dropped)
-        if dropped:
-            self._drop(lane, dropped)
