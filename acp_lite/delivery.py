@@ -40,9 +40,8 @@ class Lane(Protocol):
     ``HostLane`` (the host's pumps). Both run what is put in order, one at a time, ``Expand`` items included."""
 
     unfinished: int  # items put and not yet run to completion (zero only when nothing waits or runs)
+    owner: Optional[int]  # the thread that delivers now (a blocking call there would wait for itself)
 
-    @property
-    def owner(self) -> Optional[int]: ...  # the thread that delivers now (a blocking call there would wait for itself)
     def put(self, items: Sequence[HostItem]) -> None: ...  # behind what waits; any thread
     # Take the delivery role for ``count`` callbacks the calling thread runs itself, then ``release(count)``; what is
     # put meanwhile waits behind them. False: something waits or runs, the lane is finished, or it is a host lane.
