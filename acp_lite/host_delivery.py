@@ -191,10 +191,8 @@ class HostDelivery:
                     if not batch:
                         return ran
                 lane, item, value = batch.popleft()
-                if lane.closed:
-                    self._settle_lane(lane, [(item, value)])
-                    continue
-                callbacks: Sequence[Callback] = self._expand(item, value) if type(item) is Expand else ((item, value),)
+                expand = type(item) is Expand and not lane.closed  # (a closed lane's item is dropped unrun, below)
+                callbacks: Sequence[Callback] = self._expand(item, value) if expand else ((item, value),)
                 started = 0  # (counted before each runs: one that raises BaseException is not run again)
                 room = -1 if quota is None else quota - ran
                 try:
@@ -215,7 +213,10 @@ class HostDelivery:
                     if rest and not lane.closed:
                         batch.appendleft((lane, _REST, rest))
                     else:
-                        self._settle_lane(lane, rest)
+                        with self._lock:
+                            lane.unfinished -= 1
+                        if rest:
+                            self._drop(lane, rest)
                 ran += started
         finally:
             self._give_back(batch)
@@ -252,13 +253,6 @@ class HostDelivery:
         except Exception:
             _delivery_log.exception("routing a block of messages failed")
             return ()
-
-    def _settle_lane(self, lane: HostLane, dropped: Sequence[Any]) -> None:
-        # One item of ``lane`` has left the queue, run or ``dropped`` (queue items that will not run).
-        with self._lock:
-            lane.unfinished -= 1
-        if dropped:
-            self._drop(lane, dropped)
 
     def _drop(self, lane: HostLane, items: Sequence[Any]) -> None:
         # ``items`` (queue items of ``lane``) will not run: ``on_drop`` gets the callbacks they stand for.
