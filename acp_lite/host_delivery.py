@@ -1,6 +1,5 @@
-"""Delivery on the host's own thread: ``HostDelivery``, and in it a ``HostLane`` (a ``delivery.Lane``) per connection.
-
-For applications whose UI has a single thread (Vim, gedit). The exception rule is ``delivery``'s.
+"""Delivery on the host's own thread, for applications whose UI has a single thread (Vim, gedit): ``HostDelivery``,
+and in it a ``HostLane`` (a ``delivery.Lane``) per connection. The exception rule is ``delivery``'s.
 """
 
 import collections
