@@ -104,6 +104,7 @@ class CallbackQueue:
                 self._thread = threading.Thread(target=self._run, name=f"acp-delivery-{self._name}", daemon=True)
                 self._started = [t for t in self._started if t.is_alive()] + [self._thread]
                 self._thread.start()  # (it waits for the lock before anything else)
+                self.owner = self._thread.ident
         elif self._sleeping:
             self._sleeping = False
             self._wakeup.release()
@@ -157,9 +158,6 @@ class CallbackQueue:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
-        with self._lock:
-            if not self._held:
-                self.owner = threading.get_ident()
         while True:
             items = self._take()
             if items is None:
