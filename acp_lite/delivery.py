@@ -61,8 +61,7 @@ class Workers(Protocol):
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> bool: ...  # run the handler fn(arg); False once shut down
     def hand_off(self, fn: Callable[[Any], Any], arg: Any) -> bool: ...  # run the reading fn(arg) elsewhere, now
     def claim(self) -> bool: ...  # a handler place for the calling thread, then release(); False: none left
-    def release(self) -> None: ...
-    def release_when_done(self, future: Future) -> None: ...  # release once the handler's task completes
+    def release(self, task: Optional[Future] = None) -> None: ...  # now, or once the handler's ``task`` completes
     def shutdown(self) -> None: ...  # refuse new handlers
     def join(self, deadline: float) -> None: ...  # wait until ``deadline`` (monotonic) for the threads and tasks
 
@@ -193,10 +192,10 @@ class Expand:
 
 class WorkerPool:
     """Threads for request handlers, which may block for minutes and call the peer. At most ``HANDLER_LIMIT``
-    handlers run at once, the next ones waiting in submission order; a worker starts only for a task that may run
-    now when no worker is idle. A handler that returns a ``Future`` (a coroutine handler's task, run on the event
-    loop) keeps its place until it completes, without its thread: the limit counts handlers, not threads. The
-    reading, handed on (``hand_off``), is no handler: it never waits. Workers exit once idle."""
+    handlers run at once, the next ones waiting in submission order (the reading, handed on, never waits); a worker
+    starts only for a task that may run now when no worker is idle. A handler that returns a ``Future`` (a coroutine
+    handler's task, run on the event loop) keeps its place until it completes, without its thread: the limit counts
+    handlers, not threads. Workers exit once idle."""
 
     ours = True
 
@@ -210,7 +209,7 @@ class WorkerPool:
         self._tasks: Deque[Callback] = collections.deque()  # handlers waiting for a worker
         self._handed: Deque[Callback] = collections.deque()  # the reading, waiting for a worker
         self._running = 0  # handlers running, on workers or on threads that claimed a place
-        self._tasks_held = 0  # of them, the places kept by futures (release_when_done)
+        self._tasks_held = 0  # of them, the places kept by futures (release(task))
         self._idle = 0  # workers waiting for a task
         self._starting = 0  # workers started that have not looked for a task yet
         self._threads: List[threading.Thread] = []
@@ -232,16 +231,15 @@ class WorkerPool:
             self._running += 1
         return True
 
-    def release(self) -> None:
+    def release(self, task: Optional[Future] = None) -> None:
+        if task is not None:  # (its place is kept until it completes)
+            with self._lock:
+                self._tasks_held += 1
+            task.add_done_callback(self._release_task)
+            return
         with self._lock:
             self._running -= 1
             self._start_worker()
-
-    def release_when_done(self, future: Future) -> None:
-        """Give back a place taken by ``claim()`` (or a worker's handler) once ``future``, its task, completes."""
-        with self._lock:
-            self._tasks_held += 1
-        future.add_done_callback(self._release_task)
 
     def _release_task(self, _: Future) -> None:
         with self._lock:
@@ -312,7 +310,7 @@ class WorkerPool:
             else:
                 if handler and isinstance(task, Future):
                     handler = False  # its place is kept until the task completes
-                    self.release_when_done(task)
+                    self.release(task)
 
     def shutdown(self) -> None:
         """Refuse new tasks; idle workers exit, busy ones after their task (and the queued ones)."""
@@ -321,8 +319,6 @@ class WorkerPool:
             self._cond.notify_all()
 
     def join(self, deadline: float) -> None:
-        """Wait until ``deadline`` for the workers to end, and for the handlers' tasks that keep a place
-        (``release_when_done``) to complete."""
         with self._lock:
             threads = [t for t in self._threads if t is not threading.current_thread()]
         for thread in threads:

@@ -92,11 +92,8 @@ class HostWorkers:
     def claim(self) -> bool:
         return False
 
-    def release(self) -> None:
+    def release(self, task: Optional[Future] = None) -> None:
         raise AssertionError("no place is ever claimed")
-
-    def release_when_done(self, future: Future) -> None:
-        """(No place is held: a coroutine handler's task runs on without one.)"""
 
     def shutdown(self) -> None:
         """(Nothing to refuse: a closed connection's pumps run nothing more.)"""

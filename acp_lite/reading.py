@@ -173,11 +173,7 @@ class Reading:
             if closing:
                 self._answering.refuse_to_start(ctx)
             else:
-                task = self._answering.run_on_worker(ctx)
-                if task is None:
-                    self._pool.release()
-                else:
-                    self._pool.release_when_done(task)
+                self._pool.release(self._answering.run_on_worker(ctx))
         self._start_on_workers(waiting)
         return True
 
