@@ -4,8 +4,7 @@ itself (see ``reading``). Its rules:
 
 - It starts when something asks to be watched and none runs, and is gone at the first tick with nothing left to watch.
 - Every ``TICK_SECONDS`` it calls each watched object's ``look()``, outside its own lock, and drops those whose look
-  returns False or raises (logged). A look is quick and never blocks: it hands real work on (a reading taken over
-  goes to a worker of that connection).
+  returns False or raises (logged). A look is quick and never blocks: it hands real work on (to a worker).
 - A thread that cannot be started: ``watch`` returns False and nothing is watched.
 """
 
@@ -22,8 +21,7 @@ _watcher_log = logging.getLogger("acp_lite.rpc")
 
 
 class Watched(Protocol):
-    def look(self) -> bool:
-        """One tick's look; False: stop watching this."""
+    def look(self) -> bool: ...  # one tick's look; False: stop watching this
 
 
 def watch(watched: Watched) -> bool:
