@@ -174,7 +174,6 @@ class HostDelivery:
         return ran
 
     def lane(self, on_drop: Callable[[List[Callback]], Any]) -> HostLane:
-        """A new connection's lane; ``on_drop`` gets the callbacks of it that never run, the connection closed first."""
         return HostLane(self, on_drop)
 
     def _run(self, quota: Optional[int], deadline: Optional[float]) -> int:
