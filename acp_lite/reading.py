@@ -139,9 +139,10 @@ class Reading:
 
     def _deliver_here(self, callbacks: List[Callback]) -> bool:
         """Run a small read's callbacks here (the delivery role held); True if this thread still reads."""
+        me = threading.get_ident()
         with self._lock:
             self._runs += 1
-            me = self._begin_here()
+            self._begin_here(me)
         try:
             run_callbacks(callbacks, self._log)
         finally:
@@ -154,9 +155,10 @@ class Reading:
 
     def _run_here(self, requests: List[RequestContext]) -> bool:
         """Run the handlers of the requests this thread started, in order; True if this thread still reads."""
+        me = threading.get_ident()
         with self._lock:
             self._here = requests
-            me = self._begin_here()
+            self._begin_here(me)
         while True:
             with self._lock:
                 if self._here_thread != me:
@@ -187,15 +189,13 @@ class Reading:
             if not self._pool.submit(self._answering.run_on_worker, ctx):
                 self._answering.refuse_to_start(ctx)  # closing
 
-    def _begin_here(self) -> int:
-        # Under _lock: the reading thread, returned, is about to run application code, while the watcher looks.
-        me = threading.get_ident()
+    def _begin_here(self, me: int) -> None:
+        # Under _lock: the reading thread is about to run application code, while the watcher looks.
         self._here_thread = me
         if not self._watching:
             self._seen_runs = self._looked_runs = -1
             self._quiet_looks = 0
             self._watching = watch(self)
-        return me
 
     def look(self) -> bool:
         """The watcher's look, every tick: a reading thread still in the run of the last look is stuck, and a worker
