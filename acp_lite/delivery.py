@@ -1,10 +1,8 @@
 """Delivery: who runs a connection's callbacks, in which order, on which thread.
 
-A connection's callbacks (``(fn, arg)`` pairs: nothing here knows JSON-RPC) wait in its ``Lane``, a ``CallbackQueue``
-run by its delivery thread or a lane of the host's (``host_delivery``), and run one at a time, in the order put.
-While nothing waits (``unfinished`` is zero), the reader may settle a blocking call's answer itself, or ``hold`` the
-delivery role and run a read's callbacks itself, without overtaking anything. Request handlers run on its
-``Workers``: a ``WorkerPool``, at most ``HANDLER_LIMIT`` at once, or the host's pumps (``host_delivery``).
+A connection's callbacks (``(fn, arg)`` pairs: nothing here knows JSON-RPC) wait in its ``Lane`` and run one at a
+time, in the order put (``reading`` says when its reading thread may run some itself); its request handlers run on
+its ``Workers``.
 
 One exception rule for every path (the delivery thread, the reader delivering in its place, a burst's blocks, the
 host's pumps): whatever a callback raises, the callbacks after it still run, so nothing read after it is lost. On
@@ -42,9 +40,8 @@ class Lane(Protocol):
     ``HostLane`` (the host's pumps). Both run what is put in order, one at a time, ``Expand`` items included."""
 
     unfinished: int  # items put and not yet run to completion (zero only when nothing waits or runs)
+    owner: Optional[int]  # the thread that delivers now (a blocking call there would wait for itself)
 
-    @property
-    def owner(self) -> Optional[int]: ...  # the thread that delivers now (a blocking call there would wait for itself)
     def put(self, items: Sequence[HostItem]) -> None: ...  # behind what waits; any thread
     # Take the delivery role for ``count`` callbacks the calling thread runs itself, then ``release(count)``; what is
     # put meanwhile waits behind them. False: something waits or runs, the lane is finished, or it is a host lane.
@@ -64,8 +61,7 @@ class Workers(Protocol):
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> bool: ...  # run the handler fn(arg); False once shut down
     def hand_off(self, fn: Callable[[Any], Any], arg: Any) -> bool: ...  # run the reading fn(arg) elsewhere, now
     def claim(self) -> bool: ...  # a handler place for the calling thread, then release(); False: none left
-    def release(self) -> None: ...
-    def release_when_done(self, future: Future) -> None: ...  # release once the handler's task completes
+    def release(self, task: Optional[Future] = None) -> None: ...  # now, or once the handler's ``task`` completes
     def shutdown(self) -> None: ...  # refuse new handlers
     def join(self, deadline: float) -> None: ...  # wait until ``deadline`` (monotonic) for the threads and tasks
 
@@ -95,49 +91,40 @@ class CallbackQueue:
         with self._lock:
             self._items.extend(items)
             self.unfinished += len(items)
-            wake = self._wake_or_start()
-        if wake:
+            self._wake_or_start()
+
+    def _wake_or_start(self) -> None:
+        # Under the lock: when callbacks wait and the role is not held, start the delivery thread if none runs, or
+        # wake it if it sleeps.
+        if not (self._items or self._finished) or self._held:
+            return
+        if self._thread is None:
+            if self._items:
+                self._thread = threading.Thread(target=self._run, name=f"acp-delivery-{self._name}", daemon=True)
+                self._started = [t for t in self._started if t.is_alive()] + [self._thread]
+                self._thread.start()  # (it waits for the lock before anything else)
+                self.owner = self._thread.ident
+        elif self._sleeping:
+            self._sleeping = False
             self._wakeup.release()
 
-    def _wake_or_start(self) -> bool:
-        # Under the lock: when callbacks wait and the role is not held, start the delivery thread if none runs, or
-        # return True if it sleeps (marked awake: the caller releases _wakeup).
-        if not (self._items or self._finished) or self._held:
-            return False
-        if self._thread is None:
-            if not self._items:
-                return False
-            self._thread = threading.Thread(target=self._run, name=f"acp-delivery-{self._name}", daemon=True)
-            self._started = [t for t in self._started if t.is_alive()] + [self._thread]
-            self._thread.start()  # (it waits for the lock before anything else)
-            return False
-        wake, self._sleeping = self._sleeping, False
-        return wake
-
     def _take(self) -> Optional[List[HostItem]]:
-        # Every callback waiting (blocks while none does, or while the role is held); None: the thread ends.
+        # Every callback waiting (blocks while none does, or while the role is held); None: the thread ends, finished
+        # and empty or idle (still asleep after IDLE_SECONDS: no put woke it), and the next put starts another.
+        idle = False
         while True:
             with self._lock:
                 if self._items and not self._held:
                     items, self._items = self._items, []
                     return items
-                if self._finished and not self._items:
-                    self._end()
+                if (self._finished and not self._items) or (idle and self._sleeping):
+                    self._sleeping = False
+                    self._thread = None
+                    if not self._held:
+                        self.owner = None
                     return None
                 self._sleeping = True
-            if not self._wakeup.acquire(True, IDLE_SECONDS):
-                with self._lock:
-                    if self._sleeping:  # nobody is about to wake it: idle
-                        self._sleeping = False
-                        self._end()
-                        return None
-                # (else a put marked it awake and releases _wakeup now: taken next round)
-
-    def _end(self) -> None:
-        # Under the lock: the delivery thread ends; the next put starts another.
-        self._thread = None
-        if not self._held:
-            self.owner = None
+            idle = not self._wakeup.acquire(True, IDLE_SECONDS)
 
     def hold(self, count: int) -> bool:
         with self._lock:
@@ -153,9 +140,7 @@ class CallbackQueue:
             self.unfinished -= count
             self._held = False
             self.owner = None if self._thread is None else self._thread.ident
-            wake = self._wake_or_start()
-        if wake:
-            self._wakeup.release()
+            self._wake_or_start()
 
     def closing(self) -> None:
         """(What arrived before the close still runs.)"""
@@ -163,9 +148,7 @@ class CallbackQueue:
     def finish(self) -> None:
         with self._lock:
             self._finished = True
-            wake = self._wake_or_start()
-        if wake:
-            self._wakeup.release()
+            self._wake_or_start()
 
     def join(self, deadline: float) -> None:
         with self._lock:
@@ -174,9 +157,6 @@ class CallbackQueue:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
-        with self._lock:
-            if not self._held:
-                self.owner = threading.get_ident()
         while True:
             items = self._take()
             if items is None:
@@ -189,8 +169,7 @@ class CallbackQueue:
 
 
 def run_callbacks(items: Sequence[HostItem], log: logging.Logger) -> None:
-    """Run each callback in order (an ``Expand`` item: the callbacks it turns into) under the module's exception
-    rule for the connection's own threads: one that raises anything is logged and the next still runs."""
+    """Run each callback (an ``Expand``: those it turns into) in order, under the exception rule of our own threads."""
     for fn, arg in items:
         try:
             if type(fn) is Expand:
@@ -213,11 +192,10 @@ class Expand:
 
 class WorkerPool:
     """Threads for request handlers, which may block for minutes and call the peer. At most ``HANDLER_LIMIT``
-    handlers run at once; the next ones wait, in submission order. A worker starts only for a task that may run now
-    when no worker is idle, so that a burst of requests, or a peer that does not read the answers its requests'
-    handlers block in, costs at most that many threads. A handler that returns a ``Future`` (a coroutine handler's
-    task, run on the event loop) keeps its place until it completes, without its thread: the limit counts handlers,
-    not threads. The reading, handed on (``hand_off``), is no handler: it never waits. Workers exit once idle."""
+    handlers run at once, the next ones waiting in submission order (the reading, handed on, never waits); a worker
+    starts only for a task that may run now when no worker is idle. A handler that returns a ``Future`` (a coroutine
+    handler's task, run on the event loop) keeps its place until it completes, without its thread: the limit counts
+    handlers, not threads. Workers exit once idle."""
 
     ours = True
 
@@ -231,7 +209,7 @@ class WorkerPool:
         self._tasks: Deque[Callback] = collections.deque()  # handlers waiting for a worker
         self._handed: Deque[Callback] = collections.deque()  # the reading, waiting for a worker
         self._running = 0  # handlers running, on workers or on threads that claimed a place
-        self._tasks_held = 0  # of them, the places kept by futures (release_when_done)
+        self._tasks_held = 0  # of them, the places kept by futures (release(task))
         self._idle = 0  # workers waiting for a task
         self._starting = 0  # workers started that have not looked for a task yet
         self._threads: List[threading.Thread] = []
@@ -239,11 +217,9 @@ class WorkerPool:
         self._shut = False
 
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> bool:
-        """Run the handler ``fn(arg)`` on a worker, once fewer than ``HANDLER_LIMIT`` run; False once shut down."""
         return self._add(self._tasks, fn, arg)
 
     def hand_off(self, fn: Callable[[Any], Any], arg: Any) -> bool:
-        """Run ``fn(arg)`` (the reading, not a handler) on a worker at once; False once shut down."""
         return self._add(self._handed, fn, arg)
 
     def claim(self) -> bool:
@@ -255,17 +231,15 @@ class WorkerPool:
             self._running += 1
         return True
 
-    def release(self) -> None:
-        """Give back a place taken by ``claim()``."""
+    def release(self, task: Optional[Future] = None) -> None:
+        if task is not None:  # (its place is kept until it completes)
+            with self._lock:
+                self._tasks_held += 1
+            task.add_done_callback(self._release_task)
+            return
         with self._lock:
             self._running -= 1
             self._start_worker()
-
-    def release_when_done(self, future: Future) -> None:
-        """Give back a place taken by ``claim()`` (or a worker's handler) once ``future``, its task, completes."""
-        with self._lock:
-            self._tasks_held += 1
-        future.add_done_callback(self._release_task)
 
     def _release_task(self, _: Future) -> None:
         with self._lock:
@@ -303,7 +277,6 @@ class WorkerPool:
         thread.start()  # under the lock, so that join() never meets a thread not yet started
 
     def _work(self) -> None:
-        me = threading.current_thread()
         starting, handler = True, False
         while True:
             with self._lock:
@@ -328,7 +301,7 @@ class WorkerPool:
                     self._running += 1
                     handler = True
                 else:
-                    self._threads.remove(me)
+                    self._threads.remove(threading.current_thread())
                     return
             try:
                 task = fn(arg)
@@ -337,7 +310,7 @@ class WorkerPool:
             else:
                 if handler and isinstance(task, Future):
                     handler = False  # its place is kept until the task completes
-                    self.release_when_done(task)
+                    self.release(task)
 
     def shutdown(self) -> None:
         """Refuse new tasks; idle workers exit, busy ones after their task (and the queued ones)."""
@@ -346,11 +319,8 @@ class WorkerPool:
             self._cond.notify_all()
 
     def join(self, deadline: float) -> None:
-        """Wait until ``deadline`` for the workers to end, and for the handlers' tasks that keep a place
-        (``release_when_done``) to complete."""
-        me = threading.current_thread()
         with self._lock:
-            threads = [t for t in self._threads if t is not me]
+            threads = [t for t in self._threads if t is not threading.current_thread()]
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:

@@ -1,6 +1,5 @@
-"""Delivery on the host's own thread: ``HostDelivery``, and in it a ``HostLane`` (a ``delivery.Lane``) per connection.
-
-For applications whose UI has a single thread (Vim, gedit). The exception rule is ``delivery``'s.
+"""Delivery on the host's own thread, for applications whose UI has a single thread (Vim, gedit): ``HostDelivery``,
+and in it a ``HostLane`` (a ``delivery.Lane``) per connection. The exception rule is ``delivery``'s.
 """
 
 import collections
@@ -23,13 +22,9 @@ def call_wakeup(wakeup: Callable[[], Any]) -> None:
         _delivery_log.exception("host wakeup function failed")
 
 
-def _the_rest(callbacks: Sequence[Callback]) -> Sequence[Callback]:
-    return callbacks
-
-
 # What a pump puts back when it stops inside a block: the callbacks of it still to run, as one queue item (one per
 # message would cost the next pump a queue step per message).
-_REST = Expand(_the_rest)
+_REST = Expand(tuple)
 
 
 class HostLane:
@@ -46,7 +41,15 @@ class HostLane:
         self.owner = delivery._owner  # (the host thread, for good)
 
     def put(self, items: Sequence[HostItem]) -> None:
-        self._delivery._put(self, items)
+        delivery = self._delivery
+        with delivery._lock:
+            if self.closed:
+                return
+            was_empty = not delivery._items and not delivery._holding
+            self.unfinished += len(items)
+            delivery._items.extend((self, fn, arg) for fn, arg in items)
+        if was_empty and delivery._wakeup is not None:
+            call_wakeup(delivery._wakeup)
 
     def hold(self, count: int) -> bool:
         return False  # (only the host thread delivers)
@@ -56,7 +59,15 @@ class HostLane:
 
     def closing(self) -> None:
         """``on_drop`` gets what waits, here (what a running pump holds: on the host thread, before it returns)."""
-        self._delivery._close_lane(self)
+        delivery = self._delivery
+        with delivery._lock:
+            self.closed = True
+            dropped = [(fn, arg) for lane, fn, arg in delivery._items if lane is self]
+            if dropped:
+                delivery._items = collections.deque(item for item in delivery._items if item[0] is not self)
+                self.unfinished -= len(dropped)
+        if dropped:
+            delivery._drop(self, dropped)
 
     def finish(self) -> None:
         """(The host's pumps go on.)"""
@@ -81,11 +92,8 @@ class HostWorkers:
     def claim(self) -> bool:
         return False
 
-    def release(self) -> None:
+    def release(self, task: Optional[Future] = None) -> None:
         raise AssertionError("no place is ever claimed")
-
-    def release_when_done(self, future: Future) -> None:
-        """(No place is held: a coroutine handler's task runs on without one.)"""
 
     def shutdown(self) -> None:
         """(Nothing to refuse: a closed connection's pumps run nothing more.)"""
@@ -110,12 +118,8 @@ class HostDelivery:
 
     A callback that raises an ``Exception`` is reported to ``on_error(exc)`` on the host thread (default: logged with
     its traceback to the ``acp_lite.delivery`` logger) and the next one runs. A closed connection's waiting callbacks
-    are dropped (the answers among them fail their futures with ``ConnectionClosed``).
-
-    A pump takes what waits in one go under the lock and runs it outside. What it took and does not run (``max_items``
-    or ``budget`` reached, a callback raising ``BaseException``) goes back to the front of the queue, in order, before
-    it returns. Before each callback it looks whether its lane was closed meanwhile (by a callback or another thread),
-    and drops the rest of that lane's if so.
+    are dropped (the answers among them fail their futures with ``ConnectionClosed``), even those a running pump
+    took: it looks before each callback whether its lane was closed meanwhile.
     """
 
     def __init__(
@@ -170,7 +174,6 @@ class HostDelivery:
         return ran
 
     def lane(self, on_drop: Callable[[List[Callback]], Any]) -> HostLane:
-        """A new connection's lane; ``on_drop`` gets the callbacks of it that never run, the connection closed first."""
         return HostLane(self, on_drop)
 
     def _run(self, quota: Optional[int], deadline: Optional[float]) -> int:
@@ -183,13 +186,10 @@ class HostDelivery:
                     if not batch:
                         return ran
                 lane, item, value = batch.popleft()
-                if lane.closed:
-                    self._settle_lane(lane, [(item, value)])
-                    continue
-                callbacks: Sequence[Callback] = self._expand(item, value) if type(item) is Expand else ((item, value),)
+                expand = type(item) is Expand and not lane.closed  # (a closed lane's item is dropped unrun, below)
+                callbacks: Sequence[Callback] = self._expand(item, value) if expand else ((item, value),)
                 started = 0  # (counted before each runs: one that raises BaseException is not run again)
                 room = -1 if quota is None else quota - ran
-                stop = False
                 try:
                     for fn, arg in callbacks:
                         if lane.closed:
@@ -200,8 +200,7 @@ class HostDelivery:
                         except Exception as exc:
                             self._report(exc)
                         if started == room or (deadline is not None and time.monotonic() >= deadline):
-                            stop = True
-                            break
+                            return ran + started  # (once the finally below has put back what did not run)
                 finally:
                     # The item has left the queue: what of it did not run takes its place as one item (the lane's
                     # count unchanged), or is dropped, the lane being closed.
@@ -209,10 +208,11 @@ class HostDelivery:
                     if rest and not lane.closed:
                         batch.appendleft((lane, _REST, rest))
                     else:
-                        self._settle_lane(lane, rest)
+                        with self._lock:
+                            lane.unfinished -= 1
+                        if rest:
+                            self._drop(lane, rest)
                 ran += started
-                if stop:
-                    return ran
         finally:
             self._give_back(batch)
 
@@ -249,13 +249,6 @@ class HostDelivery:
             _delivery_log.exception("routing a block of messages failed")
             return ()
 
-    def _settle_lane(self, lane: HostLane, dropped: Sequence[Any]) -> None:
-        # One item of ``lane`` has left the queue, run or ``dropped`` (queue items that will not run).
-        with self._lock:
-            lane.unfinished -= 1
-        if dropped:
-            self._drop(lane, dropped)
-
     def _drop(self, lane: HostLane, items: Sequence[Any]) -> None:
         # ``items`` (queue items of ``lane``) will not run: ``on_drop`` gets the callbacks they stand for.
         callbacks = [pair for fn, arg in items for pair in (arg if fn is _REST else ((fn, arg),))]
@@ -272,23 +265,3 @@ class HostDelivery:
             self._on_error(exc)
         except Exception:
             _delivery_log.exception("the on_error hook failed on %r", exc)
-
-    def _put(self, lane: HostLane, items: Sequence[HostItem]) -> None:
-        with self._lock:
-            if lane.closed:
-                return
-            was_empty = not self._items and not self._holding
-            lane.unfinished += len(items)
-            self._items.extend((lane, fn, arg) for fn, arg in items)
-        if was_empty and self._wakeup is not None:
-            call_wakeup(self._wakeup)
-
-    def _close_lane(self, lane: HostLane) -> None:
-        with self._lock:
-            lane.closed = True
-            dropped = [(fn, arg) for owner, fn, arg in self._items if owner is lane]
-            if dropped:
-                self._items = collections.deque(item for item in self._items if item[0] is not lane)
-                lane.unfinished -= len(dropped)
-        if dropped:
-            self._drop(lane, dropped)

@@ -1,22 +1,21 @@
-"""A connection's reading: the read loop, routing what one read brought, and running the requests
-it read on the reading thread itself. Rules:
+"""A connection's reading: the read loop, routing what one read brought, and running the requests it read on the
+reading thread itself. Rules:
 
-- One reading thread at a time, the reader at first. The reading moves, never is shared: the
-  watcher takes it from a reading thread stuck in a handler, and a worker takes it when a handler
-  the reading thread runs sends a request (its answer must be read meanwhile).
-- Small reads (one line, or several in at most ``_ROUTE_HERE_BYTES``) are routed here; more is
-  queued as blocks that whoever delivers decodes, so that the reader reads on.
-- Nothing overtakes what is queued: the reading thread settles the answers of blocking calls,
-  starts requests or runs callbacks itself only when nothing waits to be delivered (callbacks:
-  holding the delivery role, so that what is read meanwhile queues behind them). It runs the
-  requests it started in order, each in a handler place; those left when the reading is taken
-  from it start on workers.
+- One reading thread at a time, the reader at first. The reading moves, never is shared: the watcher takes it from a
+  reading thread stuck in a handler, and a worker takes it when a handler the reading thread runs sends a request
+  (its answer must be read meanwhile).
+- Small reads (one line, or several in at most ``_ROUTE_HERE_BYTES``) are routed here; more is queued as blocks that
+  whoever delivers decodes, so that the reader reads on.
+- Nothing overtakes what is queued: the reading thread settles the answers of blocking calls, starts requests or runs
+  callbacks itself only when nothing waits to be delivered (callbacks: holding the delivery role, so that what is
+  read meanwhile queues behind them). It runs the requests it started in order, each in a handler place; those left
+  when the reading is taken from it start on workers.
 - Back-pressure: the reading waits while over ``_READ_AHEAD_LIMIT`` queued bytes are not routed.
 """
 
 import logging
 import threading
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .answering import Answering, RequestContext
 from .delivery import Callback, Expand, HostItem, Lane, Workers, run_callbacks
@@ -24,8 +23,8 @@ from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
 from .transport import MessageTransport
 from .watching import watch
 
-# Enough to keep the delivery thread busy while the reader reads on, little enough that memory does
-# not grow with a turn's length (bench/results/read-ahead.md).
+# Enough to keep the delivery thread busy while the reader reads on, little enough that memory does not grow with a
+# turn's length (bench/results/read-ahead.md).
 _READ_AHEAD_LIMIT = 512 * 1024
 
 # A few messages, as pipelined requests and their answers come.
@@ -36,8 +35,8 @@ _WATCH_QUIET_TICKS = 50
 
 
 class Reading:
-    """The reading of one connection. ``pool`` runs the handlers; ``lock`` is the connection's
-    and guards the reading thread's runs too; ``end_of_stream()`` runs once the reading ends."""
+    """The reading of one connection. ``pool`` runs the handlers; ``lock`` is the connection's and guards the reading
+    thread's runs too; ``end_of_stream()`` runs once the reading ends."""
 
     def __init__(
         self,
@@ -67,8 +66,8 @@ class Reading:
         self._read_ahead_cond = threading.Condition(self._read_ahead_lock)
         self._expand_item = Expand(self._expand_block)
         self._release_item = Expand(self._release_expanded)
-        # Under _lock: the reading thread running callbacks or requests itself, the requests it has
-        # yet to run, how many runs it began; whether the watcher looks, and what it saw.
+        # Under _lock: the reading thread running callbacks or requests itself, the requests it has yet to run, how many
+        # runs it began; whether the watcher looks, and what it saw.
         self._here_thread: Optional[int] = None
         self._here: List[RequestContext] = []
         self._runs = 0
@@ -83,15 +82,16 @@ class Reading:
         return self._read_ahead
 
     def stop(self) -> None:
-        """``close()`` began: wake a reading that waits for read-ahead room and end a read under way,
-        so that the reading ends on whichever thread holds it (joining the workers then waits for
-        handlers only; the watcher stops by itself at its next look). Any thread."""
+        """``close()`` began: wake a reading that waits for read-ahead room and end a read under way, so that the
+        reading ends on whichever thread holds it (the watcher stops by itself at its next look). Any thread."""
         with self._read_ahead_lock:
             self._read_ahead_cond.notify_all()
         self._transport.stop_reading()
 
-    def read_loop(self, _: Any = None) -> None:
-        """Read on whichever thread holds the reading, which leaves once another took it over."""
+    def read_loop(self, rest: Sequence[RequestContext] = ()) -> None:
+        """Read on whichever thread holds the reading, which leaves once another took it over; ``rest``: the requests
+        a reading thread taken over had yet to run, started on workers first."""
+        self._start_on_workers(rest)
         try:
             while self._wait_for_read_ahead_room():
                 blocks = self._transport.read_blocks()
@@ -107,8 +107,8 @@ class Reading:
         self._end_of_stream()
 
     def _route_read(self, blocks: List[Any]) -> Tuple[List[RequestContext], List[Callback]]:
-        """Route what one read brought (a burst is queued as blocks). Returns the requests, or the
-        callbacks (the delivery role held), that the reading thread is to run itself, if any."""
+        """Route what one read brought (a burst is queued as blocks). Returns the requests, or the callbacks (the
+        delivery role held), that the reading thread is to run itself, if any."""
         queue = self._queue
         if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
             queued = [item for block in blocks for item in self._block_items(block)]
@@ -175,11 +175,7 @@ class Reading:
             if closing:
                 self._answering.refuse_to_start(ctx)
             else:
-                task = self._answering.run_on_worker(ctx)
-                if task is None:
-                    self._pool.release()
-                else:
-                    self._pool.release_when_done(task)
+                self._pool.release(self._answering.run_on_worker(ctx))
         self._start_on_workers(waiting)
         return True
 
@@ -188,7 +184,7 @@ class Reading:
         rest, self._here, self._here_thread = self._here, [], None
         return rest
 
-    def _start_on_workers(self, requests: List[RequestContext]) -> None:
+    def _start_on_workers(self, requests: Sequence[RequestContext]) -> None:
         for ctx in requests:
             if not self._pool.submit(self._answering.run_on_worker, ctx):
                 self._answering.refuse_to_start(ctx)  # closing
@@ -202,12 +198,12 @@ class Reading:
             self._watching = watch(self)
 
     def look(self) -> bool:
-        """The watcher's look, every tick: a reading thread still in the run of the last look is stuck,
-        and a worker reads on in its place. False stops watching (closing, taken over, or quiet)."""
+        """The watcher's look, every tick: a reading thread still in the run of the last look is stuck, and a worker
+        reads on in its place. False stops watching (closing, taken over, or quiet)."""
         with self._lock:
             busy = self._here_thread is not None
             stuck = busy and self._runs == self._seen_runs and not self._answering.closing
-            if stuck and self._pool.hand_off(self._read_on, self._here):
+            if stuck and self._pool.hand_off(self.read_loop, self._here):
                 self._take_reading()
             self._seen_runs = self._runs if busy else -1
             self._quiet_looks = 0 if self._runs != self._looked_runs else self._quiet_looks + 1
@@ -215,22 +211,15 @@ class Reading:
             self._watching = not (stuck or self._answering.closing or self._quiet_looks >= _WATCH_QUIET_TICKS)
             return self._watching
 
-    def _read_on(self, rest: List[RequestContext]) -> None:
-        # A worker taking the reading over from the watcher's look.
-        self._start_on_workers(rest)
-        self.read_loop()
-
     def hand_reading_on(self) -> None:
-        """A handler sends a request: on the reading thread, a worker reads on at once, so that the
-        answer does not wait for the watcher; on any other thread, nothing happens."""
+        """A handler sends a request: on the reading thread, a worker reads on at once, so that the answer does not wait
+        for the watcher; on any other thread, nothing happens."""
         me = threading.get_ident()
         if self._here_thread != me or self._queue.owner == me:
             return  # (a callback this thread delivers may send, not wait: see refuse_blocking_here)
         with self._lock:
-            if self._here_thread != me or not self._pool.hand_off(self.read_loop, None):
-                return
-            rest = self._take_reading()
-        self._start_on_workers(rest)
+            if self._here_thread == me and self._pool.hand_off(self.read_loop, self._here):
+                self._take_reading()
 
     def _wait_for_read_ahead_room(self) -> bool:
         """Wait while whoever delivers is far behind (memory stays bounded, the peer feels it); False once closing."""

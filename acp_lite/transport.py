@@ -1,16 +1,16 @@
 """The transport seam: what a connection needs of the stream its messages travel on.
 
-``rpc.Connection`` uses a transport through these eight members only, so anything providing them
-carries ACP: ``wire``'s stream transports (stdio, pipes, sockets) do, and so may an HTTP or a
-WebSocket one. Each member's docstring is its contract; across members:
+``rpc.Connection`` uses a transport through these eight members only, so anything providing them carries ACP:
+``wire``'s stream transports (stdio, pipes, sockets) do, and so may an HTTP or a WebSocket one. Each member's
+docstring is its contract; across members:
 
-- Threads: one thread at a time reads (the reading may move between threads, never be shared);
-  every other member may be called from any thread, concurrently, even while a read blocks.
-- Frames: a frame is one JSON-RPC message (or batch) as bytes, without a newline. A medium with
-  message boundaries of its own (a WebSocket) hands each message back as a one-line block; a byte
-  stream is cut into lines by ``framing.LineSplitter``.
-- Ending: the stream ends when the peer goes (``read_blocks`` returns None after what it had) or
-  at ``stop_reading``/``close``; then ``send`` raises ``closed_error()`` (at once once ``close`` began).
+- Threads: one thread at a time reads (the reading may move between threads, never be shared); every other member
+  may be called from any thread, concurrently, even while a read blocks.
+- Frames: a frame is one JSON-RPC message (or batch) as bytes, without a newline. A medium with message boundaries of
+  its own (a WebSocket) hands each message back as a one-line block; a byte stream is cut into lines by
+  ``framing.LineSplitter``.
+- Ending: the stream ends when the peer goes (``read_blocks`` returns None after what it had) or at
+  ``stop_reading``/``close``; then ``send`` raises ``closed_error()`` (at once once ``close`` began).
 """
 
 from typing import List, Optional, Protocol, runtime_checkable
@@ -23,40 +23,39 @@ from .framing import Block
 class MessageTransport(Protocol):
     """What a transport provides (see the module's rules)."""
 
-    #: The largest frame ``read_blocks`` hands back as it is; a longer one comes as an
-    #: ``OversizedFrame`` report, its bytes dropped, which the connection answers.
+    #: The largest frame ``read_blocks`` hands back as it is; a longer one comes as an ``OversizedFrame`` report, its
+    #: bytes dropped, which the connection answers.
     max_message_size: int
 
     def read_blocks(self) -> Optional[List[Block]]:
-        """Block until at least one whole frame arrived; return what arrived, in stream order:
-        blocks (frames joined by ``b"\\n"``; a frame may be empty or end in ``\\r``, the connection
-        skips or answers it) and ``OversizedFrame`` reports. None at end of stream, after the last
-        frame, and on every call from when ``stop_reading`` or ``close`` began."""
+        """Block until at least one whole frame arrived; return what arrived, in stream order: blocks (frames joined by
+        ``b"\\n"``; a frame may be empty or end in ``\\r``, the connection skips or answers it) and ``OversizedFrame``
+        reports. None at end of stream, after the last frame, and on every call from when ``stop_reading`` or
+        ``close`` began."""
 
     def send(self, frame: bytes, timeout: Optional[float] = None) -> None:
-        """Queue one frame for writing (``flush`` waits until it is written); frames from any threads
-        are written whole, in the order their ``send`` took them. Never blocks past ``timeout``:
-        ``CallTimeout`` if the frame could not even be queued (the peer stopped reading). Raises
-        ``ConnectionClosed`` once closed or after a failed write (``closed_error()``), ``UsageError``
-        for a frame holding a newline."""
+        """Queue one frame for writing (``flush`` waits until it is written); frames from any threads are written
+        whole, in the order their ``send`` took them. Never blocks past ``timeout``: ``CallTimeout`` if the frame could
+        not even be queued (the peer stopped reading). Raises ``ConnectionClosed`` once closed or after a failed write
+        (``closed_error()``), ``UsageError`` for a frame holding a newline."""
 
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Wait until every frame sent before this call is written (or the stream failed); True if so
-        within ``timeout`` (None: without end)."""
+        """Wait until every frame sent before this call is written (or the stream failed); True if so within
+        ``timeout`` (None: without end)."""
 
     def close(self, timeout: float = 5.0) -> None:
-        """Flush, end the reading (a blocked ``read_blocks`` returns None at once) and release the
-        stream, within about ``timeout`` seconds, leaving no thread of its own. Idempotent."""
+        """Flush, end the reading (a blocked ``read_blocks`` returns None at once) and release the stream, within about
+        ``timeout`` seconds, leaving no thread of its own. Idempotent."""
 
     def stop_reading(self) -> None:
-        """End the reading only (``read_blocks`` returns None, at once and from then on); sending
-        goes on until ``close``. Idempotent."""
+        """End the reading only (``read_blocks`` returns None, at once and from then on); sending goes on until
+        ``close``. Idempotent."""
 
     @property
     def backed_up(self) -> bool:
-        """True while a sender waits for room, the peer not taking what it was sent (the connection
-        then starts no more handlers)."""
+        """True while a sender waits for room, the peer not taking what it was sent (the connection then starts no
+        more handlers)."""
 
     def closed_error(self) -> ConnectionClosed:
-        """A new ``ConnectionClosed`` saying why the stream ended (a process transport names its
-        exit code and the tail of its stderr)."""
+        """A new ``ConnectionClosed`` saying why the stream ended (a process transport names its exit code and the
+        tail of its stderr)."""

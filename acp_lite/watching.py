@@ -1,12 +1,10 @@
-"""The watcher: one thread, ``acp-watcher``, for the whole process, that looks every tick at the
-connections whose reading thread runs application code itself (see ``reading``). Its rules:
+"""The watcher: one thread, ``acp-watcher``, for the whole process (not one per connection, each waking every tick:
+bench/results/connections-m.md), that looks every tick at the connections whose reading thread runs application code
+itself (see ``reading``). Its rules:
 
-- It starts when something asks to be watched and none runs, and is gone at the first tick with
-  nothing left to watch. A thread per connection, each waking every tick, made a burst on 1,000
-  connections take 4.5-6 s instead of 0.8-1 s (bench/results/connections-m.md).
-- Every ``TICK_SECONDS`` it calls each watched object's ``look()``, outside its own lock, and drops
-  those whose look returns False or raises (logged). A look is quick and never blocks: it hands
-  real work on (a reading taken over goes to a worker of that connection).
+- It starts when something asks to be watched and none runs, and is gone at the first tick with nothing left to watch.
+- Every ``TICK_SECONDS`` it calls each watched object's ``look()``, outside its own lock, and drops those whose look
+  returns False or raises (logged). A look is quick and never blocks: it hands real work on (to a worker).
 - A thread that cannot be started: ``watch`` returns False and nothing is watched.
 """
 
@@ -23,13 +21,12 @@ _watcher_log = logging.getLogger("acp_lite.rpc")
 
 
 class Watched(Protocol):
-    def look(self) -> bool:
-        """One tick's look; False: stop watching this."""
+    def look(self) -> bool: ...  # one tick's look; False: stop watching this
 
 
 def watch(watched: Watched) -> bool:
-    """Look at ``watched`` every tick from now on, until its ``look()`` returns False. False if
-    the watcher thread cannot be started (nothing is watched then). Any thread."""
+    """Look at ``watched`` every tick from now on, until its ``look()`` returns False. False if the watcher thread
+    cannot be started (nothing is watched then). Any thread."""
     return _watcher.add(watched)
 
 
