@@ -63,7 +63,11 @@ def encode_outgoing(message: Any) -> bytes:
     try:
         return ENCODER.encode(message)
     except ENCODE_FAILURES as exc:
-        raise UsageError(f"cannot encode the params: {exc}") from exc
+        raise cannot_encode(exc) from exc
+
+
+def cannot_encode(exc: BaseException) -> UsageError:
+    return UsageError(f"cannot encode the params: {exc}")
 
 
 # A byte of UTF-8 text takes at most this many bytes in a JSON string: a control character without
