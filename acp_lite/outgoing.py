@@ -59,6 +59,12 @@ def check_params(params: Any) -> None:
         raise UsageError(f"params must be an object or an array, not {type(params).__name__}")
 
 
+def notification(method: str, params: Any) -> bytes:
+    """The frame of notification ``method`` (``UsageError`` for params that cannot be sent)."""
+    check_params(params)
+    return encode_outgoing(OutNotification("2.0", method, UNSET if params is None else params))
+
+
 def encode_outgoing(message: Any) -> bytes:
     try:
         return ENCODER.encode(message)
@@ -123,4 +129,5 @@ def answer_text_size(result: Any, smallest: int) -> int:
 
 def notification_head(method: str) -> bytes:
     """What the frame of notification ``method`` holds before its params (see the module's rules)."""
+    check_method_name(method)
     return b'{"jsonrpc":"2.0","method":' + encode_outgoing(method) + b',"params":'

@@ -43,8 +43,6 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any, Callable, List, Optional
 
-from msgspec import UNSET
-
 from .answering import Answering, CancelToken, RequestContext, run_logged
 from .codec import ENCODER
 from .deadlines import call_after
@@ -53,15 +51,7 @@ from .errors import CallTimeout, ConnectionClosed, UsageError
 from .host_delivery import HostDelivery, HostWorkers
 from .jsonrpc import CANCEL_REQUEST_METHOD, IncomingRequests, RpcCore, settle_item
 from .outcomes import Answer, settle
-from .outgoing import (
-    ENCODE_FAILURES,
-    OutNotification,
-    cannot_encode,
-    check_method_name,
-    check_params,
-    encode_outgoing,
-    notification_head,
-)
+from .outgoing import ENCODE_FAILURES, cannot_encode, check_method_name, notification, notification_head
 from .reading import Reading
 from .records import ConnectionStats, PendingCall, Route
 from .transport import MessageTransport
@@ -316,14 +306,12 @@ class Connection:
         check_method_name(method)
         if self._close_error is not None:
             raise self._close_error
-        check_params(params)
-        self._send_message(encode_outgoing(OutNotification("2.0", method, UNSET if params is None else params)), method)
+        self._send_message(notification(method, params), method)
 
     def notifier(self, method: str) -> Callable[[Any], None]:
         """A function sending notification ``method`` with the params it is given, its envelope encoded
         once (for ``session/update``). It leaves the params' checks to its caller (the runtime's Structs
         need none); it raises ``ConnectionClosed`` once closed, ``UsageError`` for unencodable params. Any thread."""
-        check_method_name(method)
         head = notification_head(method)
         encode = ENCODER.encode  # inline, not encode_outgoing: a call per update costs B's agent 10%
         send = self._transport.send
@@ -365,7 +353,7 @@ class Connection:
         if not self._core.forget(request_id):
             return False
         if self._close_error is None:
-            frame = encode_outgoing(OutNotification("2.0", CANCEL_REQUEST_METHOD, {"requestId": request_id}))
+            frame = notification(CANCEL_REQUEST_METHOD, {"requestId": request_id})
             try:
                 self._transport.send(frame, timeout=0)
             except (ConnectionClosed, CallTimeout):
