@@ -335,8 +335,7 @@ class RpcCore:
 
     def _complain(self, kind: str, template: str, *args: Any) -> None:
         now = time.monotonic()
-        last = self._complained_at.get(kind)
-        if last is None or now - last >= _COMPLAINT_INTERVAL:
+        if now - self._complained_at.get(kind, float("-inf")) >= _COMPLAINT_INTERVAL:
             self._complained_at[kind] = now
             self._log.warning("%s: " + template, self.name, *args)
         else:

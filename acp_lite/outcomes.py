@@ -38,10 +38,9 @@ class HandlerTask(Future):
 
 
 class Answer:
-    """The outcome of one blocking ``call``, for the one thread that waits for it: a lock taken at
-    creation and released once the outcome is set. Lighter than a ``Future`` (no ``Condition``, no
-    callbacks), which shows when many threads call at once. Should a close racing the reader
-    settle it too, the first outcome stays (appending to a list is atomic)."""
+    """The outcome of one blocking ``call``, for the one thread that waits for it: a lock taken at creation,
+    released once the first outcome is set (appending to a list is atomic, should a close race the reader).
+    Lighter than a ``Future`` (no ``Condition``, no callbacks), as many threads calling at once show."""
 
     __slots__ = ("_outcomes", "_ready")
 

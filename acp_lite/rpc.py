@@ -15,11 +15,9 @@ and end once idle (``delivery.IDLE_SECONDS``) or at ``close()``.
 | the host's thread | ``host_delivery`` | in ``pump()``, what delivery and workers run; never waits to send |
 | any caller | here, ``answering`` | ``call`` (not in a callback), ``call_future``, ``notify``, ``close`` |
 
-The reader runs itself, sparing a thread hop (``bench/results/ablation-reading-thread-quiet.md``):
-a blocking ``call``'s answer when nothing is queued before it; the handlers of a read made only of
-requests, when nothing is queued, until one sends a request or runs a whole tick; a small read's
-callbacks (at the end of the stream, what is left) when nothing is queued or running
-(``CallbackQueue.hold``). The watcher exists for the last two.
+The reader runs itself what nothing queued comes before, sparing a thread hop (``reading``'s rules;
+``bench/results/ablation-reading-thread-quiet.md``): a blocking ``call``'s answer, the handlers of a read
+of requests, a small read's callbacks. The watcher hands the reading on when the last two hold the reader up.
 
 Invariants (``reading``, ``answering`` and ``delivery`` give their detail):
 
@@ -223,8 +221,7 @@ class Connection:
                 settle(arg[0].future, None, self._close_error)
 
     def _run_closing(self) -> Optional[BaseException]:
-        # Returns what a callback raised that is no Exception (a Ctrl-C, a SystemExit), for the
-        # caller to raise once its own work is done: the other callbacks and the cancellations ran.
+        # Returns what a callback raised that is no Exception (Ctrl-C, SystemExit), for the caller to raise once done.
         with self._lock:
             if self._closing_ran:
                 return None
