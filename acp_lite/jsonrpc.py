@@ -128,8 +128,7 @@ def error_frame(request_id: Any, error: AcpError, log: logging.Logger, name: str
 
 
 class IncomingRequests(Dict[Any, Any]):
-    """The peer's requests not answered yet (started or not), by id: the core adds each as it
-    routes it and finds it for ``$/cancel_request``; ``answering`` finishes it once answered."""
+    """The peer's requests not answered yet (started or not), by id; ``answering`` finishes each once answered."""
 
     __slots__ = ()
 

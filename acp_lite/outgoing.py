@@ -119,12 +119,8 @@ def answer_text_size(result: Any, smallest: int) -> int:
             except Exception:  # annotations that do not resolve: nothing to measure ahead
                 pass
         _TEXT_FIELDS[kind] = names
-    size = 0
-    for name in names:
-        text = getattr(result, name)
-        if type(text) is str and len(text) >= smallest:
-            size += json_text_size(text)
-    return size
+    texts = [getattr(result, name) for name in names]
+    return sum(json_text_size(text) for text in texts if type(text) is str and len(text) >= smallest)
 
 
 def notification_head(method: str) -> bytes:

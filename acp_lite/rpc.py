@@ -350,9 +350,8 @@ class Connection:
         if not self._core.forget(request_id):
             return False
         if self._close_error is None:
-            frame = notification(CANCEL_REQUEST_METHOD, {"requestId": request_id})
             try:
-                self._transport.send(frame, timeout=0)
+                self._transport.send(notification(CANCEL_REQUEST_METHOD, {"requestId": request_id}), timeout=0)
             except (ConnectionClosed, CallTimeout):
                 pass
         return True
