@@ -443,8 +443,7 @@ class RpcCore:
         call = self._pending.pop(message.id, None) if _valid_id(message.id) else None
         if call is None:
             self.stats.dropped_responses += 1
-            if message.error is not UNSET and message.id is None:
-                # The peer could not even read the id of something we sent.
+            if message.error is not UNSET and message.id is None:  # the peer could not read the id of what we sent
                 self._log.warning("%s: the peer reported an error: %r", self.name, message.error)
             else:
                 self._log.debug("%s: dropped a response for unknown id %r", self.name, message.id)
