@@ -154,7 +154,7 @@ class Answering:
         self,
         name: str,
         log: logging.Logger,
-        lock: Any,
+        lock: threading.Lock,
         incoming: IncomingRequests,
         transport: MessageTransport,
         pool: Workers,
@@ -162,11 +162,11 @@ class Answering:
         host_thread: Optional[int],
     ):
         self.name = name
-        self._log = log
-        self._lock = lock
+        self.log = log
+        self.lock = lock
         self._incoming = incoming
-        self._transport = transport
-        self._pool = pool
+        self.transport = transport
+        self.pool = pool
         self._closed = closed
         self._host_thread = host_thread
         self.closing = False  # close() began (set under the connection's lock): no request starts any more
@@ -178,7 +178,7 @@ class Answering:
     def answer(self, ctx: RequestContext, result: Any, error: Optional[AcpError]) -> bool:
         """Send the answer unless the request has one; True if this one was sent (or dropped: the
         connection closed while it waited for room)."""
-        with self._lock:
+        with self.lock:
             if ctx._answered:
                 return False
             ctx._answered = True
@@ -191,12 +191,12 @@ class Answering:
                     result, error = None, self._too_large(ctx.method, size)
                 elif size > held:
                     if not self._wait_for_room(size - held, held, self._closed):
-                        self._log.debug("%s: the answer to %s dropped, the connection closed", self.name, ctx.method)
+                        self.log.debug("%s: the answer to %s dropped, the connection closed", self.name, ctx.method)
                         return True
                     held = size
-            frame = answer_frame(ctx.id, ctx.method, result, error, self._log, self.name)
+            frame = answer_frame(ctx.id, ctx.method, result, error, self.log, self.name)
             if len(frame) > self._limit:  # a result whose size could not be told before encoding it
-                frame = error_frame(ctx.id, self._too_large(ctx.method, len(frame)), self._log, self.name)
+                frame = error_frame(ctx.id, self._too_large(ctx.method, len(frame)), self.log, self.name)
             whole = frame if ctx._batch is None else self._add_to_batch(ctx, frame)
             if whole is not None:
                 self.send_frame(whole)
@@ -204,7 +204,7 @@ class Answering:
                     with self._room:
                         self._batched -= ctx._batch.size
                 if held and self._may_wait():  # its room is given back once it is written, not past the close
-                    while not self._transport.flush(_POLL_SECONDS):
+                    while not self.transport.flush(_POLL_SECONDS):
                         if self._closed():
                             break
         finally:
@@ -216,7 +216,7 @@ class Answering:
         """Hold ``size`` bytes of the budget for ``ctx``'s answer (see ``reserve_answer``)."""
         if not self._wait_for_room(size, ctx._reserved, lambda: self._closed() or ctx.cancel_token.is_cancelled):
             raise RequestCancelled("the connection closed" if self._closed() else None)
-        with self._lock:
+        with self.lock:
             if not ctx._answered:
                 ctx._reserved += size
                 return
@@ -231,7 +231,7 @@ class Answering:
                     f"the answer to {ctx.method} would take {len(frame)} bytes, over what the answers of this "
                     f"connection's unfinished batches may hold together ({self._limit} bytes)"
                 )
-                frame = error_frame(ctx.id, error, self._log, self.name)
+                frame = error_frame(ctx.id, error, self.log, self.name)
             self._batched += len(frame)
         return ctx._batch.add(frame)
 
@@ -239,12 +239,12 @@ class Answering:
         """Write an answer, or a reply to a line that is no request. On the host thread, with no
         room, it is dropped and logged (no caller to raise to; the peer, not reading, is far behind)."""
         try:
-            self._transport.send(frame, timeout=0 if threading.get_ident() == self._host_thread else None)
+            self.transport.send(frame, timeout=0 if threading.get_ident() == self._host_thread else None)
         except ConnectionClosed:
-            self._log.debug("%s: reply dropped, the connection is closed", self.name)
+            self.log.debug("%s: reply dropped, the connection is closed", self.name)
         except CallTimeout as exc:
             head = frame[:60].decode("utf-8", "replace")
-            self._log.error("%s: answer %s... dropped, the host thread never waits for room (%s)", self.name, head, exc)
+            self.log.error("%s: answer %s... dropped, the host thread never waits for room (%s)", self.name, head, exc)
 
     def _too_large(self, method: str, size: int) -> InternalError:
         return InternalError(
@@ -257,7 +257,7 @@ class Answering:
         # ``holding`` some already (see the rules); False once give_up().
         waits = not holding and self._may_wait()
         with self._room:
-            while waits and ((self._held and self._held + size > self._limit) or self._transport.backed_up):
+            while waits and ((self._held and self._held + size > self._limit) or self.transport.backed_up):
                 if give_up():
                     return False
                 self._room.wait(_POLL_SECONDS)
@@ -282,7 +282,7 @@ class Answering:
 
     def start(self, ctx: RequestContext) -> None:
         """Delivery (or host) thread, in arrival order: admitted, the handler goes to a worker."""
-        if self.admit(ctx) and not self._pool.submit(self.run_on_worker, ctx):
+        if self.admit(ctx) and not self.pool.submit(self.run_on_worker, ctx):
             self.refuse_to_start(ctx)  # closing
 
     def admit(self, ctx: RequestContext) -> bool:
@@ -294,10 +294,10 @@ class Answering:
             try:
                 ctx._route.on_arrival(ctx._params, ctx)
             except Exception:
-                self._log.exception("%s: arrival hook for %s failed", self.name, ctx.method)
+                self.log.exception("%s: arrival hook for %s failed", self.name, ctx.method)
         if threading.get_ident() != self._host_thread:
-            while self._transport.backed_up and not self.closing:  # the reading stops too
-                self._transport.flush(_POLL_SECONDS)
+            while self.transport.backed_up and not self.closing:  # the reading stops too
+                self.transport.flush(_POLL_SECONDS)
         if self.closing:
             self.refuse_to_start(ctx)
             return False
@@ -323,7 +323,7 @@ class Answering:
 
     def refuse_unstarted(self) -> None:
         """Closing: refuse every request whose handler has not started."""
-        with self._lock:
+        with self.lock:
             waiting = [ctx for ctx in self._incoming.running() if ctx._route is not None]
         for ctx in waiting:
             self.refuse_to_start(ctx)
@@ -364,9 +364,9 @@ class Answering:
     def _answer_exception(self, ctx: RequestContext, exc: BaseException) -> None:
         error, own_failure = error_for(exc, ctx.cancel_token.is_cancelled)
         if own_failure:
-            self._log.error("%s: handler for %s failed", self.name, ctx.method, exc_info=exc)
+            self.log.error("%s: handler for %s failed", self.name, ctx.method, exc_info=exc)
         elif error is not exc and not ctx.cancel_token.is_cancelled:
-            self._log.warning(
+            self.log.warning(
                 "%s: handler for %s let the error of a call it made escape: %s", self.name, ctx.method, exc
             )
         self.answer(ctx, None, error)

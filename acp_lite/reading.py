@@ -13,14 +13,12 @@ reading thread itself. Rules:
 - Back-pressure: the reading waits while over ``_READ_AHEAD_LIMIT`` queued bytes are not routed.
 """
 
-import logging
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .answering import Answering, RequestContext
-from .delivery import Callback, Expand, HostItem, Lane, Workers, run_callbacks
+from .delivery import Callback, Expand, HostItem, Lane, run_callbacks
 from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
-from .transport import MessageTransport
 from .watching import watch
 
 # Enough to keep the delivery thread busy while the reader reads on, little enough that memory does not grow with a
@@ -35,29 +33,17 @@ _WATCH_QUIET_TICKS = 50
 
 
 class Reading:
-    """The reading of one connection. ``pool`` runs the handlers; ``lock`` is the connection's and guards the reading
-    thread's runs too; ``end_of_stream()`` runs once the reading ends."""
+    """The reading of one connection, sharing ``answering``'s transport, pool (which runs the handlers) and lock (the
+    connection's, which guards the reading thread's runs too); ``end_of_stream()`` runs once the reading ends."""
 
-    def __init__(
-        self,
-        name: str,
-        log: logging.Logger,
-        core: RpcCore,
-        queue: Lane,
-        pool: Workers,
-        transport: MessageTransport,
-        lock: threading.Lock,
-        answering: Answering,
-        *,
-        end_of_stream: Callable[[], None],
-    ):
-        self.name = name
-        self._log = log
+    def __init__(self, core: RpcCore, queue: Lane, answering: Answering, *, end_of_stream: Callable[[], None]):
+        self.name = answering.name
+        self._log = answering.log
         self._core = core
         self._queue = queue
-        self._pool = pool
-        self._transport = transport
-        self._lock = lock
+        self._pool = answering.pool
+        self._transport = answering.transport
+        self._lock = answering.lock
         self._answering = answering
         self._start_request = answering.start  # what the core queues for a request
         self._end_of_stream = end_of_stream

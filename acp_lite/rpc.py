@@ -98,17 +98,7 @@ class Connection:
         )
         self.stats: ConnectionStats = self._core.stats
         self._closing_callbacks: List[Callable[[], Any]] = []
-        self._reading = Reading(
-            name,
-            self._log,
-            self._core,
-            self._queue,
-            self._pool,
-            transport,
-            self._lock,
-            self._answering,
-            end_of_stream=self._on_end_of_stream,
-        )
+        self._reading = Reading(self._core, self._queue, self._answering, end_of_stream=self._on_end_of_stream)
         self._reader: Optional[threading.Thread] = None
         self._close_error: Optional[ConnectionClosed] = None  # set once closed (end of stream or close())
         self._closing_ran = False

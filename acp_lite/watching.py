@@ -59,17 +59,15 @@ class _Watcher:
                 if not looking:
                     self.thread = None
                     return
-            kept = [watched for watched in looking if self._look(watched)]
+            kept = []
+            for watched in looking:
+                try:
+                    if watched.look():
+                        kept.append(watched)
+                except Exception:
+                    _watcher_log.exception("the watcher's look at %r failed", watched)
             with self.lock:
                 self.watched.extend(kept)  # (beside those added meanwhile: never the same one)
-
-    @staticmethod
-    def _look(watched: Watched) -> bool:
-        try:
-            return watched.look()
-        except Exception:
-            _watcher_log.exception("the watcher's look at %r failed", watched)
-            return False
 
 
 _watcher = _Watcher()
