@@ -119,8 +119,12 @@ def answer_text_size(result: Any, smallest: int) -> int:
             except Exception:  # annotations that do not resolve: nothing to measure ahead
                 pass
         _TEXT_FIELDS[kind] = names
-    texts = [getattr(result, name) for name in names]
-    return sum(json_text_size(text) for text in texts if type(text) is str and len(text) >= smallest)
+    size = 0
+    for name in names:  # (a loop, not sum() over a generator: this runs for every answer)
+        text = getattr(result, name)
+        if type(text) is str and len(text) >= smallest:
+            size += json_text_size(text)
+    return size
 
 
 def notification_head(method: str) -> bytes:

@@ -281,8 +281,8 @@ class Connection:
         future = _CallFuture()
         if on_done is not None:
             future.add_done_callback(on_done)
-        request_id = self._send_request(method, params, result_type, future, False, None)
-        future._on_cancel = partial(self._cancel_pending, request_id)
+        request_id = future._request_id = self._send_request(method, params, result_type, future, False, None)
+        future._connection = self  # (two attributes, not a partial: this runs for every call)
         if timeout is not None:
             deadline = call_after(timeout, lambda: self._time_out(future, request_id, method, timeout))
             future.add_done_callback(lambda _: deadline.cancel())
@@ -395,12 +395,13 @@ class Connection:
 
 class _CallFuture(Future):
     """The future of a ``call_future``: cancelling it while the call is pending sends ``$/cancel_request``
-    (a subclass: a done-callback would cost every call). ``_on_cancel`` is set before its caller has it."""
+    (a subclass: a done-callback would cost every call). Both attributes are set before its caller has it."""
 
-    _on_cancel: Optional[Callable[[], Any]] = None
+    _request_id: Optional[int] = None
+    _connection: Optional[Connection] = None
 
     def cancel(self) -> bool:
         cancelled = super().cancel()
-        if cancelled and self._on_cancel is not None:
-            self._on_cancel()
+        if cancelled and self._connection is not None and self._request_id is not None:
+            self._connection._cancel_pending(self._request_id)
         return cancelled
