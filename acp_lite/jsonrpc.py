@@ -468,7 +468,10 @@ class RpcCore:
         match = HEAD_ID.match(frame.head)
         if match is None:
             return
-        request_id = msgspec.json.decode(match.group("id"))
+        try:
+            request_id = msgspec.json.decode(match.group("id"))
+        except msgspec.DecodeError:  # not a JSON id (a leading zero, a raw control character): unreadable
+            request_id = None
         if b'"method"' in match.group("before") or match.group("next") == b"method":
             self._reply_error(request_id, InvalidRequest(f"Invalid request: {reason}"), None, replies)
         else:

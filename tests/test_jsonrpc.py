@@ -233,6 +233,22 @@ def test_an_oversized_request_is_answered_and_an_oversized_answer_fails_its_call
     assert future.exception(0).code == -32600
 
 
+def test_an_oversized_request_whose_id_is_not_json_is_answered_with_a_null_id(caplog):
+    # The head's id passes the pattern but not a JSON decoder (a leading zero, a raw control
+    # character): the request is still answered, with the null id of a request whose id cannot
+    # be read, and nothing is logged as a failure of ours.
+    core = make_core()
+    core.rebuild()
+    with caplog.at_level(logging.DEBUG, logger="test.jsonrpc"):
+        _, replies = feed(
+            core,
+            OversizedFrame(5000, b'{"jsonrpc":"2.0","id":01,"method":"x/big","params":'),
+            OversizedFrame(5000, b'{"jsonrpc":"2.0","id":"a\x01b","method":"x/big","params":'),
+        )
+    assert [(r["id"], r["error"]["code"]) for r in replies] == [(None, -32600), (None, -32600)]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
 def test_error_rules_for_what_a_handler_raised():
     assert error_for(MethodNotFound("no"), cancelled=False)[0].code == -32601  # its own, as it is
     error, own = error_for(ValueError("bug"), cancelled=False)
