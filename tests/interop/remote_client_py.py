@@ -157,7 +157,7 @@ async def main(transport, url, report_path):
             if len(client.updates) >= 3:
                 break
             await asyncio.sleep(0.01)
-        if read != client.updates + ["answer"]:
+        if read != [*client.updates, "answer"]:
             return {"read before the answer": read, "handled": client.updates}
         stop = await prompt(conn, state["session"], "after", 1)
         return {"replay": read[:-1], "stop": stop, "text": client.updates[0] if client.updates else None}
