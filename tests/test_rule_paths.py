@@ -21,7 +21,7 @@ from acp_harness import (
 )
 from raw_peer import RawPeer
 
-from acp_lite import schema
+from acp_lite import schema, updates
 from acp_lite.agent import Agent
 from acp_lite.client import Client
 from acp_lite.codec import convert
@@ -140,6 +140,21 @@ def test_notifications_go_out_as_json_rpc_2_0(params):
         remote.ext_notification("_acme/ping", params)
         expected = {"jsonrpc": "2.0", "method": "_acme/ping"}
         assert raw.recv() == (expected if params is None else dict(expected, params=params))
+
+
+@pytest.mark.req("ACP-V1-JSONRPC-VERSION-MEMBER")
+def test_a_session_update_goes_out_as_json_rpc_2_0():
+    # session/update takes the notifier's path: its envelope is encoded once, before the params.
+    with agent_with_raw_client(Served()) as (client, raw):
+        client.session_update("s", updates.text_chunk("hi"))
+        assert raw.recv() == {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {
+                "sessionId": "s",
+                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}},
+            },
+        }
 
 
 @pytest.mark.req("ACP-V1-JSONRPC-VERSION-MEMBER")
