@@ -329,8 +329,11 @@ class Connection:
             self._core.add_pending(request_id, PendingCall(method, future, result_type, direct))
         try:
             self._send_message(frame, method, timeout)
-        except BaseException:  # closed, or a Ctrl-C in the write: the request is not pending
+        except (ConnectionClosed, CallTimeout):  # nothing was sent
             self._core.forget(request_id)
+            raise
+        except BaseException:  # a Ctrl-C, perhaps once the frame was out: cancelled (an unknown id's cancel is ignored)
+            self._cancel_pending(request_id)
             raise
         return request_id
 

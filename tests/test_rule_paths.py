@@ -157,6 +157,25 @@ def test_a_session_update_goes_out_as_json_rpc_2_0():
         }
 
 
+def test_a_ctrl_c_landing_once_a_request_is_out_cancels_it_at_the_peer():
+    # The Ctrl-C can be handled after the request's bytes went out but before the send returned
+    # (a loaded machine): the request runs at the peer, so it must be cancelled there too.
+    with client_with_raw_agent() as (remote, raw):
+        send = remote.connection._transport.send
+
+        def send_then_interrupted(frame, timeout=None):
+            send(frame, timeout)
+            if b'"_acme/slow"' in frame:
+                raise KeyboardInterrupt
+
+        remote.connection._transport.send = send_then_interrupted
+        with pytest.raises(KeyboardInterrupt):
+            remote.ext_method("_acme/slow", {})
+        request = raw.recv()
+        assert request["method"] == "_acme/slow"
+        assert raw.recv() == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request["id"]}}
+
+
 @pytest.mark.req("ACP-V1-JSONRPC-VERSION-MEMBER")
 def test_a_timed_out_call_is_cancelled_with_a_json_rpc_2_0_notification():
     with client_with_raw_agent() as (remote, raw):
