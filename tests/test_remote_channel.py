@@ -6,7 +6,7 @@ import time
 import pytest
 
 from acp_lite.errors import CallTimeout, ConnectionClosed
-from acp_lite.remote.channel import Channel
+from acp_lite.remote.channel import Channel, Lines
 from acp_lite.rpc import Connection
 from acp_lite.wire import OversizedFrame
 
@@ -57,6 +57,13 @@ def test_raw_line_breaks_become_spaces_and_messages_join_into_blocks():
     assert channel.feed(b'{"a":\r\n1}')
     assert channel.feed(b"[2]")
     assert channel.read_blocks() == [b'{"a":  1}\n[2]']
+
+
+def test_lines_are_several_messages_taken_as_they_are_and_bounded_as_their_bytes():
+    channel = Channel(lambda frame: None, max_message_size=10, max_buffered=30)
+    assert channel.feed_all([b"[1]", Lines(b'{"a":12345}\n[2]'), b"[3]"], timeout=0)
+    assert not channel.feed(Lines(b"[4]\n[5]\n[6]"))  # 3 + 15 + 3 bytes wait: no room for 11 more
+    assert channel.read_blocks() == [b'[1]\n{"a":12345}\n[2]\n[3]']
 
 
 def test_an_oversized_message_is_a_report_between_blocks():

@@ -8,9 +8,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acp_lite.remote.sse import KEEP_ALIVE, SseEvent, SseReader, ascii_json, encode_event, event_pieces
+from acp_lite.remote.sse import KEEP_ALIVE, SseEvent, SseEvents, SseReader, ascii_json, encode_event, event_pieces
 
 pytestmark = pytest.mark.timeout(30)
+
+
+def events(items):
+    """Items as (data, event type, id) per event; an event inside a run of ``SseEvents`` but its
+    last has no id of its own (``None``): the run carries the id seen after it."""
+    found = []
+    for item in items:
+        if isinstance(item, SseEvents):
+            found += [(data, None, None) for data in item.data[:-1]] + [(item.data[-1], None, item.id)]
+        else:
+            found.append((item.data, item.event, item.id) if isinstance(item, SseEvent) else item)
+    return found
 
 
 def read_all(stream: bytes, cuts=(), limit=1 << 20):
@@ -21,7 +33,7 @@ def read_all(stream: bytes, cuts=(), limit=1 << 20):
     for cut in [*sorted(set(cuts)), len(stream)]:
         items.extend(reader.feed(stream[start:cut]))
         start = cut
-    return [item.data if isinstance(item, SseEvent) else ("oversized", item.size, item.head) for item in items]
+    return [item[0] if isinstance(item, tuple) else ("oversized", item.size, item.head) for item in events(items)]
 
 
 def every_cut(stream: bytes):
@@ -45,17 +57,12 @@ def test_ids_carry_over_to_the_events_without_one_whether_read_whole_or_line_by_
     stream = b"id: 5\ndata: a\n\ndata: b\n\nid: x\0y\ndata: c\n\nevent: e\ndata: d\n\nid: 6\ndata:e\n\n"
     for cuts in every_cut(stream):
         reader = SseReader(1 << 20)
-        start, events = 0, []
+        start, found = 0, []
         for cut in [*cuts, len(stream)]:
-            events += reader.feed(stream[start:cut])
+            found += reader.feed(stream[start:cut])
             start = cut
-        assert [(e.data, e.event, e.id) for e in events] == [
-            (b"a", None, "5"),
-            (b"b", None, "5"),
-            (b"c", None, "5"),
-            (b"d", "e", "5"),
-            (b"e", None, "6"),
-        ], cuts
+        expected = [(b"a", None, "5"), (b"b", None, "5"), (b"c", None, "5"), (b"d", "e", "5"), (b"e", None, "6")]
+        assert [e if e[2] is not None else (e[0], e[1], x[2]) for e, x in zip(events(found), expected)] == expected
 
 
 def test_mixed_line_endings_and_a_crlf_split_across_reads_is_one_line_end():
@@ -76,10 +83,8 @@ def test_bom_comments_retry_unknown_fields_and_events_without_data():
     for cuts in every_cut(stream):
         assert read_all(stream, cuts) == [b"x"], cuts
     reader = SseReader(100)
-    (event,) = reader.feed(b"event: update\nid: 7\ndata: 1\n\n")
-    assert (event.event, event.id) == ("update", "7")
-    (event,) = reader.feed(b"data: 2\n\n")
-    assert (event.event, event.id) == (None, "7")  # the last id stays; the type is per event
+    assert events(reader.feed(b"event: update\nid: 7\ndata: 1\n\n")) == [(b"1", "update", "7")]
+    assert events(reader.feed(b"data: 2\n\n")) == [(b"2", None, "7")]  # the last id stays; the type is per event
 
 
 def test_data_field_forms():
@@ -115,10 +120,10 @@ def test_a_huge_comment_or_field_line_is_never_buffered():
     for _ in range(200):
         assert reader.feed(b"c" * 10_000) == []
         assert reader._partial_size == 0  # dropped as it arrives
-    assert [e.data for e in reader.feed(b"\ndata: after\n\n")] == [b"after"]
+    assert [e[0] for e in events(reader.feed(b"\ndata: after\n\n"))] == [b"after"]
     reader.feed(b"event: " + b"e" * 5000)
     assert reader._partial_size <= 1000 + 64
-    assert [e.data for e in reader.feed(b"e" * 5000 + b"\ndata: z\n\n")] == [b"z"]
+    assert [e[0] for e in events(reader.feed(b"e" * 5000 + b"\ndata: z\n\n"))] == [b"z"]
 
 
 @pytest.mark.parametrize("lines", [1, 128], ids=["one-line", "many-lines"])
@@ -163,14 +168,68 @@ def test_any_stream_cut_anywhere_gives_the_same_events(messages, eol, comments, 
     assert read_all(stream, cuts) == messages
 
 
+@pytest.mark.timeout(120)
+@settings(max_examples=200, deadline=None)
+@given(
+    messages=st.lists(st.text(max_size=40).map(lambda t: json.dumps(t).encode()), min_size=1, max_size=12),
+    with_ids=st.booleans(),
+    odd=st.sampled_from([None, b"event: e\n", b"data: \n", b"data: more\n", b"id: 1\0\n", b"retry: 1\n", b":\n"]),
+    at=st.integers(0, 11),
+    seed=st.integers(0, 1 << 30),
+)
+def test_runs_of_the_writers_shape_give_the_same_events_and_ids_as_line_by_line(messages, with_ids, odd, at, seed):
+    # Whole events of the writer's shape are read as one run; one odd line among them sends the
+    # whole chunk line by line. Either way: every event, in order, and the last id seen.
+    parts = []
+    for i, message in enumerate(messages):
+        event = (b"id: %d\n" % i if with_ids else b"") + b"data: " + message + b"\n"
+        if odd is not None and i == at % len(messages):
+            event = odd + event if odd.startswith((b"id", b"event")) else event + odd
+        parts.append(event + b"\n")
+    stream = b"".join(parts)
+    rng = random.Random(seed)
+    cuts = sorted(rng.randrange(len(stream) + 1) for _ in range(rng.randrange(4)))
+    reader, found, start = SseReader(1 << 20), [], 0
+    for cut in [*cuts, len(stream)]:
+        found += reader.feed(stream[start:cut])
+        start = cut
+    expected = [
+        m + b"\nmore" if odd == b"data: more\n" and i == at % len(messages) else m for i, m in enumerate(messages)
+    ]
+    if odd == b"data: \n":
+        expected[at % len(messages)] += b"\n"
+    got = events(found)
+    assert [e[0] for e in got] == expected
+    assert got[-1][2] == (str(len(messages) - 1) if with_ids else None)
+    assert [e[1] for e in got] == [
+        b"e".decode() if odd == b"event: e\n" and i == at % len(messages) else None for i in range(len(messages))
+    ]
+
+
+def test_lines_that_would_line_up_as_two_events_of_the_writers_shape_are_one_event():
+    stream = b"id: 0\ndata: a\nretry: 5\nid: 1\ndata: b\n\n"
+    for cuts in every_cut(stream):
+        reader, found, start = SseReader(1 << 20), [], 0
+        for cut in [*cuts, len(stream)]:
+            found += reader.feed(stream[start:cut])
+            start = cut
+        assert events(found) == [(b"a\nb", None, "1")], cuts
+
+
+def test_a_run_over_the_size_limit_is_read_event_by_event():
+    stream = b"".join(b"id: %d\ndata: %s\n\n" % (i, b"x" * 40) for i in range(10))
+    assert read_all(stream, limit=50) == [b"x" * 40] * 10
+    assert read_all(stream + b"data: " + b"y" * 60 + b"\n\n", limit=50)[-1][:2] == ("oversized", 60)
+
+
 # -- writing ---------------------------------------------------------------------------------------
 def test_the_writer_is_ascii_only_and_the_json_means_the_same():
     message = json.dumps({"t": 'é\u2028漢😀"\\'}, ensure_ascii=False).encode()
     written = encode_event(message, 3)
     assert written.isascii()
     assert written.startswith(b"id: 3\ndata: ") and written.endswith(b"\n\n")
-    (event,) = SseReader(1000).feed(written)
-    assert json.loads(event.data) == json.loads(message)
+    ((data, _, _),) = events(SseReader(1000).feed(written))
+    assert json.loads(data) == json.loads(message)
     assert b"\\ud83d\\ude00" in written  # a surrogate pair above U+FFFF
     assert ascii_json(b'{"a":1}') == b'{"a":1}'
     assert encode_event(b"{\n}") == b"data: {\ndata: }\n\n"

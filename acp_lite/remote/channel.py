@@ -8,7 +8,7 @@ frames the connection sends through a routing callback.
 
 Rules this module keeps:
 
-- Inbound, a message is one frame. Raw CR and LF bytes in it become spaces (outside JSON strings
+- Inbound, a message is one frame (a ``Lines`` is several, already checked). Raw CR and LF bytes in it become spaces (outside JSON strings
   they can only be whitespace; inside one they were invalid anyway), since the connection splits
   blocks on LF. A message over ``max_message_size`` becomes an ``OversizedFrame`` (its size and
   first bytes), which the connection reports as it does an over-long stdio line.
@@ -42,6 +42,12 @@ _BLOCK_BYTES = 64 * 1024
 
 DEFAULT_MAX_BUFFERED = 16 * 1024 * 1024
 DEFAULT_MAX_PENDING = 16 * 1024 * 1024
+
+
+class Lines(bytes):
+    """Several received messages, one per line, each within ``max_message_size`` and free of CR:
+    queued as they are (an SSE reader that checked a run of events hands them over so)."""
+
 
 Inbound = Union[bytes, OversizedFrame]
 
@@ -102,6 +108,8 @@ class Channel:
                 self._cond.notify_all()
 
     def _inbound(self, message: Inbound) -> Inbound:
+        if type(message) is Lines:
+            return message
         if isinstance(message, (bytes, bytearray, memoryview)):
             message = bytes(message)
             if len(message) > self.max_message_size:

@@ -41,10 +41,10 @@ import msgspec
 
 from ..errors import ConnectionClosed
 from ..wire import OversizedFrame
-from .channel import Channel, Inbound
+from .channel import Channel, Inbound, Lines
 from .client import Lane, Peek, error_answer, id_key, peek, session_of
 from .dial import ERROR_BODY_BYTES, Endpoint, HttpExchange, HttpResponse, retry_delay
-from .sse import SseReader
+from .sse import SseEvents, SseReader
 
 _log = logging.getLogger("acp_lite.remote")
 
@@ -314,7 +314,11 @@ class HttpClient:
                 stream.pieces += 1
                 arrived: List[Inbound] = []
                 for item in reader.feed(piece):
-                    if isinstance(item, OversizedFrame):
+                    if isinstance(item, SseEvents):
+                        for data in item.data:
+                            self._note(data, stream.session)
+                        arrived.append(Lines(b"\n".join(item.data)))
+                    elif isinstance(item, OversizedFrame):
                         arrived.append(item)
                     else:
                         self._note(item.data, stream.session)
