@@ -395,11 +395,13 @@ class SseStream(Sink):
         events: List[bytes] = []
         for event_id, frame in enumerate(frames, first_id):
             events += event_pieces(frame, event_id)
-        # A batch of small events is one chunk; a large frame (alone in its batch) goes as chunks
-        # of its event's pieces, itself among them, not copied (the budget it holds stays its size).
-        chunks = events if len(frames) == 1 and size >= LARGE_FRAME else [b"".join(events)]
+        if len(frames) > 1 or size < LARGE_FRAME:  # small events: one chunk, one write
+            self.peer.write(self.handler.h11.send(h11.Data(data=b"".join(events))) or b"", release, size)
+            return
+        # A large frame (alone in its batch) goes as chunks of its event's pieces, itself among
+        # them, not copied (the budget it holds stays its size).
         pieces = []
-        for chunk in chunks:
+        for chunk in events:
             pieces.extend(self.handler.h11.send_with_data_passthrough(h11.Data(data=chunk)) or [])
         for piece in pieces[:-1]:
             self.peer.write(piece)
