@@ -185,7 +185,7 @@ class HttpClient:
             and body
             and (response.header(b"content-type") or "").startswith("application/json")
         ):
-            self._note(body, None)  # a server answering in the POST's own body
+            self._note([body], None)  # a server answering in the POST's own body
             self.channel.feed(body, timeout=None)
         return response, body
 
@@ -315,13 +315,12 @@ class HttpClient:
                 arrived: List[Inbound] = []
                 for item in reader.feed(piece):
                     if isinstance(item, SseEvents):
-                        for data in item.data:
-                            self._note(data, stream.session)
+                        self._note(item.data, stream.session)
                         arrived.append(Lines(b"\n".join(item.data)))
                     elif isinstance(item, OversizedFrame):
                         arrived.append(item)
                     else:
-                        self._note(item.data, stream.session)
+                        self._note([item.data], stream.session)
                         arrived.append(item.data)
                 if not self.channel.feed_all(arrived):  # one wake-up of the connection per piece
                     return
@@ -338,30 +337,34 @@ class HttpClient:
                 elif stream.status == 200 and self._streams.get(stream.session) is stream:
                     self._fail_session(stream.session, 0, b"")
 
-    def _note(self, data: bytes, stream_session: Optional[str]) -> None:
-        """Note the routes of a message from the server, before it goes to the connection."""
-        message = peek(data)
-        if message is not None and message.id is not msgspec.UNSET:
-            key = id_key(message.id)
-            if message.method is not None:
-                session = session_of(message.params) or stream_session
-                if session is not None:
-                    with self._lock:
-                        self._answer_routes[key] = session
-                        if len(self._answer_routes) > _MAX_ROUTES:
-                            self._answer_routes.popitem(last=False)
-            else:
+    def _note(self, messages: List[bytes], stream_session: Optional[str]) -> None:
+        """Note the routes of messages from the server, before they go to the connection."""
+        for message in map(peek, messages):  # (a loop here, not a call per message: a stream's updates)
+            if message is not None and message.id is not msgspec.UNSET:
+                self._note_one(message, stream_session)
+
+    def _note_one(self, message: Peek, stream_session: Optional[str]) -> None:
+        """Note the routes of one message with an id (a request of the server's, or an answer)."""
+        key = id_key(message.id)
+        if message.method is not None:
+            session = session_of(message.params) or stream_session
+            if session is not None:
                 with self._lock:
-                    self._in_flight.pop(key, None)
-                    reattached = self._reattaching.pop(key, None)
-                if reattached is not None:
-                    with self._lock:
-                        self._plain.discard(reattached)  # loaded: its stream may open now
-                    if stream_session is None:
-                        self._hold_behind(reattached)
-                created = session_of(message.result)
-                if created is not None and created not in self._plain and not self._failed.get(created):
-                    self._start_stream(created)
+                    self._answer_routes[key] = session
+                    if len(self._answer_routes) > _MAX_ROUTES:
+                        self._answer_routes.popitem(last=False)
+        else:
+            with self._lock:
+                self._in_flight.pop(key, None)
+                reattached = self._reattaching.pop(key, None)
+            if reattached is not None:
+                with self._lock:
+                    self._plain.discard(reattached)  # loaded: its stream may open now
+                if stream_session is None:
+                    self._hold_behind(reattached)
+            created = session_of(message.result)
+            if created is not None and created not in self._plain and not self._failed.get(created):
+                self._start_stream(created)
 
     def _hold_behind(self, session: str) -> None:
         """Connection stream: wait until S's stream has been quiet a moment: nothing read, and
