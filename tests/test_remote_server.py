@@ -1,6 +1,7 @@
 """The remote server over real loopback sockets, driven raw (http.client, an SSE line reader):
 each route and status code, the routing rules that make both official clients work, and close."""
 
+import collections
 import json
 import socket
 import sys
@@ -10,10 +11,13 @@ import tracemalloc
 from typing import Any, Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from remote_agent import BIG, RemoteTestAgent
 from remote_driver import INITIALIZE, SseStream, initialize, request, rpc
 
 from acp_lite.remote.server import Limits, RemoteServer, serve_remote
+from acp_lite.remote.server_routes import BATCH_BYTES, LARGE_FRAME, batches
 from bench.remote_abuse import raw_exchange
 
 pytestmark = pytest.mark.timeout(30)
@@ -520,3 +524,17 @@ def test_a_load_posted_without_the_session_header_has_its_replay_before_its_answ
             gate.set()
             session_stream.close()
             stream.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.sampled_from([1, 250, 5_000, LARGE_FRAME - 1, LARGE_FRAME, 70_000]), min_size=1, max_size=60))
+def test_a_streams_frames_go_in_order_in_batches_a_large_one_alone_small_ones_filling_each(sizes):
+    frames = [bytes([i % 256]) * size for i, size in enumerate(sizes)]
+    queue = collections.deque(frames)
+    found = batches(queue)
+    assert not queue and [frame for batch in found for frame in batch] == frames
+    for batch, after in zip(found, [*found[1:], None]):
+        small = all(len(frame) < LARGE_FRAME for frame in batch)
+        assert len(batch) == 1 or (small and sum(map(len, batch)) <= BATCH_BYTES)
+        if small and after is not None and len(after[0]) < LARGE_FRAME:  # full: the next could not join
+            assert sum(map(len, batch)) + len(after[0]) > BATCH_BYTES

@@ -26,7 +26,9 @@ Rules this module keeps (the design's routing rules, which make both official cl
   ``route`` runs in the agent's sending threads and takes the lock.
 """
 
+import bisect
 import collections
+import itertools
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Tuple, Union
@@ -42,7 +44,7 @@ Key = Optional[str]  # a stream: None for the connection stream, else a session 
 _SESSION_OPENERS = frozenset({"session/new", "session/fork"})
 # A pump hands a stream's frames to its reader in batches of up to this many bytes (a write each,
 # not one or more per frame); a frame of LARGE_FRAME bytes or more goes alone, written uncopied.
-_BATCH_BYTES = 64 * 1024
+BATCH_BYTES = 64 * 1024
 LARGE_FRAME = 16 * 1024
 # A frame sent within this many seconds of the one before belongs to a burst (see route).
 _BURST_GAP = 50e-6
@@ -76,6 +78,33 @@ _NO_HEAD = MessageHead()
 def read_head(message: bytes) -> MessageHead:
     """The head of one JSON-RPC message object; ``msgspec.DecodeError`` when it is not one."""
     return _decode_head(message)
+
+
+def batches(queue: Deque[bytes]) -> List[List[bytes]]:
+    """Every frame of ``queue``, taken out in order, in batches: a frame of ``LARGE_FRAME`` bytes
+    or more alone, consecutive smaller ones together up to ``BATCH_BYTES`` in all."""
+    frames = list(queue)
+    queue.clear()
+    sizes = list(map(len, frames))
+    if max(sizes) >= LARGE_FRAME:  # rare: frame by frame
+        found: List[List[bytes]] = []
+        room = 0  # left in the last batch; 0 after a large frame
+        for frame, size in zip(frames, sizes):
+            if size < LARGE_FRAME and size <= room:
+                found[-1].append(frame)
+                room -= size
+            else:
+                found.append([frame])
+                room = BATCH_BYTES - size if size < LARGE_FRAME else 0
+        return found
+    # A stream's updates: cut where the running total passes each batch's room, a step per batch.
+    totals = list(itertools.accumulate(sizes))
+    found, start, before = [], 0, 0
+    while start < len(frames):
+        end = max(start + 1, bisect.bisect_right(totals, before + BATCH_BYTES, start))
+        found.append(frames[start:end])
+        start, before = end, totals[end - 1]
+    return found
 
 
 class Served(Protocol):
@@ -333,7 +362,7 @@ class RemoteConnection:
             return any(stream.reader is not None for stream in self._streams.values())
 
     def pump(self) -> None:
-        """Hand every queued frame to its stream's reader, in batches (``_BATCH_BYTES``), dropping
+        """Hand every queued frame to its stream's reader, in batches (``BATCH_BYTES``), dropping
         each once handed over (a reader writes it again, as an SSE event: a budget's worth queued
         must not be held twice)."""
         work: Deque[Tuple[Sink, List[bytes], int]] = collections.deque()
@@ -343,17 +372,7 @@ class RemoteConnection:
                 return
             for stream in self._streams.values():
                 if stream.reader is not None and stream.queue:
-                    while stream.queue:
-                        batch = [stream.queue.popleft()]
-                        size = len(batch[0])
-                        while (
-                            size < LARGE_FRAME
-                            and stream.queue
-                            and len(stream.queue[0]) < LARGE_FRAME
-                            and size + len(stream.queue[0]) <= _BATCH_BYTES
-                        ):
-                            size += len(stream.queue[0])
-                            batch.append(stream.queue.popleft())
+                    for batch in batches(stream.queue):
                         work.append((stream.reader, batch, stream.next_id))
                         stream.next_id += len(batch)
             # (a local: once the lock is let go, a direct write may set _pumping for itself)
