@@ -243,6 +243,23 @@ class FrameReader:
         size = len(buffer)
         at = 0
         pieces = []
+        if self._left < 0:
+            # Whole final text frames with a header of 2 or 4 bytes, as a server streams its
+            # messages: read in this tight loop; the general one below reads any other frame.
+            while size - at >= 2:
+                first, length = buffer[at], buffer[at + 1]
+                if first != 0x81 or length > 126:  # (0x81: FIN, no reserved bits, text; unmasked)
+                    break
+                if length < 126:
+                    start = at + 2
+                elif size - at >= 4:
+                    length, start = (buffer[at + 2] << 8) | buffer[at + 3], at + 4
+                else:
+                    break
+                if start + length > size:
+                    break
+                pieces.append((OP_TEXT, buffer[start : start + length], True))
+                at = start + length
         while True:
             if self._left < 0:
                 if size - at < 2:
@@ -460,6 +477,9 @@ class WebSocketClient:
                     self._gone = f"the server closed the WebSocket ({code} {said})".strip()
                     break
                 continue  # pongs
+            if opcode == OP_TEXT and ends_message and not self._message_opcode:  # a message in one piece
+                messages.append(piece if len(piece) <= limit else OversizedFrame(len(piece), piece[:OVERSIZED_HEAD]))
+                continue
             if opcode != OP_CONTINUATION:
                 if self._message_opcode:
                     raise FrameError("a new message began before the last one ended")
