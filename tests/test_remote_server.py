@@ -102,6 +102,30 @@ def test_a_permission_answer_without_a_session_header_is_routed_by_id(server):
     connection_stream.close()
 
 
+def test_the_updates_of_sessions_taking_turns_each_go_to_their_own_stream(server):
+    # The second session's id extends the first's ("...-1", "...-10"): routing tells them apart
+    # (the head of a run of updates is read once, up to the session id's closing quote).
+    cid = initialize(server.address)
+    connection_stream = SseStream(server.address, cid)
+    sessions = []
+    for n, cwd in enumerate(["/", "/abcdefghi"], start=1):
+        new = rpc("session/new", {"cwd": cwd, "mcpServers": []}, id=n)
+        assert request(server.address, "POST", new, {"Acp-Connection-Id": cid}).status == 202
+        sessions.append(connection_stream.message()["result"]["sessionId"])
+    assert sessions[1].startswith(sessions[0])
+    streams = {session: SseStream(server.address, cid, session) for session in sessions}
+    for request_id, session in enumerate([sessions[0], sessions[1], sessions[0]], start=10):
+        prompt = rpc(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "many 3"}]}, request_id
+        )
+        headers = {"Acp-Connection-Id": cid, "Acp-Session-Id": session}
+        assert request(server.address, "POST", prompt, headers).status == 202
+        seen = streams[session].messages_until(lambda m, i=request_id: m.get("id") == i)
+        assert [m["params"]["sessionId"] for m in seen[:-1]] == [session] * 3
+    for stream in [*streams.values(), connection_stream]:
+        stream.close()
+
+
 def test_a_session_named_without_the_header_is_served_on_the_connection_stream(server):
     # The Python client's reconnect: session/load without Acp-Session-Id, and no session GET.
     cid = initialize(server.address)

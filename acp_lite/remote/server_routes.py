@@ -74,6 +74,10 @@ _decode_params = msgspec.json.Decoder(_Params).decode
 
 _NO_HEAD = MessageHead()
 
+# How the notifier's frames begin, up to the session id (each a JSON string, quotes included): a
+# frame that begins so is a session/update of that session, and its head need not be decoded.
+_UPDATE_HEAD = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+
 
 def read_head(message: bytes) -> MessageHead:
     """The head of one JSON-RPC message object; ``msgspec.DecodeError`` when it is not one."""
@@ -182,6 +186,9 @@ class RemoteConnection:
         self._pump_scheduled = False
         self._pumping = False  # frames taken from a stream are being handed to its reader
         self._routed_at = 0.0  # when the agent last sent a frame (WebSocket)
+        # The prefix of the last session/update routed (HTTP), and its head: one tuple, as the
+        # agent's threads route at once. (A first prefix that no frame starts with.)
+        self._last_update: Tuple[bytes, MessageHead] = (b"\0", _NO_HEAD)
         self._initialize_waiter: Optional[Callable[[bytes], None]] = None
         self._initialize_id: Union[int, str, None] = None
         self.ended = False
@@ -246,11 +253,20 @@ class RemoteConnection:
             if lone and self._write_now(frame):
                 return
         head = _NO_HEAD
-        if not self.websocket:
+        update_prefix, update_session = self._last_update
+        if self.websocket:
+            pass
+        elif frame.startswith(update_prefix):  # a session/update of the session the last one named
+            head = update_session
+        else:
             try:
                 head = read_head(frame)
             except msgspec.DecodeError:
                 pass
+            session = head.session_id
+            if head.method == "session/update" and session is not None:
+                named = MessageHead(method=head.method, params=_Params(session))  # (routing reads no more)
+                self._last_update = (_UPDATE_HEAD + msgspec.json.encode(session), named)
         waiter = None
         with self._lock:
             if self._initialize_waiter is not None and head.method is None and head.id == self._initialize_id:
