@@ -7,9 +7,9 @@ The official SDKs' servers are in tests/interop/test_remote_interop.py."""
 import json
 import queue
 import random
-import struct
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import threading
@@ -17,9 +17,9 @@ import time
 
 import h11
 import pytest
+from acp_harness import TextsClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from acp_harness import TextsClient
 from remote_agent import BIG, RemoteTestAgent
 
 from acp_lite.client import RemoteAgent

@@ -8,10 +8,11 @@ frames the connection sends through a routing callback.
 
 Rules this module keeps:
 
-- Inbound, a message is one frame (a ``Lines`` is several, already checked). Raw CR and LF bytes in it become spaces (outside JSON strings
-  they can only be whitespace; inside one they were invalid anyway), since the connection splits
-  blocks on LF. A message over ``max_message_size`` becomes an ``OversizedFrame`` (its size and
-  first bytes), which the connection reports as it does an over-long stdio line.
+- Inbound, a message is one frame (a ``Lines`` is several, already checked). Raw CR and LF bytes
+  in it become spaces (outside JSON strings they can only be whitespace; inside one they were
+  invalid anyway), since the connection splits blocks on LF. A message over ``max_message_size``
+  becomes an ``OversizedFrame`` (its size and first bytes), which the connection reports as it
+  does an over-long stdio line.
 - Inbound bytes are bounded: ``feed`` accepts a message only while fewer than ``max_buffered``
   bytes wait to be read (it may wait for room, up to its timeout); the feeder decides what a
   refusal means (hold a POST, close a WebSocket with 1008, stop reading a socket). Messages wait
