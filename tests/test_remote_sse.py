@@ -8,7 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acp_lite.remote.sse import KEEP_ALIVE, SseEvent, SseEvents, SseReader, ascii_json, encode_event, event_pieces
+from acp_lite.remote.sse import (
+    KEEP_ALIVE,
+    SseEvent,
+    SseEvents,
+    SseReader,
+    ascii_json,
+    encode_event,
+    encode_events,
+    event_pieces,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -242,3 +251,9 @@ def test_event_pieces_are_the_event_and_carry_an_ascii_one_line_message_as_it_is
         for event_id in (None, 7):
             assert b"".join(event_pieces(message, event_id)) == encode_event(message, event_id)
     assert event_pieces(ascii_one_line, 7)[1] is ascii_one_line
+
+
+def test_a_batch_of_events_is_each_message_encoded_in_turn():
+    plain = [b'{"a":1}', b"[2]", b'"x"']
+    for batch in (plain, [*plain, '{"t":"\u00e9"}'.encode()], [b"{\r\n}", *plain]):
+        assert encode_events(batch, 7) == b"".join(encode_event(m, i) for i, m in enumerate(batch, 7))

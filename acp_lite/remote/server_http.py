@@ -31,7 +31,7 @@ from .server_hub import Hub, Refusal
 from .server_loop import Handler, Peer
 from .server_routes import LARGE_FRAME, MessageHead, RemoteConnection, Sink, read_head
 from .server_ws import WebSocketHandler, handshake_headers
-from .sse import KEEP_ALIVE, event_pieces
+from .sse import KEEP_ALIVE, encode_events, event_pieces
 
 log = logging.getLogger("acp_lite.remote.server")
 
@@ -392,16 +392,13 @@ class SseStream(Sink):
         if self._ended or self.peer.closed:
             release(size)
             return
-        events: List[bytes] = []
-        for event_id, frame in enumerate(frames, first_id):
-            events += event_pieces(frame, event_id)
         if len(frames) > 1 or size < LARGE_FRAME:  # small events: one chunk, one write
-            self.peer.write(self.handler.h11.send(h11.Data(data=b"".join(events))) or b"", release, size)
+            self.peer.write(self.handler.h11.send(h11.Data(data=encode_events(frames, first_id))) or b"", release, size)
             return
         # A large frame (alone in its batch) goes as chunks of its event's pieces, itself among
         # them, not copied (the budget it holds stays its size).
         pieces = []
-        for chunk in events:
+        for chunk in event_pieces(frames[0], first_id):
             pieces.extend(self.handler.h11.send_with_data_passthrough(h11.Data(data=chunk)) or [])
         for piece in pieces[:-1]:
             self.peer.write(piece)

@@ -291,6 +291,18 @@ def ascii_json(message: bytes) -> bytes:
     return _NON_ASCII.sub(_escape, message.decode("utf-8")).encode("ascii")
 
 
+def encode_events(messages: List[bytes], first_id: int) -> bytes:
+    """The events of ``messages``, with ids ``first_id`` on, joined: what ``encode_event`` makes
+    of each, the batch checked at once (a stream's updates are ASCII lines)."""
+    joined = b"".join(messages)
+    if 10 in joined or 13 in joined or not joined.isascii():
+        return b"".join([encode_event(message, event_id) for event_id, message in enumerate(messages, first_id)])
+    events: List[bytes] = []
+    for event_id, message in enumerate(messages, first_id):
+        events += (b"id: %d\ndata: " % event_id, message, b"\n\n")
+    return b"".join(events)
+
+
 def event_pieces(message: bytes, event_id: Optional[int] = None) -> List[bytes]:
     """``encode_event(message, event_id)`` in pieces whose bytes, joined, are that event:
     ``message`` itself among them when it is ASCII on one line (a large one is not copied)."""
