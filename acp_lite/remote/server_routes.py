@@ -381,21 +381,27 @@ class RemoteConnection:
         """Hand every queued frame to its stream's reader, in batches (``BATCH_BYTES``), dropping
         each once handed over (a reader writes it again, as an SSE event: a budget's worth queued
         must not be held twice)."""
-        work: Deque[Tuple[Sink, List[bytes], int]] = collections.deque()
+        taken: List[Tuple[Stream, Sink, Deque[bytes]]] = []
         with self._lock:
             self._pump_scheduled = False
             if self._pumping:  # a frame is being written from another thread: it pumps after it
                 return
+            # Each queue is taken whole and cut into batches once the lock is let go: the agent's
+            # threads route meanwhile (into a new queue). Only a pump touches ``next_id``.
             for stream in self._streams.values():
                 if stream.reader is not None and stream.queue:
-                    for batch in batches(stream.queue):
-                        work.append((stream.reader, batch, stream.next_id))
-                        stream.next_id += len(batch)
+                    taken.append((stream, stream.reader, stream.queue))
+                    stream.queue = collections.deque()
             # (a local: once the lock is let go, a direct write may set _pumping for itself)
-            pumping = self._pumping = bool(work)
+            pumping = self._pumping = bool(taken)
         try:
+            work: Deque[Tuple[Stream, Sink, List[bytes]]] = collections.deque()
+            for stream, reader, queue in taken:
+                work.extend((stream, reader, batch) for batch in batches(queue))  # (it empties the queue)
             while work:
-                reader, frames, first_id = work.popleft()
+                stream, reader, frames = work.popleft()
+                first_id = stream.next_id
+                stream.next_id += len(frames)
                 reader.deliver(frames, first_id, self.channel.sent)
                 del frames
         finally:
