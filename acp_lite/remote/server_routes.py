@@ -20,9 +20,14 @@ Rules this module keeps (the design's routing rules, which make both official cl
   Python client opens S's stream while its load, posted without the header, is running): the
   replay and the answer share one stream, in order.
 - Client answers to agent requests are routed by id: the session header is optional on them.
+- Routing reads a frame's head (method, id, ``params.sessionId``), except for a frame that begins
+  as the last session/update routed did, through its session id's closing quote: it names the
+  same session (a turn's updates). Its stream is chosen by the routes as they are then.
+- A pump takes each stream's queue whole under the lock and hands it to the reader in batches
+  outside it: a frame of ``LARGE_FRAME`` bytes or more alone, smaller ones up to ``BATCH_BYTES``.
 - The connection's outbound bytes are the channel's budget: a frame counts until its last byte is
   on the wire (or dropped), so a slow reader holds the agent's senders, never memory.
-- Loop-thread members: ``incoming``, ``attach``, ``detach``, ``pump``, ``end_streams``;
+- Loop-thread members: ``incoming``, ``attach``, ``detach``, ``pump``, ``end``;
   ``route`` runs in the agent's sending threads and takes the lock.
 """
 
