@@ -34,6 +34,7 @@ Invariants (``reading``, ``answering`` and ``delivery`` give their detail):
   included. The watcher is the process's: it drops the connection at its next look.
 """
 
+import copy
 import logging
 import threading
 import time
@@ -182,7 +183,7 @@ class Connection:
         if first:
             self._reading.stop()
             for call in pending:
-                settle(call.future, None, self._close_error)
+                settle(call.future, None, self._closed_error())
             self._queue.closing()  # (in host mode what waited goes to _drop_host_items)
             stopped = self._run_closing()
             # At once: behind a blocking callback a request would wait for it, which close() does not end.
@@ -204,11 +205,17 @@ class Connection:
         if stopped is not None:
             raise stopped  # (a closing callback's Ctrl-C or SystemExit, once the connection is closed)
 
+    def _closed_error(self) -> ConnectionClosed:
+        # Once closed: why, as a new exception each time (one instance raised again and again
+        # would keep every traceback it went through).
+        assert self._close_error is not None
+        return copy.copy(self._close_error)
+
     def _drop_host_items(self, dropped: List[Callback]) -> None:
         # Host mode, closed: of what no pump will deliver (``HostLane.closing``), the answers fail their futures.
         for fn, arg in dropped:
             if fn is settle_item:
-                settle(arg[0].future, None, self._close_error)
+                settle(arg[0].future, None, self._closed_error())
 
     def _run_closing(self) -> Optional[BaseException]:
         # Returns what a callback raised that is no Exception (Ctrl-C, SystemExit), for the caller to raise once done.
@@ -292,7 +299,7 @@ class Connection:
         """Send a notification. Raises ``ConnectionClosed`` once closed. Any thread."""
         check_method_name(method)
         if self._close_error is not None:
-            raise self._close_error
+            raise self._closed_error()
         self._send_message(notification(method, params), method)
 
     def notifier(self, method: str) -> Callable[[Any], None]:
@@ -306,7 +313,7 @@ class Connection:
 
         def send_notification(params: Any) -> None:  # a turn's updates: all it can do once is done above
             if self._close_error is not None:
-                raise self._close_error
+                raise self._closed_error()
             try:
                 frame = head + encode(params) + b"}"
             except ENCODE_FAILURES as exc:
@@ -325,7 +332,7 @@ class Connection:
         self._reading.hand_reading_on()  # (in a handler the reading thread runs) its answer must be read meanwhile
         with self._lock:
             if self._close_error is not None:
-                raise self._close_error
+                raise self._closed_error()
             self._core.add_pending(request_id, PendingCall(method, future, result_type, direct))
         try:
             self._send_message(frame, method, timeout)
@@ -390,7 +397,7 @@ class Connection:
         with self._lock:
             pending = self._core.take_pending()
         for call in pending:
-            settle(call.future, None, self._close_error)
+            settle(call.future, None, self._closed_error())
         stopped = self._run_closing()
         if stopped is not None:
             raise stopped  # (the exception rule of where callbacks run)

@@ -171,3 +171,15 @@ def test_a_router_that_fails_leaves_nothing_pending():
     with pytest.raises(ConnectionClosed):
         channel.send(b"[1]")
     assert channel.pending == 0 and channel.flush(0)
+
+
+def test_each_send_after_the_end_raises_an_exception_of_its_own():
+    channel = Channel(lambda frame: None)
+    channel.end(ConnectionClosed("the server went away"))
+    raised = []
+    for _ in range(20):
+        with pytest.raises(ConnectionClosed) as caught:
+            channel.send(b"[1]")
+        raised.append(caught.value)
+    raised.append(channel.closed_error())
+    assert len({id(exc) for exc in raised}) == 21 and {str(exc) for exc in raised} == {"the server went away"}

@@ -11,6 +11,7 @@ import queue
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import Future
 from typing import Any, List
 
@@ -1049,6 +1050,33 @@ def test_close_while_calls_are_pending_fails_them_all_once(linked):
     assert errors.qsize() == 8 and all(isinstance(errors.get(), ConnectionClosed) for _ in range(8))
     assert all(isinstance(f.exception(0), ConnectionClosed) for f in futures)
     a.close()  # idempotent
+
+
+def test_each_refusal_after_close_raises_an_exception_of_its_own(linked):
+    # One instance raised again and again would keep every traceback it went through: a caller
+    # that catches and goes on (an agent still streaming to a client that left) would grow it.
+    a, b = linked
+    b.on_request("x/never", lambda params, ctx: Future())  # never answered
+    start(a, b)
+    pending = [a.call_future("x/never") for _ in range(3)]
+    wait_for(lambda: len(a._core.pending_ids()) == 3)
+    a.close()
+    send = a.notifier("x/note")
+    raised = [future.exception(WAIT) for future in pending]
+    for attempt in (
+        lambda: a.notify("x/note", {}),
+        lambda: send({}),
+        lambda: a.call("x/ping"),
+        lambda: a.call_future("x/ping"),
+    ):
+        for _ in range(20):
+            try:
+                attempt()
+            except ConnectionClosed as exc:
+                raised.append(exc)
+    assert len(raised) == 83 and len({id(exc) for exc in raised}) == 83
+    assert len({str(exc) for exc in raised}) == 1
+    assert all(len(traceback.extract_tb(exc.__traceback__)) < 10 for exc in raised)
 
 
 def test_threads_are_named_daemons_and_close_joins_them(linked):

@@ -30,6 +30,7 @@ Rules this module keeps:
 """
 
 import collections
+import copy
 import threading
 import time
 from typing import Any, Callable, Deque, Iterable, List, Optional, Union
@@ -220,7 +221,7 @@ class Channel:
             if self._closing:
                 raise ConnectionClosed(f"{self.name}: the transport was closed")
             if self._ended is not None:
-                raise self._ended
+                raise self.closed_error()
             self._routed += len(frame)
         try:
             self._route(frame)
@@ -247,8 +248,11 @@ class Channel:
         return self._closing
 
     def closed_error(self) -> ConnectionClosed:
-        """Why the channel ended. Any thread."""
-        return self._ended if self._ended is not None else ConnectionClosed(f"{self.name}: connection closed")
+        """Why the channel ended, as a new exception each time (one raised again and again would
+        keep every traceback it went through). Any thread."""
+        if self._ended is not None:
+            return copy.copy(self._ended)
+        return ConnectionClosed(f"{self.name}: connection closed")
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush (up to ``timeout``), then end the channel and call ``on_close`` with the time
