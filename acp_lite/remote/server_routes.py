@@ -269,7 +269,8 @@ class RemoteConnection:
             except msgspec.DecodeError:
                 pass
             session = head.session_id
-            if head.method == "session/update" and session is not None:
+            # (Built once a session: an agent whose frames begin otherwise costs a comparison more.)
+            if head.method == "session/update" and session is not None and session != update_session.session_id:
                 named = MessageHead(method=head.method, params=_Params(session))  # (routing reads no more)
                 self._last_update = (_UPDATE_HEAD + msgspec.json.encode(session), named)
         waiter = None
