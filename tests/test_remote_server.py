@@ -17,7 +17,7 @@ from remote_agent import BIG, RemoteTestAgent
 from remote_driver import INITIALIZE, SseStream, initialize, request, rpc
 
 from acp_lite.remote.server import Limits, RemoteServer, serve_remote
-from acp_lite.remote.server_routes import BATCH_BYTES, LARGE_FRAME, batches
+from acp_lite.remote.server_routes import BATCH_BYTES, LARGE_FRAME, RemoteConnection, batches
 from bench.remote_abuse import raw_exchange
 
 pytestmark = pytest.mark.timeout(30)
@@ -562,3 +562,38 @@ def test_a_streams_frames_go_in_order_in_batches_a_large_one_alone_small_ones_fi
         assert len(batch) == 1 or (small and sum(map(len, batch)) <= BATCH_BYTES)
         if small and after is not None and len(after[0]) < LARGE_FRAME:  # full: the next could not join
             assert sum(map(len, batch)) + len(after[0]) > BATCH_BYTES
+
+
+def test_updates_written_in_another_key_order_are_routed_by_their_decoded_head():
+    # A bridged agent's frames need not begin as the notifier's: each is read, none misrouted.
+    class Loop:
+        def call_soon(self, fn):
+            pass
+
+    class Backend:
+        closed = False
+
+        def close(self, timeout=5.0):
+            pass
+
+    connection = RemoteConnection(
+        "c" * 16,
+        None,
+        lambda channel: Backend(),
+        Loop(),
+        websocket=False,
+        max_message_size=1 << 20,
+        max_pending=1 << 20,
+        max_buffered=1 << 20,
+        on_closed=lambda c: None,
+    )
+    connection._routes.update({"a": True, "ab": True})
+    frames = [
+        b'{"method":"session/update","jsonrpc":"2.0","params":{"sessionId":"%s","update":{"n":%d}}}' % (s, n)
+        for n, s in enumerate([b"a", b"ab", b"a", b"a", b"ab"])
+    ]
+    frames.append(b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"ab","update":{}}}')
+    for frame in frames:
+        connection.channel.send(frame)
+    assert list(connection._streams["a"].queue) == [frames[0], frames[2], frames[3]]
+    assert list(connection._streams["ab"].queue) == [frames[1], frames[4], frames[5]]
