@@ -204,7 +204,9 @@ class Channel:
         """Hand one frame to the router; wait (up to ``timeout``: ``CallTimeout``) while more
         than ``max_pending`` bytes are routed and unsent. Raises ``ConnectionClosed`` once the
         channel has ended or closed. Any thread."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # (not ``with``, which costs a sent update a twentieth more instructions)
+        try:
             if self._routed - self._sent > self.max_pending and not self._closing and self._ended is None:
                 self._senders_held += 1
                 try:
@@ -223,6 +225,8 @@ class Channel:
             if self._ended is not None:
                 raise self.closed_error()
             self._routed += len(frame)
+        finally:
+            lock.release()
         try:
             self._route(frame)
         except BaseException:
