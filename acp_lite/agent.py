@@ -29,7 +29,7 @@ import threading
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextvars import ContextVar
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Union, get_args
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Union, get_args
 
 from .aio import EventLoop, awaitable
 from .answering import RequestContext
@@ -547,7 +547,7 @@ class RemoteClient:
             raise CapabilityError("the client did not advertise terminal")
 
 
-_TOOL_CALL_UPDATES = (ToolCall, SessionUpdateToolCallUpdate)
+_TOOL_CALL_UPDATES: FrozenSet[type] = frozenset((ToolCall, SessionUpdateToolCallUpdate))  # (a tuple compares each)
 
 
 def _require_absolute_tool_call_paths(tool_call: Any) -> None:

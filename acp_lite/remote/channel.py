@@ -208,18 +208,7 @@ class Channel:
         lock.acquire()  # (not ``with``, which costs a sent update a twentieth more instructions)
         try:
             if self._routed - self._sent > self.max_pending and not self._closing and self._ended is None:
-                self._senders_held += 1
-                try:
-                    room = self._cond.wait_for(
-                        lambda: (
-                            self._routed - self._sent <= self.max_pending or self._closing or self._ended is not None
-                        ),
-                        timeout,
-                    )
-                finally:
-                    self._senders_held -= 1
-                if not room:
-                    raise CallTimeout(f"{self.name}: no room to send within {timeout} s (the peer is not reading)")
+                self._wait_for_room(timeout)
             if self._closing:
                 raise ConnectionClosed(f"{self.name}: the transport was closed")
             if self._ended is not None:
@@ -232,6 +221,20 @@ class Channel:
         except BaseException:
             self.sent(len(frame))  # not routed: nothing to wait for
             raise
+
+    def _wait_for_room(self, timeout: Optional[float]) -> None:
+        # Under the lock. (Apart from ``send``, whose every call would otherwise make a cell for
+        # the ``self`` this lambda reads.)
+        self._senders_held += 1
+        try:
+            room = self._cond.wait_for(
+                lambda: self._routed - self._sent <= self.max_pending or self._closing or self._ended is not None,
+                timeout,
+            )
+        finally:
+            self._senders_held -= 1
+        if not room:
+            raise CallTimeout(f"{self.name}: no room to send within {timeout} s (the peer is not reading)")
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Wait until the bytes routed before this call are sent; True if so. Any thread."""

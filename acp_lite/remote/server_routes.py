@@ -33,6 +33,7 @@ Rules this module keeps (the design's routing rules, which make both official cl
 
 import bisect
 import collections
+import functools
 import itertools
 import threading
 import time
@@ -296,7 +297,8 @@ class RemoteConnection:
         finally:
             lock.release()
         if waiter is not None:
-            self._loop.call_soon(lambda: self._initialize_answered(waiter, frame))
+            self._loop.call_soon(functools.partial(self._initialize_answered, waiter, frame))  # (no lambda:
+            # it would make cells of ``self`` and ``frame`` at every call)
         elif schedule:
             self._loop.call_soon(self.pump)
 
