@@ -386,24 +386,7 @@ class Transport(MessageTransport):
         self._lock.acquire()
         try:
             if self._backlog_size + self._batch_size > _WRITE_BACKLOG_LIMIT:
-                self._senders_held += 1
-                try:
-                    room = self._wait(
-                        lambda: (
-                            self._backlog_size + self._batch_size <= _WRITE_BACKLOG_LIMIT
-                            or self._closing
-                            or self._write_failed
-                        ),
-                        timeout,
-                    )
-                finally:
-                    self._senders_held -= 1
-                if not room:
-                    within = "" if timeout == 0 else f" within {timeout} s"
-                    raise CallTimeout(
-                        f"{self.name}: no room to send{within}: over {_WRITE_BACKLOG_LIMIT >> 20} MiB wait to be "
-                        "written (the peer is not reading)"
-                    )
+                self._wait_for_room(timeout)
             refused = self._closing or self._write_failed
             if not refused and (self._writing or not self._take_writer_role(timeout is not None, len(frame))):
                 self._backlog.append(frame)
@@ -560,6 +543,26 @@ class Transport(MessageTransport):
                 return batch
             else:
                 self._end_write(failed=False)
+
+    def _wait_for_room(self, timeout: Optional[float]) -> None:
+        # Under the lock: a sender's wait for room in the backlog. (Apart from ``send``, whose
+        # every call would otherwise make a cell for the ``self`` this lambda reads.)
+        self._senders_held += 1
+        try:
+            room = self._wait(
+                lambda: (
+                    self._backlog_size + self._batch_size <= _WRITE_BACKLOG_LIMIT or self._closing or self._write_failed
+                ),
+                timeout,
+            )
+        finally:
+            self._senders_held -= 1
+        if not room:
+            within = "" if timeout == 0 else f" within {timeout} s"
+            raise CallTimeout(
+                f"{self.name}: no room to send{within}: over {_WRITE_BACKLOG_LIMIT >> 20} MiB wait to be "
+                "written (the peer is not reading)"
+            )
 
     def _wait(self, predicate: Callable[[], bool], timeout: Optional[float] = None) -> bool:
         # Under the lock: wait on the condition, counted so that writers know to notify.
