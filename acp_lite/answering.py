@@ -346,10 +346,14 @@ class Answering:
             _serving.ctx = None
         if isinstance(result, Future):
             ctx.cancel_token.add_callback(result.cancel)
-            result.add_done_callback(lambda f: self._answer_future(ctx, f))
+            self._answer_when_done(ctx, result)
             return result if isinstance(result, HandlerTask) else None
         self.answer(ctx, result, None)
         return None
+
+    def _answer_when_done(self, ctx: RequestContext, result: Future) -> None:
+        # (Apart from run_handler, whose every call would otherwise make cells for what this reads.)
+        result.add_done_callback(lambda f: self._answer_future(ctx, f))
 
     def _answer_future(self, ctx: RequestContext, future: Future) -> None:
         if future.cancelled():

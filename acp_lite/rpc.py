@@ -291,9 +291,13 @@ class Connection:
         request_id = future._request_id = self._send_request(method, params, result_type, future, False, None)
         future._connection = self  # (two attributes, not a partial: this runs for every call)
         if timeout is not None:
-            deadline = call_after(timeout, lambda: self._time_out(future, request_id, method, timeout))
-            future.add_done_callback(lambda _: deadline.cancel())
+            self._time_out_after(timeout, future, request_id, method)
         return future
+
+    def _time_out_after(self, timeout: float, future: Future, request_id: int, method: str) -> None:
+        # (Apart from call_future, whose every call would otherwise make cells for what these read.)
+        deadline = call_after(timeout, lambda: self._time_out(future, request_id, method, timeout))
+        future.add_done_callback(lambda _: deadline.cancel())
 
     def notify(self, method: str, params: Any = None) -> None:
         """Send a notification. Raises ``ConnectionClosed`` once closed. Any thread."""
