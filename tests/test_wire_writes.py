@@ -533,15 +533,17 @@ EXITS_WITHOUT_CLOSE = """
 import os, sys
 from acp_lite.wire import Transport
 transport = Transport(os.open(os.devnull, os.O_RDONLY), 1, name="exiting")
+timeout = float(sys.argv[2]) if len(sys.argv) > 2 else None
 for i in range(int(sys.argv[1])):
-    transport.send(b'{"i":%d}' % i)
+    transport.send(b'{"i":%d}' % i, timeout=timeout)
 """
 
 
-def _run_exiting_sender(count, stdout):
+def _run_exiting_sender(count, stdout, timeout=None):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=repo)
-    return subprocess.Popen([sys.executable, "-c", EXITS_WITHOUT_CLOSE, str(count)], stdout=stdout, env=env)
+    argv = [sys.executable, "-c", EXITS_WITHOUT_CLOSE, str(count)] + ([] if timeout is None else [str(timeout)])
+    return subprocess.Popen(argv, stdout=stdout, env=env)
 
 
 @pytest.mark.req("ACP-V1-TRANSPORT-STDIO-NEWLINE-DELIMITED")
@@ -557,9 +559,11 @@ def test_a_program_that_exits_without_closing_still_sends_every_frame():
 @pytest.mark.slow
 def test_the_exit_flush_gives_up_on_a_peer_that_does_not_read():
     # More than the pipe holds, nobody reading: the program still exits, after the hook's
-    # bounded wait, instead of hanging on the flush.
+    # bounded wait, instead of hanging on the flush. Its sends are bounded (timeout=0), so they
+    # queue what the pipe cannot take: an unbounded send may block in a write itself (a sender
+    # whose sends are a while apart writes its own frames), and bounding that is the caller's.
     read_end, write_end = os.pipe()
-    sender = _run_exiting_sender(100_000, write_end)
+    sender = _run_exiting_sender(100_000, write_end, timeout=0)
     os.close(write_end)
     try:
         assert sender.wait(timeout=20) == 0
