@@ -297,8 +297,8 @@ class RemoteConnection:
         finally:
             lock.release()
         if waiter is not None:
-            self._loop.call_soon(functools.partial(self._initialize_answered, waiter, frame))  # (no lambda:
-            # it would make cells of ``self`` and ``frame`` at every call)
+            # (A partial, not a lambda: that would make cells of ``self`` and ``frame`` at every call.)
+            self._loop.call_soon(functools.partial(self._initialize_answered, waiter, frame))
         elif schedule:
             self._loop.call_soon(self.pump)
 
