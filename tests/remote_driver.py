@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from wsproto import WSConnection
 from wsproto.connection import ConnectionType
-from wsproto.events import AcceptConnection, CloseConnection, Ping, RejectConnection, Request, TextMessage
+from wsproto.events import AcceptConnection, CloseConnection, Ping, Pong, RejectConnection, Request, TextMessage
 
 TIMEOUT = 10.0
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -129,6 +129,7 @@ class WsClient(_Messages):
         self.rejected: Optional[RejectConnection] = None
         self.closed: Optional[CloseConnection] = None
         self.pings = 0
+        self.pongs: List[bytes] = []
         self._messages: List[str] = []
         self._parts: List[str] = []
         while self.accepted is None and self.rejected is None:
@@ -171,6 +172,8 @@ class WsClient(_Messages):
                 if event.message_finished:
                     self._messages.append("".join(self._parts))
                     self._parts = []
+            elif isinstance(event, Pong):
+                self.pongs.append(event.payload)
             elif isinstance(event, Ping):
                 self.pings += 1
                 self.sock.sendall(self.ws.send(event.response()))

@@ -6,10 +6,8 @@ The official SDKs' servers are in tests/interop/test_remote_interop.py."""
 
 import json
 import queue
-import random
 import socket
 import ssl
-import struct
 import subprocess
 import sys
 import threading
@@ -18,13 +16,11 @@ import time
 import h11
 import pytest
 from acp_harness import TextsClient
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from remote_agent import BIG, RemoteTestAgent
 
 from acp_lite.client import RemoteAgent
 from acp_lite.errors import AcpError, ConnectionClosed, UsageError
-from acp_lite.remote.client import OP_BINARY, OP_CONTINUATION, OP_PING, OP_TEXT, FrameReader, open_url
+from acp_lite.remote.client import open_url
 from acp_lite.remote.dial import Endpoint
 from acp_lite.remote.server import Limits, serve_remote
 from acp_lite.rpc import Connection
@@ -489,23 +485,6 @@ def test_a_connection_the_server_sheds_is_asked_for_again_after_its_retry_after(
                 agent.close()
 
 
-@pytest.mark.parametrize("size", [0, 1, 125, 126, 65535, 65536, 1 << 20])
-def test_client_frames_are_final_masked_and_sized_as_rfc_6455_says(size):
-    from wsproto.frame_protocol import FrameProtocol, Opcode
-
-    from acp_lite.remote.client import OP_TEXT, client_frame
-
-    text = "".join(chr(97 + i % 26) for i in range(size))
-    frames = [client_frame(OP_TEXT, text.encode()), client_frame(OP_TEXT, text.encode())]
-    assert frames[0][1] & 0x80 and frames[0] != frames[1]  # masked, each with a key of its own
-    server_side = FrameProtocol(client=False, extensions=[])  # refuses an unmasked client frame
-    server_side.receive_bytes(b"".join(frames))
-    received = list(server_side.received_frames())
-    assert [(frame.opcode, frame.frame_finished, frame.message_finished, frame.payload) for frame in received] == [
-        (Opcode.TEXT, True, True, text)
-    ] * 2
-
-
 class SilentWebSocketServer:
     """Accepts the upgrade, then stops reading what the client sends: its socket buffers fill up.
     ``speak()`` then sends a ping and a notification (the client must read them all the same)."""
@@ -626,58 +605,3 @@ def test_replies_written_from_many_threads_and_a_stream_share_a_websocket_whole_
             agent.close()
     assert not failures
     assert [text.split()[1] for text in client.texts] == [str(n) for n in range(200)] * 5
-
-
-def frame_bytes(opcode: int, payload: bytes, fin: bool) -> bytes:
-    """One unmasked frame as a server writes it, with the shortest header for its size."""
-    first = (0x80 if fin else 0) | opcode
-    size = len(payload)
-    if size < 126:
-        return bytes((first, size)) + payload
-    if size < 65536:
-        return struct.pack("!BBH", first, 126, size) + payload
-    return struct.pack("!BBQ", first, 127, size) + payload
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    messages=st.lists(
-        st.tuples(
-            st.sampled_from([OP_TEXT, OP_BINARY, OP_PING]),
-            st.sampled_from([0, 1, 125, 126, 256, 1027, 65536]),
-            st.integers(1, 3),
-        ),
-        min_size=1,
-        max_size=10,
-    ),
-    seed=st.integers(0, 1 << 30),
-)
-def test_websocket_frames_read_the_same_however_their_bytes_are_cut(messages, seed):
-    # Whole final text frames are read in a tight loop, the rest frame by frame, a frame split
-    # across reads piece by piece: the same messages, in order, whatever the cuts.
-    stream, expected = b"", []
-    for index, (opcode, size, fragments) in enumerate(messages):
-        payload = bytes([index]) * (min(size, 125) if opcode == OP_PING else size)
-        if opcode == OP_PING:
-            fragments = 1
-        cut_at = [len(payload) * i // fragments for i in range(fragments + 1)]
-        for i in range(fragments):
-            stream += frame_bytes(
-                opcode if i == 0 else OP_CONTINUATION, payload[cut_at[i] : cut_at[i + 1]], i == fragments - 1
-            )
-        expected.append((opcode, payload))
-    rng = random.Random(seed)
-    cuts = sorted({rng.randrange(len(stream) + 1) for _ in range(rng.randrange(6))})
-    reader, found, parts, kind, start = FrameReader(), [], [], 0, 0
-    for cut in [*cuts, len(stream)]:
-        for opcode, piece, ends_message in reader.feed(stream[start:cut]):
-            if opcode >= OP_PING:
-                found.append((opcode, piece))
-                continue
-            kind = opcode or kind
-            parts.append(piece)
-            if ends_message:
-                found.append((kind, b"".join(parts)))
-                parts, kind = [], 0
-        start = cut
-    assert found == expected

@@ -12,14 +12,13 @@ Rules this module keeps:
   them one at a time (a POST, or a WebSocket frame), so a ``session/cancel`` can never overtake
   its prompt, and a sender never blocks on the network (the channel bounds what waits). Over a
   plain WebSocket an idle lane's sender writes its own frame when the socket takes it at once.
-- WebSocket: text frames only (binary ones are ignored), fragments joined, a message over
-  ``max_message_size`` dropped as it arrives and reported as an ``OversizedFrame``; pings are
+- WebSocket: messages as ``frames.MessageReader`` reads them (text only, a message over
+  ``max_message_size`` dropped as it arrives and reported as an ``OversizedFrame``); pings are
   answered at once; after ``ping_interval`` seconds of silence the client pings, and a server
   silent for another ``ping_interval`` is declared gone. Pings, pongs and closes queue in the
   lane like messages: the reader never waits for the network. Close sends 1000 and waits briefly
-  for the server's close. wsproto does the handshake only; ``client_frame`` frames what the
-  client sends and ``FrameReader`` reads the server's frames (a burst of small messages costs
-  wsproto several microseconds each, most of a client's time per update).
+  for the server's close; a server that breaks the framing gets the close code it calls for
+  (1002, 1007) and the connection ends. wsproto does the handshake only.
 - Threads per WebSocket connection: ``acp-lane-<name>`` (writing), which ends in ``close()``
   (the connection's ``close()`` calls it). The connection's own reading thread reads the socket
   (``PulledChannel``): a message from the server costs no thread hop.
@@ -48,10 +47,9 @@ from wsproto.frame_protocol import CloseReason
 
 from ..errors import CapabilityError, ConnectionClosed, UsageError
 from ..schema import PROTOCOL_VERSION
-from ..wire import OversizedFrame
 from .channel import Channel, Inbound, PulledChannel
 from .dial import ERROR_BODY_BYTES, MAX_HEAD_BYTES, Endpoint, header, retry_delay
-from .sse import OVERSIZED_HEAD
+from .frames import OP_CLOSE, OP_PING, OP_PONG, OP_TEXT, FrameError, MessageReader, frame
 
 _log = logging.getLogger("acp_lite.remote")
 
@@ -196,110 +194,6 @@ def error_answer(message_id: Any, text: str, data: Any = None) -> bytes:
 
 
 # -- WebSocket --------------------------------------------------------------------------------------
-OP_CONTINUATION, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
-
-# _XOR[k] maps each byte b to b ^ k: masking with bytes.translate, a quarter of the payload at a time.
-_XOR = [bytes(b ^ k for b in range(256)) for k in range(256)]
-
-
-def client_frame(opcode: int, payload: bytes) -> bytes:
-    """``payload`` as one final frame from a client (RFC 6455, section 5): masked, with a fresh
-    key from the system's random source."""
-    size = len(payload)
-    if size < 126:
-        head = bytes((0x80 | opcode, 0x80 | size))
-    elif size < 0x10000:
-        head = bytes((0x80 | opcode, 0x80 | 126)) + size.to_bytes(2, "big")
-    else:
-        head = bytes((0x80 | opcode, 0x80 | 127)) + size.to_bytes(8, "big")
-    key = os.urandom(4)
-    masked = bytearray(payload)
-    for offset in range(4):
-        masked[offset::4] = masked[offset::4].translate(_XOR[key[offset]])
-    return head + key + masked
-
-
-class FrameError(Exception):
-    """The server broke the WebSocket framing (RFC 6455, section 5)."""
-
-
-class FrameReader:
-    """The frames a WebSocket server sends, from its bytes in any pieces. ``feed`` returns each
-    piece of payload as it arrives: ``(opcode, piece, ends_message)``, where ``opcode`` is the
-    frame's own on its first piece (0 for a continuation frame, and on a frame's later pieces)
-    and ``ends_message`` is true for the last piece of a final frame. A data frame's payload is
-    handed over as it arrives, never held whole; a control frame (at most 125 bytes) comes whole.
-    No extension is negotiated, so the reserved bits must be clear, and a server's frames are
-    never masked (else ``FrameError``). One thread at a time."""
-
-    def __init__(self, data: bytes = b""):
-        self._buffer = data
-        self._left = -1  # bytes of the current frame's payload still to come; -1 between frames
-        self._opcode = 0
-        self._fin = False
-
-    def feed(self, data: bytes) -> List[Tuple[int, bytes, bool]]:
-        buffer = self._buffer + data if self._buffer else data
-        size = len(buffer)
-        at = 0
-        pieces = []
-        if self._left < 0:
-            # Whole final text frames with a header of 2 or 4 bytes, as a server streams its
-            # messages: read in this tight loop; the general one below reads any other frame.
-            while size - at >= 2:
-                first, length = buffer[at], buffer[at + 1]
-                if first != 0x81 or length > 126:  # (0x81: FIN, no reserved bits, text; unmasked)
-                    break
-                if length < 126:
-                    start = at + 2
-                elif size - at >= 4:
-                    length, start = (buffer[at + 2] << 8) | buffer[at + 3], at + 4
-                else:
-                    break
-                if start + length > size:
-                    break
-                pieces.append((OP_TEXT, buffer[start : start + length], True))
-                at = start + length
-        while True:
-            if self._left < 0:
-                if size - at < 2:
-                    break
-                first, second = buffer[at], buffer[at + 1]
-                length, head = second & 0x7F, 2
-                if length == 126:
-                    if size - at < 4:
-                        break
-                    length, head = int.from_bytes(buffer[at + 2 : at + 4], "big"), 4
-                elif length == 127:
-                    if size - at < 10:
-                        break
-                    length, head = int.from_bytes(buffer[at + 2 : at + 10], "big"), 10
-                opcode = first & 0x0F
-                if first & 0x70 or second & 0x80:
-                    raise FrameError("a frame with reserved bits set, or masked by the server")
-                if opcode >= OP_CLOSE:
-                    if opcode > OP_PONG or length > 125 or not first & 0x80:
-                        raise FrameError(f"an invalid control frame (opcode {opcode}, {length} bytes)")
-                    if size - at - head < length:
-                        break  # a control frame is taken whole
-                elif opcode > OP_BINARY:
-                    raise FrameError(f"a frame of unknown opcode {opcode}")
-                at += head
-                self._left, self._opcode, self._fin = length, opcode, bool(first & 0x80)
-            take = min(self._left, size - at)
-            if take == 0 and self._left:
-                break
-            self._left -= take
-            pieces.append((self._opcode, buffer[at : at + take], self._fin and not self._left))
-            at += take
-            if self._left:
-                self._opcode = OP_CONTINUATION  # the rest of this frame continues what it began
-                break
-            self._left = -1
-        self._buffer = buffer[at:] if at < size else b""
-        return pieces
-
-
 class WebSocketClient:
     """One WebSocket connection carrying a ``Channel``; see the module docstring."""
 
@@ -307,6 +201,7 @@ class WebSocketClient:
         self.endpoint = endpoint
         self.name = name
         self.ping_interval = ping_interval
+        self.max_message_size = max_message_size
         self.connection_id: Optional[str] = None
         deadline = time.monotonic() + endpoint.connect_timeout
         while True:
@@ -336,9 +231,6 @@ class WebSocketClient:
         self._woken = False
         self._gone: Optional[str] = None  # why the server is gone, once it is
         self._pinged = False
-        self._parts: List[bytes] = []  # the message under way: its pieces, size and opcode
-        self._size = 0
-        self._message_opcode = 0
         self.channel = PulledChannel(
             self._pull, self._wake, self._route, name=name, max_message_size=max_message_size, on_close=self._close
         )
@@ -378,7 +270,7 @@ class WebSocketClient:
                         self.connection_id = header(event.extra_headers, b"acp-connection-id")
                         self.endpoint.connection_id = self.connection_id
                         self._sock.settimeout(self.ping_interval)
-                        self._frames = FrameReader(after_head or b"")
+                        self._frames = MessageReader(False, self.max_message_size, after_head or b"")
                         return None
                     if isinstance(event, RejectConnection):
                         self.endpoint.store_cookies(event.headers)
@@ -407,7 +299,7 @@ class WebSocketClient:
         raise ConnectionClosed(f"{self.endpoint.url}: the server closed the WebSocket handshake")
 
     def _route(self, message: bytes) -> None:
-        self._lane.put(client_frame(OP_TEXT, message), len(message))
+        self._lane.put(frame(OP_TEXT, message, masked=True), len(message))
 
     def _write_now(self, data: bytes) -> int:
         try:
@@ -418,7 +310,7 @@ class WebSocketClient:
     def _control(self, opcode: int, payload: bytes, last: bool = False) -> None:
         # A ping, pong or close: queued behind the frames already put, never waiting for the network.
         try:
-            self._lane.put(client_frame(opcode, payload), 0, last)
+            self._lane.put(frame(opcode, payload, masked=True), 0, last)
         except ConnectionClosed:  # a close was sent already
             pass
 
@@ -434,9 +326,8 @@ class WebSocketClient:
                     return self._read_messages()
                 except OSError as exc:
                     self._gone = f"the WebSocket failed: {exc}"
-                except Exception as exc:  # FrameError: a broken peer
-                    self._gone = f"the server broke the WebSocket protocol: {exc}"
-                    _log.warning("%s: %s", self.name, self._gone)
+                except Exception as exc:  # a broken peer
+                    self._broken(exc)
             self.channel.end(ConnectionClosed(f"{self.endpoint.url}: {self._gone}"))
             return None
 
@@ -464,40 +355,29 @@ class WebSocketClient:
             self._gone = "the server closed the WebSocket"
             return []
         self._pinged = False
-        limit = self.channel.max_message_size
         messages: List[Inbound] = []
-        for opcode, piece, ends_message in self._frames.feed(data):
-            if opcode >= OP_CLOSE:
-                if opcode == OP_PING:
-                    self._control(OP_PONG, piece)
-                elif opcode == OP_CLOSE:
-                    self._control(OP_CLOSE, piece[:2], last=True)  # the answer echoes the code
-                    code = int.from_bytes(piece[:2], "big") if len(piece) >= 2 else CloseReason.NO_STATUS_RCVD
-                    said = piece[2:].decode("utf-8", "replace")
-                    self._gone = f"the server closed the WebSocket ({code} {said})".strip()
-                    break
-                continue  # pongs
-            if opcode == OP_TEXT and ends_message and not self._message_opcode:  # a message in one piece
-                messages.append(piece if len(piece) <= limit else OversizedFrame(len(piece), piece[:OVERSIZED_HEAD]))
-                continue
-            if opcode != OP_CONTINUATION:
-                if self._message_opcode:
-                    raise FrameError("a new message began before the last one ended")
-                self._message_opcode = opcode
-            elif not self._message_opcode:
-                raise FrameError("a continuation frame outside a message")
-            if self._message_opcode == OP_TEXT:  # binary messages are not ACP: dropped
-                if self._size <= limit:
-                    self._parts.append(piece)
-                self._size += len(piece)
-                if self._size > limit and len(self._parts) > 1:
-                    self._parts = [b"".join(self._parts)[:OVERSIZED_HEAD]]  # keep the head only
-            if ends_message:
-                if self._message_opcode == OP_TEXT:
-                    whole = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
-                    messages.append(whole if self._size <= limit else OversizedFrame(self._size, whole))
-                self._parts, self._size, self._message_opcode = [], 0, 0
+        try:
+            received = self._frames.feed(data)
+        except FrameError as exc:
+            received = exc.before  # delivered, then the end
+            self._control(OP_CLOSE, exc.code.to_bytes(2, "big"), last=True)
+            self._broken(exc)
+        for opcode, payload in received:
+            if opcode == OP_TEXT:
+                messages.append(payload)
+            elif opcode == OP_PING:
+                self._control(OP_PONG, payload)
+            elif opcode == OP_CLOSE:
+                self._control(OP_CLOSE, payload[:2], last=True)  # the answer echoes the code
+                code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else CloseReason.NO_STATUS_RCVD
+                said = payload[2:].decode("utf-8", "replace")
+                self._gone = f"the server closed the WebSocket ({code} {said})".strip()
+                break
         return messages
+
+    def _broken(self, exc: Exception) -> None:
+        self._gone = f"the server broke the WebSocket protocol: {exc}"
+        _log.warning("%s: %s", self.name, self._gone)
 
     def _wake(self) -> None:
         # A _pull under way returns None, and so does every later one (the pipe stays readable).
@@ -519,7 +399,7 @@ class WebSocketClient:
                 return
             if not data:
                 return
-            if any(opcode == OP_CLOSE for opcode, _, _ in self._frames.feed(data)):
+            if any(opcode == OP_CLOSE for opcode, _ in self._frames.feed(data)):
                 return
 
     def _close(self, timeout: float) -> None:

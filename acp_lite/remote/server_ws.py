@@ -1,4 +1,4 @@
-"""WebSocket on one server socket (wsproto for what comes in; text frames written here).
+"""WebSocket on one server socket (frames read and written by ``frames``).
 
 Rules this module keeps:
 
@@ -6,29 +6,27 @@ Rules this module keeps:
   checks every request gets; ``handshake_headers`` validates the upgrade and builds the accept.
   No extension is negotiated.
 - One JSON-RPC message per text message; fragments are reassembled up to ``max_message_size``
-  (above it: close 1009). Binary messages are ignored. The first message must be ``initialize``
-  (else close 1002); a message that is not JSON gets a -32700 error; an array goes to the agent,
-  whose core answers batches.
+  (above it: close 1009, as soon as a message passes it). Binary messages are ignored. A broken
+  frame closes with the code ``frames`` gives it (1002; 1007 for text that is not UTF-8). The
+  first message must be ``initialize`` (else close 1002); a message that is not JSON gets a
+  -32700 error; an array goes to the agent, whose core answers batches.
 - The socket is never left unread for back-pressure (the Python client's pings must be answered):
   input waits in the channel, and over ``max_buffered`` unread bytes the connection closes 1008.
 - Pings are answered at once; the server pings after ``ping_interval`` of silence and closes 1011
   when no pong came for twice that.
 - Close codes: 1000 on DELETE-like ends, 1001 when the server shuts down, 1011 on internal errors.
-- Outbound text frames are framed here, unmasked, around the agent's bytes (no decoding: wsproto
-  would take text only as ``str``); a batch of small ones goes out in one write, a large one
-  uncopied.
+- Outbound text frames are framed here, unmasked, around the agent's bytes; a batch of small
+  ones goes out in one write, a large one uncopied.
 """
 
 import logging
-import struct
 import time
-from typing import Callable, List, Mapping, Tuple
+from typing import Any, Callable, List, Mapping, Tuple
 
 import msgspec
-from wsproto.connection import Connection, ConnectionState, ConnectionType
-from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessage
-from wsproto.utilities import LocalProtocolError, RemoteProtocolError, generate_accept_token
+from wsproto.utilities import generate_accept_token
 
+from .frames import OP_CLOSE, OP_PING, OP_PONG, OP_TEXT, FrameError, MessageReader, frame, frame_head
 from .server_hub import Limits, Refusal
 from .server_loop import Handler, Peer
 from .server_routes import LARGE_FRAME, MessageHead, RemoteConnection, Sink, read_head
@@ -52,15 +50,6 @@ def handshake_headers(headers: Mapping[str, str]) -> List[Tuple[str, str]]:
     ]
 
 
-def text_frame_header(size: int) -> bytes:
-    """The header of one unmasked, final text frame of ``size`` bytes."""
-    if size < 126:
-        return bytes((0x81, size))
-    if size < 65536:
-        return struct.pack("!BBH", 0x81, 126, size)
-    return struct.pack("!BBQ", 0x81, 127, size)
-
-
 class WebSocketHandler(Handler, Sink):
     """One WebSocket connection: the socket and the connection's only stream. Loop thread only."""
 
@@ -68,10 +57,7 @@ class WebSocketHandler(Handler, Sink):
         self.limits = limits
         self.peer = peer
         self.connection = connection
-        self.ws = Connection(ConnectionType.SERVER)
-        self._parts: List[bytes] = []
-        self._size = 0
-        self._oversized = False
+        self.reader = MessageReader(True, limits.max_message_size)
         self._initialized = False
         self._last_heard = time.monotonic()
         self._ended = False
@@ -83,41 +69,32 @@ class WebSocketHandler(Handler, Sink):
             return
         self._last_heard = time.monotonic()
         try:
-            self.ws.receive_data(data)
-            for event in self.ws.events():
-                if self._ended:
-                    return
-                if isinstance(event, TextMessage):
-                    self._text(event.data.encode("utf-8"), event.message_finished)
-                elif isinstance(event, BytesMessage):
-                    continue  # binary frames carry nothing in ACP
-                elif isinstance(event, Ping):
-                    self.peer.write(self.ws.send(event.response()))
-                elif isinstance(event, Pong):
-                    continue
-                elif isinstance(event, CloseConnection):
-                    self._end_output()
-                    if self.ws.state is ConnectionState.REMOTE_CLOSING:
-                        self.peer.write(self.ws.send(event.response()))
-                    self.peer.close_when_sent()
-                    self.connection.end()
-        except (RemoteProtocolError, LocalProtocolError) as exc:
+            events = self.reader.feed(data)
+        except FrameError as exc:
             log.debug("WebSocket %s: %s", self.connection.id[:8], exc)
-            code = getattr(getattr(exc, "event_hint", None), "code", 1002)
-            self._close(code)
-
-    def _text(self, data: bytes, finished: bool) -> None:
-        self._size += len(data)
-        if self._size > self.limits.max_message_size:
+            self._take(exc.before)
+            self._close(exc.code)
+            return
+        self._take(events)
+        if self.reader.oversized:  # as it arrives, not once it is all here
             self._close(1009)
-            return
-        self._parts.append(data)
-        if not finished:
-            return
-        message = b"".join(self._parts)
-        self._parts = []
-        self._size = 0
-        self._message(message)
+
+    def _take(self, events: List[Tuple[int, Any]]) -> None:
+        for opcode, payload in events:
+            if self._ended:
+                return
+            if opcode == OP_TEXT:
+                if type(payload) is not bytes:  # an OversizedFrame
+                    self._close(1009)
+                    return
+                self._message(payload)
+            elif opcode == OP_PING:
+                self.peer.write(frame(OP_PONG, payload, masked=False))
+            elif opcode == OP_CLOSE:
+                self._end_output()
+                self.peer.write(frame(OP_CLOSE, payload[:2], masked=False))  # the answer echoes the code
+                self.peer.close_when_sent()
+                self.connection.end()
 
     def _message(self, message: bytes) -> None:
         try:
@@ -145,22 +122,22 @@ class WebSocketHandler(Handler, Sink):
     # -- output (the connection's stream) ------------------------------------------------------
     def deliver(self, frames: List[bytes], first_id: int, release: Callable[[int], None]) -> None:
         size = sum(map(len, frames))
-        if self._ended or self.ws.state is not ConnectionState.OPEN:
+        if self._ended:
             release(size)
             return
         if len(frames) == 1 and size >= LARGE_FRAME:  # a large frame, alone in its batch: as it is
-            self.peer.write(text_frame_header(size))
+            self.peer.write(frame_head(OP_TEXT, size))
             self.peer.write(frames[0], release, size)
             return
         pieces: List[bytes] = []
-        for frame in frames:
-            pieces += (text_frame_header(len(frame)), frame)
+        for message in frames:
+            pieces += (frame_head(OP_TEXT, len(message)), message)
         self.peer.write(b"".join(pieces), release, size)
 
-    def deliver_now(self, frame: bytes, release: Callable[[int], None]) -> bool:
-        """``deliver`` of one small frame from the agent's thread, written at once if the socket
+    def deliver_now(self, message: bytes, release: Callable[[int], None]) -> bool:
+        """``deliver`` of one small message from the agent's thread, written at once if the socket
         takes it (see ``Peer.write_now``); False if it must go through the loop."""
-        return self.peer.write_now(text_frame_header(len(frame)) + frame, release, len(frame), self._open)
+        return self.peer.write_now(frame_head(OP_TEXT, len(message)) + message, release, len(message), self._open)
 
     def _open(self) -> bool:
         return not self._ended  # (under the peer's output lock, as _end_output sets it)
@@ -176,8 +153,7 @@ class WebSocketHandler(Handler, Sink):
     def _close(self, code: int) -> None:
         if not self._ended:
             self._end_output()
-            if self.ws.state is ConnectionState.OPEN:
-                self.peer.write(self.ws.send(CloseConnection(code=code)))
+            self.peer.write(frame(OP_CLOSE, code.to_bytes(2, "big"), masked=False))
         self.peer.close_when_sent()
         self.connection.end(code)
 
@@ -188,7 +164,7 @@ class WebSocketHandler(Handler, Sink):
         if silent > 2 * self.limits.ping_interval:
             self._close(1011)
         elif silent > self.limits.ping_interval and now - self.peer.last_sent > self.limits.ping_interval:
-            self.peer.write(self.ws.send(Ping()))
+            self.peer.write(frame(OP_PING, b"", masked=False))
         elif self.peer.stalled_for(now) > self.limits.stall_timeout:
             self._close(1011)
 
