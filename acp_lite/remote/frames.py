@@ -137,10 +137,10 @@ class MessageReader:
         buffer = self._buffer + data if self._buffer else data
         size = len(buffer)
         at = 0
-        if self._left < 0 and not self._message_opcode:
-            at = self._whole_text_frames(buffer, found)
         while True:
             if self._left < 0:
+                if not self._message_opcode:
+                    at = self._whole_text_frames(buffer, at, found)
                 if size - at < 2:
                     break
                 head = self._frame_head(buffer, at, size)
@@ -162,28 +162,34 @@ class MessageReader:
             self._left = -1
         self._buffer = buffer[at:] if at < size else b""
 
-    def _whole_text_frames(self, buffer: bytes, found: List[Tuple[int, Any]]) -> int:
-        # Whole final text frames with a 2- or 4-byte length, one after another, within the limit:
-        # read in this tight loop (the general one reads any other frame). Returns where it stopped.
-        size, at = len(buffer), 0
+    def _whole_text_frames(self, buffer: bytes, at: int, found: List[Tuple[int, Any]]) -> int:
+        # Whole final text frames with a 2- or 4-byte length, one after another from ``at``, within
+        # the limit: read in this tight loop (the general one reads any other frame, and a frame
+        # cut by the end of a read). Returns where it stopped.
+        size = len(buffer)
         masked, limit = self._masked, self.max_message_size
-        key_bytes = 4 if masked else 0
+        mask_bit, key_bytes = (0x80, 4) if masked else (0, 0)
+        append = found.append
         while size - at >= 2:
-            second = buffer[at + 1]
-            if buffer[at] != 0x81 or (second & 0x80) != (0x80 if masked else 0):  # (0x81: FIN, text)
+            second = buffer[at + 1] ^ mask_bit  # the length, if the mask bit was as it must be (else over 127)
+            if buffer[at] != 0x81 or second > 126:  # (0x81: FIN, no reserved bits, text)
                 break
-            length = second & 0x7F
-            if length < 126:
-                start = at + 2 + key_bytes
-            elif length == 126 and size - at >= 4:
+            if second < 126:
+                length, start = second, at + 2 + key_bytes
+            elif size - at >= 4:
                 length, start = (buffer[at + 2] << 8) | buffer[at + 3], at + 4 + key_bytes
             else:
                 break
-            if start + length > size or length > limit:
+            end = start + length
+            if end > size or length > limit:
                 break
-            payload = buffer[start : start + length]
-            found.append((OP_TEXT, utf8(apply_mask(payload, buffer[start - 4 : start], 0) if masked else payload)))
-            at = start + length
+            payload = buffer[start:end]
+            if masked:
+                payload = apply_mask(payload, buffer[start - 4 : start], 0)
+            if not payload.isascii():
+                utf8(payload)
+            append((OP_TEXT, payload))
+            at = end
         return at
 
     def _frame_head(self, buffer: bytes, at: int, size: int) -> int:
