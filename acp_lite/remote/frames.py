@@ -22,6 +22,7 @@ Rules this module keeps:
 """
 
 import os
+import struct
 from typing import Any, List, Tuple
 
 from ..wire import OversizedFrame
@@ -31,6 +32,9 @@ OP_CONTINUATION, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2,
 
 PROTOCOL_ERROR = 1002
 INVALID_DATA = 1007
+
+_HEAD_16 = struct.Struct("!BBH")
+_HEAD_64 = struct.Struct("!BBQ")
 
 # _XOR[k] maps each byte b to b ^ k: masking with bytes.translate, a quarter of the payload at a time.
 _XOR = [bytes(b ^ k for b in range(256)) for k in range(256)]
@@ -47,12 +51,12 @@ class FrameError(Exception):
 
 def frame_head(opcode: int, size: int, masked: bool = False) -> bytes:
     """The header of one final frame of ``size`` bytes, up to its masking key (if ``masked``)."""
-    mask_bit = 0x80 if masked else 0
+    first, mask_bit = 0x80 | opcode, 0x80 if masked else 0
     if size < 126:
-        return bytes((0x80 | opcode, mask_bit | size))
+        return bytes((first, mask_bit | size))
     if size < 0x10000:
-        return bytes((0x80 | opcode, mask_bit | 126)) + size.to_bytes(2, "big")
-    return bytes((0x80 | opcode, mask_bit | 127)) + size.to_bytes(8, "big")
+        return _HEAD_16.pack(first, mask_bit | 126, size)
+    return _HEAD_64.pack(first, mask_bit | 127, size)
 
 
 def frame(opcode: int, payload: bytes, masked: bool) -> bytes:
