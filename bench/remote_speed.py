@@ -87,10 +87,10 @@ class Server:
     """A server adapter (``agent ... --serve PORT_FILE``) in a process of its own, for one
     measurement: its port once it listens, and its CPU time (user + system) so far."""
 
-    def __init__(self, argv: List[str], port_file: Path):
+    def __init__(self, argv: List[str], port_file: Path, start_seconds: float = SERVER_START_SECONDS):
         port_file.unlink(missing_ok=True)
         self.process = subprocess.Popen([*argv, "--serve", str(port_file)], stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + SERVER_START_SECONDS
+        deadline = time.monotonic() + start_seconds
         while not (port_file.exists() and port_file.read_text().endswith("\n")):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
@@ -103,10 +103,10 @@ class Server:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def stop(self) -> None:
+    def stop(self, wait_seconds: float = 5.0) -> None:
         self.process.terminate()
         try:
-            self.process.wait(5)
+            self.process.wait(wait_seconds)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
