@@ -332,9 +332,10 @@ class ScriptedWebSocketServer:
     an Acp-Connection-Id, then answers a request by a fragmented text message, after a binary
     message, a ping and an oversized message (which the client must drop and report). After the
     upgrade everything goes out in writes of ``piece`` bytes (frames cut anywhere across the
-    client's reads); with ``masked``, the answer comes in a masked frame, which no server may send."""
+    client's reads); with ``broken``, the answer comes in a frame no server may send: "masked", or
+    "not UTF-8" (a text frame with a byte that is not)."""
 
-    def __init__(self, oversized: int, piece: int = 0, masked: bool = False):
+    def __init__(self, oversized: int, piece: int = 0, broken: str = ""):
         from wsproto import ConnectionType, WSConnection
         from wsproto.events import AcceptConnection, CloseConnection, Ping, Pong, Request, TextMessage
 
@@ -342,7 +343,7 @@ class ScriptedWebSocketServer:
         self.ws = WSConnection(ConnectionType.SERVER)
         self.oversized = oversized
         self.piece = piece
-        self.masked = masked
+        self.broken = broken
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.seen = {"pongs": 0, "close": None, "request": None}
@@ -391,9 +392,13 @@ class ScriptedWebSocketServer:
                         answer = json.dumps(
                             {"jsonrpc": "2.0", "id": message["id"], "result": result}, ensure_ascii=False
                         )
-                        if self.masked and message.get("method") != "initialize":
-                            payload = answer.encode()  # masked with a key of zeros: the bytes as they are
-                            send(bytes((0x81, 0x80 | 126)) + len(payload).to_bytes(2, "big") + bytes(4) + payload)
+                        if self.broken and message.get("method") != "initialize":
+                            payload = answer.encode()
+                            if self.broken == "masked":  # with a key of zeros: the bytes as they are
+                                send(bytes((0x81, 0x80 | 126)) + len(payload).to_bytes(2, "big") + bytes(4) + payload)
+                            else:
+                                payload = payload.replace(b'"echo"', b'"ech\xff"')
+                                send(bytes((0x81, 126)) + len(payload).to_bytes(2, "big") + payload)
                             continue
                         half = len(answer) // 2
                         send(self.ws.send(text(data=answer[:half], message_finished=False)))
@@ -438,8 +443,9 @@ def test_websocket_frames_are_read_leniently_and_bounded_and_closed_with_1000(pi
     assert server.seen["pongs"] == 1 and server.seen["close"] == 1000
 
 
-def test_a_masked_frame_from_the_server_ends_the_connection():
-    server = ScriptedWebSocketServer(oversized=10, masked=True)
+@pytest.mark.parametrize(("broken", "code"), [("masked", 1002), ("not UTF-8", 1007)])
+def test_a_broken_frame_from_the_server_ends_the_connection_with_its_close_code(broken, code):
+    server = ScriptedWebSocketServer(oversized=10, broken=broken)
     try:
         connection = Connection(open_url(Endpoint(f"ws://127.0.0.1:{server.port}/acp")))
         connection.start()
@@ -451,6 +457,7 @@ def test_a_masked_frame_from_the_server_ends_the_connection():
             connection.close()
     finally:
         server.close()
+    assert server.seen["close"] == code  # RFC 6455, 7.1.7: the client fails the connection with it
 
 
 def test_a_server_cannot_grow_the_cookie_store_without_bound():
