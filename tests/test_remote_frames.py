@@ -149,6 +149,9 @@ def test_a_message_over_the_limit_is_told_as_it_arrives_and_only_its_head_is_kep
     assert reader.feed(declared[900:1100]) == [] and reader.oversized  # past the limit, not yet whole
     (opcode, message), *rest = reader.feed(declared[1100:] + raw_frame(OP_TEXT, b"{}", key=b"abcd"))
     assert opcode == OP_TEXT and isinstance(message, OversizedFrame) and message.size == 2000
+    assert message.head == b" " * OVERSIZED_HEAD
+    ((_, whole_at_once),) = MessageReader(True, 1000).feed(declared)  # one piece: its head too, no more
+    assert whole_at_once.size == 2000 and whole_at_once.head == b" " * OVERSIZED_HEAD
     assert rest == [(OP_TEXT, b"{}")] and not reader.oversized
     fragments = MessageReader(False, 1000)
     found = fragments.feed(

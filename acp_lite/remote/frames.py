@@ -253,7 +253,7 @@ class MessageReader:
         if self._message_opcode == OP_TEXT:
             whole = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
             if self._size > self.max_message_size:
-                found.append((OP_TEXT, OversizedFrame(self._size, whole)))
+                found.append((OP_TEXT, OversizedFrame(self._size, whole[:OVERSIZED_HEAD])))
             else:
                 found.append((OP_TEXT, utf8(whole)))
         self._parts, self._size, self._message_opcode = [], 0, 0
