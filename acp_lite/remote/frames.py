@@ -16,9 +16,9 @@ Rules this module keeps:
 - A close frame's body is empty or a valid close code and a UTF-8 reason.
 - A broken frame raises ``FrameError`` with the close code it calls for: 1002, and 1007 for a
   text message that is not UTF-8.
-- Speed: a run of whole final text frames with short headers, as a peer streams its messages,
-  is read in one tight loop; wsproto took about 14 us per small message, most of a turn's cost on
-  either end (bench/results/remote-speed-*.md).
+- Speed: whole final text frames with short headers, as a peer streams its messages, are read in
+  one tight loop, again after any frame the general loop read. wsproto took 14 to 22 us for one
+  small message here, this reader 4 us masked (bench/results/remote-speed-frames.md).
 """
 
 import os

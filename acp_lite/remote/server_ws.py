@@ -76,7 +76,7 @@ class WebSocketHandler(Handler, Sink):
             self._close(exc.code)
             return
         self._take(events)
-        if self.reader.oversized:  # as it arrives, not once it is all here
+        if self.reader.oversized and not self._ended:  # as it arrives, not once it is all here
             self._close(1009)
 
     def _take(self, events: List[Tuple[int, Any]]) -> None:
