@@ -160,3 +160,28 @@ def test_a_message_over_the_limit_is_told_as_it_arrives_and_only_its_head_is_kep
     assert found == [] and fragments.oversized
     ((_, message),) = fragments.feed(raw_frame(OP_CONTINUATION, b"x"))
     assert isinstance(message, OversizedFrame) and message.size == 9 * 125 + 1 and message.head == b"x" * OVERSIZED_HEAD
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    data=st.lists(
+        st.one_of(
+            st.binary(max_size=64),
+            st.sampled_from([b"\x81", b"\x01", b"\x80", b"\x88", b"\x89", b"\x8a", b"\xfe", b"\xff", b"\x7e", b"\x7f"]),
+        ),
+        max_size=40,
+    ),
+    masked=st.booleans(),
+)
+def test_any_bytes_give_messages_or_a_frame_error(data, masked):
+    # A hostile peer: whatever it sends, in whatever pieces, the reader returns what it read or
+    # raises FrameError, never anything else (what it may hold: see the oversized test above).
+    reader = MessageReader(masked, 100)
+    try:
+        for piece in data:
+            for opcode, payload in reader.feed(piece):
+                assert opcode in (OP_TEXT, OP_PING, OP_PONG, OP_CLOSE)
+                if opcode == OP_TEXT and isinstance(payload, bytes):
+                    assert len(payload) <= 100
+    except FrameError as exc:
+        assert exc.code in (1002, 1007)
