@@ -15,6 +15,25 @@ TIMEOUT = 10.0
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
+def raw_frame(opcode: int, payload: bytes, fin: bool = True, key: bytes = b"", first_bits: int = 0) -> bytes:
+    """One WebSocket frame written by hand, broken ones included, with the shortest header for its
+    size: masked with ``key`` if one is given (as a client must), else not (as a server must);
+    ``first_bits`` sets bits of the first byte (the reserved ones)."""
+    first = (0x80 if fin else 0) | first_bits | opcode
+    mask_bit = 0x80 if key else 0
+    size = len(payload)
+    if size < 126:
+        head = bytes((first, mask_bit | size))
+    elif size < 65536:
+        head = bytes((first, mask_bit | 126)) + size.to_bytes(2, "big")
+    else:
+        head = bytes((first, mask_bit | 127)) + size.to_bytes(8, "big")
+    if not key:
+        return head + payload
+    mask = (key * (size // 4 + 1))[:size]  # (masked here, not by acp_lite's code under test)
+    return head + key + (int.from_bytes(payload, "big") ^ int.from_bytes(mask, "big")).to_bytes(size, "big")
+
+
 class Reply:
     def __init__(self, status: int, headers: Dict[str, str], body: bytes):
         self.status = status

@@ -9,6 +9,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from remote_driver import raw_frame
 from wsproto.frame_protocol import FrameProtocol, Opcode
 
 from acp_lite.framing import OversizedFrame
@@ -21,27 +22,11 @@ from acp_lite.remote.frames import (
     OP_TEXT,
     FrameError,
     MessageReader,
-    apply_mask,
     frame,
 )
 from acp_lite.remote.sse import OVERSIZED_HEAD
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def raw_frame(opcode: int, payload: bytes, fin: bool = True, key: bytes = b"", first_bits: int = 0) -> bytes:
-    """One frame as a peer might write it, with the shortest header for its size: masked with
-    ``key`` if one is given (as a client must), else not (as a server must)."""
-    first = (0x80 if fin else 0) | first_bits | opcode
-    mask_bit = 0x80 if key else 0
-    size = len(payload)
-    if size < 126:
-        head = bytes((first, mask_bit | size))
-    elif size < 65536:
-        head = struct.pack("!BBH", first, mask_bit | 126, size)
-    else:
-        head = struct.pack("!BBQ", first, mask_bit | 127, size)
-    return head + key + apply_mask(payload, key, 0) if key else head + payload
 
 
 @pytest.mark.parametrize("size", [0, 1, 125, 126, 65535, 65536, 1 << 20])

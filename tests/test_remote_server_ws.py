@@ -8,7 +8,7 @@ import time
 
 import pytest
 from remote_agent import BIG, RemoteTestAgent
-from remote_driver import INITIALIZE, WsClient, request, rpc
+from remote_driver import INITIALIZE, WsClient, raw_frame, request, rpc
 from wsproto.events import TextMessage
 
 from acp_lite.remote.server import Limits, serve_remote
@@ -207,10 +207,10 @@ def test_lone_replies_to_a_client_that_reads_late_arrive_whole_and_none_lost(ser
 @pytest.mark.parametrize(
     ("data", "code"),
     [
-        (b"\x81\x02{}", 1002),  # a client's frame unmasked
-        (b"\xc1\x82abcd" + bytes(b ^ k for b, k in zip(b"{}", b"ab")), 1002),  # RSV1: no extension was negotiated
-        (b"\x81\x83abcd" + bytes(b ^ k for b, k in zip(b'"\xff"', b"abc")), 1007),  # text that is not UTF-8
-        (b"\x88\x81abcd" + bytes((3 ^ 0x61,)), 1002),  # a close body of one byte
+        (raw_frame(0x1, b"{}"), 1002),  # a client's frame unmasked
+        (raw_frame(0x1, b"{}", key=b"abcd", first_bits=0x40), 1002),  # RSV1: no extension was negotiated
+        (raw_frame(0x1, b'"\xff"', key=b"abcd"), 1007),  # text that is not UTF-8
+        (raw_frame(0x8, b"\x03", key=b"abcd"), 1002),  # a close body of one byte
     ],
 )
 def test_a_broken_frame_closes_with_its_code(server, data, code):
@@ -230,8 +230,8 @@ def test_pings_between_fragments_are_answered_and_the_message_arrives_whole(serv
     cuts = [0, 5, 101, 102, len(text)]  # (fragments, with a ping after each, written by hand)
     for i in range(len(cuts) - 1):
         opcode = 0x1 if i == 0 else 0x0
-        ws.send_raw(masked(opcode, text[cuts[i] : cuts[i + 1]], fin=i == len(cuts) - 2))
-        ws.send_raw(masked(0x9, b"ping %d" % i, fin=True))
+        ws.send_raw(raw_frame(opcode, text[cuts[i] : cuts[i + 1]], fin=i == len(cuts) - 2, key=b"k3y!"))
+        ws.send_raw(raw_frame(0x9, b"ping %d" % i, key=b"k3y!"))
     reply = ws.message()
     assert reply["id"] == 8 and "sessionId" in reply["result"]
     assert ws.pongs == [b"ping 0", b"ping 1", b"ping 2", b"ping 3"]
@@ -242,20 +242,10 @@ def test_a_close_is_answered_with_its_code_and_ends_the_connection(server):
     ws = WsClient(server.address)
     ws.send(INITIALIZE)
     ws.message()
-    ws.send_raw(masked(0x8, (4001).to_bytes(2, "big") + b"going", fin=True))
+    ws.send_raw(raw_frame(0x8, (4001).to_bytes(2, "big") + b"going", key=b"k3y!"))
     assert ws.wait_closed() == 4001
     ws.close()
     deadline = time.monotonic() + 5
     while server.connection_count() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert server.connection_count() == 0
-
-
-def masked(opcode: int, payload: bytes, fin: bool) -> bytes:
-    """One client frame written by hand (``payload`` under 126 bytes, or under 64 KiB)."""
-    key = b"k3y!"
-    body = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
-    first = (0x80 if fin else 0) | opcode
-    if len(payload) < 126:
-        return bytes((first, 0x80 | len(payload))) + key + body
-    return bytes((first, 0x80 | 126)) + len(payload).to_bytes(2, "big") + key + body
