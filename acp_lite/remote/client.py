@@ -326,8 +326,9 @@ class WebSocketClient:
                     return self._read_messages()
                 except OSError as exc:
                     self._gone = f"the WebSocket failed: {exc}"
-                except Exception as exc:  # a broken peer
-                    self._broken(exc)
+                except Exception as exc:  # a fault of this reader's own (a broken frame is read below)
+                    self._gone = f"the WebSocket reader failed: {exc!r}"
+                    _log.exception("%s: %s", self.name, self._gone)
             self.channel.end(ConnectionClosed(f"{self.endpoint.url}: {self._gone}"))
             return None
 
@@ -361,7 +362,8 @@ class WebSocketClient:
         except FrameError as exc:
             received = exc.before  # delivered, then the end
             self._control(OP_CLOSE, exc.code.to_bytes(2, "big"), last=True)
-            self._broken(exc)
+            self._gone = f"the server broke the WebSocket protocol: {exc}"
+            _log.warning("%s: %s", self.name, self._gone)
         for opcode, payload in received:
             if opcode == OP_TEXT:
                 messages.append(payload)
@@ -374,10 +376,6 @@ class WebSocketClient:
                 self._gone = f"the server closed the WebSocket ({code} {said})".strip()
                 break
         return messages
-
-    def _broken(self, exc: Exception) -> None:
-        self._gone = f"the server broke the WebSocket protocol: {exc}"
-        _log.warning("%s: %s", self.name, self._gone)
 
     def _wake(self) -> None:
         # A _pull under way returns None, and so does every later one (the pipe stays readable).
