@@ -66,7 +66,9 @@ def server_instructions(workload: str, scheme: str, count: int, scratch: Path) -
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="python bench/remote_costs.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", choices=["A", "C"], action="append", help="A, C or both (default both)")
-    parser.add_argument("--scheme", choices=["http", "ws"], action="append", help="http, ws or both (default both)")
+    parser.add_argument(
+        "--scheme", choices=["http", "ws"], action="append", help="http, ws or both (default: http for A, both for C)"
+    )
     parser.add_argument("--small", type=int, help="updates (A) or requests (C) of the smaller run")
     parser.add_argument("--large", type=int, help="... of the larger run")
     args = parser.parse_args(argv)
