@@ -853,7 +853,7 @@ def serve(
         # Opted in to v2 (a subpackage, not vendored): one service per version, picked at initialize.
         service = v2_module("agent").VersionedService(agent, connection)
     connection.on_closing(lambda: service.cancel_turns())
-    connection.start()
+    connection.start(loop)
     return service.client
 
 

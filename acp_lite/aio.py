@@ -30,6 +30,7 @@ part. Rules it keeps:
 """
 
 import atexit
+import sys
 import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, List, Optional, TypeVar
@@ -62,6 +63,8 @@ Returned = TypeVar("Returned")
 Handle = TypeVar("Handle")
 
 LOOP_THREAD_NAME = "acp-asyncio"
+
+_EAGER = sys.version_info >= (3, 12)
 
 # How long stopping the default loop at exit waits for its tasks to end once cancelled.
 _STOP_SECONDS = 2.0
@@ -136,19 +139,27 @@ def start(
     import asyncio
 
     target = loop if loop is not None else default_loop()
-    started: List[asyncio.Task[Returned]] = []
+    started: List[asyncio.Task[None]] = []
 
     def begin() -> None:  # on the loop, in a copy of the caller's context
-        task = target.create_task(coroutine)
-        started.append(task)
-        task.add_done_callback(lambda done: _copy_outcome(done, outcome))
+        if _EAGER:  # its first step at once: a handler that never waits is answered without a turn of the loop
+            eager = asyncio.Task(_settling(coroutine, outcome), loop=target, eager_start=True)  # type: ignore[call-arg]  # novermin
+            started.append(eager)
+        else:
+            started.append(target.create_task(_settling(coroutine, outcome)))
 
     def cancel() -> None:  # on the loop, after begin(): callbacks run in the order they were added
-        started[0].cancel()
+        task = started[0]
+        # Cancelled before its first step, the task ends without running _settling's body.
+        task.add_done_callback(lambda done: None if outcome.done() else _copy_outcome(done, outcome))
+        task.cancel()
 
     outcome = HandlerTask(lambda: _call_soon(target, cancel))
     try:
-        target.call_soon_threadsafe(begin)
+        if asyncio._get_running_loop() is target:
+            begin()
+        else:
+            target.call_soon_threadsafe(begin)
     except RuntimeError:  # the loop is closed
         coroutine.close()
         raise UsageError("the event loop for coroutine handlers is closed") from None
@@ -184,7 +195,21 @@ def run_to_end(
         raise
 
 
-def _copy_outcome(task: "asyncio.Task[Returned]", outcome: "Future[Returned]") -> None:
+async def _settling(coroutine: Coroutine[Any, Any, Any], outcome: HandlerTask) -> None:
+    # The outcome is settled in the task's last step, sparing the loop a turn for a done-callback.
+    import asyncio
+
+    try:
+        result = await coroutine
+    except asyncio.CancelledError:
+        outcome.set_exception(RequestCancelled("the handler's task was cancelled"))
+    except BaseException as exc:
+        outcome.set_exception(exc)
+    else:
+        outcome.set_result(result)
+
+
+def _copy_outcome(task: "asyncio.Task[None]", outcome: HandlerTask) -> None:
     if task.cancelled():
         outcome.set_exception(RequestCancelled("the handler's task was cancelled"))
         return

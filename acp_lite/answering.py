@@ -25,7 +25,7 @@ import logging
 import sys
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Union
 
 from .delivery import Workers
 from .error_rules import error_for
@@ -285,9 +285,11 @@ class Answering:
         if self.admit(ctx) and not self.pool.submit(self.run_on_worker, ctx):
             self.refuse_to_start(ctx)  # closing
 
-    def admit(self, ctx: RequestContext) -> bool:
+    def admit(self, ctx: RequestContext, wait: bool = True) -> bool:
         """Run a request's arrival hook in its turn (one that raises is logged); True if it may
-        start now, False if it was answered already or is refused now (closing)."""
+        start now, False if it was answered already or is refused now (closing). ``wait``: first
+        wait while the transport is backed up (not on the host's thread, nor on an event loop that
+        reads, which stops reading instead)."""
         if ctx._answered:
             return False
         if ctx._route is not None and ctx._route.on_arrival is not None:
@@ -295,13 +297,17 @@ class Answering:
                 ctx._route.on_arrival(ctx._params, ctx)
             except Exception:
                 self.log.exception("%s: arrival hook for %s failed", self.name, ctx.method)
-        if threading.get_ident() != self._host_thread:
+        if wait and threading.get_ident() != self._host_thread:
             while self.transport.backed_up and not self.closing:  # the reading stops too
                 self.transport.flush(_POLL_SECONDS)
         if self.closing:
             self.refuse_to_start(ctx)
             return False
         return True
+
+    def never_blocks(self, ctx: RequestContext) -> bool:
+        """True if the request's handler, not started yet, never blocks (``Route.on_loop``)."""
+        return ctx._route is not None and ctx._route.on_loop
 
     def run_on_worker(self, ctx: RequestContext) -> Optional[HandlerTask]:
         """Where handlers run (a worker, the reading thread, a host's pump): ``run_handler`` unless
@@ -344,18 +350,21 @@ class Answering:
             return None
         finally:
             _serving.ctx = None
+        if isinstance(result, HandlerTask):  # (its task is cancelled by the token)
+            self._answer_when_done(ctx, result)
+            return result
         if isinstance(result, Future):
             ctx.cancel_token.add_callback(result.cancel)
             self._answer_when_done(ctx, result)
-            return result if isinstance(result, HandlerTask) else None
+            return None
         self.answer(ctx, result, None)
         return None
 
-    def _answer_when_done(self, ctx: RequestContext, result: Future) -> None:
+    def _answer_when_done(self, ctx: RequestContext, result: Union[Future, HandlerTask]) -> None:
         # (Apart from run_handler, whose every call would otherwise make cells for what this reads.)
         result.add_done_callback(lambda f: self._answer_future(ctx, f))
 
-    def _answer_future(self, ctx: RequestContext, future: Future) -> None:
+    def _answer_future(self, ctx: RequestContext, future: Union[Future, HandlerTask]) -> None:
         if future.cancelled():
             self.answer(ctx, None, RequestCancelled())
             return

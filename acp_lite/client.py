@@ -152,7 +152,7 @@ class RemoteAgent:
         self._terminal_waits = TerminalWaits()
         self._lock = threading.Lock()
         self._bind(connection)
-        connection.start()
+        connection.start(self.loop)
 
     def _bind(self, connection: Connection) -> None:
         """Register the client's methods on ``connection`` (the v2 subclass adds its own)."""

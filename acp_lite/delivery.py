@@ -16,8 +16,9 @@ import itertools
 import logging
 import threading
 import time
-from concurrent.futures import Future
 from typing import Any, Callable, Deque, List, Optional, Protocol, Sequence, Tuple, Union
+
+from .outcomes import HandlerTask
 
 Callback = Tuple[Callable[[Any], Any], Any]
 # What a lane holds: a callback, or an ``Expand`` that turns into callbacks in its turn.
@@ -61,7 +62,7 @@ class Workers(Protocol):
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> bool: ...  # run the handler fn(arg); False once shut down
     def hand_off(self, fn: Callable[[Any], Any], arg: Any) -> bool: ...  # run the reading fn(arg) elsewhere, now
     def claim(self) -> bool: ...  # a handler place for the calling thread, then release(); False: none left
-    def release(self, task: Optional[Future] = None) -> None: ...  # now, or once the handler's ``task`` completes
+    def release(self, task: Optional[HandlerTask] = None) -> None: ...  # now, or once the handler's ``task`` completes
     def shutdown(self) -> None: ...  # refuse new handlers
     def join(self, deadline: float) -> None: ...  # wait until ``deadline`` (monotonic) for the threads and tasks
 
@@ -231,7 +232,7 @@ class WorkerPool:
             self._running += 1
         return True
 
-    def release(self, task: Optional[Future] = None) -> None:
+    def release(self, task: Optional[HandlerTask] = None) -> None:
         if task is not None:  # (its place is kept until it completes)
             with self._lock:
                 self._tasks_held += 1
@@ -241,7 +242,7 @@ class WorkerPool:
             self._running -= 1
             self._start_worker()
 
-    def _release_task(self, _: Future) -> None:
+    def _release_task(self, _: HandlerTask) -> None:
         with self._lock:
             self._tasks_held -= 1
             self._running -= 1
@@ -308,7 +309,7 @@ class WorkerPool:
             except Exception:
                 self._logger.exception("request handler wrapper failed")
             else:
-                if handler and isinstance(task, Future):
+                if handler and task is not None:
                     handler = False  # its place is kept until the task completes
                     self.release(task)
 

@@ -6,11 +6,11 @@ import collections
 import logging
 import threading
 import time
-from concurrent.futures import Future
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .delivery import Callback, Expand, HostItem
 from .errors import UsageError
+from .outcomes import HandlerTask
 
 _delivery_log = logging.getLogger("acp_lite.delivery")
 
@@ -92,7 +92,7 @@ class HostWorkers:
     def claim(self) -> bool:
         return False
 
-    def release(self, task: Optional[Future] = None) -> None:
+    def release(self, task: Optional[HandlerTask] = None) -> None:
         raise AssertionError("no place is ever claimed")
 
     def shutdown(self) -> None:

@@ -167,6 +167,7 @@ class RpcCore:
         self.notifications: Dict[str, Route] = {CANCEL_REQUEST_METHOD: cancel_route}
         self.requests: Dict[str, Route] = {}
         self.unknown_request: Optional[Callable[[str, Any, Any], Any]] = None
+        self.unknown_request_on_loop = False  # (see Route.on_loop)
         self.unknown_notification: Optional[Callable[[str, Any], Any]] = None
         self._log = log
         self._make_context = make_context
@@ -191,6 +192,11 @@ class RpcCore:
         (self.requests if route.is_request else self.notifications)[route.method] = route
         if self._fast is not None:
             self.rebuild()  # already reading: from the next line on
+
+    @property
+    def runs_on_loop(self) -> bool:
+        """True if a request handler never blocks (``Route.on_loop``), so that an event loop may read."""
+        return self.unknown_request_on_loop or any(route.on_loop for route in self.requests.values())
 
     def rebuild(self) -> None:
         """(Re)build the one-pass decoders: one envelope per method, for its notification route
@@ -400,7 +406,8 @@ class RpcCore:
             return 0
         route = self.requests.get(message.method)
         if route is None and self.unknown_request is not None:
-            route = Route(message.method, functools.partial(self.unknown_request, message.method), Any, True)
+            handler = functools.partial(self.unknown_request, message.method)
+            route = Route(message.method, handler, Any, True, on_loop=self.unknown_request_on_loop)
         if route is None:
             return self._reply_error(message.id, MethodNotFound(f"Method not found: {message.method}"), batch, replies)
         try:

@@ -2,9 +2,12 @@
 rule: the first outcome stays; settling a future cancelled or settled meanwhile is no error.
 """
 
+import logging
 import threading
-from concurrent.futures import Future
-from typing import Any, List, Optional, Tuple
+from concurrent.futures import Future, InvalidStateError
+from typing import Any, Callable, List, Optional, Tuple
+
+_task_log = logging.getLogger("acp_lite.rpc")
 
 
 def settle(future: Any, value: Any, error: Optional[BaseException]) -> None:
@@ -26,15 +29,80 @@ def settle_from(target: Future, source: Future) -> None:
         settle(target, None if error is not None else source.result(), error)
 
 
-class HandlerTask(Future):
+class HandlerTask:
     """The outcome of a coroutine handler's task (see ``aio.start``), which runs on after its handler
-    returned it. Running from the start, so ``cancel()`` changes nothing: ``cancel_task()`` cancels
-    the task, which then ends the future with its outcome (``RequestCancelled`` if cancelled)."""
+    returned it: settled once, where the task ends; done-callbacks may be added from any thread (one
+    added once settled runs at once, on the adding thread). It answers what the runtime asks of a
+    ``Future`` of a handler, lighter (a lock, no ``Condition``): on a loop that reads its connection,
+    it is made and settled for every request. Running from the start, so ``cancel()`` changes nothing
+    and it never ends cancelled: ``cancel_task()`` cancels the task, which then ends it with its
+    outcome (``RequestCancelled`` if cancelled)."""
 
-    def __init__(self, cancel_task: Any) -> None:
-        super().__init__()
-        self.set_running_or_notify_cancel()
+    __slots__ = ("_callbacks", "_lock", "_outcome", "_settled", "cancel_task")
+
+    def __init__(self, cancel_task: Callable[[], Any]) -> None:
         self.cancel_task = cancel_task
+        self._lock = threading.Lock()
+        self._settled = threading.Lock()  # held until settled: result() waits on it
+        self._settled.acquire()
+        self._callbacks: List[Callable[[HandlerTask], Any]] = []
+        self._outcome: Optional[Tuple[Any, Optional[BaseException]]] = None
+
+    def set_result(self, value: Any) -> None:
+        self._settle((value, None))
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle((None, error))
+
+    def _settle(self, outcome: Tuple[Any, Optional[BaseException]]) -> None:
+        with self._lock:
+            if self._outcome is not None:
+                raise InvalidStateError("the handler's task has already ended")
+            self._outcome = outcome
+            callbacks, self._callbacks = self._callbacks, []
+        self._settled.release()
+        for fn in callbacks:
+            self._run_callback(fn)
+
+    def add_done_callback(self, fn: Callable[["HandlerTask"], Any]) -> None:
+        with self._lock:
+            if self._outcome is None:
+                self._callbacks.append(fn)
+                return
+        self._run_callback(fn)
+
+    def _run_callback(self, fn: Callable[["HandlerTask"], Any]) -> None:
+        try:
+            fn(self)
+        except Exception:  # as a Future's are: logged, and the other callbacks still run
+            _task_log.exception("a done-callback of a coroutine handler's task failed")
+
+    def done(self) -> bool:
+        return self._outcome is not None
+
+    def cancel(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def exception(self) -> Optional[BaseException]:
+        """What the task raised, once it ended (waits for that)."""
+        return self._wait()[1]
+
+    def result(self) -> Any:
+        """What the task returned, once it ended (waits for that); raises what it raised."""
+        value, error = self._wait()
+        if error is not None:
+            raise error
+        return value
+
+    def _wait(self) -> Tuple[Any, Optional[BaseException]]:
+        if self._outcome is None:
+            with self._settled:  # (released once settled, and again by every waiter)
+                pass
+        assert self._outcome is not None
+        return self._outcome
 
 
 class Answer:

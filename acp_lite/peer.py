@@ -29,7 +29,7 @@ from .aio import EventLoop, run_to_end, start
 from .answering import CancelToken, RequestContext
 from .error_rules import describe_failure
 from .errors import MethodNotFound, UsageError
-from .outcomes import settle
+from .outcomes import HandlerTask, settle
 from .rpc import Connection
 from .schema import PROTOCOL_VERSION
 
@@ -182,6 +182,8 @@ def bind_handlers(
                 handler = _without_context(handler)
         else:
             continue
+        # An async def handler of a request only starts its task: it may be called on the loop (Connection.start).
+        on_loop = method not in wrappers and inspect.iscoroutinefunction(getattr(peer, name))
         if spec.result_type is None:
             if inspect.iscoroutinefunction(handler):  # decided here: session/update is the hot path
                 handler = completing(handler, loop)
@@ -189,7 +191,11 @@ def bind_handlers(
         else:
             handler = _answering_empty(handler, spec.result_type, loop)
             connection.on_request(
-                method, _describing(handler) if describe_failures else handler, spec.params_type, arrivals.get(method)
+                method,
+                _describing(handler) if describe_failures else handler,
+                spec.params_type,
+                arrivals.get(method),
+                on_loop,
             )
 
     def unknown_request(method: str, params: Any, ctx: RequestContext) -> Any:
@@ -201,7 +207,10 @@ def bind_handlers(
         if method.startswith("_"):
             completed(peer.ext_notification(method, params), loop)
 
-    connection.on_unknown_request(_describing(unknown_request) if describe_failures else unknown_request)
+    connection.on_unknown_request(
+        _describing(unknown_request) if describe_failures else unknown_request,
+        inspect.iscoroutinefunction(peer.ext_method),
+    )
     connection.on_unknown_notification(unknown_notification)
 
 
@@ -243,14 +252,14 @@ def _describing(handler: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:
             describe_failure(exc)
             raise
-        if isinstance(result, Future):  # (its done-callbacks run in order: before the answer's)
+        if isinstance(result, (Future, HandlerTask)):  # (its done-callbacks run in order: before the answer's)
             result.add_done_callback(_describe_outcome)
         return result
 
     return call
 
 
-def _describe_outcome(future: Future) -> None:
+def _describe_outcome(future: Union[Future, HandlerTask]) -> None:
     error = None if future.cancelled() else future.exception()
     if isinstance(error, Exception):
         describe_failure(error)

@@ -11,14 +11,24 @@ reading thread itself. Rules:
   read meanwhile queues behind them). It runs the requests it started in order, each in a handler place; those left
   when the reading is taken from it start on workers.
 - Back-pressure: the reading waits while over ``_READ_AHEAD_LIMIT`` queued bytes are not routed.
+- Or an event loop reads (``read_on``), where the requests' handlers start coroutines on it: it watches the
+  transport's descriptor and routes each read as the reading thread would, but runs nothing that may block: it starts
+  the requests whose handlers never block in handler places, in order, on its thread (``Route.on_loop``), the others
+  on workers, and queues every callback. It never waits either: while read-ahead is over the limit, or the transport
+  is backed up, it stops watching (until the delivery catches up; looking again every ``_BACKED_UP_LOOK_SECONDS``).
+  The end of stream runs on a worker (closing callbacks may block). ``bench/results/async-loop-reading.md``: a
+  request's round trip with no hand-over between threads.
 """
 
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from .aio import EventLoop
 from .answering import Answering, RequestContext
 from .delivery import Callback, Expand, HostItem, Lane, run_callbacks
+from .errors import UsageError
 from .jsonrpc import RpcCore, lines_of, settle_item, several_lines
+from .transport import LoopReadable
 from .watching import watch
 
 # Enough to keep the delivery thread busy while the reader reads on, little enough that memory does not grow with a
@@ -27,6 +37,9 @@ _READ_AHEAD_LIMIT = 512 * 1024
 
 # A few messages, as pipelined requests and their answers come.
 _ROUTE_HERE_BYTES = 4096
+
+# How often an event loop that reads looks whether the peer reads our answers again (nothing tells it).
+_BACKED_UP_LOOK_SECONDS = 0.05
 
 # The watcher stops watching after this many looks (100 ms) without a new run on the reading thread.
 _WATCH_QUIET_TICKS = 50
@@ -61,6 +74,15 @@ class Reading:
         self._seen_runs = -1  # the run the reading thread was in at the last look, or -1
         self._looked_runs = -1
         self._quiet_looks = 0
+        # When an event loop reads: the loop and its thread; on it, whether it watches the descriptor and whether the
+        # reading ended; under _read_ahead_lock, whether the watching pauses for the delivery to catch up.
+        self._loop: Any = None
+        self._source: Any = None  # the transport, a LoopReadable
+        self._fd = -1
+        self._loop_thread: Optional[int] = None
+        self._watched = False
+        self._ended = False
+        self._paused = False
 
     @property
     def read_ahead(self) -> int:
@@ -69,10 +91,13 @@ class Reading:
 
     def stop(self) -> None:
         """``close()`` began: wake a reading that waits for read-ahead room and end a read under way, so that the
-        reading ends on whichever thread holds it (the watcher stops by itself at its next look). Any thread."""
+        reading ends on whichever thread holds it (the watcher stops by itself at its next look); an event loop that
+        reads stops watching (at once on its thread). Any thread."""
         with self._read_ahead_lock:
             self._read_ahead_cond.notify_all()
         self._transport.stop_reading()
+        if self._loop is not None and not self._on_loop(self._stop_watching):
+            self._stop_watching()  # the loop is closed: nothing watches any more
 
     def read_loop(self, rest: Sequence[RequestContext] = ()) -> None:
         """Read on whichever thread holds the reading, which leaves once another took it over; ``rest``: the requests
@@ -92,9 +117,92 @@ class Reading:
             self._log.exception("%s: reader failed; closing the connection", self.name)
         self._end_of_stream()
 
-    def _route_read(self, blocks: List[Any]) -> Tuple[List[RequestContext], List[Callback]]:
+    # -- an event loop reads (see the module's rules) ----------------------------------------------------------------
+    def read_on(self, loop: EventLoop) -> None:
+        """Have ``loop`` read the transport (a ``LoopReadable``) instead of a reading thread. Any thread; once."""
+        assert isinstance(self._transport, LoopReadable) and self._transport.read_descriptor is not None
+        self._source, self._fd = self._transport, self._transport.read_descriptor
+        self._loop = loop
+        if not self._on_loop(self._watch_descriptor):
+            raise UsageError("the event loop for coroutine handlers is closed")
+
+    @property
+    def loop_started(self) -> bool:
+        """True once ``read_on`` was called: an event loop reads, or did."""
+        return self._loop is not None
+
+    @property
+    def loop_thread(self) -> Optional[int]:
+        """The thread of the event loop that reads, once it began (None: a reading thread reads)."""
+        return self._loop_thread
+
+    def _on_loop(self, fn: Callable[[], None]) -> bool:
+        # Run fn on the loop's thread: now if this is it. False if the loop is closed.
+        if threading.get_ident() == self._loop_thread:
+            fn()
+            return True
+        try:
+            self._loop.call_soon_threadsafe(fn)
+        except RuntimeError:
+            return False
+        return True
+
+    def _watch_descriptor(self) -> None:
+        self._loop_thread = threading.get_ident()
+        if not self._answering.closing:
+            self._loop.add_reader(self._fd, self._readable)
+            self._watched = True
+        else:
+            self._stop_watching()
+
+    def _readable(self) -> None:
+        # The loop's callback: read what is there, route it, start the requests that run on the loop.
+        try:
+            if self._transport.backed_up:  # the peer does not read our answers: neither do we, until it does
+                self._loop.remove_reader(self._fd)
+                self._loop.call_later(_BACKED_UP_LOOK_SECONDS, self._watch_again)
+                return
+            with self._read_ahead_lock:
+                self._paused = self._read_ahead > _READ_AHEAD_LIMIT
+            if self._paused:  # until the delivery catches up (_release_expanded)
+                self._loop.remove_reader(self._fd)
+                return
+            blocks = self._source.read_ready()
+            if blocks is None:
+                self._stop_watching()
+                return
+            if not blocks:
+                return
+            requests, _ = self._route_read(blocks, here=False)
+            for ctx in requests:
+                if self._answering.never_blocks(ctx) and self._pool.claim():
+                    self._pool.release(self._answering.run_on_worker(ctx))
+                elif not self._pool.submit(self._answering.run_on_worker, ctx):
+                    self._answering.refuse_to_start(ctx)  # closing
+        except Exception:
+            self._log.exception("%s: reader failed; closing the connection", self.name)
+            self._stop_watching()
+
+    def _watch_again(self) -> None:
+        # After a pause (_readable looks again whether it must go on pausing).
+        if self._watched and not self._answering.closing:
+            self._loop.add_reader(self._fd, self._readable)
+
+    def _stop_watching(self) -> None:
+        # On the loop (or with the loop closed): the reading ends; the end of stream runs on a worker, as it may run
+        # closing callbacks, but here once closing began (all that is left is to say so).
+        if self._watched:
+            self._watched = False
+            self._loop.remove_reader(self._fd)
+        elif self._ended:
+            return
+        self._ended = True
+        if self._answering.closing or not self._pool.hand_off(lambda _: self._end_of_stream(), None):
+            self._end_of_stream()
+
+    def _route_read(self, blocks: List[Any], here: bool = True) -> Tuple[List[RequestContext], List[Callback]]:
         """Route what one read brought (a burst is queued as blocks). Returns the requests, or the callbacks (the
-        delivery role held), that the reading thread is to run itself, if any."""
+        delivery role held, ``here`` only), that the reading thread is to run itself, if any."""
         queue = self._queue
         if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
             queued = [item for block in blocks for item in self._block_items(block)]
@@ -113,8 +221,8 @@ class Reading:
                 return [], []
             if self._pool.ours and queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
                 # Requests only, handlers on our threads: admitted here in order (arrival hooks are bookkeeping).
-                return [ctx for _, ctx in items if self._answering.admit(ctx)], []
-            if queue.hold(len(items)):  # nothing queued or running: spares the delivery thread's wake-up
+                return [ctx for _, ctx in items if self._answering.admit(ctx, here)], []
+            if here and queue.hold(len(items)):  # nothing queued or running: spares the delivery thread's wake-up
                 return [], items
             # Behind what waits: counted as read-ahead until its last callback has run.
             queued = [*items, (self._release_item, _burst_size(blocks))]
@@ -231,8 +339,12 @@ class Reading:
         # Queued after the last callback of what ``size`` bytes brought.
         with self._read_ahead_lock:
             self._read_ahead -= size
-            if self._read_ahead <= _READ_AHEAD_LIMIT:
-                self._read_ahead_cond.notify()
+            if self._read_ahead > _READ_AHEAD_LIMIT:
+                return []
+            self._read_ahead_cond.notify()
+            paused, self._paused = self._paused, False
+        if paused:
+            self._on_loop(self._watch_again)
         return []
 
 

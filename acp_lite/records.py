@@ -8,9 +8,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 class Route:
-    """A registered method: its handler, the type of its params, and for a request its arrival hook."""
+    """A registered method: its handler, the type of its params, and for a request its arrival hook and
+    whether its handler never blocks (``on_loop``: it starts a coroutine and returns its future)."""
 
-    __slots__ = ("handler", "is_request", "method", "on_arrival", "params_type")
+    __slots__ = ("handler", "is_request", "method", "on_arrival", "on_loop", "params_type")
 
     def __init__(
         self,
@@ -19,12 +20,14 @@ class Route:
         params_type: Any,
         is_request: bool,
         on_arrival: Optional[Callable[[Any, Any], Any]] = None,
+        on_loop: bool = False,
     ):
         self.method = method
         self.handler = handler
         self.params_type = params_type
         self.is_request = is_request
         self.on_arrival = on_arrival
+        self.on_loop = on_loop
 
 
 class PendingCall:

@@ -8,6 +8,7 @@ and end once idle (``delivery.IDLE_SECONDS``) or at ``close()``.
 | thread | code | runs |
 | --- | --- | --- |
 | reader ``acp-reader-<name>`` | ``reading`` | reading, decoding, routing; some application code (below) |
+| or an event loop's thread | ``reading`` (``read_on``) | the same, where request handlers start coroutines there (``start``) |
 | delivery ``acp-delivery-<name>`` | ``delivery.CallbackQueue`` | callbacks, in arrival order |
 | workers ``acp-worker-<name>-<n>`` | ``delivery.WorkerPool`` | request handlers (64 at most); the reading, handed on |
 | watcher ``acp-watcher``, one per process | ``watching`` | every 2 ms, hands a stuck reader's reading to a worker |
@@ -42,6 +43,7 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any, Callable, List, Optional
 
+from .aio import EventLoop, default_loop
 from .answering import Answering, CancelToken, RequestContext, run_logged
 from .codec import ENCODER
 from .deadlines import call_after
@@ -53,7 +55,7 @@ from .outcomes import Answer, settle
 from .outgoing import ENCODE_FAILURES, cannot_encode, check_method_name, notification, notification_head
 from .reading import Reading
 from .records import ConnectionStats, PendingCall, Route
-from .transport import MessageTransport
+from .transport import LoopReadable, MessageTransport
 
 __all__ = ["CANCEL_REQUEST_METHOD", "CancelToken", "Connection", "ConnectionStats", "HostDelivery", "RequestContext"]
 
@@ -112,14 +114,16 @@ class Connection:
         handler: Callable[[Any, RequestContext], Any],
         params_type: Any = Any,
         on_arrival: Optional[Callable[[Any, RequestContext], Any]] = None,
+        on_loop: bool = False,
     ) -> None:
         """Answer requests for ``method`` with ``handler(params, ctx)``, ``params`` decoded into
         ``params_type``, on a worker (the host thread in host mode). The handler returns the result
         (anything encodable), raises (an ``AcpError`` is sent as it is, anything else as -32603), or
         returns a ``concurrent.futures.Future`` of it (cancelled if the request is). ``on_arrival(params,
         ctx)`` runs where callbacks run, in arrival order, before the handler starts: a layer above
-        registers the request there, so that a cancel sent right after it finds it."""
-        self._core.register(Route(method, handler, params_type, True, on_arrival))
+        registers the request there, so that a cancel sent right after it finds it. ``on_loop``: the handler never
+        blocks, it starts a coroutine and returns its future (see ``start``)."""
+        self._core.register(Route(method, handler, params_type, True, on_arrival, on_loop))
 
     def on_notification(self, method: str, handler: Callable[[Any], Any], params_type: Any = Any) -> None:
         """Call ``handler(params)`` for each ``method`` notification where callbacks run: in arrival
@@ -127,10 +131,11 @@ class Connection:
         read when nothing else waits; the host thread in host mode). Exceptions are logged."""
         self._core.register(Route(method, handler, params_type, False))
 
-    def on_unknown_request(self, handler: Callable[[str, Any, RequestContext], Any]) -> None:
+    def on_unknown_request(self, handler: Callable[[str, Any, RequestContext], Any], on_loop: bool = False) -> None:
         """Fallback for requests of unregistered methods (else answered -32601): ``handler(method,
         params, ctx)``, params as plain JSON values (or None), run like ``on_request`` handlers."""
         self._core.unknown_request = handler
+        self._core.unknown_request_on_loop = on_loop
 
     def on_unknown_notification(self, handler: Callable[[str, Any], Any]) -> None:
         """Fallback for notifications of unregistered methods (else ignored): ``handler(method,
@@ -144,11 +149,26 @@ class Connection:
         again once the connection is closed."""
         self._closing_callbacks.append(fn)
 
-    def start(self) -> None:
-        """Start reading (and, in default mode, delivering). Any thread; once."""
-        if self._reader is not None:
+    def start(self, loop: "Optional[EventLoop]" = None) -> None:
+        """Start reading (and, in default mode, delivering). Any thread; once.
+
+        Where requests' handlers never block (``on_request(..., on_loop=True)``: they start coroutines on ``loop``,
+        None: the process's default loop), that loop reads the connection instead of a reading thread, when the
+        transport lets it (a ``LoopReadable`` with a descriptor; not in host mode): the handlers then start on the
+        loop's thread, with no hand-over between threads. Their coroutines must then not block that thread waiting
+        for this connection (``call`` raises ``UsageError`` there: await a ``_future``)."""
+        if self._reader is not None or self._reading.loop_started:
             raise UsageError("the connection is already started")
         self._core.rebuild()
+        transport = self._transport
+        if (
+            self._core.runs_on_loop
+            and self._pool.ours
+            and isinstance(transport, LoopReadable)
+            and transport.read_descriptor is not None
+        ):
+            self._reading.read_on(loop if loop is not None else default_loop())
+            return
         self._reader = threading.Thread(target=self._reading.read_loop, name=f"acp-reader-{self.name}", daemon=True)
         self._reader.start()
 
@@ -191,19 +211,26 @@ class Connection:
             if not delivering:
                 # Handlers, on workers and on the reader, get until the deadline to answer (not when a
                 # callback closes: they may wait for answers queued behind it, and end once it returns).
-                if self._reader is not None and self._reader is not me:
-                    self._reader.join(max(0.0, deadline - time.monotonic()))
+                self._join_reading(me, deadline)
                 self._pool.join(deadline)
+            elif self._reading.loop_started:  # (the loop stops watching a descriptor before it is closed)
+                self._join_reading(me, deadline)
             self._answering.refuse_unstarted()  # those routed meanwhile, while an answer can go out
             self._transport.close(max(0.0, deadline - time.monotonic()))
             self._queue.finish()
-        if self._reader is not None and self._reader is not me:
-            self._reader.join(max(0.0, deadline - time.monotonic()))
+        self._join_reading(me, deadline)
         if not delivering:
             self._queue.join(deadline)
         self._pool.join(deadline)
         if stopped is not None:
             raise stopped  # (a closing callback's Ctrl-C or SystemExit, once the connection is closed)
+
+    def _join_reading(self, me: threading.Thread, deadline: float) -> None:
+        # The reading thread ends, or the loop that reads stops watching (its transport is closed only then).
+        if self._reader is not None and self._reader is not me:
+            self._reader.join(max(0.0, deadline - time.monotonic()))
+        elif self._reading.loop_started:
+            self._reader_done.wait(max(0.0, deadline - time.monotonic()))
 
     def _closed_error(self) -> ConnectionClosed:
         # Once closed: why, as a new exception each time (one instance raised again and again
@@ -264,10 +291,16 @@ class Connection:
     def refuse_blocking_here(self, method: str) -> None:
         """Raise ``UsageError`` where callbacks run (see ``on_notification``): a blocking wait there
         would wait for itself. For layers above that block on a ``call_future``. Any thread."""
-        if threading.get_ident() == self._queue.owner:
+        me = threading.get_ident()
+        if me == self._queue.owner:
             raise UsageError(
                 f"blocking call({method!r}) on the thread that delivers callbacks would wait for itself; "
                 "use its _future form (initialize_future(), prompt_future(), ...)"
+            )
+        if me == self._reading.loop_thread:
+            raise UsageError(
+                f"blocking call({method!r}) on the event loop that reads this connection would wait for itself; "
+                "await its _async form (read_text_file_async(), request_permission_async(), ...)"
             )
 
     def call_future(

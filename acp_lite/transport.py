@@ -9,6 +9,8 @@ docstring is its contract; across members:
 - Frames: a frame is one JSON-RPC message (or batch) as bytes, without a newline. A medium with message boundaries of
   its own (a WebSocket) hands each message back as a one-line block; a byte stream is cut into lines by
   ``framing.LineSplitter``.
+- An event loop may read instead of a thread (``LoopReadable``, below): it reads with ``read_ready`` once the
+  transport's descriptor is readable, and ``read_blocks`` is not called.
 - Ending: the stream ends when the peer goes (``read_blocks`` returns None after what it had) or at
   ``stop_reading``/``close``; then ``send`` raises ``closed_error()`` (at once once ``close`` began).
 """
@@ -59,3 +61,18 @@ class MessageTransport(Protocol):
     def closed_error(self) -> ConnectionClosed:
         """A new ``ConnectionClosed`` saying why the stream ended (a process transport names its exit code and the
         tail of its stderr)."""
+
+
+@runtime_checkable
+class LoopReadable(MessageTransport, Protocol):
+    """A transport an event loop can read, in the place of a reading thread: the loop watches its descriptor and
+    reads what is there once it is readable (``wire``'s stream transports over pipes and sockets)."""
+
+    @property
+    def read_descriptor(self) -> Optional[int]:
+        """A descriptor that is readable whenever ``read_ready`` has something to return (None: this transport's
+        stream cannot be watched, ``read_blocks`` must be used)."""
+
+    def read_ready(self) -> Optional[List[Block]]:
+        """Once ``read_descriptor`` is readable: read what is there without blocking and return it as
+        ``read_blocks`` would, perhaps nothing yet (an empty list: a line not yet whole); None as ``read_blocks``."""

@@ -246,6 +246,9 @@ class Transport(MessageTransport):
             self._poll = select.poll()
             self._poll.register(read_fd, select.POLLIN)
             self._poll.register(self._wake[0], select.POLLIN)
+        self._watchable_fd: Optional[int] = None
+        if read_fd is not None and self._poll is not None and not stat.S_ISREG(os.fstat(read_fd).st_mode):
+            self._watchable_fd = read_fd
         _enlarge_pipe(read_fd)
         self._pipe_room = _pipe_room_poll(write_fd)
         self._nowait = _nowait_socket(writer)
@@ -290,19 +293,34 @@ class Transport(MessageTransport):
         and once ``close()`` has begun, returns None. Reader thread only.
         """
         while not self._eof:
-            size = self._read_chunk()
-            if size is None:  # close() began: a partial line is not a message
-                self._eof = True
-                return None
-            if not size:
-                self._eof = True
-                return self._lines.at_end()
-            assert self._buffer is not None
-            blocks = self._lines.feed(self._buffer, size)
-            self._size_buffer(size)
-            if blocks:
+            blocks = self._read_once(True)
+            if blocks is None or blocks:
                 return blocks
         return None
+
+    @property
+    def read_descriptor(self) -> Optional[int]:
+        """The descriptor an event loop may watch (``transport.LoopReadable``): a pipe's, a socket's or a
+        terminal's, not a regular file's (which a poll always finds readable). None where there is none."""
+        return self._watchable_fd
+
+    def read_ready(self) -> Optional[List[Block]]:
+        """Once ``read_descriptor`` is readable: what one read brought, as ``read_blocks`` returns it (perhaps an
+        empty list); None as ``read_blocks``. Reader only."""
+        return None if self._eof else self._read_once(False)
+
+    def _read_once(self, wait: bool) -> Optional[List[Block]]:
+        size = self._read_chunk(wait)
+        if size is None:  # close() began: a partial line is not a message
+            self._eof = True
+            return None
+        if not size:
+            self._eof = True
+            return self._lines.at_end()
+        assert self._buffer is not None
+        blocks = self._lines.feed(self._buffer, size)
+        self._size_buffer(size)
+        return blocks
 
     def read_frames(self) -> Optional[List[Frame]]:
         """Like ``read_blocks``, one line (or ``OversizedFrame``) per item. Reader thread only."""
@@ -340,9 +358,9 @@ class Transport(MessageTransport):
                 self._buffer = bytearray(_READ_FIRST)
                 self._small_reads = 0
 
-    def _read_chunk(self) -> Optional[int]:
-        """Read into the buffer; the byte count, 0 at end of stream, None once ``close()`` (or
-        ``stop_reading()``) has begun."""
+    def _read_chunk(self, wait: bool = True) -> Optional[int]:
+        """Read into the buffer (``wait``: once readable or woken, else at once, the descriptor readable); the byte
+        count, 0 at end of stream, None once ``close()`` (or ``stop_reading()``) has begun."""
         with self._lock:
             if self._closing or self._reading_stopped:
                 return None
@@ -350,7 +368,7 @@ class Transport(MessageTransport):
         try:
             if self._buffer is None:
                 self._buffer = bytearray(_READ_FIRST)
-            if self._poll is not None:
+            if wait and self._poll is not None:
                 assert self._wake is not None
                 wake = self._wake[0]
                 for fd, _ in self._poll.poll():

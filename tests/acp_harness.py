@@ -20,6 +20,7 @@ import pytest
 
 from acp_lite.agent import Agent, RemoteClient, serve
 from acp_lite.client import Client, RemoteAgent
+from acp_lite.errors import MethodNotFound
 from acp_lite.framing import DEFAULT_MAX_MESSAGE_SIZE
 from acp_lite.wire import Transport, memory_pair
 
@@ -289,3 +290,19 @@ def agent_and_client(agent: Agent, client: Client) -> Iterator[RemoteAgent]:
     finally:
         remote.close()
         served.connection.close()
+
+
+async def _ext_method(self: Any, method: str, params: Any) -> Any:
+    raise MethodNotFound(f"Method not found: {method}")
+
+
+def sync_and_async(sync_kind: type, async_kind: type) -> Any:
+    """Run the test with each kind of handlers (or callbacks), as its ``kind`` argument: sync ones; ``async def``
+    ones, with the connection read by the event loop they run on (an ``async def ext_method``, which starts on the
+    loop, lets the loop read: ``Connection.start``); and the same read by a reading thread, as where the transport
+    offers the loop no descriptor (``-threads``, see conftest's ``reading_threads_only``). The wire must not tell the
+    three apart."""
+    read_by_loop = type(async_kind.__name__, (async_kind,), {"ext_method": _ext_method})
+    return pytest.mark.parametrize(
+        "kind", [sync_kind, read_by_loop, read_by_loop], ids=["sync", "async", "async-threads"]
+    )

@@ -102,3 +102,14 @@ def no_leaks(request):
             problems.append("file descriptors left open: " + ", ".join(targets))
     if problems:
         pytest.fail("; ".join(problems), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def reading_threads_only(request, monkeypatch):
+    """A test whose parameters' id names ``async-threads`` (``acp_harness.sync_and_async``) runs with transports that
+    offer an event loop no descriptor: a reading thread reads each connection, as over a remote transport."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "async-threads" in callspec.id:
+        from acp_lite.wire import Transport
+
+        monkeypatch.setattr(Transport, "read_descriptor", property(lambda self: None))

@@ -9,7 +9,16 @@ import time
 from concurrent.futures import wait as futures_wait
 
 import pytest
-from acp_harness import INIT_PARAMS, WAIT, agent_and_client, agent_with_raw_client, capability_cases, refused, sent
+from acp_harness import (
+    INIT_PARAMS,
+    WAIT,
+    agent_and_client,
+    agent_with_raw_client,
+    capability_cases,
+    refused,
+    sent,
+    sync_and_async,
+)
 
 from acp_lite import agent as agent_module
 from acp_lite import schema, updates
@@ -41,11 +50,6 @@ class AsyncMinimal(Minimal):
         await asyncio.sleep(0)
         turn.send(updates.text_chunk("two", message_id="m1"))
         return "end_turn"
-
-
-def sync_and_async(sync_kind, async_kind):
-    """Run the test once with each kind of handlers, as its ``kind`` argument."""
-    return pytest.mark.parametrize("kind", [sync_kind, async_kind], ids=["sync", "async"])
 
 
 class Everything(Minimal):
@@ -373,7 +377,8 @@ def test_cancel_while_waiting_for_permission_cascades_a_cancel_request(kind):
 
 
 @pytest.mark.req("ACP-V1-PROMPT-AGENT-STOP-ON-CANCEL", "ACP-V1-PROMPT-AGENT-CANCELLED-STOP-REASON")
-@sync_and_async(PermissionAsker, AsyncPermissionAsker)
+# Not where the event loop reads: it reads nothing while the coroutine runs, so no answer can come between.
+@pytest.mark.parametrize("kind", [PermissionAsker, AsyncPermissionAsker], ids=["sync", "async-threads"])
 def test_a_call_whose_answer_beats_its_tracking_still_raises_request_cancelled(monkeypatch, kind):
     # The editor cancels the turn and answers the pending permission "cancelled" right away. If
     # the handler's thread is preempted between sending the request and tracking it with the

@@ -11,7 +11,16 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
-from acp_harness import WAIT, background, capability_cases, client_with_raw_agent, initialized, refused, sent
+from acp_harness import (
+    WAIT,
+    background,
+    capability_cases,
+    client_with_raw_agent,
+    initialized,
+    refused,
+    sent,
+    sync_and_async,
+)
 
 from acp_lite import schema, updates
 from acp_lite.client import Client
@@ -39,11 +48,6 @@ class Recorder(Client):
 
     def on_cancel(self, session_id):
         self.cancelled_sessions.append(session_id)
-
-
-def sync_and_async(sync_kind, async_kind):
-    """Run the test once with each kind of callbacks, as its ``kind`` argument."""
-    return pytest.mark.parametrize("kind", [sync_kind, async_kind], ids=["sync", "async"])
 
 
 async def until_set(event):

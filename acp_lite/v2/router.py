@@ -49,6 +49,7 @@ class VersionView:
         handler: Callable[[Any, RequestContext], Any],
         params_type: Any = Any,
         on_arrival: Optional[Callable[[Any, RequestContext], Any]] = None,
+        on_loop: bool = False,  # (unused: the router's handler stands in between, and may block)
     ) -> None:
         self.requests[method] = (handler, params_type, on_arrival)
         self._router.route(method)
@@ -57,8 +58,8 @@ class VersionView:
         self.notifications[method] = (handler, params_type)
         self._router.route(method)
 
-    def on_unknown_request(self, handler: Callable[[str, Any, RequestContext], Any]) -> None:
-        self.unknown_request = handler
+    def on_unknown_request(self, handler: Callable[[str, Any, RequestContext], Any], on_loop: bool = False) -> None:
+        self.unknown_request = handler  # (on_loop unused, as in on_request)
 
     def as_connection(self) -> Connection:
         """This view, for the code written against ``Connection`` (it stands in for one)."""

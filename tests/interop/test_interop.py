@@ -167,7 +167,12 @@ class RecordingTransport(Transport):
         self._frames_lock = threading.Lock()
 
     def read_blocks(self):
-        blocks = super().read_blocks()
+        return self._recorded(super().read_blocks())
+
+    def read_ready(self):  # (where an event loop reads: an agent whose request handlers are all async def)
+        return self._recorded(super().read_ready())
+
+    def _recorded(self, blocks):
         lines = [line for block in blocks or () if isinstance(block, bytes) for line in block.split(b"\n")]
         with self._frames_lock:
             self.frames.extend((self.incoming, line) for line in lines)
