@@ -40,7 +40,6 @@ from .errors import RequestCancelled, UsageError
 from .outcomes import HandlerTask
 
 if TYPE_CHECKING:
-    import asyncio
     from asyncio import AbstractEventLoop as EventLoop
     from typing import Concatenate, ParamSpec  # novermin: only for mypy
 
@@ -150,13 +149,12 @@ def start(
 
     def cancel() -> None:  # on the loop, after begin(): callbacks run in the order they were added
         task = started[0]
-        # Cancelled before its first step, the task ends without running _settling's body.
-        task.add_done_callback(lambda done: None if outcome.done() else _copy_outcome(done, outcome))
+        task.add_done_callback(lambda _: _settle_unstarted(coroutine, outcome))
         task.cancel()
 
     outcome = HandlerTask(lambda: _call_soon(target, cancel))
     try:
-        if asyncio._get_running_loop() is target:
+        if _running_loop() is target:
             begin()
         else:
             target.call_soon_threadsafe(begin)
@@ -173,14 +171,9 @@ def run_to_end(
 ) -> Returned:
     """Run ``coroutine`` as ``start`` does and wait for its end on this thread: returns what it
     returned, raises what it raised, and ``RequestCancelled`` if it ended cancelled."""
-    import asyncio
 
     target = loop if loop is not None else default_loop()
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is target:
+    if _running_loop() is target:
         coroutine.close()
         raise UsageError(
             "a coroutine handler was called on its event loop's own thread, which cannot wait for it: "
@@ -195,6 +188,15 @@ def run_to_end(
         raise
 
 
+def _running_loop() -> "Optional[EventLoop]":
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 async def _settling(coroutine: Coroutine[Any, Any, Any], outcome: HandlerTask) -> None:
     # The outcome is settled in the task's last step, sparing the loop a turn for a done-callback.
     import asyncio
@@ -202,22 +204,22 @@ async def _settling(coroutine: Coroutine[Any, Any, Any], outcome: HandlerTask) -
     try:
         result = await coroutine
     except asyncio.CancelledError:
-        outcome.set_exception(RequestCancelled("the handler's task was cancelled"))
+        outcome.set_exception(_task_cancelled())
     except BaseException as exc:
         outcome.set_exception(exc)
     else:
         outcome.set_result(result)
 
 
-def _copy_outcome(task: "asyncio.Task[None]", outcome: HandlerTask) -> None:
-    if task.cancelled():
-        outcome.set_exception(RequestCancelled("the handler's task was cancelled"))
-        return
-    error = task.exception()
-    if error is not None:
-        outcome.set_exception(error)
-    else:
-        outcome.set_result(task.result())
+def _settle_unstarted(coroutine: Coroutine[Any, Any, Any], outcome: HandlerTask) -> None:
+    # Cancelled before its first step, a task ends without running _settling: the handler's coroutine never ran.
+    if not outcome.done():
+        coroutine.close()
+        outcome.set_exception(_task_cancelled())
+
+
+def _task_cancelled() -> RequestCancelled:
+    return RequestCancelled("the handler's task was cancelled")
 
 
 def _call_soon(loop: "EventLoop", fn: Any) -> None:
