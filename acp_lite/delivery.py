@@ -211,6 +211,8 @@ class WorkerPool:
         self._handed: Deque[Callback] = collections.deque()  # the reading, waiting for a worker
         self._running = 0  # handlers running, on workers or on threads that claimed a place
         self._tasks_held = 0  # of them, the places kept by futures (release(task))
+        self._tasks_ended = threading.Condition(self._lock)  # notified once none is held, if join() waits
+        self._joining = 0  # threads in join()
         self._idle = 0  # workers waiting for a task
         self._starting = 0  # workers started that have not looked for a task yet
         self._threads: List[threading.Thread] = []
@@ -247,8 +249,8 @@ class WorkerPool:
             self._tasks_held -= 1
             self._running -= 1
             self._start_worker()
-            if not self._tasks_held:
-                self._cond.notify_all()  # (join waits for them)
+            if not self._tasks_held and self._joining:
+                self._tasks_ended.notify_all()  # (not _cond, which would wake idle workers at every task's end)
 
     def _add(self, tasks: Deque[Callback], fn: Callable[[Any], Any], arg: Any) -> bool:
         with self._lock:
@@ -325,5 +327,7 @@ class WorkerPool:
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
+            self._joining += 1
             while self._tasks_held and time.monotonic() < deadline:
-                self._cond.wait(deadline - time.monotonic())
+                self._tasks_ended.wait(deadline - time.monotonic())
+            self._joining -= 1
