@@ -162,11 +162,12 @@ class Reading:
                 self._loop.remove_reader(self._fd)
                 self._loop.call_later(_BACKED_UP_LOOK_SECONDS, self._watch_again)
                 return
-            with self._read_ahead_lock:
-                self._paused = self._read_ahead > _READ_AHEAD_LIMIT
-            if self._paused:  # until the delivery catches up (_release_expanded)
-                self._loop.remove_reader(self._fd)
-                return
+            if self._read_ahead > _READ_AHEAD_LIMIT:  # (only this thread adds: a stale look is high)
+                with self._read_ahead_lock:
+                    self._paused = self._read_ahead > _READ_AHEAD_LIMIT
+                if self._paused:  # until the delivery catches up (_release_expanded)
+                    self._loop.remove_reader(self._fd)
+                    return
             blocks = self._source.read_ready()
             if blocks is None:
                 self._stop_watching()
