@@ -133,7 +133,8 @@ class Connection:
 
     def on_unknown_request(self, handler: Callable[[str, Any, RequestContext], Any], on_loop: bool = False) -> None:
         """Fallback for requests of unregistered methods (else answered -32601): ``handler(method,
-        params, ctx)``, params as plain JSON values (or None), run like ``on_request`` handlers."""
+        params, ctx)``, params as plain JSON values (or None), run like ``on_request`` handlers
+        (``on_loop`` as there)."""
         self._core.unknown_request = handler
         self._core.unknown_request_on_loop = on_loop
 

@@ -174,14 +174,23 @@ def test_cancel_request_cancels_an_async_client_handlers_task():
 
 
 @pytest.mark.req("ACP-V1-PROMPT-CLIENT-CANCEL-MAY")
-def test_an_asyncio_application_drives_an_agent_without_a_thread_of_its_own():
+@pytest.mark.parametrize("read_by_its_loop", [False, True], ids=["read-by-a-thread", "read-by-the-loop"])
+def test_an_asyncio_application_drives_an_agent_without_a_thread_of_its_own(read_by_its_loop):
     # The raw agent is played on a test thread; the application is one coroutine on this
     # thread's loop: its awaits, its session_update and the cancel of its task all happen there.
+    # With a request handler that is a coroutine (never called here), that loop also reads the
+    # connection, from when it runs.
     texts = []
 
     class Editor(Client):
         async def session_update(self, params):
             texts.append(params.update.content.text)
+
+    if read_by_its_loop:
+
+        class Editor(Editor):  # type: ignore[no-redef]
+            async def read_text_file(self, params):
+                return {"content": ""}
 
     def agent(raw):
         answer_initialize(raw)
@@ -211,6 +220,8 @@ def test_an_asyncio_application_drives_an_agent_without_a_thread_of_its_own():
             agent_side = background(agent, raw)
             assert loop.run_until_complete(application(remote)) == "end_turn"
             second, after_cancel = agent_side.result(WAIT)
+            if read_by_its_loop:  # (a reading thread may have handed the reading on to a worker: not asserted)
+                assert "acp-reader-agent" not in [t.name for t in threading.enumerate()]
     finally:
         loop.close()
     assert texts == ["streamed"]
