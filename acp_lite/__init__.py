@@ -9,7 +9,8 @@ Modules, bottom up; each imports only the ones listed before it:
 - ``proctree``   finding and killing every descendant of a process.
 - ``outcomes``   settling futures once (``settle``), the outcome of a blocking call.
 - ``framing``    cutting newline-delimited messages out of bytes, without I/O.
-- ``transport``  the seam: ``MessageTransport``, what a connection needs of a transport.
+- ``transport``  the seam: ``MessageTransport``, what a connection needs of a transport
+                 (``LoopReadable``: one an event loop can read).
 - ``wire``       stream transports over byte streams: pipes, stdio, sockets, in-memory.
 - ``delivery``   who runs callbacks, in which order, on which thread: the delivery queue (its
                  ``Lane`` interface), the worker pool.
@@ -25,8 +26,10 @@ Modules, bottom up; each imports only the ones listed before it:
 - ``jsonrpc``    JSON-RPC 2.0 without I/O: envelopes, routing, the call and request tables.
 - ``answering``  an incoming request (``RequestContext``, ``CancelToken``) and its life: its
                  start in its turn, its handler, its answer.
+- ``aio``        coroutines on the connection's threads: ``async def`` handlers as tasks on an
+                 event loop, awaiting a call's answer; ``asyncio`` imported on first use.
 - ``reading``    a connection's reading: the read loop, routing a read, the requests the reader
-                 runs itself, the watcher's look, the read-ahead bound.
+                 runs itself, the watcher's look, the read-ahead bound; or an event loop reading.
 - ``rpc``        the connection: the threads and the transport around ``jsonrpc``.
                  Knows nothing of ACP methods.
 - ``updates``    builders for the values written most (content, updates, tool calls, plans).
