@@ -234,6 +234,15 @@ async def result_of(future: "Future[Returned]") -> Returned:
     return await asyncio.wrap_future(future)
 
 
+_awaited_call = threading.local()
+
+
+def in_awaited_call() -> bool:
+    """True while an ``_async`` form (``awaitable``) makes its call: the future it awaits has no
+    done-callbacks but the runtime's and asyncio's, which never block (``PendingCall.awaited``)."""
+    return getattr(_awaited_call, "on", False)
+
+
 def awaitable(
     future_form: "Callable[Concatenate[Handle, Params], Future[Returned]]",
 ) -> "Callable[Concatenate[Handle, Params], Coroutine[Any, Any, Returned]]":
@@ -241,7 +250,12 @@ def awaitable(
     awaited (see ``result_of``)."""
 
     async def call(handle: Any, *args: Any, **kwargs: Any) -> Any:
-        return await result_of(future_form(handle, *args, **kwargs))
+        _awaited_call.on = True
+        try:
+            future = future_form(handle, *args, **kwargs)
+        finally:
+            _awaited_call.on = False
+        return await result_of(future)
 
     call.__name__ = future_form.__name__.replace("_future", "_async")
     call.__qualname__ = future_form.__qualname__.replace("_future", "_async")

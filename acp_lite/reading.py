@@ -215,8 +215,11 @@ class Reading:
                 self._answering.send_frame(frame)
             if not items:
                 return [], []
-            if queue.unfinished == 0 and all(fn is settle_item and arg[0].direct for fn, arg in items):
-                # Answers to blocking calls only: no application code runs (only call() waits on them).
+            if queue.unfinished == 0 and all(
+                fn is settle_item and (arg[0].direct or (arg[0].awaited and not here)) for fn, arg in items
+            ):
+                # Answers to blocking calls (or, where an event loop reads, awaited ones) only: no application code
+                # runs (only call() waits on them, or the runtime's and asyncio's done-callbacks).
                 for _, outcome in items:
                     settle_item(outcome)
                 return [], []

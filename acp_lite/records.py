@@ -32,15 +32,18 @@ class Route:
 
 class PendingCall:
     """One of our calls waiting for its answer. ``direct``: a future only ``call()`` waits on,
-    with no done-callbacks, which the reader may settle itself."""
+    with no done-callbacks, which the reader may settle itself. ``awaited``: the future of an
+    ``_async`` form, whose done-callbacks are the runtime's and asyncio's, which never block: an
+    event loop that reads may settle it itself."""
 
-    __slots__ = ("direct", "future", "method", "result_type")
+    __slots__ = ("awaited", "direct", "future", "method", "result_type")
 
-    def __init__(self, method: str, future: Any, result_type: Any, direct: bool):
+    def __init__(self, method: str, future: Any, result_type: Any, direct: bool, awaited: bool = False):
         self.method = method
         self.future = future
         self.result_type = result_type
         self.direct = direct
+        self.awaited = awaited
 
 
 class BatchReply:

@@ -43,7 +43,7 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any, Callable, List, Optional
 
-from .aio import EventLoop, default_loop
+from .aio import EventLoop, default_loop, in_awaited_call
 from .answering import Answering, CancelToken, RequestContext, run_logged
 from .codec import ENCODER
 from .deadlines import call_after
@@ -322,7 +322,8 @@ class Connection:
         future = _CallFuture()
         if on_done is not None:
             future.add_done_callback(on_done)
-        request_id = future._request_id = self._send_request(method, params, result_type, future, False, None)
+        awaited = in_awaited_call()
+        request_id = future._request_id = self._send_request(method, params, result_type, future, False, None, awaited)
         future._connection = self  # (two attributes, not a partial: this runs for every call)
         if timeout is not None:
             self._time_out_after(timeout, future, request_id, method)
@@ -364,14 +365,21 @@ class Connection:
         return send_notification
 
     def _send_request(
-        self, method: str, params: Any, result_type: Any, future: Any, direct: bool, timeout: Optional[float]
+        self,
+        method: str,
+        params: Any,
+        result_type: Any,
+        future: Any,
+        direct: bool,
+        timeout: Optional[float],
+        awaited: bool = False,
     ) -> int:
         request_id, frame = self._core.request(method, params)
         self._reading.hand_reading_on()  # (in a handler the reading thread runs) its answer must be read meanwhile
         with self._lock:
             if self._close_error is not None:
                 raise self._closed_error()
-            self._core.add_pending(request_id, PendingCall(method, future, result_type, direct))
+            self._core.add_pending(request_id, PendingCall(method, future, result_type, direct, awaited))
         try:
             self._send_message(frame, method, timeout)
         except (ConnectionClosed, CallTimeout):  # nothing was sent

@@ -84,6 +84,8 @@ def test_a_coroutine_awaits_a_call_whose_answer_its_loop_reads_and_a_blocking_ca
         assert asked["method"] == "fs/read_text_file" and asked["params"] == {"sessionId": "s", "path": "/a"}
         raw.send({"jsonrpc": "2.0", "id": asked["id"], "result": {"content": "hello"}})
         assert raw.recv_until_response(id)[1]["result"] == {"text": "hello"}
+        # The loop settled the awaited answer itself: no delivery thread was woken for it (and back).
+        assert "acp-delivery-client" not in [t.name for t in threading.enumerate()]
         # It would wait forever for an answer that only this thread reads.
         refused = raw.call("_blocking", {})["error"]
         assert refused["code"] == -32603 and refused["data"]["type"] == "UsageError"
