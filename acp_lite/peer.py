@@ -175,15 +175,15 @@ def bind_handlers(
     for method, name in handler_names.items():
         spec = method_table[method]
         if method in wrappers:
-            handler = wrappers[method]
+            handler, on_loop = wrappers[method], False
         elif peer.offers(name):
             handler = getattr(peer, name)
+            # An async def handler of a request only starts its task: it may be called on the loop (Connection.start).
+            on_loop = inspect.iscoroutinefunction(handler)
             if spec.result_type is not None:
                 handler = _without_context(handler)
         else:
             continue
-        # An async def handler of a request only starts its task: it may be called on the loop (Connection.start).
-        on_loop = method not in wrappers and inspect.iscoroutinefunction(getattr(peer, name))
         if spec.result_type is None:
             if inspect.iscoroutinefunction(handler):  # decided here: session/update is the hot path
                 handler = completing(handler, loop)

@@ -118,10 +118,12 @@ class Reading:
         self._end_of_stream()
 
     # -- an event loop reads (see the module's rules) ----------------------------------------------------------------
-    def read_on(self, loop: EventLoop) -> None:
-        """Have ``loop`` read the transport (a ``LoopReadable``) instead of a reading thread. Any thread; once."""
-        assert isinstance(self._transport, LoopReadable) and self._transport.read_descriptor is not None
-        self._source, self._fd = self._transport, self._transport.read_descriptor
+    def read_on(self, loop: EventLoop, transport: LoopReadable) -> None:
+        """Have ``loop`` read ``transport`` (this reading's, which offers a descriptor) instead of a reading thread.
+        Any thread; once."""
+        descriptor = transport.read_descriptor
+        assert transport is self._transport and descriptor is not None
+        self._source, self._fd = transport, descriptor
         self._loop = loop
         if not self._on_loop(self._watch_descriptor):
             raise UsageError("the event loop for coroutine handlers is closed")
@@ -178,8 +180,8 @@ class Reading:
             for ctx in requests:
                 if self._answering.never_blocks(ctx) and self._pool.claim():
                     self._pool.release(self._answering.run_on_worker(ctx))
-                elif not self._pool.submit(self._answering.run_on_worker, ctx):
-                    self._answering.refuse_to_start(ctx)  # closing
+                else:
+                    self._start_on_workers((ctx,))
         except Exception:
             self._log.exception("%s: reader failed; closing the connection", self.name)
             self._stop_watching()

@@ -168,7 +168,7 @@ class Connection:
             and isinstance(transport, LoopReadable)
             and transport.read_descriptor is not None
         ):
-            self._reading.read_on(loop if loop is not None else default_loop())
+            self._reading.read_on(loop if loop is not None else default_loop(), transport)
             return
         self._reader = threading.Thread(target=self._reading.read_loop, name=f"acp-reader-{self.name}", daemon=True)
         self._reader.start()
