@@ -234,13 +234,16 @@ async def result_of(future: "Future[Returned]") -> Returned:
     return await asyncio.wrap_future(future)
 
 
-_awaited_call = threading.local()
+class AwaitedCall(threading.local):
+    """``on`` while an ``_async`` form (``awaitable``) makes its call on this thread: the future it
+    awaits has no done-callbacks but the runtime's and asyncio's, which never block
+    (``PendingCall.awaited``). Read as an attribute, not through a function: every
+    ``call_future`` reads it."""
+
+    on = False  # (a class attribute: a thread that never set it reads False without an AttributeError)
 
 
-def in_awaited_call() -> bool:
-    """True while an ``_async`` form (``awaitable``) makes its call: the future it awaits has no
-    done-callbacks but the runtime's and asyncio's, which never block (``PendingCall.awaited``)."""
-    return getattr(_awaited_call, "on", False)
+AWAITED_CALL = AwaitedCall()
 
 
 def awaitable(
@@ -250,11 +253,11 @@ def awaitable(
     awaited (see ``result_of``)."""
 
     async def call(handle: Any, *args: Any, **kwargs: Any) -> Any:
-        _awaited_call.on = True
+        AWAITED_CALL.on = True
         try:
             future = future_form(handle, *args, **kwargs)
         finally:
-            _awaited_call.on = False
+            AWAITED_CALL.on = False
         return await result_of(future)
 
     call.__name__ = future_form.__name__.replace("_future", "_async")

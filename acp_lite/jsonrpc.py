@@ -407,7 +407,9 @@ class RpcCore:
         route = self.requests.get(message.method)
         if route is None and self.unknown_request is not None:
             handler = functools.partial(self.unknown_request, message.method)
-            route = Route(message.method, handler, Any, True, on_loop=self.unknown_request_on_loop)
+            route = Route(
+                message.method, handler, Any, True, None, self.unknown_request_on_loop
+            )  # (positional: cheaper)
         if route is None:
             return self._reply_error(message.id, MethodNotFound(f"Method not found: {message.method}"), batch, replies)
         try:

@@ -218,7 +218,7 @@ class Reading:
             if not items:
                 return [], []
             if queue.unfinished == 0 and all(
-                fn is settle_item and (arg[0].direct or (arg[0].awaited and not here)) for fn, arg in items
+                fn is settle_item and (arg[0].direct or (not here and arg[0].awaited)) for fn, arg in items
             ):
                 # Answers to blocking calls (or, where an event loop reads, awaited ones) only: no application code
                 # runs (only call() waits on them, or the runtime's and asyncio's done-callbacks).

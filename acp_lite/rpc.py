@@ -43,7 +43,7 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any, Callable, List, Optional
 
-from .aio import EventLoop, default_loop, in_awaited_call
+from .aio import AWAITED_CALL, EventLoop, default_loop
 from .answering import Answering, CancelToken, RequestContext, run_logged
 from .codec import ENCODER
 from .deadlines import call_after
@@ -322,7 +322,7 @@ class Connection:
         future = _CallFuture()
         if on_done is not None:
             future.add_done_callback(on_done)
-        awaited = in_awaited_call()
+        awaited = AWAITED_CALL.on
         request_id = future._request_id = self._send_request(method, params, result_type, future, False, None, awaited)
         future._connection = self  # (two attributes, not a partial: this runs for every call)
         if timeout is not None:
