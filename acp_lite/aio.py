@@ -33,7 +33,7 @@ import atexit
 import sys
 import threading
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional, TypeVar
 
 from .answering import CancelToken
 from .errors import RequestCancelled, UsageError
@@ -111,6 +111,9 @@ _default_lock = threading.Lock()
 def default_loop() -> "EventLoop":
     """The process's event loop for coroutine handlers, its thread started on first use."""
     global _default
+    running = _default  # (asked for every request a coroutine handler answers: the lock only to start it)
+    if running is not None:
+        return running.loop
     with _default_lock:
         if _default is None:
             _default = _LoopThread()
@@ -135,35 +138,65 @@ def start(
     """Run ``coroutine`` as a task on ``loop`` (None: the default loop), in a copy of this
     thread's context; the returned future gets what it returns or raises (``RequestCancelled`` if
     it ended cancelled). ``token`` cancels the task."""
-    import asyncio
-
     target = loop if loop is not None else default_loop()
-    started: List[asyncio.Task[None]] = []
-
-    def begin() -> None:  # on the loop, in a copy of the caller's context
-        if _EAGER:  # its first step at once: a handler that never waits is answered without a turn of the loop
-            eager = asyncio.Task(_settling(coroutine, outcome), loop=target, eager_start=True)  # type: ignore[call-arg]  # novermin
-            started.append(eager)
-        else:
-            started.append(target.create_task(_settling(coroutine, outcome)))
-
-    def cancel() -> None:  # on the loop, after begin(): callbacks run in the order they were added
-        task = started[0]
-        task.add_done_callback(lambda _: _settle_unstarted(coroutine, outcome))
-        task.cancel()
-
-    outcome = HandlerTask(lambda: _call_soon(target, cancel))
+    outcome = _LoopTask(coroutine, target)
     try:
         if _running_loop() is target:
-            begin()
+            outcome.begin()
         else:
-            target.call_soon_threadsafe(begin)
+            target.call_soon_threadsafe(outcome.begin)
     except RuntimeError:  # the loop is closed
         coroutine.close()
         raise UsageError("the event loop for coroutine handlers is closed") from None
     if token is not None:
         token.add_callback(outcome.cancel_task)
     return outcome
+
+
+class _LoopTask(HandlerTask):
+    """A coroutine handler's task on an event loop, and its outcome. Made for every request a
+    coroutine handler answers, so it is one object with bound methods, not closures."""
+
+    __slots__ = ("_coroutine", "_loop", "_task")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, Any], loop: "EventLoop") -> None:
+        super().__init__()
+        self._coroutine = coroutine
+        self._loop = loop
+        self._task: Any = None
+
+    def begin(self) -> None:
+        # On the loop, in a copy of the caller's context (call_soon_threadsafe's, or this thread's own).
+        if _EAGER:  # its first step at once: a handler that never waits is answered without a turn of the loop
+            self._task = _asyncio().Task(self._settling(), loop=self._loop, eager_start=True)  # novermin
+        else:
+            self._task = self._loop.create_task(self._settling())
+
+    def cancel_task(self) -> None:
+        if not self._loop.is_closed():  # closed meanwhile (the default one at exit): its tasks were cancelled
+            self._loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:
+        # On the loop, after begin(): callbacks run in the order they were added.
+        self._task.add_done_callback(self._settle_unstarted)
+        self._task.cancel()
+
+    async def _settling(self) -> None:
+        # The outcome is settled in the task's last step, sparing the loop a turn for a done-callback.
+        try:
+            result = await self._coroutine
+        except _asyncio().CancelledError:
+            self.set_exception(_task_cancelled())
+        except BaseException as exc:
+            self.set_exception(exc)
+        else:
+            self.set_result(result)
+
+    def _settle_unstarted(self, _: Any) -> None:
+        # Cancelled before its first step, a task ends without running _settling: the handler's coroutine never ran.
+        if not self.done():
+            self._coroutine.close()
+            self.set_exception(_task_cancelled())
 
 
 def run_to_end(
@@ -188,43 +221,19 @@ def run_to_end(
         raise
 
 
+def _asyncio() -> Any:
+    # asyncio, imported once a coroutine handler runs (never by a sync application).
+    import asyncio
+
+    return asyncio
+
+
 def _running_loop() -> "Optional[EventLoop]":
-    import asyncio
-
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-async def _settling(coroutine: Coroutine[Any, Any, Any], outcome: HandlerTask) -> None:
-    # The outcome is settled in the task's last step, sparing the loop a turn for a done-callback.
-    import asyncio
-
-    try:
-        result = await coroutine
-    except asyncio.CancelledError:
-        outcome.set_exception(_task_cancelled())
-    except BaseException as exc:
-        outcome.set_exception(exc)
-    else:
-        outcome.set_result(result)
-
-
-def _settle_unstarted(coroutine: Coroutine[Any, Any, Any], outcome: HandlerTask) -> None:
-    # Cancelled before its first step, a task ends without running _settling: the handler's coroutine never ran.
-    if not outcome.done():
-        coroutine.close()
-        outcome.set_exception(_task_cancelled())
+    return _asyncio()._get_running_loop()  # (None off a loop: no exception raised and caught per request)
 
 
 def _task_cancelled() -> RequestCancelled:
     return RequestCancelled("the handler's task was cancelled")
-
-
-def _call_soon(loop: "EventLoop", fn: Any) -> None:
-    if not loop.is_closed():  # closed meanwhile (the default one at exit): its tasks were cancelled
-        loop.call_soon_threadsafe(fn)
 
 
 async def result_of(future: "Future[Returned]") -> Returned:

@@ -33,20 +33,22 @@ class HandlerTask:
     """The outcome of a coroutine handler's task (see ``aio.start``), which runs on after its handler
     returned it: settled once, where the task ends; done-callbacks may be added from any thread (one
     added once settled runs at once, on the adding thread). It answers what the runtime asks of a
-    ``Future`` of a handler, lighter (a lock, no ``Condition``): on a loop that reads its connection,
-    it is made and settled for every request. Running from the start, so ``cancel()`` changes nothing
-    and it never ends cancelled: ``cancel_task()`` cancels the task, which then ends it with its
-    outcome (``RequestCancelled`` if cancelled)."""
+    ``Future`` of a handler, lighter (one lock; a thread that waits for it makes a second): on a loop
+    that reads its connection, it is made and settled for every request, and nothing waits. Running
+    from the start, so ``cancel()`` changes nothing and it never ends cancelled: ``cancel_task()``
+    cancels the task, which then ends it with its outcome (``RequestCancelled`` if cancelled)."""
 
-    __slots__ = ("_callbacks", "_lock", "_outcome", "_settled", "cancel_task")
+    __slots__ = ("_callbacks", "_lock", "_outcome", "_settled")
 
-    def __init__(self, cancel_task: Callable[[], Any]) -> None:
-        self.cancel_task = cancel_task
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._settled = threading.Lock()  # held until settled: result() waits on it
-        self._settled.acquire()
+        self._settled: Optional[threading.Lock] = None  # made by the first waiter, held until settled
         self._callbacks: List[Callable[[HandlerTask], Any]] = []
         self._outcome: Optional[Tuple[Any, Optional[BaseException]]] = None
+
+    def cancel_task(self) -> None:
+        """Cancel the task, from any thread (the override point of the kind of task)."""
+        raise NotImplementedError
 
     def set_result(self, value: Any) -> None:
         self._settle((value, None))
@@ -60,7 +62,9 @@ class HandlerTask:
                 raise InvalidStateError("the handler's task has already ended")
             self._outcome = outcome
             callbacks, self._callbacks = self._callbacks, []
-        self._settled.release()
+            waited = self._settled
+        if waited is not None:
+            waited.release()
         for fn in callbacks:
             self._run_callback(fn)
 
@@ -88,18 +92,23 @@ class HandlerTask:
 
     def exception(self) -> Optional[BaseException]:
         """What the task raised, once it ended (waits for that)."""
-        return self._wait()[1]
+        return (self._outcome or self._wait())[1]
 
     def result(self) -> Any:
         """What the task returned, once it ended (waits for that); raises what it raised."""
-        value, error = self._wait()
+        value, error = self._outcome or self._wait()
         if error is not None:
             raise error
         return value
 
     def _wait(self) -> Tuple[Any, Optional[BaseException]]:
-        if self._outcome is None:
-            with self._settled:  # (released once settled, and again by every waiter)
+        with self._lock:
+            if self._outcome is None and self._settled is None:
+                self._settled = threading.Lock()
+                self._settled.acquire()
+            settled = self._settled
+        if settled is not None:
+            with settled:  # (released once settled, and again by every waiter)
                 pass
         assert self._outcome is not None
         return self._outcome

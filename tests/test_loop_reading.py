@@ -207,7 +207,7 @@ def test_only_a_stream_a_loop_can_watch_offers_its_descriptor(tmp_path):
 
 
 def test_a_handler_task_settles_once_and_runs_callbacks_added_before_and_after():
-    task = HandlerTask(lambda: None)
+    task = HandlerTask()
     seen = []
     task.add_done_callback(lambda done: seen.append(("before", done.result())))
     waiter = threading.Thread(target=lambda: seen.append(("waited", task.result())))
@@ -220,7 +220,7 @@ def test_a_handler_task_settles_once_and_runs_callbacks_added_before_and_after()
     assert sorted(seen) == [("after", 7), ("before", 7), ("waited", 7)]
     assert task.done() and not task.cancelled() and not task.cancel() and task.exception() is None
 
-    failed = HandlerTask(lambda: None)
+    failed = HandlerTask()
     failed.set_exception(UsageError("no"))
     with pytest.raises(UsageError):
         failed.result()
