@@ -22,7 +22,6 @@ starts it in its turn, runs its handler and sends its answer. Rules:
 """
 
 import logging
-import sys
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional, Union
@@ -34,7 +33,7 @@ from .jsonrpc import IncomingRequests, answer_frame, error_frame
 from .outcomes import HandlerTask
 from .outgoing import answer_text_size
 from .records import BatchReply, Route
-from .transport import MessageTransport
+from .transport import MessageTransport, in_event_loop
 
 # Smaller answers take no room in the budget: the threads that answer and the transport's backlog
 # limit bound them, and counting them would cost every answer.
@@ -42,6 +41,9 @@ LARGE_ANSWER = 64 * 1024
 
 # How often a wait looks again (the transport tells nobody when it is no longer backed up).
 _POLL_SECONDS = 0.05
+
+# What a send that could not wait says of its thread (see _may_wait).
+NEVER_WAITING_THREAD = "this thread (the host's, or one running an event loop)"
 
 # ``ctx``: the request whose handler this thread runs, for reserve_answer (a Client's handlers get no ctx).
 _serving = threading.local()
@@ -236,15 +238,18 @@ class Answering:
         return ctx._batch.add(frame)
 
     def send_frame(self, frame: bytes) -> None:
-        """Write an answer, or a reply to a line that is no request. On the host thread, with no
-        room, it is dropped and logged (no caller to raise to; the peer, not reading, is far behind)."""
+        """Write an answer, or a reply to a line that is no request. On a thread that never waits
+        (the host's, an event loop's), with no room, it is dropped and logged (no caller to raise to;
+        the peer, not reading, is far behind)."""
         try:
             self.transport.send(frame, timeout=0 if threading.get_ident() == self._host_thread else None)
         except ConnectionClosed:
             self.log.debug("%s: reply dropped, the connection is closed", self.name)
         except CallTimeout as exc:
             head = frame[:60].decode("utf-8", "replace")
-            self.log.error("%s: answer %s... dropped, the host thread never waits for room (%s)", self.name, head, exc)
+            self.log.error(
+                "%s: answer %s... dropped, %s never waits for room (%s)", self.name, head, NEVER_WAITING_THREAD, exc
+            )
 
     def _too_large(self, method: str, size: int) -> InternalError:
         return InternalError(
@@ -266,14 +271,8 @@ class Answering:
 
     def _may_wait(self) -> bool:
         # Neither the host thread (its UI) nor an event loop's (a coroutine handler's task answers
-        # there) waits for room or a write: both would freeze. (Only a loop's user imports asyncio.)
-        if threading.get_ident() == self._host_thread:
-            return False
-        try:
-            sys.modules["asyncio"].get_running_loop()
-        except (KeyError, RuntimeError):
-            return True
-        return False
+        # there) waits for room or a write: both would freeze.
+        return threading.get_ident() != self._host_thread and not in_event_loop()
 
     def _give_back(self, size: int) -> None:
         with self._room:

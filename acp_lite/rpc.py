@@ -29,8 +29,9 @@ Invariants (``reading``, ``answering`` and ``delivery`` give their detail):
   ``ConnectionClosed``, or its future's cancellation. A request is answered once.
 - Back-pressure: the reader stops while 512 KiB it read wait; no request starts while the peer does
   not read our answers; at most ``HANDLER_LIMIT`` handlers run at once; large answers wait for room
-  in a budget. The host thread never waits to send: its sends raise ``CallTimeout``, nothing sent,
-  once the flusher's backlog is full (its answers are then dropped and logged).
+  in a budget. The host thread and an event loop's never wait to send (nor in a write: the flusher
+  writes what would block): their sends raise ``CallTimeout``, nothing sent, once the flusher's
+  backlog is full (their answers are then dropped and logged).
 - Close: ``close(timeout)`` ends the connection within its timeout, from any thread, a callback's
   included. The watcher is the process's: it drops the connection at its next look.
 """
@@ -44,7 +45,7 @@ from functools import partial
 from typing import Any, Callable, List, Optional
 
 from .aio import AWAITED_CALL, EventLoop, default_loop
-from .answering import Answering, CancelToken, RequestContext, run_logged
+from .answering import NEVER_WAITING_THREAD, Answering, CancelToken, RequestContext, run_logged
 from .codec import ENCODER
 from .deadlines import call_after
 from .delivery import Callback, CallbackQueue, Lane, WorkerPool, Workers, run_callbacks
@@ -409,14 +410,14 @@ class Connection:
             self._queue.put([(settle_item, (PendingCall(method, future, Any, False), None, error))])
 
     def _send_message(self, frame: bytes, method: str, timeout: Optional[float] = None) -> None:
-        # A request or notification: CallTimeout, nothing sent, without room within ``timeout``, or
-        # at once on the host thread (its UI must not freeze on a peer that stopped reading).
+        # A request or notification: CallTimeout, nothing sent, without room within ``timeout``, or at once on the host
+        # thread or an event loop's (neither may freeze on a peer that stopped reading; the transport keeps the latter).
         host = threading.get_ident() == self._host_thread
         try:
             self._transport.send(frame, timeout=0 if host else timeout)
         except CallTimeout as exc:
-            if host:
-                raise CallTimeout(f"{method}: not sent, the host thread never waits for room ({exc})") from None
+            if host or timeout is None:
+                raise CallTimeout(f"{method}: not sent, {NEVER_WAITING_THREAD} never waits for room ({exc})") from None
             raise CallTimeout(f"{method}: could not be sent within {timeout} s (the peer is not reading)") from None
 
     def _on_end_of_stream(self) -> None:

@@ -15,6 +15,7 @@ docstring is its contract; across members:
   ``stop_reading``/``close``; then ``send`` raises ``closed_error()`` (at once once ``close`` began).
 """
 
+import sys
 from typing import List, Optional, Protocol, runtime_checkable
 
 from .errors import ConnectionClosed
@@ -38,7 +39,9 @@ class MessageTransport(Protocol):
     def send(self, frame: bytes, timeout: Optional[float] = None) -> None:
         """Queue one frame for writing (``flush`` waits until it is written); frames from any threads are written
         whole, in the order their ``send`` took them. Never blocks past ``timeout``: ``CallTimeout`` if the frame could
-        not even be queued (the peer stopped reading). Raises ``ConnectionClosed`` once closed or after a failed write
+        not even be queued (the peer stopped reading). On a thread that runs an event loop (``in_event_loop``) it never
+        blocks at all, ``timeout`` None counting as 0 there: the loop may serve other connections, which a peer that
+        stopped reading must not freeze. Raises ``ConnectionClosed`` once closed or after a failed write
         (``closed_error()``), ``UsageError`` for a frame holding a newline."""
 
     def flush(self, timeout: Optional[float] = None) -> bool:
@@ -76,3 +79,9 @@ class LoopReadable(MessageTransport, Protocol):
     def read_ready(self) -> Optional[List[Block]]:
         """Once ``read_descriptor`` is readable: read what is there without blocking and return it as
         ``read_blocks`` would, perhaps nothing yet (an empty list: a line not yet whole); None as ``read_blocks``."""
+
+
+def in_event_loop() -> bool:
+    """True on a thread that runs an event loop, where ``send`` never blocks. (Asked only where a send could block.)"""
+    asyncio = sys.modules.get("asyncio")  # (only a loop's user imports it)
+    return asyncio is not None and asyncio._get_running_loop() is not None

@@ -54,7 +54,7 @@ except ImportError:  # Windows
 
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .framing import DEFAULT_MAX_MESSAGE_SIZE, Block, Frame, LineSplitter, OversizedFrame
-from .transport import MessageTransport
+from .transport import MessageTransport, in_event_loop
 
 # The read buffer is sized on demand: it starts at _READ_FIRST (what an idle connection keeps),
 # grows fourfold each time a read fills it, up to _READ_CHUNK (a burst of small messages then
@@ -388,12 +388,13 @@ class Transport(MessageTransport):
         Returns once the frame is written or queued behind the frames already waiting, which
         the thread holding the writer role (possibly the flusher) writes next; ``close()`` or
         ``flush()`` before the process exits makes sure the queue went out (an exit hook
-        flushes too, for up to a couple of seconds). With a ``timeout`` the sender never blocks
-        longer than that: it waits for room in the backlog at most that long (``CallTimeout``
-        if there is none), and writes the frame itself only when the write cannot block (a
-        frame of less than ``PIPE_BUF`` bytes into a pipe with room; to a socket, what it takes
-        at once); else it leaves the write (or its rest) to the flusher (a write blocks while
-        the peer does not read). Raises
+        flushes too, for up to a couple of seconds). With a ``timeout`` (on a thread that runs
+        an event loop, always: 0 if None) the sender never blocks longer than that: it waits
+        for room in the backlog at most that long (``CallTimeout`` if there is none), and
+        writes the frame itself only when the write cannot block (a frame of less than
+        ``PIPE_BUF`` bytes into a pipe with room; to a socket, what it takes at once); else it
+        leaves the write (or its rest) to the flusher (a write blocks while the peer does not
+        read). Raises
         ``ConnectionClosed`` when the transport is closed (at once) or a write failed (then the
         ``closed_error`` of the stream), ``UsageError`` when the frame contains a newline.
         """
@@ -404,9 +405,12 @@ class Transport(MessageTransport):
         self._lock.acquire()
         try:
             if self._backlog_size + self._batch_size > _WRITE_BACKLOG_LIMIT:
-                self._wait_for_room(timeout)
+                self._wait_for_room(0 if timeout is None and in_event_loop() else timeout)
             refused = self._closing or self._write_failed
-            if not refused and (self._writing or not self._take_writer_role(timeout is not None, len(frame))):
+            bounded = None  # (queued) else: whether this sender's own write must not block
+            if not refused and not self._writing:
+                bounded = self._take_writer_role(timeout is not None, len(frame))
+            if not refused and bounded is None:
                 self._backlog.append(frame)
                 self._backlog_size += len(frame) + 1
                 return
@@ -417,7 +421,7 @@ class Transport(MessageTransport):
                 raise ConnectionClosed(f"{self.name}: the transport was closed")
             raise self.closed_error()  # outside the lock: a process's hook waits for the exit
         try:
-            if timeout is not None and self._nowait is not None:
+            if bounded and self._nowait is not None:
                 if not self._send_without_blocking(frame + b"\n"):
                     return  # the rest is the flusher's
             else:
@@ -437,27 +441,29 @@ class Transport(MessageTransport):
             else:
                 self._end_write(failed=False)
 
-    def _take_writer_role(self, bounded: bool, size: int) -> bool:
-        # Under the lock, the role being free: take it. True when the sender is to write its
-        # frame at once; False when the sender must not block (``bounded``) and the write could,
-        # or the frame ends a run of _STREAM_RUN quick sends from the same thread, in which case
-        # the role goes to the flusher, which writes what piles up meanwhile in one go.
+    def _take_writer_role(self, bounded: bool, size: int) -> Optional[bool]:
+        # Under the lock, the role being free: take it. None when the role went to the flusher,
+        # which writes what piles up meanwhile in one go: the frame ends a run of _STREAM_RUN
+        # quick sends from the same thread, or the sender must not block (``bounded``, or on a
+        # thread that runs an event loop) and the write could. Else the sender writes its frame
+        # at once: whether that write must not block.
         writer = threading.get_ident()
         self._writing = True
         self._active += 1
-        if bounded and not self._room_for(size):
-            self._hand_to_flusher()
-            return False
         if writer == self._last_writer and time.monotonic() - self._idle_since < _STREAM_GAP:
             self._quick_sends += 1
             if self._quick_sends >= _STREAM_RUN:
                 self._hand_to_flusher()
-                return False
+                return None
         else:
             self._quick_sends = 0
+        bounded = bounded or in_event_loop()  # (asked only here, where the sender would write)
+        if bounded and not self._room_for(size):
+            self._hand_to_flusher()
+            return None
         self._last_writer = writer
         self._batches_taken += 1
-        return True
+        return bounded
 
     def _room_for(self, size: int) -> bool:
         # Under the lock, holding the writer role: True when the sender may write ``size`` bytes

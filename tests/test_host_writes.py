@@ -18,6 +18,7 @@ import pytest
 from acp_harness import WAIT, RawPeer, background, initialized
 
 from acp_lite import HostDelivery, RemoteAgent, client, schema, wire
+from acp_lite.answering import NEVER_WAITING_THREAD
 from acp_lite.errors import CallTimeout
 
 # What one pump, or one send on the host thread, may take: either needs about a millisecond, but on
@@ -151,9 +152,10 @@ def test_the_host_thread_never_blocks_on_an_agent_that_stops_reading(make, caplo
 
         # The refusals: every one said why, at once; nothing the host sent after the first went out.
         for exc in host.refused:
-            assert "not sent, the host thread never waits for room" in str(exc)
+            assert f"not sent, {NEVER_WAITING_THREAD} never waits for room" in str(exc)
             assert "over 8 MiB wait to be written (the peer is not reading)" in str(exc)
-        dropped_answers = [r for r in caplog.records if "dropped, the host thread never waits" in r.getMessage()]
+        dropped = f"dropped, {NEVER_WAITING_THREAD} never waits"
+        dropped_answers = [r for r in caplog.records if dropped in r.getMessage()]
         assert len(dropped_answers) == len(caplog.records)
         assert all(re.search(r'answer \{"jsonrpc":"2.0","id":\d+,"result"', r.getMessage()) for r in dropped_answers)
         accepted = len(host.attempted) - len(host.refused) - len(dropped_answers)

@@ -134,6 +134,39 @@ def test_the_loop_stops_reading_while_the_delivery_is_behind_loses_nothing_and_s
         assert agent.notes == list(range(count))
 
 
+class Large(Agent):
+    """Answers with more than a pipe holds, and streams as many updates, from coroutines on the loop."""
+
+    async def ext_method(self, method, params):
+        if method == "_updates":  # (a session/update per call, as a turn's send() makes them)
+            for _ in range(params["count"]):
+                self.client.session_update("s", {"sessionUpdate": "agent_message_chunk", "content": TEXT})
+            return {}
+        return {"text": "x" * params["size"]}
+
+
+TEXT = {"type": "text", "text": "y" * 1000}
+
+
+@pytest.mark.req("ACP-V1-EXT-RESPOND-TO-CUSTOM-REQUEST", "ACP-V1-PROMPT-UPDATES-BEFORE-RESPONSE")
+@pytest.mark.parametrize("request_", [("_big", {"size": 1_000_000}), ("_updates", {"count": 500})], ids=lambda r: r[0])
+def test_a_peer_that_stops_reading_never_blocks_the_loop_that_serves_other_connections(request_):
+    # An answer, or updates, fill the pipe the peer does not read: a write there would block the loop's thread, and
+    # with it every connection the loop serves. The loop leaves the writing to the transport's flusher instead.
+    method, params = request_
+    with agent_with_raw_client(Large()) as (_, stalled):
+        id = stalled.request(method, params)
+        with agent_with_raw_client(Pinged()) as (_, other):
+            assert other.call("_ping", {"n": 1})["result"] == {"pong": 1}
+        # Nothing was lost meanwhile: the stalled peer reads, at last, the answer and every update whole.
+        updates, answer = stalled.recv_until_response(id, WAIT * 2)
+    if method == "_big":
+        assert answer["result"] == {"text": "x" * 1_000_000}
+    else:
+        assert answer["result"] == {} and len(updates) == 500
+        assert all(u["params"]["update"]["content"] == TEXT for u in updates)
+
+
 def test_closing_from_another_thread_from_a_handler_on_the_loop_and_by_the_peer():
     closings = []
     # From another thread: the loop stops watching before the pipe is closed (no_leaks checks the descriptors).

@@ -1,5 +1,6 @@
 """Two connections over a pair of channels (a message-fed transport), its bounds and its ending."""
 
+import asyncio
 import threading
 import time
 
@@ -131,6 +132,17 @@ def test_sending_is_bounded_by_what_the_router_has_not_sent():
     assert routed == [b"12345678901", b"y"] and not channel.backed_up
     channel.sent(1)
     assert channel.flush(0)
+
+    # On a thread that runs an event loop a send never waits, which would freeze every coroutine of the loop: no
+    # timeout counts as none to wait.
+    channel.send(b"12345678901")
+
+    async def send_on_the_loop():
+        with pytest.raises(CallTimeout):
+            channel.send(b"z")
+
+    asyncio.run(asyncio.wait_for(send_on_the_loop(), WAIT))
+    assert routed[-1] == b"12345678901" and channel.pending == 11
 
 
 def test_end_lets_the_reader_drain_then_fails_sends_with_its_error():
