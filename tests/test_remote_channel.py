@@ -195,3 +195,18 @@ def test_each_send_after_the_end_raises_an_exception_of_its_own():
         raised.append(caught.value)
     raised.append(channel.closed_error())
     assert len({id(exc) for exc in raised}) == 21 and {str(exc) for exc in raised} == {"the server went away"}
+
+
+def test_a_send_on_an_event_loop_never_waits_for_room_and_says_so():
+    channel = Channel(lambda frame: None, max_pending=10)  # routes nowhere: nothing it holds is ever sent
+    connection = Connection(channel, name="stalled")
+    try:
+        connection.notify("_first", {"padding": "x" * 20})  # over the bound once routed
+
+        async def notify_on_the_loop():
+            with pytest.raises(CallTimeout, match=r"_second: not sent, this thread \(.*\) never waits for room"):
+                connection.notify("_second", {})
+
+        asyncio.run(asyncio.wait_for(notify_on_the_loop(), WAIT))
+    finally:
+        connection.close(0.1)
