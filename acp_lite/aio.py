@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Optional, TypeVar
 from .answering import CancelToken
 from .errors import RequestCancelled, UsageError
 from .outcomes import HandlerTask
+from .transport import running_loop
 
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop as EventLoop
@@ -141,7 +142,7 @@ def start(
     target = loop if loop is not None else default_loop()
     outcome = _LoopTask(coroutine, target)
     try:
-        if _running_loop() is target:
+        if running_loop() is target:
             outcome.begin()
         else:
             target.call_soon_threadsafe(outcome.begin)
@@ -206,7 +207,7 @@ def run_to_end(
     returned, raises what it raised, and ``RequestCancelled`` if it ended cancelled."""
 
     target = loop if loop is not None else default_loop()
-    if _running_loop() is target:
+    if running_loop() is target:
         coroutine.close()
         raise UsageError(
             "a coroutine handler was called on its event loop's own thread, which cannot wait for it: "
@@ -226,10 +227,6 @@ def _asyncio() -> Any:
     import asyncio
 
     return asyncio
-
-
-def _running_loop() -> "Optional[EventLoop]":
-    return _asyncio()._get_running_loop()  # (None off a loop: no exception raised and caught per request)
 
 
 def _task_cancelled() -> RequestCancelled:

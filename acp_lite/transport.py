@@ -16,7 +16,7 @@ docstring is its contract; across members:
 """
 
 import sys
-from typing import List, Optional, Protocol, runtime_checkable
+from typing import Any, List, Optional, Protocol, runtime_checkable
 
 from .errors import ConnectionClosed
 from .framing import Block
@@ -81,7 +81,12 @@ class LoopReadable(MessageTransport, Protocol):
         ``read_blocks`` would, perhaps nothing yet (an empty list: a line not yet whole); None as ``read_blocks``."""
 
 
+def running_loop() -> Any:
+    """The event loop this thread runs, or None (asyncio's own answer, without raising off a loop)."""
+    asyncio = sys.modules.get("asyncio")  # (only a loop's user imports it)
+    return None if asyncio is None else asyncio._get_running_loop()
+
+
 def in_event_loop() -> bool:
     """True on a thread that runs an event loop, where ``send`` never blocks. (Asked only where a send could block.)"""
-    asyncio = sys.modules.get("asyncio")  # (only a loop's user imports it)
-    return asyncio is not None and asyncio._get_running_loop() is not None
+    return running_loop() is not None

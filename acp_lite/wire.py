@@ -407,13 +407,13 @@ class Transport(MessageTransport):
             if self._backlog_size + self._batch_size > _WRITE_BACKLOG_LIMIT:
                 self._wait_for_room(0 if timeout is None and in_event_loop() else timeout)
             refused = self._closing or self._write_failed
-            bounded = None  # (queued) else: whether this sender's own write must not block
-            if not refused and not self._writing:
-                bounded = self._take_writer_role(timeout is not None, len(frame))
-            if not refused and bounded is None:
-                self._backlog.append(frame)
-                self._backlog_size += len(frame) + 1
-                return
+            if not refused:
+                # None: queued (behind another writer, or for the flusher); else: must its own write not block.
+                bounded = None if self._writing else self._take_writer_role(timeout is not None, len(frame))
+                if bounded is None:
+                    self._backlog.append(frame)
+                    self._backlog_size += len(frame) + 1
+                    return
         finally:
             self._lock.release()
         if refused:
