@@ -69,7 +69,7 @@ def typed_decoder_may_read(frame: Any) -> bool:
     at = frame.find(b'"method"')
     if at < 0 or b'"_' in frame[at + 8 : at + 13]:  # ':"_' with up to two spaces around the colon
         return False
-    return fast_decodable(frame)
+    return frame.isascii() or fast_decodable(frame)  # (ASCII, as lines usually are: one call fewer)
 
 
 def several_lines(block: Any) -> bool:

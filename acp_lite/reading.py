@@ -207,27 +207,32 @@ class Reading:
         """Route what one read brought (a burst is queued as blocks). Returns the requests, or the callbacks (the
         delivery role held, ``here`` only), that the reading thread is to run itself, if any."""
         queue = self._queue
-        if len(blocks) > 1 or queue.unfinished or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES):
+        behind = len(blocks) > 1 or queue.unfinished  # a burst, or what waits: all of it is queued
+        lone = None if behind else self._core.lone_notification(blocks[0])
+        if lone is None and (behind or (several_lines(blocks[0]) and len(blocks[0]) > _ROUTE_HERE_BYTES)):
             queued = [item for block in blocks for item in self._block_items(block)]
         else:
-            items: List[Callback] = []
-            replies: List[bytes] = []
-            self._core.route_lines(lines_of(blocks[0]), items, replies)
-            for frame in replies:
-                self._answering.send_frame(frame)
-            if not items:
-                return [], []
-            if queue.unfinished == 0 and all(
-                fn is settle_item and (arg[0].direct or (not here and arg[0].awaited)) for fn, arg in items
-            ):
-                # Answers to blocking calls (or, where an event loop reads, awaited ones) only: no application code
-                # runs (only call() waits on them, or the runtime's and asyncio's done-callbacks).
-                for _, outcome in items:
-                    settle_item(outcome)
-                return [], []
-            if self._pool.ours and queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
-                # Requests only, handlers on our threads: admitted here in order (arrival hooks are bookkeeping).
-                return [ctx for _, ctx in items if self._answering.admit(ctx, here)], []
+            if lone is not None:  # one notification (a paced update): a callback, none of the cases below
+                items: List[Callback] = [lone]
+            else:
+                items = []
+                replies: List[bytes] = []
+                self._core.route_lines(lines_of(blocks[0]), items, replies)
+                for frame in replies:
+                    self._answering.send_frame(frame)
+                if not items:
+                    return [], []
+                if queue.unfinished == 0 and all(
+                    fn is settle_item and (arg[0].direct or (not here and arg[0].awaited)) for fn, arg in items
+                ):
+                    # Answers to blocking calls (or, where an event loop reads, awaited ones) only: no application
+                    # code runs (only call() waits on them, or the runtime's and asyncio's done-callbacks).
+                    for _, outcome in items:
+                        settle_item(outcome)
+                    return [], []
+                if self._pool.ours and queue.unfinished == 0 and all(fn == self._start_request for fn, _ in items):
+                    # Requests only, handlers on our threads: admitted here in order (arrival hooks are bookkeeping).
+                    return [ctx for _, ctx in items if self._answering.admit(ctx, here)], []
             if here and queue.hold(len(items)):  # nothing queued or running: spares the delivery thread's wake-up
                 return [], items
             # Behind what waits: counted as read-ahead until its last callback has run.

@@ -91,14 +91,19 @@ class ConnectionStats:
 
 class FastPath:
     """The one-pass decoders for registered methods with typed params (of a line, and of a block
-    of lines made into an array) and, for each envelope type they produce, the notification
-    handler or the request route."""
+    of lines made into an array), the decoder of a line into the notifications' envelopes alone,
+    and, for each envelope type they produce, the notification handler or the request route."""
 
-    __slots__ = ("block_decoder", "decoder", "handlers", "requests")
+    __slots__ = ("block_decoder", "decoder", "handlers", "notification_decoder", "requests")
 
     def __init__(
-        self, decoders: Tuple[Any, Any], handlers: Dict[type, Callable[[Any], Any]], requests: Dict[type, Route]
+        self,
+        decoders: Tuple[Any, Any],
+        notification_decoder: Any,
+        handlers: Dict[type, Callable[[Any], Any]],
+        requests: Dict[type, Route],
     ):
         self.decoder, self.block_decoder = decoders
+        self.notification_decoder = notification_decoder
         self.handlers = handlers
         self.requests = requests

@@ -37,6 +37,7 @@ socket ones are in ``sockets``.
 """
 
 import atexit
+import functools
 import os
 import select
 import socket
@@ -141,7 +142,7 @@ def _stream_io(stream: Any, reading: bool) -> Tuple[Callable[..., Any], Optional
         if hasattr(os, "readv"):
             return lambda buffer: os.readv(fd, (buffer,)), fd, close
         return _copying_reader(lambda size: os.read(fd, size)), fd, close
-    return lambda data: _write_all_fd(fd, data), fd, close
+    return functools.partial(_write_all_fd, fd), fd, close  # (no Python frame of its own, unlike a lambda)
 
 
 def _copying_reader(read: Callable[[int], bytes]) -> Callable[[bytearray], int]:

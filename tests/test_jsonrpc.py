@@ -130,6 +130,40 @@ def test_a_block_of_runs_of_several_methods_reaches_each_handler_in_order_past_a
     assert sorted(ctx.id for ctx in incoming.running()) == [5, 6]
 
 
+def test_a_lone_notification_is_decoded_in_one_call_and_every_other_line_is_left_to_route_lines():
+    # The reading's shortcut for a read of one update (a paced stream): it must take exactly the lines that
+    # route_lines would turn into that notification's callback, and leave every other line alone (None).
+    core = make_core()
+    seen: List[Any] = []
+    core.register(Route("x/typed", seen.append, Item, False))
+    core.register(Route("x/keep", seen.append, keep_undecodable(Item), False))
+    core.register(Route("x/any", seen.append, Any, False))
+    core.register(Route("x/ask", lambda params, ctx: None, Item, True))
+    core.rebuild()
+
+    def line(message: dict) -> bytes:
+        return json.dumps({"jsonrpc": "2.0", **message}).encode()
+
+    typed = line({"method": "x/typed", "params": {"text": "a"}})
+    assert core.lone_notification(typed) == (seen.append, Item(text="a")) == tuple(feed(core, typed)[0][0])
+    assert core.lone_notification(line({"method": "x/typed", "params": {"text": "é"}})) == (seen.append, Item("é"))
+    left_alone = [
+        line({"id": 1, "method": "x/ask", "params": {"text": "b"}}),  # a request of a typed route
+        line({"method": "x/any", "params": {"text": "c"}}),  # no typed params
+        line({"method": "_x/ext", "params": {}}),  # an extension method
+        line({"id": 2, "result": {}}),  # an answer
+        line({"method": "x/keep", "params": {"text": 1}}),  # does not fit: kept as Undecodable by route_lines
+        line({"method": "x/typed", "params": {"text": "a", "extra": {"x": "\udc80"}}}).replace(b"\\udc80", b"\xff"),
+        typed + b"\n" + typed,  # two lines
+        OversizedFrame(10_000, typed[:512]),
+        b"not json",
+    ]
+    for frame in left_alone:
+        assert core.lone_notification(frame) is None, frame
+    kept = feed(core, line({"method": "x/keep", "params": {"text": 1}}))[0]
+    assert isinstance(kept[0][1], Undecodable)  # what route_lines does with the line the shortcut left
+
+
 def test_answers_settle_pending_calls_once_and_unknown_ids_are_dropped():
     core = make_core()
     core.rebuild()
