@@ -67,7 +67,7 @@ def typed_decoder_may_read(frame: Any) -> bool:
     if type(frame) is not bytes:
         return False
     at = frame.find(b'"method"')
-    if at < 0 or b'"_' in frame[at + 8 : at + 13]:  # ':"_' with up to two spaces around the colon
+    if at < 0 or frame.find(b'"_', at + 8, at + 13) >= 0:  # ':"_' with up to two spaces around the colon
         return False
     return frame.isascii() or fast_decodable(frame)  # (ASCII, as lines usually are: one call fewer)
 

@@ -155,6 +155,7 @@ def test_a_lone_notification_is_decoded_in_one_call_and_every_other_line_is_left
         line({"method": "x/keep", "params": {"text": 1}}),  # does not fit: kept as Undecodable by route_lines
         line({"method": "x/typed", "params": {"text": "a", "extra": {"x": "\udc80"}}}).replace(b"\\udc80", b"\xff"),
         typed + b"\n" + typed,  # two lines
+        line({"method": "x/typed", "params": {"text": "a", "id": 3}}),  # an "id" in it: left as requests are
         OversizedFrame(10_000, typed[:512]),
         b"not json",
     ]
