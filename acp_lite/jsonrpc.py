@@ -4,8 +4,11 @@ No thread, socket or descriptor here (h11's habit): ``rpc.Connection`` feeds the
 transport read and carries out what it asks. Its rules:
 
 - A line is decoded once: a registered method's message with typed params straight into its
-  envelope (see ``envelopes``), a block of them in one call; anything else into a generic envelope,
-  its payload kept raw until ``codec.decode`` knows its type. Decoding runs no application code.
+  envelope (see ``envelopes``), a block of them in one call, a read of one notification without a
+  look at anything else (``lone_notification``); anything else into a generic envelope, its
+  payload kept raw until ``codec.decode`` knows its type. (A lone notification whose params do
+  not fit its type is decoded a second time, on the general path.) Decoding runs no application
+  code.
 - Routing appends ``(fn, arg)`` callbacks to ``items`` in arrival order (a notification's handler,
   ``start_request`` with a request's context, ``settle_item`` with a call's outcome) and answers
   to bad input to ``replies``; the caller runs the callbacks in that order, one at a time.

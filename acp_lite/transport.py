@@ -89,5 +89,4 @@ def running_loop() -> Any:
 
 def in_event_loop() -> bool:
     """True on a thread that runs an event loop, where ``send`` never blocks. (Asked only where a send could block.)"""
-    asyncio = sys.modules.get("asyncio")  # (running_loop's body: a call fewer on every send a sender writes)
-    return asyncio is not None and asyncio._get_running_loop() is not None
+    return running_loop() is not None
