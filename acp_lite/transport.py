@@ -90,3 +90,9 @@ def running_loop() -> Any:
 def in_event_loop() -> bool:
     """True on a thread that runs an event loop, where ``send`` never blocks. (Asked only where a send could block.)"""
     return running_loop() is not None
+
+
+def wait_limit(timeout: Optional[float]) -> Optional[float]:
+    """How long a ``send`` given ``timeout`` may wait for room: ``timeout``, except 0 for None on a thread that runs an
+    event loop (see ``MessageTransport.send``). Asked once the room is short."""
+    return 0 if timeout is None and in_event_loop() else timeout

@@ -55,7 +55,7 @@ except ImportError:  # Windows
 
 from .errors import CallTimeout, ConnectionClosed, UsageError
 from .framing import DEFAULT_MAX_MESSAGE_SIZE, Block, Frame, LineSplitter, OversizedFrame
-from .transport import MessageTransport, in_event_loop
+from .transport import MessageTransport, in_event_loop, wait_limit
 
 # The read buffer is sized on demand: it starts at _READ_FIRST (what an idle connection keeps),
 # grows fourfold each time a read fills it, up to _READ_CHUNK (a burst of small messages then
@@ -406,7 +406,7 @@ class Transport(MessageTransport):
         self._lock.acquire()
         try:
             if self._backlog_size + self._batch_size > _WRITE_BACKLOG_LIMIT:
-                self._wait_for_room(0 if timeout is None and in_event_loop() else timeout)
+                self._wait_for_room(wait_limit(timeout))
             refused = self._closing or self._write_failed
             if not refused:
                 # None: queued (behind another writer, or for the flusher); else: must its own write not block.

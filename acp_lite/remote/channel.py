@@ -36,7 +36,7 @@ import time
 from typing import Any, Callable, Deque, Iterable, List, Optional, Union
 
 from ..errors import CallTimeout, ConnectionClosed, UsageError
-from ..transport import in_event_loop
+from ..transport import wait_limit
 from ..wire import DEFAULT_MAX_MESSAGE_SIZE, Block, OversizedFrame
 from .sse import OVERSIZED_HEAD
 
@@ -209,7 +209,7 @@ class Channel:
         lock.acquire()  # (not ``with``, which costs a sent update a twentieth more instructions)
         try:
             if self._routed - self._sent > self.max_pending and not self._closing and self._ended is None:
-                self._wait_for_room(0 if timeout is None and in_event_loop() else timeout)  # (a loop never waits)
+                self._wait_for_room(wait_limit(timeout))
             if self._closing:
                 raise ConnectionClosed(f"{self.name}: the transport was closed")
             if self._ended is not None:
